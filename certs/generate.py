@@ -1,0 +1,151 @@
+"""Certificate generation: an ECDSA P-256 CA and the webhook's serving certificate."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
+CA_KEY_FILE = "ca.key"  # kept beside the CA so later rotations can sign with it
+_BACKDATE = datetime.timedelta(minutes=5)  # tolerate clock skew between nodes
+
+
+class CertsError(Exception):
+    """Generation refused (e.g. it would overwrite a CA); the message says why."""
+
+
+@dataclass(frozen=True)
+class GeneratedCerts:
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+    dns_names: tuple[str, ...]
+    not_after: datetime.datetime
+
+
+def service_dns_names(service: str, namespace: str) -> tuple[str, ...]:
+    """The names the API server may use to reach a Service."""
+    return (
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    )
+
+
+def generate(
+    service: str,
+    namespace: str,
+    out_dir: str | Path,
+    *,
+    days: int = 365,
+    force: bool = False,
+    extra_dns_names: tuple[str, ...] = (),
+) -> GeneratedCerts:
+    """Write ca.crt, ca.key, tls.crt and tls.key (keys 0600) to out_dir."""
+    if days < 1:
+        raise CertsError(f"--days must be at least 1, got {days}")
+    out = Path(out_dir)
+    if (out / CA_FILE).exists() and not force:
+        raise CertsError(f"{out / CA_FILE} exists; refusing to replace a CA (use --force)")
+    out.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    not_after = now + datetime.timedelta(days=days)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = _ca_certificate(ca_key, f"volcano-guard-ca ({namespace}/{service})", now, not_after)
+    dns_names = service_dns_names(service, namespace) + extra_dns_names
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _serving_certificate(key, ca_key, ca_cert, dns_names, now, not_after)
+    _write(out / CA_KEY_FILE, _key_pem(ca_key), private=True)
+    _write(out / KEY_FILE, _key_pem(key), private=True)
+    _write(out / CERT_FILE, cert.public_bytes(serialization.Encoding.PEM))
+    _write(out / CA_FILE, ca_cert.public_bytes(serialization.Encoding.PEM))
+    return GeneratedCerts(out / CA_FILE, out / CERT_FILE, out / KEY_FILE, dns_names, not_after)
+
+
+def _ca_certificate(
+    key: ec.EllipticCurvePrivateKey, common_name: str, now: datetime.datetime,
+    not_after: datetime.datetime,
+) -> x509.Certificate:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    public = key.public_key()
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True,
+                content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+
+
+def _serving_certificate(
+    key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate, dns_names: tuple[str, ...], now: datetime.datetime,
+    not_after: datetime.datetime,
+) -> x509.Certificate:
+    return (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[-1])]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, key_cert_sign=False, crl_sign=False,
+                content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _write(path: Path, data: bytes, *, private: bool = False) -> None:
+    """Write atomically; private files are created 0600 so the key is never world-readable."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.chmod(tmp, 0o600 if private else 0o644)
+    os.replace(tmp, path)

@@ -1,0 +1,141 @@
+"""`volcano-guard <command>`: one entry point, each command a thin function over a package API."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from volcano_guard import __version__
+
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return int(args.run(args) or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="volcano-guard",
+        description="Admission webhook and status-coalescing proxy for the Volcano scheduler.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_webhook(commands)
+    _add_certs(commands)
+    _add_check(commands)
+    _add_demo(commands)
+    return parser
+
+
+def _add_webhook(commands: argparse._SubParsersAction) -> None:
+    webhook = commands.add_parser("webhook", help="serve the admission webhook over HTTPS")
+    webhook.add_argument("--config", help="YAML config file (default: every default)")
+    webhook.add_argument("--listen", default="0.0.0.0:8443", help="HOST:PORT (default %(default)s)")
+    webhook.add_argument("--tls-cert", required=True, help="serving certificate (PEM)")
+    webhook.add_argument("--tls-key", required=True, help="serving key (PEM)")
+    webhook.add_argument(
+        "--metrics-listen", default="0.0.0.0:9090", help="HOST:PORT for /metrics (plain HTTP)"
+    )
+    webhook.set_defaults(run=run_webhook)
+
+
+def _add_certs(commands: argparse._SubParsersAction) -> None:
+    certs = commands.add_parser("certs", help="certificate tooling")
+    actions = certs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    generate = actions.add_parser("generate", help="ECDSA P-256 CA and serving certificate")
+    generate.add_argument("--service", required=True, help="the webhook's Service name")
+    generate.add_argument("--namespace", required=True, help="the Service's namespace")
+    generate.add_argument("--out", required=True, help="directory for ca.crt, tls.crt, tls.key")
+    generate.add_argument("--days", type=int, default=365, help="validity (default %(default)s)")
+    generate.add_argument("--force", action="store_true", help="replace an existing CA")
+    generate.set_defaults(run=run_certs_generate)
+
+
+def _add_check(commands: argparse._SubParsersAction) -> None:
+    check = commands.add_parser(
+        "check", help="run the policies over manifests offline (exit 0 clean, 1 violations, "
+        "2 unusable input)"
+    )
+    check.add_argument("-f", "--filename", dest="paths", action="append", required=True,
+                       metavar="PATH", help="file or directory of YAML/JSON (repeatable)")
+    check.add_argument("--config", help="YAML config file (default: every default)")
+    check.add_argument("--output", choices=("text", "json"), default="text")
+    check.set_defaults(run=run_check)
+
+
+def _add_demo(commands: argparse._SubParsersAction) -> None:
+    demo = commands.add_parser("demo", help="run the webhook on throwaway certs, no cluster needed")
+    demo.add_argument("--examples", help="directory of example AdmissionReviews")
+    demo.set_defaults(run=run_demo)
+
+
+def run_webhook(args: argparse.Namespace) -> int:
+    from certs.tls import server_context
+    from webhook.server import parse_listen, serve
+
+    config = _load_config_or_exit(args.config)
+    try:
+        listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
+        tls = server_context(args.tls_cert, args.tls_key)
+    except (ValueError, OSError) as exc:
+        print(f"volcano-guard webhook: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    asyncio.run(serve(config, listen, metrics_listen, tls))
+    return 0
+
+
+def run_certs_generate(args: argparse.Namespace) -> int:
+    from certs.generate import CertsError, generate
+
+    try:
+        made = generate(args.service, args.namespace, args.out, days=args.days, force=args.force)
+    except (CertsError, OSError) as exc:
+        print(f"volcano-guard certs generate: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} "
+          f"(valid until {made.not_after:%Y-%m-%d}; names: {', '.join(made.dns_names)})")
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from webhook.check import EXIT_UNUSABLE, UnusableInput, format_report
+    from webhook.check import run_check as check
+
+    config = _load_config_or_exit(args.config)
+    try:
+        report = check(args.paths, config)
+    except UnusableInput as exc:
+        print(f"volcano-guard check: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    print(format_report(report, args.output))
+    return report.exit_code
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from volcano_guard.demo import run
+
+    return asyncio.run(run(args.examples))
+
+
+def _load_config_or_exit(path: str | None) -> object:
+    from webhook.config import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"volcano-guard: bad config: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

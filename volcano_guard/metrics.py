@@ -1,0 +1,38 @@
+"""The process's Prometheus registry and the plain-HTTP app that serves it (with health probes)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+PREFIX = "volcano_guard_"
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+
+def metrics_app(ready: Callable[[], bool] = lambda: True) -> web.Application:
+    """GET /metrics, /healthz and /readyz, for the metrics port."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = generate_latest(REGISTRY)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    add_probes(app, ready)
+    return app
+
+
+def add_probes(app: web.Application, ready: Callable[[], bool]) -> None:
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="not ready: caches are not synced yet")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)

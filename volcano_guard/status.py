@@ -1,0 +1,39 @@
+"""The Kubernetes `Status` object: the one error body every volcano-guard server answers with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+REASONS = {
+    400: "BadRequest",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    501: "NotImplemented",
+    503: "ServiceUnavailable",
+}
+
+
+def status_body(code: int, message: str, reason: str | None = None) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason or REASONS.get(code, "Unknown"),
+        "code": code,
+    }
+
+
+def status_response(code: int, message: str, reason: str | None = None) -> web.Response:
+    return web.json_response(status_body(code, message, reason), status=code)

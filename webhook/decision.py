@@ -1,0 +1,66 @@
+"""The outcome of admission: one small immutable Decision, its constructors, and how to combine.
+
+Like controller-runtime's Allowed/Denied/Patched helpers: policies and the server build answers
+only through these, so the response shape lives in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from volcano_guard.jsonpatch import Operation
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    message: str = ""
+    code: int = 200
+    patch: tuple[Operation, ...] = ()
+    warnings: tuple[str, ...] = ()
+    audit_annotations: tuple[tuple[str, str], ...] = ()
+
+
+def allowed(message: str = "") -> Decision:
+    return Decision(allowed=True, message=message)
+
+
+def denied(message: str, code: int = 403) -> Decision:
+    return Decision(allowed=False, message=message, code=code)
+
+
+def patched(operations: Iterable[Operation]) -> Decision:
+    return Decision(allowed=True, patch=tuple(operations))
+
+
+def with_warnings(decision: Decision, warnings: Iterable[str]) -> Decision:
+    return replace(decision, warnings=decision.warnings + tuple(warnings))
+
+
+def with_audit_annotation(decision: Decision, key: str, value: str) -> Decision:
+    return replace(decision, audit_annotations=(*decision.audit_annotations, (key, value)))
+
+
+def combine(decisions: Iterable[Decision]) -> Decision:
+    """One answer for several policies: any denial denies (messages joined), else patches,
+    warnings and audit annotations are concatenated in policy order."""
+    decisions = list(decisions)
+    denials = [d for d in decisions if not d.allowed]
+    warnings = tuple(w for d in decisions for w in d.warnings)
+    annotations = tuple(a for d in decisions for a in d.audit_annotations)
+    if denials:
+        return Decision(
+            allowed=False,
+            message="; ".join(d.message for d in denials),
+            code=denials[0].code,
+            warnings=warnings,
+            audit_annotations=annotations,
+        )
+    return Decision(
+        allowed=True,
+        patch=tuple(op for d in decisions for op in d.patch),
+        warnings=warnings,
+        audit_annotations=annotations,
+    )
+

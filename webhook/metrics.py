@@ -1,0 +1,26 @@
+"""The webhook's Prometheus metrics (names are part of the contract in design.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+from volcano_guard.metrics import PREFIX, REGISTRY
+
+ADMISSION_REQUESTS = Counter(
+    f"{PREFIX}admission_requests_total",
+    "Admission requests by operation, kind, policy and per-policy decision.",
+    ["operation", "kind", "policy", "decision"],
+    registry=REGISTRY,
+)
+ADMISSION_DURATION = Histogram(
+    f"{PREFIX}admission_duration_seconds",
+    "Time from a complete admission body to its answer.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+    registry=REGISTRY,
+)
+ADMISSION_ERRORS = Counter(
+    f"{PREFIX}admission_errors_total",
+    "Admission requests answered with an error, by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)

@@ -1,0 +1,56 @@
+"""All admission policies, and evaluate(): one request -> one Decision plus per-policy outcomes.
+
+Adding a policy: write a module with pure `mutate`/`validate` functions returning a Verdict,
+export a `POLICY`, and list it in POLICIES. Modes are applied here, never inside a policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from webhook import decision as decisions
+from webhook.config import Mode
+from webhook.decision import Decision
+from webhook.policies import resource_requests
+from webhook.policies.base import Policy, PolicyContext, Verdict, apply_mode
+from webhook.review import AdmissionRequest
+
+Phase = Literal["mutate", "validate"]
+NO_POLICY = "none"  # the metrics label when no policy handled a request
+
+POLICIES: tuple[Policy, ...] = (resource_requests.POLICY,)
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    policy: str
+    mode: Mode
+    verdict: Verdict
+    outcome: str  # allowed | denied | patched | warned | audited
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    decision: Decision
+    results: tuple[PolicyResult, ...]  # one for each policy that applied; empty: none did
+
+
+def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext) -> Evaluation:
+    """Run every enabled policy of this phase; ObjectShapeError propagates (it means HTTP 400)."""
+    answers: list[Decision] = []
+    results: list[PolicyResult] = []
+    for policy in POLICIES:
+        mode = policy.mode(context.config)
+        check = policy.mutate if phase == "mutate" else policy.validate
+        if mode == "off" or check is None:
+            continue
+        verdict = check(request, context)
+        if verdict is None:
+            continue
+        answer, outcome = apply_mode(policy.name, mode, verdict)
+        answers.append(answer)
+        results.append(PolicyResult(policy.name, mode, verdict, outcome))
+    if not answers:
+        return Evaluation(decisions.allowed(), ())
+    return Evaluation(decisions.combine(answers), tuple(results))

@@ -1,0 +1,62 @@
+"""What every policy shares: its Verdict, its context, and how a mode turns a Verdict into a
+Decision. Policies are plain functions `(request, context) -> Verdict | None`; None means the
+policy does not apply to this request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from webhook import decision as decisions
+from webhook.config import Config, Mode
+from webhook.decision import Decision, Operation
+from webhook.review import AdmissionRequest
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a policy found, as if enforced: reasons to deny, and a patch with its description."""
+
+    violations: tuple[str, ...] = ()
+    patch: tuple[Operation, ...] = ()
+    changes: tuple[str, ...] = ()  # one human-readable line per thing the patch does
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """Everything a policy may read besides the request. Later: cache snapshots."""
+
+    config: Config
+
+
+Check = Callable[[AdmissionRequest, PolicyContext], Verdict | None]
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    mode: Callable[[Config], Mode]
+    mutate: Check | None = None
+    validate: Check | None = None
+
+
+# Per-policy outcome label, as counted in volcano_guard_admission_requests_total{decision}.
+OUTCOME_ALLOWED, OUTCOME_DENIED, OUTCOME_PATCHED = "allowed", "denied", "patched"
+OUTCOME_WARNED, OUTCOME_AUDITED = "warned", "audited"
+
+
+def apply_mode(policy: str, mode: Mode, verdict: Verdict) -> tuple[Decision, str]:
+    """The one place a mode is applied: enforce denies or patches, warn and audit only tell."""
+    findings = verdict.violations or tuple(f"would {change}" for change in verdict.changes)
+    if not findings:
+        return decisions.allowed(), OUTCOME_ALLOWED
+    if mode == "enforce":
+        if verdict.violations:
+            return decisions.denied("; ".join(verdict.violations)), OUTCOME_DENIED
+        return decisions.patched(verdict.patch), OUTCOME_PATCHED
+    if mode == "warn":
+        warnings = (f"{policy}: {finding}" for finding in findings)
+        return decisions.with_warnings(decisions.allowed(), warnings), OUTCOME_WARNED
+    # audit: the API server prefixes the key with the webhook's name (one '/' allowed in all).
+    annotated = decisions.with_audit_annotation(decisions.allowed(), policy, "; ".join(findings))
+    return annotated, OUTCOME_AUDITED

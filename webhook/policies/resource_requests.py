@@ -1,0 +1,171 @@
+"""Policy resourceRequests: every container Volcano schedules requests what Volcano accounts for.
+
+Volcano's scheduler subtracts pod requests from node idle resources; a container without them
+makes the accounting wrong (design.md, problem 2). Applies to Pod CREATE of pods whose
+schedulerName is a Volcano scheduler, and to CREATE/UPDATE of Volcano Jobs (every task template)
+and of workloads whose pod template names a Volcano scheduler (Deployment, StatefulSet, DaemonSet,
+ReplicaSet, ReplicationController, batch Job, CronJob), which `check` and an operator who
+registers those kinds get for free.
+
+Kubernetes copies a container's limits into its missing requests before admission, so a
+resource with a limit and no request counts as requested (at that limit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from volcano_guard import jsonpatch
+from volcano_guard.quantity import QuantityError, parse_quantity
+from webhook.config import Config, ResourceRequestsConfig
+from webhook.policies.base import Policy, PolicyContext, Verdict
+from webhook.review import AdmissionRequest
+from webhook.workloads import (
+    Container,
+    PodTemplate,
+    containers,
+    format_path,
+    is_supported,
+    pod_templates,
+    resource_map,
+)
+
+NAME = "resourceRequests"
+
+
+def settings(config: Config) -> ResourceRequestsConfig:
+    return config.policies.resourceRequests
+
+
+def validate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    templates = _volcano_templates(request, context.config)
+    if templates is None:
+        return None
+    found = violations(request.describe(), templates, settings(context.config))
+    return Verdict(violations=tuple(found))
+
+
+def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    config = settings(context.config)
+    if not config.defaults:
+        return None
+    templates = _volcano_templates(request, context.config)
+    if templates is None:
+        return None
+    patch, changes = default_requests(templates, config.defaults)
+    return Verdict(patch=tuple(patch), changes=tuple(changes))
+
+
+POLICY = Policy(
+    name=NAME, mode=lambda config: settings(config).mode, mutate=mutate, validate=validate
+)
+
+
+def volcano_templates(group: str, kind: str, obj: dict[str, Any], config: Config) -> list[
+    PodTemplate
+]:
+    """The pod templates of obj that a Volcano scheduler will place."""
+    templates = pod_templates(group, kind, obj, config.volcanoSchedulerNames[0])
+    return [t for t in templates if t.scheduler_name in config.volcanoSchedulerNames]
+
+
+def violations(subject: str, templates: list[PodTemplate], config: ResourceRequestsConfig) -> (
+    Iterator[str]
+):
+    for template in templates:
+        where = f'{subject} task "{template.task}"' if template.task else subject
+        for container in containers(template):
+            for problem in _container_problems(container, config.resources):
+                yield f'{where}: {container.kind} "{container.name}" {problem}'
+
+
+def default_requests(templates: list[PodTemplate], defaults: dict[str, str]) -> tuple[
+    list[jsonpatch.Operation], list[str]
+]:
+    """JSON patch filling each missing request from defaults, and what it does in words."""
+    patch: list[jsonpatch.Operation] = []
+    changes: list[str] = []
+    for template in templates:
+        for container in containers(template):
+            missing = {
+                name: value
+                for name, value in defaults.items()
+                if name not in resource_map(container, "requests")
+                and name not in resource_map(container, "limits")
+            }
+            if not missing:
+                continue
+            patch.extend(_add_requests(container, missing))
+            filled = ", ".join(f"{name}={value}" for name, value in missing.items())
+            changes.append(
+                f'set {container.kind} "{container.name}" requests {filled} '
+                f"({format_path((*container.path, 'resources', 'requests'))})"
+            )
+    return patch, changes
+
+
+def _volcano_templates(request: AdmissionRequest, config: Config) -> list[PodTemplate] | None:
+    """The templates this policy checks, or None when the request is not one it handles."""
+    group, kind = request.kind.group, request.kind.kind
+    if request.sub_resource or request.object is None:
+        return None
+    if (group, kind) == ("", "Pod"):
+        if request.operation != "CREATE":  # a pod's requests are fixed once it exists
+            return None
+    elif not is_supported(group, kind) or request.operation not in ("CREATE", "UPDATE"):
+        return None
+    templates = volcano_templates(group, kind, request.object, config)
+    return templates or None
+
+
+def _container_problems(container: Container, required: tuple[str, ...]) -> Iterator[str]:
+    requests = resource_map(container, "requests")
+    limits = resource_map(container, "limits")
+    parsed: dict[tuple[str, str], Any] = {}
+    for field, values in (("requests", requests), ("limits", limits)):
+        for resource, raw in values.items():
+            path = format_path((*container.path, "resources", field, resource))
+            noun = f"{resource} {field[:-1]}"
+            try:
+                quantity = parse_quantity(raw)
+            except QuantityError as exc:
+                yield f"has an invalid {noun} {_quote(raw)} ({path}): {exc}"
+                continue
+            if quantity < 0:
+                yield f"has a negative {noun} {_quote(raw)} ({path}); use a value >= 0"
+                continue
+            parsed[(field, resource)] = quantity
+    for resource in required:
+        if resource not in requests and resource not in limits:
+            path = format_path((*container.path, "resources", "requests", resource))
+            yield (
+                f"has no {resource} request ({path}); Volcano accounts node resources by "
+                f"requests, so set resources.requests.{resource} (or a limit, which Kubernetes "
+                "copies into the request)"
+            )
+    for resource, request in requests.items():
+        limit = parsed.get(("limits", resource))
+        value = parsed.get(("requests", resource))
+        if limit is not None and value is not None and value > limit:
+            path = format_path((*container.path, "resources", "requests", resource))
+            yield (
+                f"requests {resource} {_quote(request)}, more than its limit "
+                f"{_quote(limits[resource])} ({path}); lower the request or raise the limit"
+            )
+
+
+def _add_requests(container: Container, missing: dict[str, str]) -> Iterator[jsonpatch.Operation]:
+    """Add operations that are valid whether resources/requests exist, are null or are absent."""
+    base = (*container.path, "resources")
+    if not isinstance(container.body.get("resources"), dict):
+        yield jsonpatch.add(jsonpatch.pointer(*base), {"requests": dict(missing)})
+    elif not isinstance(container.body["resources"].get("requests"), dict):
+        yield jsonpatch.add(jsonpatch.pointer(*base, "requests"), dict(missing))
+    else:
+        for name, value in missing.items():
+            yield jsonpatch.add(jsonpatch.pointer(*base, "requests", name), value)
+
+
+def _quote(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)

@@ -1,0 +1,191 @@
+"""The AdmissionReview envelope (admission.k8s.io/v1): parse a request, build a response.
+
+Parsing checks the shape the API server always sends and raises ReviewError (answered with
+HTTP 400) naming the first field that is wrong. Policies receive only the typed, frozen
+AdmissionRequest and never see the wire format.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.decision import Decision
+
+API_VERSION = "admission.k8s.io/v1"
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class ReviewError(ValueError):
+    """The body is not a usable AdmissionReview; the message says which field is wrong."""
+
+
+@dataclass(frozen=True)
+class GroupVersionKind:
+    group: str
+    version: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class GroupVersionResource:
+    group: str
+    version: str
+    resource: str
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    username: str = ""
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    uid: str
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    operation: str
+    sub_resource: str = ""
+    namespace: str = ""
+    name: str = ""
+    user: UserInfo = field(default_factory=UserInfo)
+    object: dict[str, Any] | None = None
+    old_object: dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    dry_run: bool = False
+
+    @property
+    def object_name(self) -> str:
+        """The object's name; on CREATE with generateName, `prefix<generated>`."""
+        metadata = _metadata(self.object)
+        if self.name or isinstance(metadata.get("name"), str):
+            return self.name or metadata["name"]
+        prefix = metadata.get("generateName")
+        return f"{prefix}<generated>" if isinstance(prefix, str) else "<unnamed>"
+
+    def describe(self) -> str:
+        """`Pod "namespace/name"` for messages."""
+        metadata = _metadata(self.object)
+        namespace = self.namespace or metadata.get("namespace")
+        name = self.object_name
+        if isinstance(namespace, str) and namespace:
+            return f'{self.kind.kind} "{namespace}/{name}"'
+        return f'{self.kind.kind} "{name}"'
+
+
+def parse(document: Any) -> AdmissionRequest:
+    """AdmissionReview JSON (already decoded) -> AdmissionRequest, or ReviewError."""
+    if not isinstance(document, dict):
+        raise ReviewError("body is not an AdmissionReview: expected a JSON object")
+    if document.get("kind") != "AdmissionReview":
+        raise ReviewError(f"kind is {document.get('kind')!r}, expected 'AdmissionReview'")
+    if document.get("apiVersion") != API_VERSION:
+        raise ReviewError(
+            f"apiVersion {document.get('apiVersion')!r} is not supported; only {API_VERSION} "
+            "(set admissionReviewVersions: [v1] in the webhook configuration)"
+        )
+    request = document.get("request")
+    if not isinstance(request, dict):
+        raise ReviewError("request is missing or not an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("request.uid is missing or not a non-empty string")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        raise ReviewError(f"request.operation {operation!r} is not one of {', '.join(OPERATIONS)}")
+    return AdmissionRequest(
+        uid=uid,
+        kind=GroupVersionKind(**_strings(request, "kind", ("group", "version", "kind"))),
+        resource=GroupVersionResource(
+            **_strings(request, "resource", ("group", "version", "resource"))
+        ),
+        operation=operation,
+        sub_resource=_optional_string(request, "subResource"),
+        namespace=_optional_string(request, "namespace"),
+        name=_optional_string(request, "name"),
+        user=_user(request.get("userInfo")),
+        object=_optional_object(request, "object"),
+        old_object=_optional_object(request, "oldObject"),
+        options=_optional_object(request, "options"),
+        dry_run=_optional_bool(request, "dryRun"),
+    )
+
+
+def respond(uid: str, decision: Decision) -> dict[str, Any]:
+    """The AdmissionReview answer for decision, echoing the request's uid."""
+    response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        response["status"] = {
+            "code": decision.code,
+            "message": decision.message,
+            "reason": "Forbidden" if decision.code == 403 else "BadRequest",
+        }
+    if decision.patch:
+        encoded = json.dumps(list(decision.patch), separators=(",", ":")).encode()
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(encoded).decode("ascii")
+    if decision.warnings:
+        response["warnings"] = list(decision.warnings)
+    if decision.audit_annotations:
+        response["auditAnnotations"] = dict(decision.audit_annotations)
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def _metadata(obj: dict[str, Any] | None) -> dict[str, Any]:
+    metadata = (obj or {}).get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _strings(request: dict[str, Any], key: str, names: tuple[str, ...]) -> dict[str, str]:
+    value = request.get(key)
+    if not isinstance(value, dict):
+        raise ReviewError(f"request.{key} is missing or not an object")
+    out = {}
+    for name in names:
+        item = value.get(name, "")
+        if not isinstance(item, str) or (name != "group" and not item):
+            raise ReviewError(f"request.{key}.{name} is missing or not a string")
+        out[name] = item
+    return out
+
+
+def _optional_string(request: dict[str, Any], key: str) -> str:
+    value = request.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ReviewError(f"request.{key} must be a string")
+    return value
+
+
+def _optional_bool(request: dict[str, Any], key: str) -> bool:
+    value = request.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ReviewError(f"request.{key} must be true or false")
+    return value
+
+
+def _optional_object(request: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = request.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise ReviewError(f"request.{key} must be an object or null")
+    return value
+
+
+def _user(value: Any) -> UserInfo:
+    if value is None:
+        return UserInfo()
+    if not isinstance(value, dict):
+        raise ReviewError("request.userInfo must be an object")
+    username = value.get("username", "")
+    groups = value.get("groups") or []
+    if not isinstance(username, str):
+        raise ReviewError("request.userInfo.username must be a string")
+    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+        raise ReviewError("request.userInfo.groups must be a list of strings")
+    return UserInfo(username=username, groups=tuple(groups))

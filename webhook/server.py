@@ -1,0 +1,183 @@
+"""The admission webhook's HTTP side: transport checks, the handler contract, serving.
+
+request bytes ── size limit (413), content type (415), JSON decode (400)
+  └─ review.parse (400) ── policies.evaluate ── review.respond (always echoes request.uid)
+Metrics wrap the handler; policies never see aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from volcano_guard.jsonbody import BodyError, decode
+from volcano_guard.metrics import add_probes, metrics_app
+from volcano_guard.status import status_response
+from webhook import decision as decisions
+from webhook import review
+from webhook.config import Config
+from webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, ADMISSION_REQUESTS
+from webhook.policies import NO_POLICY, Phase, evaluate
+from webhook.policies.base import PolicyContext
+from webhook.workloads import ObjectShapeError
+
+log = logging.getLogger("volcano_guard.webhook")
+CONFIG_KEY = web.AppKey("config", Config)
+_READ_CHUNK = 64 * 1024
+
+
+class RequestError(Exception):
+    """A request refused at the transport: HTTP status, reason label, message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+def create_app(config: Config, ready: Callable[[], bool] = lambda: True) -> web.Application:
+    """The admission app: POST /mutate, POST /validate, GET /healthz, GET /readyz."""
+    app = web.Application(client_max_size=config.maxRequestBytes + 1)
+    app[CONFIG_KEY] = config
+    app.router.add_post("/mutate", _handler("mutate"))
+    app.router.add_post("/validate", _handler("validate"))
+    add_probes(app, ready)
+    return app
+
+
+def _handler(phase: Phase) -> Callable[[web.Request], object]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        config = request.app[CONFIG_KEY]
+        try:
+            body = await read_body(request, config.maxRequestBytes)
+            started = time.perf_counter()
+            answer = admit(phase, body, config)
+            ADMISSION_DURATION.observe(time.perf_counter() - started)
+            return web.json_response(answer)
+        except RequestError as exc:
+            ADMISSION_ERRORS.labels(reason=exc.reason).inc()
+            return status_response(exc.status, exc.message)
+
+    return handle
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, refusing (413) one over limit before reading it whole."""
+    content_type = request.headers.get("Content-Type", "application/json")
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        raise RequestError(415, "content_type", f"Content-Type {content_type!r} is not "
+                           "application/json")
+    if request.content_length is not None and request.content_length > limit:
+        raise RequestError(413, "too_large", f"body of {request.content_length} bytes is over "
+                           f"the {limit}-byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(_READ_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, "too_large", f"body is over the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def admit(phase: Phase, body: bytes, config: Config) -> dict[str, object]:
+    """AdmissionReview bytes -> AdmissionReview answer; RequestError for unusable input."""
+    try:
+        request = review.parse(decode(body))
+    except (BodyError, review.ReviewError) as exc:
+        raise RequestError(400, "bad_review", str(exc)) from None
+    try:
+        evaluation = evaluate(phase, request, PolicyContext(config=config))
+    except ObjectShapeError as exc:
+        raise RequestError(400, "bad_object", f"request.object: {exc}") from None
+    except Exception:  # a bug in a policy must not take the API server's requests down
+        log.exception("policy evaluation failed for %s %s", request.operation, request.kind.kind)
+        ADMISSION_ERRORS.labels(reason="internal").inc()
+        decision = _internal_error(config)
+        return review.respond(request.uid, decision)
+    outcomes = [(r.policy, r.outcome) for r in evaluation.results] or [(NO_POLICY, "allowed")]
+    for policy, outcome in outcomes:
+        ADMISSION_REQUESTS.labels(
+            operation=request.operation, kind=request.kind.kind, policy=policy, decision=outcome
+        ).inc()
+    return review.respond(request.uid, evaluation.decision)
+
+
+def _internal_error(config: Config) -> decisions.Decision:
+    message = "volcano-guard failed to evaluate this request (see its log)"
+    if config.failClosed:
+        return decisions.denied(message, code=500)
+    return decisions.with_warnings(decisions.allowed(), [message])
+
+
+@dataclass(frozen=True)
+class Listen:
+    host: str
+    port: int
+
+
+def parse_listen(text: str) -> Listen:
+    """"HOST:PORT" (IPv6 as [::1]:PORT) -> Listen; ValueError naming the problem."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return Listen(host.strip("[]") or "0.0.0.0", int(port))
+
+
+@asynccontextmanager
+async def running(
+    config: Config,
+    listen: Listen,
+    metrics_listen: Listen,
+    tls: ssl.SSLContext,
+    *,
+    shutdown_timeout: float = 30.0,
+) -> AsyncIterator[tuple[int, int]]:
+    """Serve inside the block; yields the bound (admission, metrics) ports (0 picks free ones).
+    Leaving the block stops accepting and waits up to shutdown_timeout for in-flight requests."""
+    admission = web.AppRunner(create_app(config), shutdown_timeout=shutdown_timeout)
+    metrics = web.AppRunner(metrics_app(), access_log=None)
+    await admission.setup()
+    await metrics.setup()
+    try:
+        await web.TCPSite(admission, listen.host, listen.port, ssl_context=tls).start()
+        await web.TCPSite(metrics, metrics_listen.host, metrics_listen.port).start()
+        yield _bound_port(admission), _bound_port(metrics)
+    finally:
+        await admission.cleanup()
+        await metrics.cleanup()
+
+
+async def serve(
+    config: Config,
+    listen: Listen,
+    metrics_listen: Listen,
+    tls: ssl.SSLContext,
+    *,
+    shutdown_timeout: float = 30.0,
+) -> None:
+    """Serve until SIGTERM or SIGINT, then finish in-flight requests and return."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with running(config, listen, metrics_listen, tls, shutdown_timeout=shutdown_timeout) as (
+        port,
+        metrics_port,
+    ):
+        log.info("webhook listening on https://%s:%d, metrics on http://%s:%d",
+                 listen.host, port, metrics_listen.host, metrics_port)
+        await stop.wait()
+        log.info("shutting down: finishing in-flight requests")
+
+
+def _bound_port(runner: web.AppRunner) -> int:
+    address = runner.addresses[0]
+    return int(address[1])

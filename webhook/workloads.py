@@ -1,0 +1,155 @@
+"""Where pod specs live inside the objects the guard sees, and who will schedule them.
+
+A Pod is its own spec; Deployments, StatefulSets, DaemonSets, ReplicaSets and batch Jobs carry
+one template, CronJobs one a level deeper, and Volcano Jobs one per task. Each is returned as a
+PodTemplate with the JSON path to its spec (for messages and JSON patches) and the scheduler
+that will place its pods. A spec of the wrong shape raises ObjectShapeError naming the path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+Path = tuple[str | int, ...]
+
+DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults an empty name to
+VOLCANO_JOB_GROUP = "batch.volcano.sh"
+
+# (API group, kind) -> path from the object to its pod template's spec.
+_TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("apps", "Deployment"): ("spec", "template", "spec"),
+    ("apps", "StatefulSet"): ("spec", "template", "spec"),
+    ("apps", "DaemonSet"): ("spec", "template", "spec"),
+    ("apps", "ReplicaSet"): ("spec", "template", "spec"),
+    ("", "ReplicationController"): ("spec", "template", "spec"),
+    ("batch", "Job"): ("spec", "template", "spec"),
+    ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+
+
+class ObjectShapeError(ValueError):
+    """A field of the object does not have the type Kubernetes gives it."""
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    path: Path  # to the pod spec inside the object
+    spec: dict[str, Any]
+    scheduler_name: str
+    task: str | None = None  # the Volcano Job task this template belongs to
+
+
+@dataclass(frozen=True)
+class Container:
+    path: Path  # to the container inside the object
+    kind: str  # "container" or "init container"
+    name: str
+    body: dict[str, Any]
+
+
+def format_path(path: Path) -> str:
+    """("spec", "containers", 0, "resources") -> "spec.containers[0].resources"."""
+    text = ""
+    for token in path:
+        text += f"[{token}]" if isinstance(token, int) else (f".{token}" if text else token)
+    return text
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def is_volcano_job(group: str, kind: str) -> bool:
+    return group == VOLCANO_JOB_GROUP and kind == "Job"
+
+
+def is_supported(group: str, kind: str) -> bool:
+    return (group, kind) in _TEMPLATE_PATHS or (group, kind) == ("", "Pod") or is_volcano_job(
+        group, kind
+    )
+
+
+def pod_templates(group: str, kind: str, obj: dict[str, Any], volcano_default: str) -> list[
+    PodTemplate
+]:
+    """Every pod spec in obj; volcano_default is the scheduler Volcano gives a Job without one."""
+    if (group, kind) == ("", "Pod"):
+        spec = _mapping(obj.get("spec"), ("spec",))
+        return [PodTemplate(("spec",), spec, _scheduler(spec, ("spec",)) or DEFAULT_SCHEDULER)]
+    if is_volcano_job(group, kind):
+        return list(_volcano_job_templates(obj, volcano_default))
+    path = _TEMPLATE_PATHS.get((group, kind))
+    if path is None:
+        return []
+    spec = _lookup(obj, path)
+    return [PodTemplate(path, spec, _scheduler(spec, path) or DEFAULT_SCHEDULER)]
+
+
+def _volcano_job_templates(obj: dict[str, Any], volcano_default: str) -> Iterator[PodTemplate]:
+    job_spec = _mapping(obj.get("spec"), ("spec",))
+    # Volcano's job controller: a template without schedulerName inherits the job's, and
+    # Volcano's own admission defaults the job's to its scheduler.
+    job_scheduler = _scheduler(job_spec, ("spec",)) or volcano_default
+    tasks = job_spec.get("tasks") or []
+    if not isinstance(tasks, list):
+        raise ObjectShapeError("spec.tasks must be a list")
+    for index, task in enumerate(tasks):
+        task_path: Path = ("spec", "tasks", index)
+        task = _mapping(task, task_path)
+        name = task.get("name")
+        label = name if isinstance(name, str) and name else f"#{index}"
+        path = (*task_path, "template", "spec")
+        spec = _lookup(task, ("template", "spec"), base=task_path)
+        yield PodTemplate(path, spec, _scheduler(spec, path) or job_scheduler, task=label)
+
+
+def containers(template: PodTemplate) -> Iterator[Container]:
+    """Init containers first (they run first), then app containers."""
+    for field, kind in (("initContainers", "init container"), ("containers", "container")):
+        items = template.spec.get(field) or []
+        list_path = (*template.path, field)
+        if not isinstance(items, list):
+            raise ObjectShapeError(f"{format_path(list_path)} must be a list")
+        for index, item in enumerate(items):
+            path = (*list_path, index)
+            body = _mapping(item, path)
+            name = body.get("name")
+            if not isinstance(name, str):
+                raise ObjectShapeError(f"{format_path((*path, 'name'))} must be a string")
+            yield Container(path, kind, name, body)
+
+
+def resource_map(container: Container, field: str) -> dict[str, Any]:
+    """container.resources.<field> (requests or limits) as a mapping; absent -> {}."""
+    resources = container.body.get("resources")
+    path = (*container.path, "resources")
+    if resources is None:
+        return {}
+    resources = _mapping(resources, path)
+    value = resources.get(field)
+    return {} if value is None else _mapping(value, (*path, field))
+
+
+def _scheduler(spec: dict[str, Any], path: Path) -> str:
+    name = spec.get("schedulerName") or ""
+    if not isinstance(name, str):
+        raise ObjectShapeError(f"{format_path((*path, 'schedulerName'))} must be a string")
+    return name
+
+
+def _lookup(obj: dict[str, Any], keys: tuple[str, ...], base: Path = ()) -> dict[str, Any]:
+    """obj[keys[0]][keys[1]]..., each level an object (absent or null -> {})."""
+    node = obj
+    for depth, key in enumerate(keys, start=1):
+        node = _mapping(node.get(key), (*base, *keys[:depth]))
+    return node
+
+
+def _mapping(value: Any, path: Path) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ObjectShapeError(f"{format_path(path) or 'object'} must be an object")
+    return value
