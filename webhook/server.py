@@ -12,7 +12,7 @@ import logging
 import signal
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -30,8 +30,49 @@ from webhook.policies.base import PolicyContext
 from webhook.workloads import ObjectShapeError
 
 log = logging.getLogger("volcano_guard.webhook")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CONFIG_KEY = web.AppKey("config", Config)
 _READ_CHUNK = 64 * 1024
+
+
+class InFlight:
+    """Requests being handled now. aiohttp stops reading a connection once shutdown begins, so
+    graceful shutdown first closes the listener, then waits here for every started request,
+    its body included, before handing over to aiohttp's cleanup. Event-loop owned: no lock."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        self.count += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._idle.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+IN_FLIGHT_KEY = web.AppKey("in_flight", InFlight)
+
+
+@web.middleware
+async def _track_in_flight(request: web.Request, handler: Handler) -> web.StreamResponse:
+    in_flight = request.app[IN_FLIGHT_KEY]
+    in_flight.enter()
+    try:
+        return await handler(request)
+    finally:
+        in_flight.leave()
 
 
 class RequestError(Exception):
@@ -44,15 +85,18 @@ class RequestError(Exception):
 
 def create_app(config: Config, ready: Callable[[], bool] = lambda: True) -> web.Application:
     """The admission app: POST /mutate, POST /validate, GET /healthz, GET /readyz."""
-    app = web.Application(client_max_size=config.maxRequestBytes + 1)
+    app = web.Application(
+        client_max_size=config.maxRequestBytes + 1, middlewares=[_track_in_flight]
+    )
     app[CONFIG_KEY] = config
+    app[IN_FLIGHT_KEY] = InFlight()
     app.router.add_post("/mutate", _handler("mutate"))
     app.router.add_post("/validate", _handler("validate"))
     add_probes(app, ready)
     return app
 
 
-def _handler(phase: Phase) -> Callable[[web.Request], object]:
+def _handler(phase: Phase) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         config = request.app[CONFIG_KEY]
         try:
@@ -142,7 +186,8 @@ async def running(
 ) -> AsyncIterator[tuple[int, int]]:
     """Serve inside the block; yields the bound (admission, metrics) ports (0 picks free ones).
     Leaving the block stops accepting and waits up to shutdown_timeout for in-flight requests."""
-    admission = web.AppRunner(create_app(config), shutdown_timeout=shutdown_timeout)
+    app = create_app(config)
+    admission = web.AppRunner(app, shutdown_timeout=shutdown_timeout)
     metrics = web.AppRunner(metrics_app(), access_log=None)
     await admission.setup()
     await metrics.setup()
@@ -151,6 +196,11 @@ async def running(
         await web.TCPSite(metrics, metrics_listen.host, metrics_listen.port).start()
         yield _bound_port(admission), _bound_port(metrics)
     finally:
+        for site in list(admission.sites):
+            await site.stop()  # no new connections; started requests go on
+        if not await app[IN_FLIGHT_KEY].wait_idle(shutdown_timeout):
+            log.warning("%d requests still in flight after %.0fs; cancelling them",
+                        app[IN_FLIGHT_KEY].count, shutdown_timeout)
         await admission.cleanup()
         await metrics.cleanup()
 

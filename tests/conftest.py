@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from certs.generate import GeneratedCerts, generate
+from certs.tls import client_context, server_context
+from webhook.config import Config, config_from_dict
+from webhook.server import Listen, running
+
+REPO = Path(__file__).resolve().parent.parent
+SERVICE, NAMESPACE = "volcano-guard", "volcano-system"
+HOSTNAME = f"{SERVICE}.{NAMESPACE}.svc"
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> GeneratedCerts:
+    return generate(SERVICE, NAMESPACE, tmp_path_factory.mktemp("certs"), days=2)
+
+
+@dataclass
+class Webhook:
+    """A webhook served over real TLS, with a client that verifies its CA and hostname."""
+
+    session: aiohttp.ClientSession
+    base: str
+    metrics_url: str
+
+    async def post(self, path: str, **kwargs) -> aiohttp.ClientResponse:
+        response = await self.session.post(self.base + path, server_hostname=HOSTNAME, **kwargs)
+        await response.read()
+        return response
+
+
+async def start_webhook(config: Config, certs: GeneratedCerts) -> AsyncIterator[Webhook]:
+    tls = server_context(certs.cert_file, certs.key_file)
+    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
+                       shutdown_timeout=5) as (port, metrics_port):
+        connector = aiohttp.TCPConnector(ssl=client_context(certs.ca_file))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            yield Webhook(session, f"https://127.0.0.1:{port}",
+                          f"http://127.0.0.1:{metrics_port}/metrics")
+
+
+@pytest.fixture
+async def webhook(certs: GeneratedCerts) -> AsyncIterator[Webhook]:
+    config = config_from_dict(
+        {"policies": {"resourceRequests": {"defaults": {"memory": "256Mi"}}}}
+    )
+    async for served in start_webhook(config, certs):
+        yield served
+
+
+
+class SyncWebhook:
+    """The webhook and its client on a private event loop, driven from synchronous code
+    (hypothesis tests cannot await). Same real TLS and hostname verification."""
+
+    def __init__(self, config: Config, certs: GeneratedCerts) -> None:
+        import asyncio
+
+        self._loop = asyncio.new_event_loop()
+        self._serving = start_webhook(config, certs)
+
+    def __enter__(self) -> SyncWebhook:
+        self.webhook = self._loop.run_until_complete(anext(self._serving))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.run_until_complete(self._serving.aclose())
+        self._loop.close()
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        async def send() -> tuple[int, bytes]:
+            response = await self.webhook.post(
+                path, data=body, headers={"Content-Type": "application/json"}
+            )
+            return response.status, await response.read()
+
+        return self._loop.run_until_complete(send())

@@ -1,0 +1,107 @@
+import json
+
+import pytest
+
+from tests.builders import container, pod, review, volcano_job
+from tests.conftest import REPO
+from volcano_guard.cli import main
+
+EXAMPLES = REPO / "examples" / "manifests"
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_clean_manifest_exits_0(capsys):
+    assert main(["check", "-f", str(EXAMPLES / "volcano-job-ok.yaml")]) == 0
+    assert "1 documents checked, 0 violations" in capsys.readouterr().out
+
+
+def test_violations_exit_1_one_line_each_as_file_doc_kind_name(capsys):
+    assert main(["check", "-f", str(EXAMPLES)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    violation_lines = [line for line in lines if ": " in line and "checked" not in line]
+    assert len(violation_lines) == 5
+    path = str(EXAMPLES / "violations.yaml")
+    assert violation_lines[0].startswith(f"{path}:0 Job/pytorch-ddp: ")
+    assert any(line.startswith(f"{path}:1 Deployment/inference: ") for line in violation_lines)
+    assert not any("plain-web" in line for line in violation_lines)
+
+
+def test_json_output_for_pipelines(capsys):
+    assert main(["check", "-f", str(EXAMPLES), "--output", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["exitCode"] == 1
+    assert report["documents"] == 4
+    first = report["violations"][0]
+    assert set(first) == {"file", "document", "kind", "name", "policy", "mode", "message"}
+    assert first["policy"] == "resourceRequests"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "needle"),
+    [
+        ("bad.yaml", "kind: Pod\n  spec: [unclosed", "not valid YAML"),
+        ("list.yaml", "- 1\n- 2\n", "expected a Kubernetes object"),
+        ("shape.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+         "  schedulerName: volcano\n  containers: nope\n", "spec.containers must be a list"),
+        ("binary.json", None, "cannot read"),
+    ],
+)
+def test_unusable_input_exits_2_naming_the_file(tmp_path, capsys, name, text, needle):
+    path = tmp_path / name
+    if text is None:
+        path.write_bytes(b"\xff\xfe\x00")
+    else:
+        path.write_text(text)
+    assert main(["check", "-f", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and needle in err
+
+
+def test_missing_path_exits_2(tmp_path, capsys):
+    assert main(["check", "-f", str(tmp_path / "nope.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_admission_reviews_and_json_files_are_checked(tmp_path, capsys):
+    write(tmp_path, "review.json", json.dumps(review(pod(container("c")))))
+    assert main(["check", "-f", str(tmp_path)]) == 1
+    assert 'container "c" has no cpu request' in capsys.readouterr().out
+
+
+def test_defaults_from_config_are_applied_before_validation(tmp_path, capsys):
+    write(tmp_path, "pod.yaml", json.dumps(pod(container("c", requests={"cpu": "1"}))))
+    config = write(tmp_path, "config.yml.txt",
+                   "policies: {resourceRequests: {defaults: {memory: 64Mi}}}")
+    assert main(["check", "-f", str(tmp_path / "pod.yaml"), "--config", str(config)]) == 0
+    assert main(["check", "-f", str(tmp_path / "pod.yaml")]) == 1
+
+
+def test_warn_mode_violations_are_reported_but_do_not_fail(tmp_path, capsys):
+    write(tmp_path, "job.yaml", json.dumps(volcano_job({"w": [container("c")]})))
+    config = write(tmp_path, "c.txt", "policies: {resourceRequests: {mode: warn}}")
+    assert main(["check", "-f", str(tmp_path / "job.yaml"), "--config", str(config)]) == 0
+    assert "[warn]" in capsys.readouterr().out
+
+
+def test_workload_templates_lists_and_cronjobs(tmp_path, capsys):
+    template = {"spec": {"schedulerName": "volcano", "containers": [container("c")]}}
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+            "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": template}}}}
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+           "spec": {"template": template}}
+    write(tmp_path, "list.yaml", json.dumps({"apiVersion": "v1", "kind": "List",
+                                             "items": [cron, sts]}))
+    assert main(["check", "-f", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "CronJob/nightly" in out and "spec.jobTemplate.spec.template.spec.containers[0]" in out
+    assert "StatefulSet/db" in out
+
+
+def test_non_kubernetes_documents_are_skipped(tmp_path, capsys):
+    write(tmp_path, "kustomization.yaml", "resources: [a.yaml]\n")
+    assert main(["check", "-f", str(tmp_path)]) == 0

@@ -1,0 +1,92 @@
+"""`volcano-guard webhook` as a real process: serves, and on SIGTERM finishes in-flight work."""
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from certs.tls import client_context
+from tests.builders import container, pod, review
+from tests.conftest import HOSTNAME
+
+
+@pytest.fixture
+def process(certs, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("policies: {resourceRequests: {mode: enforce}}\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "volcano_guard.cli", "webhook", "--config", str(config),
+         "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+         "--tls-cert", str(certs.cert_file), "--tls-key", str(certs.key_file)],
+        stderr=subprocess.PIPE, text=True,
+    )
+    ports = None
+    deadline = time.monotonic() + 20
+    while ports is None and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        match = re.search(r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)", line)
+        if match:
+            ports = int(match[1]), int(match[2])
+    assert ports, "webhook did not log its ports"
+    yield proc, ports
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+
+
+def connect(certs, port):
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return client_context(certs.ca_file).wrap_socket(sock, server_hostname=HOSTNAME)
+
+
+def test_sigterm_lets_an_in_flight_request_finish_then_exits_0(process, certs):
+    proc, (port, _) = process
+    body = json.dumps(review(pod(container("c")), uid="in-flight")).encode()
+    tls = connect(certs, port)
+    tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+    tls.sendall(body[:100])
+    time.sleep(0.3)  # the handler is now waiting for the rest of the body
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    tls.sendall(body[100:])
+    response = b""
+    while chunk := tls.recv(65536):
+        response += chunk
+    assert response.startswith(b"HTTP/1.1 200"), response[:200]
+    answer = json.loads(response.split(b"\r\n\r\n", 1)[1])
+    assert answer["response"]["uid"] == "in-flight"
+    assert answer["response"]["allowed"] is False
+    assert proc.wait(20) == 0
+
+
+def test_new_connections_are_refused_after_shutdown(process, certs):
+    proc, (port, _) = process
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
+    with pytest.raises(OSError):
+        connect(certs, port)
+
+
+def test_metrics_port_serves_plain_http(process):
+    _, (_, metrics_port) = process
+    sock = socket.create_connection(("127.0.0.1", metrics_port), timeout=10)
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    response = b""
+    while chunk := sock.recv(65536):
+        response += chunk
+    assert response.startswith(b"HTTP/1.1 200")
+    assert b"volcano_guard_admission_duration_seconds" in response
+
+
+def test_tls_port_refuses_plain_http(process):
+    _, (port, _) = process
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = sock.recv(100)
+    assert not data.startswith(b"HTTP/1.1 200")

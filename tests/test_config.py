@@ -1,0 +1,106 @@
+import pytest
+
+from volcano_guard.cli import main
+from webhook.config import Config, ConfigError, config_from_dict, load_config
+
+
+def test_no_file_means_every_safe_default():
+    config = load_config(None)
+    assert config == Config()
+    assert config.volcanoSchedulerNames == ("volcano",)
+    assert config.failClosed is True
+    assert config.policies.resourceRequests.mode == "enforce"
+    assert config.policies.resourceRequests.resources == ("cpu", "memory")
+    assert config.policies.nodeName.bindingGuard.mode == "audit"
+
+
+def test_empty_file_means_defaults(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("")
+    assert load_config(path) == Config()
+
+
+def test_reads_the_design_example(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        """
+volcanoSchedulerNames: [volcano, volcano-batch]
+failClosed: false
+policies:
+  resourceRequests:
+    mode: warn
+    resources: [cpu, memory, nvidia.com/gpu]
+    defaults: {cpu: 100m, memory: 128Mi}
+  nodeName:
+    mode: enforce
+    action: rewrite
+    managedNodeSelectors: ["volcano.sh/role:train"]
+    bindingGuard: {mode: audit, allowedBinders: [system:serviceaccount:x:y]}
+  podGroups:
+    stampGenerationId: true
+    deleteGuard: {mode: enforce, exemptUsers: [], exemptGroups: []}
+  sidecarInjection: {mode: enforce, image: volcano-guard:latest, nativeSidecar: true, port: 8001}
+"""
+    )
+    config = load_config(path)
+    assert config.volcanoSchedulerNames == ("volcano", "volcano-batch")
+    assert config.failClosed is False
+    assert config.policies.resourceRequests.defaults == {"cpu": "100m", "memory": "128Mi"}
+    assert config.policies.nodeName.action == "rewrite"
+    assert config.policies.nodeName.exemptNamespaces == ("kube-system",)
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"policies": {"resourceRequests": {"mode": "block"}}}, "policies.resourceRequests.mode"),
+        ({"policies": {"resourceRequests": {"mdoe": "warn"}}}, "policies.resourceRequests.mdoe"),
+        ({"failClosed": "yes"}, "failClosed"),
+        ({"volcanoSchedulerNames": "volcano"}, "volcanoSchedulerNames"),
+        ({"volcanoSchedulerNames": []}, "volcanoSchedulerNames"),
+        ({"volcanoSchedulerNames": [""]}, "volcanoSchedulerNames[0]"),
+        ({"policies": {"resourceRequests": {"defaults": {"cpu": "lots"}}}},
+         "policies.resourceRequests.defaults.cpu"),
+        ({"policies": {"resourceRequests": {"defaults": {"cpu": "-1"}}}},
+         "policies.resourceRequests.defaults.cpu"),
+        ({"policies": {"nodeName": {"managedNodeSelectors": ["no-colon"]}}},
+         "policies.nodeName.managedNodeSelectors[0]"),
+        ({"policies": {"sidecarInjection": {"port": 0}}}, "policies.sidecarInjection.port"),
+        ({"maxRequestBytes": True}, "maxRequestBytes"),
+        ({"policies": []}, "policies"),
+        ([1, 2], "config"),
+    ],
+)
+def test_bad_value_is_refused_naming_its_key(data, key):
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    assert str(info.value).startswith(key), str(info.value)
+
+
+def test_unquoted_numeric_default_is_kept_as_a_quantity():
+    config = config_from_dict({"policies": {"resourceRequests": {"defaults": {"cpu": 1}}}})
+    assert config.policies.resourceRequests.defaults == {"cpu": "1"}
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("policies: {resourceRequests: {mode: loud}}", "policies.resourceRequests.mode"),
+        ("policies: [unclosed", "not valid YAML"),
+    ],
+)
+def test_cli_exits_2_naming_the_bad_key(tmp_path, capsys, text, needle):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as info:
+        main(["check", "-f", str(path), "--config", str(path)])
+    assert info.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_cli_exits_2_for_a_missing_config_file(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["webhook", "--config", str(tmp_path / "nope.yaml"), "--tls-cert", "x",
+              "--tls-key", "y"])
+    assert info.value.code == 2
+    assert "cannot read config file" in capsys.readouterr().err

@@ -1,0 +1,21 @@
+import subprocess
+import sys
+
+
+def test_demo_replays_the_examples_over_tls_and_prints_the_decisions():
+    result = subprocess.run([sys.executable, "-m", "volcano_guard.cli", "demo"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split()[1:3] for line in result.stdout.splitlines()
+            if line[:2].isdigit()}
+    assert rows["01-volcano-job-complete"] == ["allowed", "allowed"]
+    assert rows["02-volcano-job-task-missing-cpu"] == ["allowed", "DENIED"]
+    assert rows["03-pod-missing-memory-defaulted"] == ["PATCHED", "allowed"]
+    assert rows["04-pod-init-container-no-requests"] == ["PATCHED", "DENIED"]
+    assert rows["05-pod-bad-quantity"] == ["allowed", "DENIED"]
+    assert rows["06-pod-request-over-limit"] == ["allowed", "DENIED"]
+    assert rows["07-pod-default-scheduler"] == ["allowed", "allowed"]
+    assert rows["08-configmap"] == ["allowed", "allowed"]
+    assert 'task "worker"' in result.stdout
+    assert "volcano_guard_admission_requests_total{" in result.stdout
+    assert "webhook shut down cleanly" in result.stdout

@@ -1,0 +1,79 @@
+import contextlib
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from volcano_guard.quantity import QuantityError, parse_quantity
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("100m", Decimal("0.1")),
+        ("1.5Gi", Decimal(3 * 2**29)),
+        ("2e3", Decimal(2000)),
+        ("1Ki", Decimal(1024)),
+        ("1E-3", Decimal("0.001")),
+        (".5", Decimal("0.5")),
+        ("1.", Decimal(1)),
+        ("+2k", Decimal(2000)),
+        ("-1", Decimal(-1)),
+        ("0", Decimal(0)),
+        ("128974848", Decimal(128974848)),
+        ("129e6", Decimal(129000000)),
+        ("123Mi", Decimal(123 * 2**20)),
+        ("1Ei", Decimal(2**60)),
+        ("5n", Decimal("0.000000005")),
+        ("7u", Decimal("0.000007")),
+        (2, Decimal(2)),
+        (0.5, Decimal("0.5")),
+    ],
+)
+def test_parses_kubernetes_quantities_exactly(text, value):
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", " 1", "1 ", "1.5 Gi", "Gi", "1Gb", "1e", "1ki", "--1", "1.5.5", "0x10", "1,5",
+     "abc", "1e1.5", "\u0661"],
+)
+def test_rejects_text_that_is_not_a_quantity(text):
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+@pytest.mark.parametrize("value", [None, True, [], {}, float("nan"), float("inf")])
+def test_rejects_values_of_the_wrong_type(value):
+    with pytest.raises(QuantityError):
+        parse_quantity(value)
+
+
+def test_huge_exponent_is_refused_quickly_not_computed():
+    with pytest.raises(QuantityError, match="out of range"):
+        parse_quantity("1e999999999")
+
+
+def test_overlong_text_is_refused():
+    with pytest.raises(QuantityError, match="longer"):
+        parse_quantity("1" * 500)
+
+
+def test_binary_and_decimal_suffixes_compare_by_value():
+    assert parse_quantity("1Gi") > parse_quantity("1G")
+    assert parse_quantity("1000m") == parse_quantity("1")
+    assert parse_quantity("0.5") == parse_quantity("500m")
+
+
+@given(st.text(max_size=40))
+def test_arbitrary_text_either_parses_or_raises_quantity_error(text):
+    with contextlib.suppress(QuantityError):
+        parse_quantity(text)
+
+
+@given(st.integers(min_value=0, max_value=10**15), st.sampled_from(["", "k", "M", "Ki", "Mi"]))
+def test_integer_with_suffix_round_trips(number, suffix):
+    scale = {"": 1, "k": 10**3, "M": 10**6, "Ki": 2**10, "Mi": 2**20}[suffix]
+    assert parse_quantity(f"{number}{suffix}") == number * scale

@@ -1,0 +1,249 @@
+"""Policy resourceRequests, called as the server calls it: evaluate(phase, request, context)."""
+
+import pytest
+
+from tests.builders import container, pod, review, volcano_job
+from volcano_guard.jsonpatch import apply_patch
+from webhook.config import config_from_dict
+from webhook.policies import evaluate
+from webhook.policies.base import PolicyContext
+from webhook.review import parse
+from webhook.workloads import ObjectShapeError
+
+FULL = {"cpu": "500m", "memory": "1Gi"}
+
+
+def context(**resource_requests) -> PolicyContext:
+    data = {"policies": {"resourceRequests": resource_requests}} if resource_requests else {}
+    return PolicyContext(config=config_from_dict(data))
+
+
+def validate(obj, operation="CREATE", ctx=None):
+    return evaluate("validate", parse(review(obj, operation)), ctx or context())
+
+
+def mutate(obj, ctx):
+    return evaluate("mutate", parse(review(obj)), ctx)
+
+
+def test_allows_pod_requesting_cpu_and_memory():
+    result = validate(pod(container(requests=FULL)))
+    assert result.decision.allowed
+    assert [(r.policy, r.outcome) for r in result.results] == [("resourceRequests", "allowed")]
+
+
+def test_denies_pod_without_cpu_request_naming_pod_container_field_and_fix():
+    result = validate(pod(container("trainer", requests={"memory": "1Gi"})))
+    assert not result.decision.allowed
+    assert result.decision.code == 403
+    message = result.decision.message
+    assert 'Pod "team-a/train-0"' in message
+    assert 'container "trainer"' in message
+    assert "spec.containers[0].resources.requests.cpu" in message
+    assert "set resources.requests.cpu" in message
+    assert "memory" not in message.split("(")[0]
+
+
+def test_checks_init_containers_too():
+    obj = pod(container(requests=FULL), init=(container("setup", requests={"cpu": "1"}),))
+    message = validate(obj).decision.message
+    assert 'init container "setup" has no memory request' in message
+    assert "spec.initContainers[0].resources.requests.memory" in message
+
+
+def test_every_container_of_a_multi_container_pod_is_checked():
+    obj = pod(container("a", requests=FULL), container("b"), container("c", requests=FULL))
+    decision = validate(obj).decision
+    assert decision.message.count('container "b"') == 2  # cpu and memory
+    assert 'container "a"' not in decision.message
+
+
+def test_limit_without_request_counts_as_requested_as_kubernetes_copies_it():
+    assert validate(pod(container(limits={"cpu": "1", "memory": "1Gi"}))).decision.allowed
+
+
+@pytest.mark.parametrize("bad", ["1.5 cores", "one", "", "1Gb", True])
+def test_denies_a_request_that_is_not_a_quantity_quoting_it(bad):
+    message = validate(pod(container(requests={"cpu": bad, "memory": "1Gi"}))).decision.message
+    assert "invalid cpu request" in message
+    quoted = f'"{bad}"' if isinstance(bad, str) else repr(bad)
+    assert quoted in message
+    assert "spec.containers[0].resources.requests.cpu" in message
+
+
+def test_denies_a_bad_limit_too():
+    obj = pod(container(requests=FULL, limits={"memory": "lots"}))
+    assert 'invalid memory limit "lots"' in validate(obj).decision.message
+
+
+def test_denies_a_negative_request():
+    message = validate(pod(container(requests={"cpu": "-100m", "memory": "1Gi"}))).decision.message
+    assert 'negative cpu request "-100m"' in message
+
+
+@pytest.mark.parametrize(
+    ("request_value", "limit", "allowed"),
+    [("2", "1", False), ("1001m", "1", False), ("1", "1000m", True), ("1Gi", "1G", False),
+     ("1G", "1Gi", True), (2, "2", True)],
+)
+def test_request_may_not_exceed_its_limit(request_value, limit, allowed):
+    obj = pod(container(requests={"cpu": request_value, "memory": "1Gi"}, limits={"cpu": limit}))
+    decision = validate(obj).decision
+    assert decision.allowed is allowed
+    if not allowed:
+        assert "more than its limit" in decision.message
+
+
+def test_pods_for_other_schedulers_are_not_handled():
+    result = validate(pod(container(), scheduler="default-scheduler"))
+    assert result.decision.allowed and result.results == ()
+
+
+def test_configured_scheduler_names_are_honoured():
+    ctx = PolicyContext(config=config_from_dict({"volcanoSchedulerNames": ["vc-a", "vc-b"]}))
+    assert not validate(pod(container(), scheduler="vc-b"), ctx=ctx).decision.allowed
+    assert validate(pod(container(), scheduler="volcano"), ctx=ctx).results == ()
+
+
+def test_pod_update_is_not_handled():
+    assert validate(pod(container()), operation="UPDATE").results == ()
+
+
+def test_configured_resources_replace_the_default_list():
+    ctx = context(resources=["nvidia.com/gpu"])
+    assert "no nvidia.com/gpu request" in validate(pod(container(requests=FULL)), ctx=ctx) \
+        .decision.message
+    assert validate(pod(container(limits={"nvidia.com/gpu": 1})), ctx=ctx).decision.allowed
+
+
+def test_volcano_job_denial_names_the_task_and_its_path():
+    job = volcano_job({"ps": [container("tf", requests=FULL)],
+                       "worker": [container("tf", requests={"cpu": "2"})]})
+    message = validate(job).decision.message
+    assert 'Job "team-a/mnist" task "worker": container "tf" has no memory request' in message
+    assert "spec.tasks[1].template.spec.containers[0].resources.requests.memory" in message
+    assert 'task "ps"' not in message
+
+
+def test_volcano_job_update_is_checked():
+    job = volcano_job({"worker": [container("tf")]})
+    assert not validate(job, operation="UPDATE").decision.allowed
+
+
+def test_volcano_job_without_scheduler_name_gets_volcanos_default():
+    assert not validate(volcano_job({"w": [container()]}, scheduler=None)).decision.allowed
+
+
+def test_volcano_job_task_template_scheduler_overrides_the_jobs():
+    job = volcano_job({"w": [container()]}, scheduler="volcano")
+    job["spec"]["tasks"][0]["template"]["spec"]["schedulerName"] = "default-scheduler"
+    assert validate(job).results == ()
+    job = volcano_job({"w": [container()]}, scheduler="default-scheduler")
+    assert validate(job).results == ()
+
+
+def test_volcanos_example_job_shape_passes(tmp_path):
+    from tests.conftest import REPO
+    from webhook.check import load_documents
+
+    [job] = load_documents(REPO / "examples" / "manifests" / "volcano-job-ok.yaml")
+    assert validate(job).decision.allowed
+
+
+@pytest.mark.parametrize(
+    ("spec_change", "needle"),
+    [
+        ({"containers": "main"}, "spec.containers must be a list"),
+        ({"containers": [["x"]]}, "spec.containers[0] must be an object"),
+        ({"containers": [{"name": 3}]}, "spec.containers[0].name must be a string"),
+        ({"containers": [{"name": "a", "resources": []}]}, "spec.containers[0].resources"),
+        ({"containers": [{"name": "a", "resources": {"requests": "1"}}]}, "requests must be"),
+        ({"schedulerName": ["volcano"]}, "spec.schedulerName must be a string"),
+    ],
+)
+def test_object_of_the_wrong_shape_raises_shape_error_naming_the_path(spec_change, needle):
+    obj = pod(container(requests=FULL))
+    obj["spec"].update(spec_change)
+    with pytest.raises(ObjectShapeError) as info:
+        validate(obj)
+    assert needle in str(info.value)
+
+
+# --- defaults filled in by /mutate ------------------------------------------------------------
+
+DEFAULTS = {"cpu": "100m", "memory": "128Mi"}
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        (None, {"requests": DEFAULTS}),
+        ({}, {"requests": DEFAULTS}),
+        ({"limits": {"cpu": "2"}}, {"limits": {"cpu": "2"}, "requests": {"memory": "128Mi"}}),
+        ({"requests": None}, {"requests": DEFAULTS}),
+        ({"requests": {"cpu": "1"}}, {"requests": {"cpu": "1", "memory": "128Mi"}}),
+        ({"requests": FULL}, {"requests": FULL}),
+    ],
+)
+def test_mutate_fills_missing_requests_for_every_resources_shape(resources, expected):
+    main = {"name": "main", "image": "busybox"}
+    if resources is not None:
+        main["resources"] = resources
+    obj = pod(main)
+    result = mutate(obj, context(defaults=DEFAULTS))
+    patched = apply_patch(obj, list(result.decision.patch))
+    assert patched["spec"]["containers"][0]["resources"] == expected
+    assert validate(patched, ctx=context(defaults=DEFAULTS)).decision.allowed
+
+
+def test_mutate_fills_init_containers_and_job_tasks():
+    job = volcano_job({"a": [container("x")], "b": [container("y", requests={"cpu": "1"})]})
+    job["spec"]["tasks"][0]["template"]["spec"]["initContainers"] = [container("init")]
+    result = mutate(job, context(defaults=DEFAULTS))
+    patched = apply_patch(job, list(result.decision.patch))
+    tasks = patched["spec"]["tasks"]
+    assert tasks[0]["template"]["spec"]["initContainers"][0]["resources"]["requests"] == DEFAULTS
+    assert tasks[0]["template"]["spec"]["containers"][0]["resources"]["requests"] == DEFAULTS
+    assert tasks[1]["template"]["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "1", "memory": "128Mi"}
+
+
+def test_mutate_without_defaults_does_nothing():
+    result = mutate(pod(container()), context())
+    assert result.decision.patch == () and result.results == ()
+
+
+def test_mutate_leaves_non_volcano_pods_alone():
+    result = mutate(pod(container(), scheduler="default-scheduler"), context(defaults=DEFAULTS))
+    assert result.decision.patch == ()
+
+
+# --- modes ------------------------------------------------------------------------------------
+
+def test_warn_mode_allows_with_a_warning_naming_the_policy():
+    result = validate(pod(container("c")), ctx=context(mode="warn"))
+    assert result.decision.allowed
+    assert result.decision.warnings and result.decision.warnings[0].startswith(
+        'resourceRequests: Pod "team-a/train-0": container "c" has no cpu request')
+    assert result.results[0].outcome == "warned"
+
+
+def test_audit_mode_allows_with_an_audit_annotation():
+    result = validate(pod(container("c")), ctx=context(mode="audit"))
+    assert result.decision.allowed
+    [(key, value)] = result.decision.audit_annotations
+    assert key == "resourceRequests"
+    assert "no cpu request" in value
+    assert result.results[0].outcome == "audited"
+
+
+def test_warn_mode_mutate_describes_instead_of_patching():
+    result = mutate(pod(container("c")), context(mode="warn", defaults=DEFAULTS))
+    assert result.decision.patch == ()
+    assert "would set container \"c\" requests cpu=100m, memory=128Mi" in \
+        result.decision.warnings[0]
+
+
+def test_off_mode_skips_the_policy():
+    result = validate(pod(container()), ctx=context(mode="off"))
+    assert result.decision.allowed and result.results == ()

@@ -1,0 +1,188 @@
+"""The webhook over real HTTPS: the handler contract and every edge of the transport."""
+
+import asyncio
+import base64
+import json
+import ssl
+
+import aiohttp
+import pytest
+
+from certs.tls import client_context, server_context
+from tests.builders import container, pod, review
+from tests.conftest import HOSTNAME
+from volcano_guard.jsonpatch import apply_patch
+
+FULL = {"cpu": "1", "memory": "1Gi"}
+
+
+async def admission(webhook, path, body):
+    response = await webhook.post(path, json=body)
+    assert response.status == 200, await response.text()
+    return (await response.json())["response"]
+
+
+async def test_health_and_readiness_probes(webhook):
+    for path in ("/healthz", "/readyz"):
+        response = await webhook.session.get(webhook.base + path, server_hostname=HOSTNAME)
+        assert response.status == 200
+
+
+async def test_denial_over_https_echoes_uid_and_carries_403(webhook):
+    body = review(pod(container("trainer", requests={"memory": "1Gi"})), uid="req-42")
+    response = await admission(webhook, "/validate", body)
+    assert response["uid"] == "req-42"
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    assert 'container "trainer" has no cpu request' in response["status"]["message"]
+
+
+async def test_mutate_returns_a_jsonpatch_that_fills_defaults(webhook):
+    obj = pod(container("trainer", requests={"cpu": "1"}))
+    response = await admission(webhook, "/mutate", review(obj, uid="m-1"))
+    assert response["uid"] == "m-1"
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    patched = apply_patch(obj, patch)
+    assert patched["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "1", "memory": "256Mi"}
+    again = await admission(webhook, "/validate", review(patched))
+    assert again["allowed"] is True
+
+
+async def test_request_no_policy_handles_is_allowed_untouched(webhook):
+    body = review({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "x", "namespace": "a"}, "data": {}}, uid="cm")
+    for path in ("/mutate", "/validate"):
+        response = await admission(webhook, path, body)
+        assert response == {"uid": "cm", "allowed": True}
+
+
+async def test_client_that_does_not_trust_the_ca_is_refused(webhook, tmp_path):
+    from certs.generate import generate
+
+    other = generate("other", "ns", tmp_path)
+    connector = aiohttp.TCPConnector(ssl=client_context(other.ca_file))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await session.get(webhook.base + "/healthz", server_hostname=HOSTNAME)
+
+
+async def test_certificate_does_not_match_another_hostname(webhook):
+    with pytest.raises(aiohttp.ClientConnectorCertificateError):
+        await webhook.session.get(webhook.base + "/healthz", server_hostname="evil.example.com")
+
+
+def test_server_context_refuses_tls_below_1_2(certs):
+    assert server_context(certs.cert_file, certs.key_file).minimum_version == (
+        ssl.TLSVersion.TLSv1_2
+    )
+
+
+async def test_tls_1_2_client_is_served(webhook, certs):
+    context = client_context(certs.ca_file)
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+        response = await session.get(webhook.base + "/healthz", server_hostname=HOSTNAME)
+        assert response.status == 200
+
+
+BAD_BODIES = [
+    (b"not json at all", "not valid JSON"),
+    (b"[1, 2, 3]", "not an AdmissionReview"),
+    (json.dumps({"apiVersion": "v1", "kind": "Pod"}).encode(), "expected 'AdmissionReview'"),
+    (json.dumps({**review(pod()), "apiVersion": "admission.k8s.io/v1beta1"}).encode(),
+     "only admission.k8s.io/v1"),
+    (json.dumps({**review(pod()), "request": {**review(pod())["request"], "uid": ""}}).encode(),
+     "request.uid"),
+    (json.dumps(review({**pod(), "spec": {"schedulerName": "volcano", "containers": 5}}))
+     .encode(), "spec.containers must be a list"),
+    (b"[" * 5000 + b"]" * 5000, "nested deeper"),
+    (b'{"kind": "AdmissionReview", "x": ' + b"[" * 200 + b"]" * 200 + b"}", "nested deeper"),
+    (b"\xff\xfe\xfd", "not UTF-8"),
+]
+
+
+@pytest.mark.parametrize(("body", "needle"), BAD_BODIES)
+@pytest.mark.parametrize("path", ["/validate", "/mutate"])
+async def test_bad_input_gets_400_with_a_status_saying_what_is_wrong(webhook, path, body, needle):
+    response = await webhook.post(path, data=body, headers={"Content-Type": "application/json"})
+    assert response.status == 400
+    status = await response.json()
+    assert status["kind"] == "Status" and status["code"] == 400
+    assert needle in status["message"]
+    assert (await webhook.post("/validate", json=review(pod(container(requests=FULL))))) \
+        .status == 200
+
+
+async def test_body_over_the_limit_gets_413_from_content_length(webhook):
+    body = b"x" * (7 * 1024 * 1024 + 1)
+    response = await webhook.post("/validate", data=body,
+                                  headers={"Content-Type": "application/json"})
+    assert response.status == 413
+    assert "limit" in (await response.json())["message"]
+
+
+async def test_chunked_body_over_the_limit_gets_413_before_the_body_ends(webhook, certs):
+    """The body never ends; a server that read it whole would never answer."""
+    port = int(webhook.base.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=client_context(certs.ca_file), server_hostname=HOSTNAME
+    )
+    writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b"%x\r\n%s\r\n" % (65536, b" " * 65536)
+    for _ in range(7 * 16 + 2):  # just over 7 MiB, and no terminating chunk
+        writer.write(chunk)
+        await writer.drain()
+    status_line = await asyncio.wait_for(reader.readline(), timeout=10)
+    writer.close()
+    assert status_line.startswith(b"HTTP/1.1 413"), status_line
+
+
+async def test_wrong_content_type_gets_415(webhook):
+    response = await webhook.post("/validate", data=b"{}", headers={"Content-Type": "text/yaml"})
+    assert response.status == 415
+
+
+async def test_get_on_an_admission_path_gets_405(webhook):
+    response = await webhook.session.get(webhook.base + "/validate", server_hostname=HOSTNAME)
+    assert response.status == 405
+
+
+async def test_metrics_count_decisions_and_errors(webhook):
+    await webhook.post("/validate", json=review(pod(container("x")), uid="metric-1"))
+    await webhook.post("/validate", data=b"{", headers={"Content-Type": "application/json"})
+    async with webhook.session.get(webhook.metrics_url) as response:
+        text = await response.text()
+    assert ('volcano_guard_admission_requests_total{decision="denied",kind="Pod",'
+            'operation="CREATE",policy="resourceRequests"}') in text
+    assert 'volcano_guard_admission_errors_total{reason="bad_review"}' in text
+    assert "volcano_guard_admission_duration_seconds_bucket" in text
+
+
+async def test_policy_bug_fails_closed_without_a_500(webhook, monkeypatch):
+    import dataclasses
+
+    from webhook import policies
+
+    def explode(*_):
+        raise RuntimeError("boom")
+
+    broken = dataclasses.replace(policies.resource_requests.POLICY, validate=explode)
+    monkeypatch.setattr(policies, "POLICIES", (broken,))
+    response = await admission(webhook, "/validate", review(pod(), uid="bug"))
+    assert response["uid"] == "bug"
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 500
+
+
+async def test_concurrent_admissions_each_get_their_own_uid(webhook):
+    async def one(i):
+        body = review(pod(container(requests=FULL if i % 2 else {"cpu": "1"})), uid=f"c-{i}")
+        return i, await admission(webhook, "/validate", body)
+
+    results = await asyncio.gather(*(one(i) for i in range(200)))
+    for i, response in results:
+        assert response["uid"] == f"c-{i}"
+        assert response["allowed"] is bool(i % 2)
