@@ -7,8 +7,12 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from volcano_guard import __version__
+
+if TYPE_CHECKING:
+    from webhook.config import Config
 
 EXIT_USAGE = 2
 
@@ -124,10 +128,11 @@ def run_check(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from volcano_guard.demo import run
 
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the table says it all
     return asyncio.run(run(args.examples))
 
 
-def _load_config_or_exit(path: str | None) -> object:
+def _load_config_or_exit(path: str | None) -> Config:
     from webhook.config import ConfigError, load_config
 
     try:
