@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_webhook(commands)
     _add_certs(commands)
     _add_check(commands)
+    _add_sandbox(commands)
     _add_demo(commands)
     return parser
 
@@ -75,6 +76,17 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--config", help="YAML config file (default: every default)")
     check.add_argument("--output", choices=("text", "json"), default="text")
     check.set_defaults(run=run_check)
+
+
+def _add_sandbox(commands: argparse._SubParsersAction) -> None:
+    sandbox = commands.add_parser(
+        "sandbox", help="a local stand-in for kube-apiserver (plain HTTP) for tests and demos"
+    )
+    sandbox.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT (default "
+                         "%(default)s)")
+    sandbox.add_argument("--load", action="append", default=[], metavar="FILE",
+                         help="YAML/JSON objects to create at start (repeatable)")
+    sandbox.set_defaults(run=run_sandbox)
 
 
 def _add_demo(commands: argparse._SubParsersAction) -> None:
@@ -123,6 +135,18 @@ def run_check(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     print(format_report(report, args.output))
     return report.exit_code
+
+
+def run_sandbox(args: argparse.Namespace) -> int:
+    from sandbox.runner import serve_forever
+    from webhook.server import parse_listen
+
+    try:
+        listen = parse_listen(args.listen)
+    except ValueError as exc:
+        print(f"volcano-guard sandbox: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return asyncio.run(serve_forever(listen.host, listen.port, args.load))
 
 
 def run_demo(args: argparse.Namespace) -> int:

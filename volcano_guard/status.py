@@ -23,8 +23,10 @@ REASONS = {
 }
 
 
-def status_body(code: int, message: str, reason: str | None = None) -> dict[str, Any]:
-    return {
+def status_body(
+    code: int, message: str, reason: str | None = None, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -33,7 +35,17 @@ def status_body(code: int, message: str, reason: str | None = None) -> dict[str,
         "reason": reason or REASONS.get(code, "Unknown"),
         "code": code,
     }
+    if details:
+        body["details"] = details
+    return body
 
 
-def status_response(code: int, message: str, reason: str | None = None) -> web.Response:
-    return web.json_response(status_body(code, message, reason), status=code)
+def status_response(
+    code: int,
+    message: str,
+    reason: str | None = None,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    return web.json_response(status_body(code, message, reason, details), status=code,
+                             headers=headers)

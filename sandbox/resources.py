@@ -1,0 +1,69 @@
+"""The resource types the sandbox serves, as discovery describes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CORE, SCHEDULING, BATCH = "", "scheduling.volcano.sh", "batch.volcano.sh"
+ITEM_VERBS = ("get", "update", "patch", "delete")
+COLLECTION_VERBS = ("create", "list", "watch", "deletecollection")
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    status_subresource: bool = False
+    binding_subresource: bool = False
+    # Built-in kinds accept strategic merge patch; custom resources answer 415, as the
+    # apiserver does.
+    strategic_merge: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    def prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+
+RESOURCES: tuple[ResourceType, ...] = (
+    ResourceType(CORE, "v1", "namespaces", "Namespace", False, ("ns",), status_subresource=True,
+                 strategic_merge=True),
+    ResourceType(CORE, "v1", "nodes", "Node", False, ("no",), status_subresource=True,
+                 strategic_merge=True),
+    ResourceType(CORE, "v1", "pods", "Pod", True, ("po",), status_subresource=True,
+                 binding_subresource=True, strategic_merge=True),
+    ResourceType(SCHEDULING, "v1beta1", "queues", "Queue", False, ("q", "queue-v1beta1"),
+                 status_subresource=True),
+    # Volcano's PodGroup CRD has no status subresource: status is written with the object.
+    ResourceType(SCHEDULING, "v1beta1", "podgroups", "PodGroup", True, ("pg", "podgroup-v1beta1")),
+    ResourceType(BATCH, "v1alpha1", "jobs", "Job", True, ("vcjob", "vj"), status_subresource=True),
+)
+
+
+def group_versions() -> dict[tuple[str, str], list[ResourceType]]:
+    """(group, version) -> its resource types, in a stable order."""
+    out: dict[tuple[str, str], list[ResourceType]] = {}
+    for resource in RESOURCES:
+        out.setdefault((resource.group, resource.version), []).append(resource)
+    return out
+
+
+def find(group: str, version: str, plural: str) -> ResourceType | None:
+    for resource in RESOURCES:
+        if (resource.group, resource.version, resource.plural) == (group, version, plural):
+            return resource
+    return None

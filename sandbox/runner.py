@@ -1,0 +1,184 @@
+"""Start and stop the sandbox: in the current event loop (async tests, the demo, benchmarks) or
+on a thread of its own (synchronous clients such as kubectl or the `kubernetes` package).
+
+The store belongs to the loop that serves it. From another thread, reach it only through
+SandboxThread.call, which runs a function on that loop and returns its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import Future
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from aiohttp import web
+
+from sandbox.faults import FaultRule, Faults, Stats
+from sandbox.resources import RESOURCES, ResourceType
+from sandbox.server import FAULTS_KEY, STATS_KEY, STORE_KEY, SandboxSettings, create_app
+from sandbox.store import Store, Stored
+
+T = TypeVar("T")
+
+
+class Sandbox:
+    """A running sandbox: its URL, its store, its faults and its counters."""
+
+    def __init__(self, app: web.Application, url: str) -> None:
+        self.app, self.url = app, url
+
+    @property
+    def store(self) -> Store:
+        return self.app[STORE_KEY]
+
+    @property
+    def stats(self) -> Stats:
+        return self.app[STATS_KEY]
+
+    def set_faults(self, *rules: FaultRule) -> None:
+        self.app[FAULTS_KEY].rules = rules
+
+    def seed(self, objects: Iterable[dict[str, Any]]) -> list[Stored]:
+        """Create objects (namespaces they name are created first when missing)."""
+        return seed(self.store, objects)
+
+
+@asynccontextmanager
+async def running(host: str = "127.0.0.1", port: int = 0, *,
+                  settings: SandboxSettings | None = None,
+                  faults: Faults | None = None) -> AsyncIterator[Sandbox]:
+    app = create_app(Store(), faults, settings)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1]
+        yield Sandbox(app, f"http://{host}:{bound}")
+    finally:
+        await runner.cleanup()
+
+
+class SandboxThread:
+    """The sandbox on a thread with its own event loop; `with SandboxThread() as sandbox:`."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
+                 settings: SandboxSettings | None = None) -> None:
+        self._host, self._port, self._settings = host, port, settings
+        self._loop = asyncio.new_event_loop()
+        self._started: Future[Sandbox] = Future()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._main, name="sandbox", daemon=True)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+        self._loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        try:
+            async with running(self._host, self._port, settings=self._settings) as sandbox:
+                self._started.set_result(sandbox)
+                await self._stop.wait()
+        except BaseException as exc:
+            if not self._started.done():
+                self._started.set_exception(exc)
+            raise
+
+    def __enter__(self) -> SandboxThread:
+        self._thread.start()
+        self.sandbox = self._started.result(timeout=10)
+        self.url = self.sandbox.url
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def call(self, function: Callable[[Sandbox], T]) -> T:
+        """Run function(sandbox) on the sandbox's loop and return its result."""
+        async def run() -> T:
+            return function(self.sandbox)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=10)
+
+    def seed(self, objects: Iterable[dict[str, Any]]) -> list[Stored]:
+        objects = list(objects)
+        return self.call(lambda sandbox: sandbox.seed(objects))
+
+    def stats(self) -> dict[str, Any]:
+        return self.call(lambda sandbox: sandbox.stats.as_dict())
+
+    def set_faults(self, *rules: FaultRule) -> None:
+        self.call(lambda sandbox: sandbox.set_faults(*rules))
+
+
+def resource_for(obj: dict[str, Any]) -> ResourceType:
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    for resource in RESOURCES:
+        if (resource.api_version, resource.kind) == (api_version, kind):
+            return resource
+    raise ValueError(f"the sandbox does not serve {kind} ({api_version})")
+
+
+def seed(store: Store, objects: Iterable[dict[str, Any]]) -> list[Stored]:
+    namespaces = next(r for r in RESOURCES if r.plural == "namespaces")
+    created = []
+    for obj in objects:
+        resource = resource_for(obj)
+        namespace = ""
+        if resource.namespaced:
+            namespace = (obj.get("metadata") or {}).get("namespace") or "default"
+            existing, _ = store.list(namespaces, "")
+            if namespace not in {s.fields["metadata.name"] for s in existing}:
+                store.create(namespaces, "", {"metadata": {"name": namespace}})
+        created.append(store.create(resource, namespace, obj))
+    return created
+
+
+def load_files(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Every object in the YAML/JSON files (multi-document; `kind: List` expanded)."""
+    objects: list[dict[str, Any]] = []
+    for path in paths:
+        for document in yaml.safe_load_all(Path(path).read_text(encoding="utf-8")):
+            if isinstance(document, dict) and document.get("kind") == "List":
+                objects.extend(document.get("items") or [])
+            elif document is not None:
+                objects.append(document)
+    return objects
+
+
+async def serve_forever(host: str, port: int, files: list[str]) -> int:
+    """`volcano-guard sandbox`: serve until SIGTERM/SIGINT; exit 2 if a --load file is bad."""
+    import logging
+    import signal
+
+    from sandbox.store import ApiError
+
+    log = logging.getLogger("volcano_guard.sandbox")
+    try:
+        objects = load_files(files)
+    except (OSError, yaml.YAMLError) as exc:
+        log.error("cannot load: %s", exc)
+        return 2
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with running(host, port) as sandbox:
+        try:
+            sandbox.seed(objects)
+        except (ApiError, ValueError) as exc:
+            log.error("cannot load: %s", exc)
+            return 2
+        log.info("sandbox API server on %s (plain HTTP; try: kubectl --server %s get nodes)",
+                 sandbox.url, sandbox.url)
+        await stop.wait()
+    return 0

@@ -1,0 +1,447 @@
+"""The sandbox's REST surface: discovery, OpenAPI, CRUD, patch, watch, faults and stats.
+
+Every request for a resource is parsed into a RequestInfo (verb, resource, namespace, name,
+subresource) the way the apiserver's RequestInfoFactory does, counted, passed through fault
+injection, then served from the Store. Every error body is a Kubernetes Status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from sandbox import openapi
+from sandbox.faults import FaultRule, Faults, Stats
+from sandbox.resources import RESOURCES, ResourceType, find, group_versions
+from sandbox.selectors import SelectorError, parse_field_selector, parse_label_selector
+from sandbox.store import (
+    SELECTABLE_FIELDS,
+    ApiError,
+    Store,
+    Stored,
+    encode_event,
+)
+from volcano_guard.jsonbody import BodyError, decode
+from volcano_guard.status import status_body, status_response
+
+log = logging.getLogger("volcano_guard.sandbox")
+STORE_KEY = web.AppKey("store", Store)
+FAULTS_KEY = web.AppKey("faults", Faults)
+STATS_KEY = web.AppKey("stats", Stats)
+SETTINGS_KEY = web.AppKey("settings", "SandboxSettings")
+MAX_BODY = 3 * 1024 * 1024  # the apiserver's request size limit for etcd-bound objects
+KUBERNETES_VERSION = ("1", "32")
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+_OBJECT_META_FIELDS = frozenset({
+    "name", "generateName", "namespace", "uid", "resourceVersion", "generation",
+    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
+    "annotations", "ownerReferences", "finalizers", "managedFields", "selfLink",
+})
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    bookmark_interval: float = 10.0  # seconds between BOOKMARK events on idle watches
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    verb: str
+    resource: ResourceType
+    namespace: str
+    name: str
+    subresource: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.resource.plural}/{self.subresource}" if self.subresource else (
+            self.resource.plural)
+
+
+def create_app(store: Store | None = None, faults: Faults | None = None,
+               settings: SandboxSettings | None = None) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY)
+    app[STORE_KEY] = store or Store()
+    app[FAULTS_KEY] = faults or Faults()
+    app[STATS_KEY] = Stats()
+    app[SETTINGS_KEY] = settings or SandboxSettings()
+    app.router.add_get("/version", _version)
+    app.router.add_get("/api", _api_versions)
+    app.router.add_get("/apis", _api_groups)
+    app.router.add_get("/api/{version}", _resource_list)
+    app.router.add_get("/apis/{group}/{version}", _resource_list)
+    app.router.add_get("/openapi/v3", openapi.index)
+    app.router.add_get("/openapi/v3/{path:.+}", openapi.document)
+    for probe in ("/healthz", "/readyz", "/livez"):
+        app.router.add_get(probe, _ok)
+    app.router.add_get("/sandbox/stats", _stats)
+    app.router.add_post("/sandbox/faults", _set_faults)
+    app.router.add_delete("/sandbox/faults", _clear_faults)
+    app.router.add_route("*", "/api/{version}/{tail:.+}", _resource_request)
+    app.router.add_route("*", "/apis/{group}/{version}/{tail:.+}", _resource_request)
+    app.on_shutdown.append(_close_watches)
+    return app
+
+
+async def _close_watches(app: web.Application) -> None:
+    app[STORE_KEY].close_all_watches()
+
+
+# -- discovery ------------------------------------------------------------------------------
+
+async def _version(_: web.Request) -> web.Response:
+    major, minor = KUBERNETES_VERSION
+    return web.json_response({
+        "major": major, "minor": minor, "gitVersion": f"v{major}.{minor}.0",
+        "gitCommit": "volcano-guard-sandbox", "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23", "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+
+
+async def _ok(_: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def _api_versions(request: web.Request) -> web.Response:
+    return web.json_response({
+        "kind": "APIVersions", "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
+                                        "serverAddress": request.host}],
+    })
+
+
+async def _api_groups(_: web.Request) -> web.Response:
+    groups = []
+    for group, version in group_versions():
+        if group:
+            entry = {"groupVersion": f"{group}/{version}", "version": version}
+            groups.append({"name": group, "versions": [entry], "preferredVersion": entry})
+    return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+
+
+async def _resource_list(request: web.Request) -> web.Response:
+    group = request.match_info.get("group", "")
+    version = request.match_info["version"]
+    if not group and request.path.startswith("/apis/"):
+        raise web.HTTPNotFound()
+    resources = group_versions().get((group, version))
+    if resources is None:
+        return _error(ApiError(404, "NotFound", "the server could not find the requested "
+                               "resource"))
+    entries: list[dict[str, Any]] = []
+    for resource in resources:
+        entries.append({
+            "name": resource.plural, "singularName": resource.singular,
+            "namespaced": resource.namespaced, "kind": resource.kind,
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update",
+                      "watch"],
+            "shortNames": list(resource.short_names),
+        })
+        if resource.status_subresource:
+            entries.append({"name": f"{resource.plural}/status", "singularName": "",
+                            "namespaced": resource.namespaced, "kind": resource.kind,
+                            "verbs": ["get", "patch", "update"]})
+        if resource.binding_subresource:
+            entries.append({"name": f"{resource.plural}/binding", "singularName": "",
+                            "namespaced": True, "kind": "Binding", "verbs": ["create"]})
+    group_version = f"{group}/{version}" if group else version
+    return web.json_response({"kind": "APIResourceList", "apiVersion": "v1",
+                              "groupVersion": group_version, "resources": entries})
+
+
+# -- sandbox control ------------------------------------------------------------------------
+
+async def _stats(request: web.Request) -> web.Response:
+    store = request.app[STORE_KEY]
+    body = request.app[STATS_KEY].as_dict()
+    body["objects"] = {r.plural: store.count(r) for r in RESOURCES}
+    body["resourceVersion"] = str(store.resource_version)
+    return web.json_response(body)
+
+
+async def _set_faults(request: web.Request) -> web.Response:
+    try:
+        data = decode(await request.read())
+        if not isinstance(data, dict) or not isinstance(data.get("rules", []), list):
+            raise ValueError('expected {"rules": [...]}')
+        rules = tuple(FaultRule.from_dict(rule) if isinstance(rule, dict) else
+                      _raise(ValueError("each rule must be an object")) for rule in data["rules"])
+    except (BodyError, ValueError) as exc:
+        return status_response(400, f"bad fault rules: {exc}")
+    request.app[FAULTS_KEY].rules = rules
+    return web.json_response({"rules": len(rules)})
+
+
+async def _clear_faults(request: web.Request) -> web.Response:
+    request.app[FAULTS_KEY].rules = ()
+    return web.json_response({"rules": 0})
+
+
+def _raise(exc: Exception) -> Any:
+    raise exc
+
+
+# -- resources ------------------------------------------------------------------------------
+
+async def _resource_request(request: web.Request) -> web.StreamResponse:
+    try:
+        info = parse_request_info(request)
+    except ApiError as exc:
+        return _error(exc)
+    stats = request.app[STATS_KEY]
+    stats.requests[(info.verb, info.label)] += 1
+    latency, code, retry_after = request.app[FAULTS_KEY].decide(info.verb, info.resource.plural)
+    if latency:
+        await asyncio.sleep(latency)
+    if code is not None:
+        stats.injected[code] += 1
+        headers = {"Retry-After": str(retry_after)} if code == 429 else None
+        return status_response(code, f"injected fault: {code}", headers=headers)
+    try:
+        response = await _dispatch(request, info)
+    except ApiError as exc:
+        if exc.code == 409:
+            stats.conflicts[info.label] += 1
+        return _error(exc)
+    if info.verb in WRITE_VERBS and response.status < 300:
+        stats.writes[info.label] += 1
+    return response
+
+
+def parse_request_info(request: web.Request) -> RequestInfo:
+    """Path and method -> RequestInfo, as the apiserver's RequestInfoFactory resolves them."""
+    group = request.match_info.get("group", "")
+    if not group and request.path.startswith("/apis/"):
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    version = request.match_info["version"]
+    parts = [p for p in request.match_info["tail"].split("/") if p]
+    watch_path = bool(parts) and parts[0] == "watch"
+    if watch_path:
+        parts = parts[1:]
+    namespace = ""
+    if len(parts) >= 3 and parts[0] == "namespaces" and _namespaced(group, version, parts[2]):
+        namespace, parts = parts[1], parts[2:]
+    if not parts or len(parts) > 3:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    resource = find(group, version, parts[0])
+    if resource is None:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    name = parts[1] if len(parts) > 1 else ""
+    subresource = parts[2] if len(parts) > 2 else ""
+    if subresource and not (
+        (subresource == "status" and resource.status_subresource)
+        or (subresource == "binding" and resource.binding_subresource)
+    ):
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    if resource.namespaced and name and not namespace:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    watch = watch_path or request.query.get("watch") in ("1", "true", "True")
+    verb = _verb(request.method, bool(name), watch)
+    return RequestInfo(verb, resource, namespace, name, subresource)
+
+
+def _namespaced(group: str, version: str, plural: str) -> bool:
+    resource = find(group, version, plural)
+    return resource is not None and resource.namespaced
+
+
+def _verb(method: str, has_name: bool, watch: bool) -> str:
+    if method == "GET":
+        return "watch" if watch else ("get" if has_name else "list")
+    verbs = {"POST": "create", "PUT": "update", "PATCH": "patch",
+             "DELETE": "delete" if has_name else "deletecollection"}
+    if method not in verbs:
+        raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on "
+                       f"the requested resource ({method})")
+    return verbs[method]
+
+
+async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    store = request.app[STORE_KEY]
+    resource, namespace, name, sub = info.resource, info.namespace, info.name, info.subresource
+    if info.verb == "watch":
+        return await _watch(request, info)
+    if info.verb == "list":
+        labels, fields = _selectors(request, resource)
+        items, resource_version = store.list(resource, namespace, labels, fields)
+        return _list_response(resource, items, resource_version)
+    if info.verb == "get":
+        return _object_response(store.get(resource, namespace, name))
+    if info.verb == "create" and sub == "binding":
+        store.bind(namespace, name, await _body(request))
+        return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                  "status": "Success", "code": 201}, status=201)
+    if sub == "binding" or (info.verb == "create" and name):
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the "
+                       "requested resource")
+    if info.verb == "delete":
+        body = await _body(request, optional=True)
+        if body is not None and not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "DeleteOptions must be a JSON object")
+        return _object_response(store.delete(resource, namespace, name, body))
+    if info.verb == "deletecollection":
+        return _delete_collection(request, info)
+    body = await _body(request)
+    if info.verb == "patch":
+        content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+        return _object_response(store.patch(resource, namespace, name, content_type, body, sub))
+    warnings = _unknown_fields(body, request.query.get("fieldValidation", "Warn"))
+    if info.verb == "create":
+        return _object_response(store.create(resource, namespace, body), 201, warnings)
+    return _object_response(store.update(resource, namespace, name, body, sub),
+                            warnings=warnings)
+
+
+def _delete_collection(request: web.Request, info: RequestInfo) -> web.Response:
+    store = request.app[STORE_KEY]
+    labels, fields = _selectors(request, info.resource)
+    items, _ = store.list(info.resource, info.namespace, labels, fields)
+    deleted = [store.delete(info.resource, _namespace_of(s), _name_of(s)) for s in items]
+    return _list_response(info.resource, deleted, store.resource_version)
+
+
+async def _body(request: web.Request, optional: bool = False) -> Any:
+    data = await request.read()
+    if not data:
+        if optional:
+            return None
+        raise ApiError(400, "BadRequest", "the request body is empty")
+    try:
+        return decode(data)
+    except BodyError as exc:
+        raise ApiError(400, "BadRequest", str(exc)) from None
+
+
+def _unknown_fields(body: Any, mode: str) -> list[str]:
+    """fieldValidation=Strict|Warn|Ignore (default Warn), checked where the sandbox knows the
+    schema: an object's top-level fields and its ObjectMeta. Strict refuses (400) what Warn
+    reports in Warning headers. Patches are not checked field by field."""
+    if mode not in ("Strict", "Warn", "Ignore"):
+        raise ApiError(400, "BadRequest", f"fieldValidation must be Strict, Warn or Ignore, "
+                       f"got {mode!r}")
+    if mode == "Ignore" or not isinstance(body, dict):
+        return []
+    top = {"apiVersion", "kind", "metadata", "spec", "status"}
+    unknown = [f'unknown field "{key}"' for key in body if key not in top]
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict):
+        unknown += [f'unknown field "metadata.{key}"' for key in metadata
+                    if key not in _OBJECT_META_FIELDS]
+    if unknown and mode == "Strict":
+        raise ApiError(400, "BadRequest", "strict decoding error: " + ", ".join(unknown))
+    return unknown
+
+
+def _selectors(request: web.Request, resource: ResourceType) -> tuple[tuple, tuple]:
+    allowed = frozenset(SELECTABLE_FIELDS.get(resource.plural,
+                                              ("metadata.name", "metadata.namespace")))
+    try:
+        return (parse_label_selector(request.query.get("labelSelector", "")),
+                parse_field_selector(request.query.get("fieldSelector", ""), allowed))
+    except SelectorError as exc:
+        raise ApiError(400, "BadRequest", str(exc)) from None
+
+
+async def _watch(request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    store = request.app[STORE_KEY]
+    labels, fields = _selectors(request, info.resource)
+    since = _watch_start(request.query.get("resourceVersion", ""))
+    timeout = _timeout(request.query.get("timeoutSeconds"))
+    bookmarks = request.query.get("allowWatchBookmarks") in ("true", "1")
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.enable_chunked_encoding()
+    try:
+        watcher = store.watch(info.resource, info.namespace, since, labels, fields)
+    except ApiError as exc:
+        # Like the apiserver: the watch opens, then its first event is the 410 error.
+        await response.prepare(request)
+        error = status_body(exc.code, exc.message, exc.reason)
+        await response.write(encode_event("ERROR", json.dumps(error).encode()))
+        await response.write_eof()
+        return response
+    await response.prepare(request)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout if timeout else None
+    interval = request.app[SETTINGS_KEY].bookmark_interval
+    try:
+        while True:
+            wait = interval if bookmarks else None
+            if deadline is not None:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                wait = remaining if wait is None else min(wait, remaining)
+            try:
+                data = await asyncio.wait_for(watcher.queue.get(), wait)
+            except TimeoutError:
+                if bookmarks and (deadline is None or loop.time() < deadline):
+                    await response.write(_bookmark(info.resource, store.resource_version))
+                continue
+            if data is None:
+                break
+            await response.write(data)
+    except ConnectionResetError:
+        return response  # the client went away
+    finally:
+        store.stop_watch(watcher)
+    await response.write_eof()
+    return response
+
+
+def _watch_start(text: str) -> int | None:
+    if text in ("", "0"):
+        return None
+    if not text.isdigit():
+        raise ApiError(400, "BadRequest", f"invalid resourceVersion {text!r}")
+    return int(text)
+
+
+def _timeout(text: str | None) -> float | None:
+    if text is None or text == "":
+        return None
+    if not text.isdigit():
+        raise ApiError(400, "BadRequest", f"invalid timeoutSeconds {text!r}")
+    return float(text) or None
+
+
+def _bookmark(resource: ResourceType, resource_version: int) -> bytes:
+    obj = {"kind": resource.kind, "apiVersion": resource.api_version,
+           "metadata": {"resourceVersion": str(resource_version),
+                        "annotations": {"k8s.io/initial-events-end": "true"}}}
+    return encode_event("BOOKMARK", json.dumps(obj, separators=(",", ":")).encode())
+
+
+def _object_response(stored: Stored, status: int = 200,
+                     warnings: list[str] | None = None) -> web.Response:
+    headers = {"Content-Type": "application/json"}
+    response = web.Response(body=stored.raw, status=status, headers=headers)
+    for warning in warnings or []:
+        response.headers.add("Warning", f'299 - "{warning}"')
+    return response
+
+
+def _list_response(resource: ResourceType, items: list[Stored],
+                   resource_version: int) -> web.Response:
+    head = json.dumps({"kind": resource.list_kind, "apiVersion": resource.api_version,
+                       "metadata": {"resourceVersion": str(resource_version)}},
+                      separators=(",", ":")).encode()
+    body = head[:-1] + b',"items":[' + b",".join(s.raw for s in items) + b"]}"
+    return web.Response(body=body, headers={"Content-Type": "application/json"})
+
+
+def _error(exc: ApiError) -> web.Response:
+    return status_response(exc.code, exc.message, exc.reason, exc.details)
+
+
+def _namespace_of(stored: Stored) -> str:
+    return stored.fields.get("metadata.namespace", "")
+
+
+def _name_of(stored: Stored) -> str:
+    return stored.fields.get("metadata.name", "")

@@ -1,0 +1,514 @@
+"""The sandbox's state: objects, one resourceVersion counter, a bounded event log, watchers.
+
+One owner: every method runs on the event loop thread and none awaits, so each call is atomic
+with respect to every other request; nothing here is shared with another thread. Objects are
+kept as compact JSON bytes (what a GET or LIST serves, without re-encoding), plus the labels and
+selectable fields that selectors need, so 100k pods fit in a few hundred MiB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import json
+import re
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.patch import StrategicPatchError, apply_strategic_merge_patch
+from sandbox.resources import RESOURCES, ResourceType
+from sandbox.selectors import Requirement, matches
+from volcano_guard.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard.mergepatch import apply_merge_patch
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+CONFLICT_MESSAGE = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_COMMON_FIELDS = ("metadata.name", "metadata.namespace")
+SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
+    "pods": (*_COMMON_FIELDS, "spec.nodeName", "spec.schedulerName", "status.phase",
+             "spec.serviceAccountName", "spec.restartPolicy", "status.podIP"),
+    "nodes": (*_COMMON_FIELDS, "spec.unschedulable"),
+    "namespaces": (*_COMMON_FIELDS, "status.phase"),
+}
+
+
+class ApiError(Exception):
+    """An answer other than success, in the apiserver's terms."""
+
+    def __init__(self, code: int, reason: str, message: str,
+                 details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+
+@dataclass(frozen=True)
+class Stored:
+    raw: bytes
+    resource_version: int
+    uid: str
+    labels: Mapping[str, str]
+    fields: Mapping[str, str]
+
+    def object(self) -> dict[str, Any]:
+        return json.loads(self.raw)
+
+
+@dataclass(frozen=True)
+class Event:
+    resource_version: int
+    type: str  # ADDED MODIFIED DELETED
+    resource: ResourceType
+    namespace: str
+    new: Stored
+    old: Stored | None = None
+
+
+@dataclass(eq=False)
+class Watcher:
+    """One open watch: its filter and the queue of encoded events the server streams."""
+
+    resource: ResourceType
+    namespace: str
+    labels: tuple[Requirement, ...]
+    fields: tuple[Requirement, ...]
+    queue: asyncio.Queue[bytes | None] = field(default_factory=lambda: asyncio.Queue(10_000))
+    closed: bool = False
+
+    def offer(self, event: Event) -> None:
+        """Queue the event as this watcher sees it: moving out of its selector is a DELETED,
+        moving in an ADDED, as the apiserver's watch cache reports them."""
+        if self.closed or event.resource is not self.resource:
+            return
+        if self.namespace and event.namespace != self.namespace:
+            return
+        now = self._matches(event.new)
+        before = event.old is not None and self._matches(event.old)
+        kind = event.type
+        if event.type == "MODIFIED":
+            if not now and not before:
+                return
+            kind = "MODIFIED" if now and before else ("ADDED" if now else "DELETED")
+        elif not now:
+            return
+        self.put(encode_event(kind, event.new.raw))
+
+    def put(self, data: bytes | None) -> None:
+        try:
+            self.queue.put_nowait(data)
+        except asyncio.QueueFull:
+            # A client this far behind would hold memory without bound: end its watch, as the
+            # apiserver does; it re-lists.
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(None)
+
+    def _matches(self, stored: Stored) -> bool:
+        return matches(self.labels, stored.labels) and matches(self.fields, stored.fields)
+
+
+def encode_event(kind: str, raw: bytes) -> bytes:
+    return b'{"type":"' + kind.encode() + b'","object":' + raw + b"}\n"
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Store:
+    def __init__(self, event_window: int = 10_000) -> None:
+        self._objects: dict[ResourceType, dict[tuple[str, str], Stored]] = {
+            resource: {} for resource in RESOURCES
+        }
+        self._resource_version = 1000
+        self._log: deque[Event] = deque(maxlen=event_window)
+        self._evicted_upto = 0  # events up to this resourceVersion are no longer in the log
+        self._watchers: set[Watcher] = set()
+
+    # -- reads ----------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        return self._resource_version
+
+    def get(self, resource: ResourceType, namespace: str, name: str) -> Stored:
+        stored = self._objects[resource].get((namespace, name))
+        if stored is None:
+            raise not_found(resource, name)
+        return stored
+
+    def list(self, resource: ResourceType, namespace: str, labels: tuple[Requirement, ...] = (),
+             fields: tuple[Requirement, ...] = ()) -> tuple[list[Stored], int]:
+        items = [
+            stored for (ns, _), stored in sorted(self._objects[resource].items())
+            if (not namespace or ns == namespace)
+            and matches(labels, stored.labels) and matches(fields, stored.fields)
+        ]
+        return items, self._resource_version
+
+    def count(self, resource: ResourceType) -> int:
+        return len(self._objects[resource])
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def create(self, resource: ResourceType, namespace: str, body: Any) -> Stored:
+        obj = self._check_body(resource, namespace, body)
+        metadata = obj["metadata"]
+        name = metadata.get("name") or ""
+        if not name:
+            prefix = metadata.get("generateName")
+            if not isinstance(prefix, str) or not prefix:
+                raise invalid(resource, "", "metadata.name",
+                              "Required value: name or generateName is required")
+            name = prefix + uuid.uuid4().hex[:5]
+        self._check_name(resource, name)
+        if resource.namespaced:
+            self._require_namespace(namespace)
+        if (namespace, name) in self._objects[resource]:
+            raise ApiError(409, "AlreadyExists", f'{_qualified(resource)} "{name}" already exists',
+                           {"name": name, "group": resource.group, "kind": resource.plural})
+        metadata.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(),
+                        generation=1)
+        metadata.pop("deletionTimestamp", None)
+        if resource.namespaced:
+            metadata["namespace"] = namespace
+        else:
+            metadata.pop("namespace", None)
+        _apply_defaults(resource, obj)
+        return self._commit(resource, namespace, name, obj, None, "ADDED")
+
+    def update(self, resource: ResourceType, namespace: str, name: str, body: Any,
+               subresource: str = "") -> Stored:
+        obj = self._check_body(resource, namespace, body)
+        body_name = obj["metadata"].get("name")
+        if body_name and body_name != name:
+            raise ApiError(400, "BadRequest", f"the name of the object ({body_name}) does not "
+                           f"match the name on the URL ({name})")
+        current = self.get(resource, namespace, name)
+        return self._replace(resource, namespace, name, current, obj, subresource)
+
+    def patch(self, resource: ResourceType, namespace: str, name: str, content_type: str,
+              patch: Any, subresource: str = "") -> Stored:
+        current = self.get(resource, namespace, name)
+        base = current.object()
+        try:
+            if content_type == MERGE_PATCH:
+                if not isinstance(patch, dict):
+                    raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+                patched = apply_merge_patch(base, patch)
+            elif content_type == JSON_PATCH:
+                patched = apply_patch(base, patch)
+            elif content_type == STRATEGIC_PATCH and resource.strategic_merge:
+                patched = apply_strategic_merge_patch(base, patch)
+            else:
+                raise ApiError(415, "UnsupportedMediaType",
+                               f"the body of the request was in an unknown format - accepted "
+                               f"media types include: {', '.join(self._patch_types(resource))}")
+        except (JsonPatchError, StrategicPatchError) as exc:
+            raise ApiError(422 if isinstance(exc, JsonPatchError) else 400,
+                           "Invalid" if isinstance(exc, JsonPatchError) else "BadRequest",
+                           str(exc)) from None
+        obj = self._check_body(resource, namespace, patched)
+        return self._replace(resource, namespace, name, current, obj, subresource)
+
+    def delete(self, resource: ResourceType, namespace: str, name: str,
+               options: Mapping[str, Any] | None = None) -> Stored:
+        current = self.get(resource, namespace, name)
+        preconditions = (options or {}).get("preconditions") or {}
+        self._check_preconditions(resource, name, current, preconditions.get("uid"),
+                                  preconditions.get("resourceVersion"))
+        obj = current.object()
+        if obj["metadata"].get("finalizers"):
+            if obj["metadata"].get("deletionTimestamp"):
+                return current
+            obj["metadata"]["deletionTimestamp"] = now_rfc3339()
+            return self._commit(resource, namespace, name, obj, current, "MODIFIED")
+        if resource.plural == "namespaces":
+            self._delete_namespace_contents(name)
+        return self._remove(resource, namespace, name, current)
+
+    def bind(self, namespace: str, name: str, binding: Any) -> None:
+        pods = _resource("pods")
+        current = self.get(pods, namespace, name)
+        target = binding.get("target") if isinstance(binding, dict) else None
+        node = target.get("name") if isinstance(target, dict) else None
+        if not isinstance(node, str) or not node:
+            raise invalid(pods, name, "target.name", "Required value")
+        pod = current.object()
+        if pod["spec"].get("nodeName"):
+            raise ApiError(409, "Conflict", f"pod {name} is already assigned to node "
+                           f'"{pod["spec"]["nodeName"]}"')
+        pod["spec"]["nodeName"] = node
+        conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+        conditions.append({"type": "PodScheduled", "status": "True",
+                           "lastTransitionTime": now_rfc3339()})
+        self._commit(pods, namespace, name, pod, current, "MODIFIED")
+
+    # -- watch ----------------------------------------------------------------------------
+
+    def watch(self, resource: ResourceType, namespace: str, since: int | None,
+              labels: tuple[Requirement, ...] = (),
+              fields: tuple[Requirement, ...] = ()) -> Watcher:
+        """A watcher primed with every event after `since` (None: the current objects as
+        ADDED); ApiError 410 if events after `since` have left the log."""
+        watcher = Watcher(resource, namespace, labels, fields)
+        if since is None:
+            items, _ = self.list(resource, namespace, labels, fields)
+            for stored in items:
+                watcher.put(encode_event("ADDED", stored.raw))
+        else:
+            if since < self._evicted_upto:
+                raise ApiError(410, "Expired", f"too old resource version: {since} "
+                               f"({self._evicted_upto + 1})")
+            for event in self._log:
+                if event.resource_version > since:
+                    watcher.offer(event)
+        self._watchers.add(watcher)
+        return watcher
+
+    def stop_watch(self, watcher: Watcher) -> None:
+        self._watchers.discard(watcher)
+        watcher.close()
+
+    def close_all_watches(self) -> None:
+        for watcher in list(self._watchers):
+            self.stop_watch(watcher)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _replace(self, resource: ResourceType, namespace: str, name: str, current: Stored,
+                 obj: dict[str, Any], subresource: str) -> Stored:
+        metadata = obj["metadata"]
+        self._check_preconditions(resource, name, current, metadata.get("uid"),
+                                  metadata.get("resourceVersion"), conflict=True)
+        old = current.object()
+        if subresource == "status":
+            new = copy.deepcopy(old)
+            if "status" in obj:
+                new["status"] = obj["status"]
+            else:
+                new.pop("status", None)
+        else:
+            new = obj
+            if resource.status_subresource:
+                # Writes to the main resource never change status where /status exists.
+                if "status" in old:
+                    new["status"] = old["status"]
+                else:
+                    new.pop("status", None)
+            for key in ("uid", "creationTimestamp", "deletionTimestamp", "generation"):
+                if key in old["metadata"]:
+                    new["metadata"][key] = old["metadata"][key]
+                else:
+                    new["metadata"].pop(key, None)
+            new["metadata"]["name"] = name
+            if resource.namespaced:
+                new["metadata"]["namespace"] = namespace
+            if _spec(new) != _spec(old):
+                new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if new == old:
+            return current  # a no-op write changes nothing, not even the resourceVersion
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            return self._remove(resource, namespace, name, current)
+        return self._commit(resource, namespace, name, new, current, "MODIFIED")
+
+    def _check_preconditions(self, resource: ResourceType, name: str, current: Stored,
+                             uid: Any, resource_version: Any, conflict: bool = False) -> None:
+        if uid and uid != current.uid:
+            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
+                           f"UID in object meta: {current.uid}",
+                           {"name": name, "group": resource.group, "kind": resource.plural})
+        if resource_version and str(resource_version) != str(current.resource_version):
+            if conflict:
+                raise ApiError(409, "Conflict",
+                               f"Operation cannot be fulfilled on {_qualified(resource)} "
+                               f'"{name}": {CONFLICT_MESSAGE}',
+                               {"name": name, "group": resource.group, "kind": resource.plural})
+            raise ApiError(409, "Conflict", "Precondition failed: ResourceVersion in "
+                           f"precondition: {resource_version}, ResourceVersion in object meta: "
+                           f"{current.resource_version}",
+                           {"name": name, "group": resource.group, "kind": resource.plural})
+
+    def _commit(self, resource: ResourceType, namespace: str, name: str, obj: dict[str, Any],
+                old: Stored | None, kind: str) -> Stored:
+        self._resource_version += 1
+        obj["metadata"]["resourceVersion"] = str(self._resource_version)
+        obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
+        stored = _stored(resource, obj, self._resource_version)
+        self._objects[resource][(namespace, name)] = stored
+        self._publish(Event(self._resource_version, kind, resource, namespace, stored, old))
+        return stored
+
+    def _remove(self, resource: ResourceType, namespace: str, name: str,
+                current: Stored) -> Stored:
+        del self._objects[resource][(namespace, name)]
+        self._resource_version += 1
+        obj = current.object()
+        obj["metadata"]["resourceVersion"] = str(self._resource_version)
+        stored = _stored(resource, obj, self._resource_version)
+        self._publish(Event(self._resource_version, "DELETED", resource, namespace, stored))
+        return stored
+
+    def _publish(self, event: Event) -> None:
+        if len(self._log) == self._log.maxlen:
+            self._evicted_upto = self._log[0].resource_version
+        self._log.append(event)
+        for watcher in list(self._watchers):
+            watcher.offer(event)
+            if watcher.closed:
+                self._watchers.discard(watcher)
+
+    def _delete_namespace_contents(self, namespace: str) -> None:
+        for resource in RESOURCES:
+            if resource.namespaced:
+                for (ns, name), stored in list(self._objects[resource].items()):
+                    if ns == namespace:
+                        self._remove(resource, ns, name, stored)
+
+    def _check_body(self, resource: ResourceType, namespace: str, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", f"the body is not a {resource.kind} object")
+        obj = copy.deepcopy(body)
+        kind, api_version = obj.get("kind"), obj.get("apiVersion")
+        if kind not in (None, resource.kind):
+            raise ApiError(400, "BadRequest", f"the kind in the body ({kind}) does not match "
+                           f"the resource {resource.plural} ({resource.kind})")
+        if api_version not in (None, resource.api_version):
+            raise ApiError(400, "BadRequest", f"the API version in the data ({api_version}) "
+                           f"does not match the expected API version ({resource.api_version})")
+        metadata = obj.setdefault("metadata", {})
+        if not isinstance(metadata, dict):
+            raise invalid(resource, "", "metadata", "Invalid value: must be an object")
+        body_namespace = metadata.get("namespace")
+        if resource.namespaced and body_namespace and body_namespace != namespace:
+            raise ApiError(400, "BadRequest", "the namespace of the provided object does not "
+                           "match the namespace sent on the request")
+        for key in ("labels", "annotations"):
+            value = metadata.get(key)
+            if value is not None and (not isinstance(value, dict) or not all(
+                    isinstance(v, str) for v in value.values())):
+                raise invalid(resource, str(metadata.get("name", "")), f"metadata.{key}",
+                              "Invalid value: must be a map of strings")
+        if "spec" in obj and not isinstance(obj["spec"], dict | type(None)):
+            raise invalid(resource, str(metadata.get("name", "")), "spec",
+                          "Invalid value: must be an object")
+        if "status" in obj and not isinstance(obj["status"], dict | type(None)):
+            raise invalid(resource, str(metadata.get("name", "")), "status",
+                          "Invalid value: must be an object")
+        if resource.kind == "Pod":
+            _check_pod(resource, metadata, obj)
+        return obj
+
+    def _check_name(self, resource: ResourceType, name: str) -> None:
+        if len(name) > 253 or not _NAME.fullmatch(name):
+            raise invalid(resource, name, "metadata.name",
+                          f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist '
+                          "of lower case alphanumeric characters, '-' or '.', and must start "
+                          "and end with an alphanumeric character")
+
+    def _require_namespace(self, namespace: str) -> None:
+        if not namespace:
+            raise ApiError(400, "BadRequest", "a namespace is required for this resource")
+        if ("", namespace) not in self._objects[_resource("namespaces")]:
+            raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
+                           {"name": namespace, "kind": "namespaces"})
+
+    @staticmethod
+    def _patch_types(resource: ResourceType) -> Iterator[str]:
+        yield from (JSON_PATCH, MERGE_PATCH)
+        if resource.strategic_merge:
+            yield STRATEGIC_PATCH
+
+
+def not_found(resource: ResourceType, name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'{_qualified(resource)} "{name}" not found',
+                    {"name": name, "group": resource.group, "kind": resource.plural})
+
+
+def invalid(resource: ResourceType, name: str, field_path: str, detail: str) -> ApiError:
+    return ApiError(422, "Invalid", f'{resource.kind} "{name}" is invalid: {field_path}: {detail}',
+                    {"name": name, "group": resource.group, "kind": resource.kind,
+                     "causes": [{"reason": "FieldValueInvalid", "message": detail,
+                                 "field": field_path}]})
+
+
+def _qualified(resource: ResourceType) -> str:
+    return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
+
+
+def _resource(plural: str) -> ResourceType:
+    return next(r for r in RESOURCES if r.plural == plural and r.group == "")
+
+
+def _spec(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+def _check_pod(resource: ResourceType, metadata: dict[str, Any], obj: dict[str, Any]) -> None:
+    spec = obj.get("spec")
+    name = str(metadata.get("name", ""))
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    if not isinstance(containers, list) or not containers:
+        raise invalid(resource, name, "spec.containers", "Required value")
+    for i, container in enumerate(containers):
+        if not isinstance(container, dict) or not isinstance(container.get("name"), str):
+            raise invalid(resource, name, f"spec.containers[{i}].name", "Required value")
+
+
+def _apply_defaults(resource: ResourceType, obj: dict[str, Any]) -> None:
+    """The defaulting (and status reset) the apiserver applies on create."""
+    if resource.status_subresource:
+        obj.pop("status", None)
+    if resource.kind == "Namespace":
+        obj["status"] = {"phase": "Active"}
+    if resource.kind == "Pod":
+        spec = obj["spec"]
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("restartPolicy", "Always")
+        for key in ("initContainers", "containers"):
+            for container in spec.get(key) or []:
+                _copy_limits_into_requests(container)
+        obj["status"] = {"phase": "Pending"}
+
+
+def _copy_limits_into_requests(container: dict[str, Any]) -> None:
+    resources = container.get("resources")
+    if not isinstance(resources, dict) or not isinstance(resources.get("limits"), dict):
+        return
+    requests = resources.setdefault("requests", {})
+    if isinstance(requests, dict):
+        for name, value in resources["limits"].items():
+            requests.setdefault(name, value)
+
+
+def _stored(resource: ResourceType, obj: dict[str, Any], resource_version: int) -> Stored:
+    metadata = obj["metadata"]
+    labels = metadata.get("labels") or {}
+    fields = {path: _field(obj, path) for path in
+              SELECTABLE_FIELDS.get(resource.plural, _COMMON_FIELDS)}
+    raw = json.dumps(obj, separators=(",", ":")).encode()
+    return Stored(raw, resource_version, metadata["uid"], labels, fields)
+
+
+def _field(obj: dict[str, Any], path: str) -> str:
+    node: Any = obj
+    for key in path.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    if isinstance(node, bool):
+        return "true" if node else "false"
+    return "" if node is None else str(node)
