@@ -22,6 +22,13 @@ class ResourceType:
     # Built-in kinds accept strategic merge patch; custom resources answer 415, as the
     # apiserver does.
     strategic_merge: bool = False
+    create_only: bool = False  # bindings: a verb, not stored objects
+
+    @property
+    def verbs(self) -> tuple[str, ...]:
+        if self.create_only:
+            return ("create",)
+        return ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
     @property
     def api_version(self) -> str:
@@ -46,6 +53,7 @@ RESOURCES: tuple[ResourceType, ...] = (
                  strategic_merge=True),
     ResourceType(CORE, "v1", "pods", "Pod", True, ("po",), status_subresource=True,
                  binding_subresource=True, strategic_merge=True),
+    ResourceType(CORE, "v1", "bindings", "Binding", True, create_only=True),
     ResourceType(SCHEDULING, "v1beta1", "queues", "Queue", False, ("q", "queue-v1beta1"),
                  status_subresource=True),
     # Volcano's PodGroup CRD has no status subresource: status is written with the object.

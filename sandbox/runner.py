@@ -51,8 +51,10 @@ class Sandbox:
 @asynccontextmanager
 async def running(host: str = "127.0.0.1", port: int = 0, *,
                   settings: SandboxSettings | None = None,
-                  faults: Faults | None = None) -> AsyncIterator[Sandbox]:
-    app = create_app(Store(), faults, settings)
+                  faults: Faults | None = None,
+                  event_window: int = 10_000) -> AsyncIterator[Sandbox]:
+    """Serve a fresh sandbox inside the block; port 0 picks a free one."""
+    app = create_app(Store(event_window), faults, settings)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2)
     await runner.setup()
     try:
@@ -68,8 +70,9 @@ class SandboxThread:
     """The sandbox on a thread with its own event loop; `with SandboxThread() as sandbox:`."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
-                 settings: SandboxSettings | None = None) -> None:
+                 settings: SandboxSettings | None = None, event_window: int = 10_000) -> None:
         self._host, self._port, self._settings = host, port, settings
+        self._event_window = event_window
         self._loop = asyncio.new_event_loop()
         self._started: Future[Sandbox] = Future()
         self._stop: asyncio.Event | None = None
@@ -83,7 +86,8 @@ class SandboxThread:
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
         try:
-            async with running(self._host, self._port, settings=self._settings) as sandbox:
+            async with running(self._host, self._port, settings=self._settings,
+                               event_window=self._event_window) as sandbox:
                 self._started.set_result(sandbox)
                 await self._stop.wait()
         except BaseException as exc:

@@ -139,8 +139,7 @@ async def _resource_list(request: web.Request) -> web.Response:
         entries.append({
             "name": resource.plural, "singularName": resource.singular,
             "namespaced": resource.namespaced, "kind": resource.kind,
-            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update",
-                      "watch"],
+            "verbs": list(resource.verbs),
             "shortNames": list(resource.short_names),
         })
         if resource.status_subresource:
@@ -273,8 +272,14 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         return _list_response(resource, items, resource_version)
     if info.verb == "get":
         return _object_response(store.get(resource, namespace, name))
-    if info.verb == "create" and sub == "binding":
-        store.bind(namespace, name, await _body(request))
+    if resource.create_only and info.verb != "create":
+        raise ApiError(405, "MethodNotAllowed", f"{resource.plural} only supports create")
+    if info.verb == "create" and (sub == "binding" or resource.plural == "bindings"):
+        binding = await _body(request)
+        if resource.plural == "bindings":  # the pod is named by the Binding's metadata.name
+            metadata = binding.get("metadata") if isinstance(binding, dict) else None
+            name = metadata.get("name", "") if isinstance(metadata, dict) else ""
+        store.bind(namespace, name, binding)
         return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                   "status": "Success", "code": 201}, status=201)
     if sub == "binding" or (info.verb == "create" and name):

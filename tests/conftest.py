@@ -82,3 +82,6 @@ class SyncWebhook:
             return response.status, await response.read()
 
         return self._loop.run_until_complete(send())
+
+
+from tests.sandbox_fixtures import api, core, custom, kubectl, sandbox  # noqa: E402, F401
