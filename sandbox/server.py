@@ -255,7 +255,7 @@ def _verb(method: str, has_name: bool, watch: bool) -> str:
         return "watch" if watch else ("get" if has_name else "list")
     verbs = {"POST": "create", "PUT": "update", "PATCH": "patch",
              "DELETE": "delete" if has_name else "deletecollection"}
-    if method not in verbs:
+    if method not in verbs or (method in ("PUT", "PATCH") and not has_name):
         raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on "
                        f"the requested resource ({method})")
     return verbs[method]
@@ -292,10 +292,12 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         return _object_response(store.delete(resource, namespace, name, body))
     if info.verb == "deletecollection":
         return _delete_collection(request, info)
-    body = await _body(request)
     if info.verb == "patch":
         content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+        store.check_patch_type(resource, content_type)  # 415 before reading a body we can't use
+        body = await _body(request)
         return _object_response(store.patch(resource, namespace, name, content_type, body, sub))
+    body = await _body(request)
     warnings = _unknown_fields(body, request.query.get("fieldValidation", "Warn"))
     if info.verb == "create":
         return _object_response(store.create(resource, namespace, body), 201, warnings)
@@ -427,7 +429,8 @@ def _object_response(stored: Stored, status: int = 200,
     headers = {"Content-Type": "application/json"}
     response = web.Response(body=stored.raw, status=status, headers=headers)
     for warning in warnings or []:
-        response.headers.add("Warning", f'299 - "{warning}"')
+        # RFC 7234 quoted text; JSON string escaping keeps it ASCII and free of control chars.
+        response.headers.add("Warning", f"299 - {json.dumps(warning)}")
     return response
 
 

@@ -15,7 +15,7 @@ import json
 import re
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +166,8 @@ class Store:
     # -- writes ---------------------------------------------------------------------------
 
     def create(self, resource: ResourceType, namespace: str, body: Any) -> Stored:
+        if resource.namespaced:  # NamespaceLifecycle admission runs before validation
+            self._require_namespace(namespace)
         obj = self._check_body(resource, namespace, body)
         metadata = obj["metadata"]
         name = metadata.get("name") or ""
@@ -176,8 +178,6 @@ class Store:
                               "Required value: name or generateName is required")
             name = prefix + uuid.uuid4().hex[:5]
         self._check_name(resource, name)
-        if resource.namespaced:
-            self._require_namespace(namespace)
         if (namespace, name) in self._objects[resource]:
             raise ApiError(409, "AlreadyExists", f'{_qualified(resource)} "{name}" already exists',
                            {"name": name, "group": resource.group, "kind": resource.plural})
@@ -203,6 +203,7 @@ class Store:
 
     def patch(self, resource: ResourceType, namespace: str, name: str, content_type: str,
               patch: Any, subresource: str = "") -> Stored:
+        self.check_patch_type(resource, content_type)
         current = self.get(resource, namespace, name)
         base = current.object()
         try:
@@ -212,12 +213,8 @@ class Store:
                 patched = apply_merge_patch(base, patch)
             elif content_type == JSON_PATCH:
                 patched = apply_patch(base, patch)
-            elif content_type == STRATEGIC_PATCH and resource.strategic_merge:
-                patched = apply_strategic_merge_patch(base, patch)
             else:
-                raise ApiError(415, "UnsupportedMediaType",
-                               f"the body of the request was in an unknown format - accepted "
-                               f"media types include: {', '.join(self._patch_types(resource))}")
+                patched = apply_strategic_merge_patch(base, patch)
         except (JsonPatchError, StrategicPatchError) as exc:
             raise ApiError(422 if isinstance(exc, JsonPatchError) else 400,
                            "Invalid" if isinstance(exc, JsonPatchError) else "BadRequest",
@@ -429,10 +426,14 @@ class Store:
                            {"name": namespace, "kind": "namespaces"})
 
     @staticmethod
-    def _patch_types(resource: ResourceType) -> Iterator[str]:
-        yield from (JSON_PATCH, MERGE_PATCH)
-        if resource.strategic_merge:
-            yield STRATEGIC_PATCH
+    def check_patch_type(resource: ResourceType, content_type: str) -> None:
+        """415 for a patch type this resource does not accept (server-side apply included)."""
+        accepted = [JSON_PATCH, MERGE_PATCH] + ([STRATEGIC_PATCH] if resource.strategic_merge
+                                                 else [])
+        if content_type not in accepted:
+            raise ApiError(415, "UnsupportedMediaType",
+                           "the body of the request was in an unknown format - accepted media "
+                           f"types include: {', '.join(accepted)}")
 
 
 def not_found(resource: ResourceType, name: str) -> ApiError:
