@@ -272,6 +272,9 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         return _list_response(resource, items, resource_version)
     if info.verb == "get":
         return _object_response(store.get(resource, namespace, name))
+    if info.verb in WRITE_VERBS and "dryRun" in request.query:
+        # Persisting a dry run would be worse than refusing it.
+        raise ApiError(400, "BadRequest", "dryRun is not supported by the sandbox")
     if resource.create_only and info.verb != "create":
         raise ApiError(405, "MethodNotAllowed", f"{resource.plural} only supports create")
     if info.verb == "create" and (sub == "binding" or resource.plural == "bindings"):
