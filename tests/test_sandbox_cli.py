@@ -1,0 +1,42 @@
+"""`volcano-guard sandbox` as a process: --load seeds it, a bad file exits 2, SIGTERM stops it."""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from tests.conftest import REPO
+
+
+def start(*args):
+    proc = subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", "sandbox", *args],
+                            stderr=subprocess.PIPE, text=True)
+    return proc
+
+
+def test_load_seeds_objects_and_sigterm_exits_0():
+    proc = start("--listen", "127.0.0.1:0", "--load", str(REPO / "examples" / "sandbox-seed.yaml"))
+    url = None
+    deadline = time.monotonic() + 20
+    while url is None and time.monotonic() < deadline:
+        match = re.search(r"on (http://127\.0\.0\.1:\d+)", proc.stderr.readline())
+        url = match and match[1]
+    assert url, "sandbox did not log its URL"
+    with urllib.request.urlopen(f"{url}/api/v1/namespaces/team-a/pods/p1") as response:
+        pod = json.load(response)
+    assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}
+    with urllib.request.urlopen(f"{url}/apis/scheduling.volcano.sh/v1beta1/queues") as response:
+        assert [q["metadata"]["name"] for q in json.load(response)["items"]] == ["default"]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
+
+
+def test_a_bad_load_file_exits_2_naming_the_problem(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: a}\n")
+    proc = start("--listen", "127.0.0.1:0", "--load", str(bad))
+    assert proc.wait(20) == 2
+    assert "does not serve Secret" in proc.stderr.read()
