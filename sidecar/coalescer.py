@@ -1,0 +1,370 @@
+"""The coalescer: status writes in, one UID-guarded merge patch per object out.
+
+Pure state and decisions over plain data, no I/O and no clock of its own (callers pass `now`),
+so it is tested without HTTP. Owned by one event loop: the proxy calls absorb/observe, the
+flusher calls due/plan/complete, and none of them awaits.
+
+The writer's intent is a three-way diff with sticky field ownership (design.md): a top-level
+status field becomes owned, per resource type, the first time one of this writer's writes
+changes it relative to the version the write was based on. Every later write carries intent
+for every owned field, even one equal to its stale base, so A -> B -> A is not lost; fields
+never owned are never sent, so a stale copy of another writer's field never overwrites it.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from volcano_guard.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard.mergepatch import apply_merge_patch
+
+HISTORY_SIZE = 32  # versions remembered per object: a writer's base is rarely older
+
+
+class _Deleted:
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE: Any = _Deleted()  # an intent to remove a status field (null in the merge patch)
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class ObjectKey:
+    resource: str  # group/version/plural, e.g. scheduling.volcano.sh/v1beta1/queues
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.resource.rsplit('/', 1)[-1]}/{where}"
+
+
+@dataclass(frozen=True)
+class StatusWrite:
+    key: ObjectKey
+    kind: str  # put | merge | json | apply
+    body: Any
+    field_manager: str = ""
+
+
+class Passthrough(Exception):
+    """Nothing to coalesce with: forward this write unchanged, as without the sidecar."""
+
+
+class Backpressure(Exception):
+    """Too many objects pending: answer 429 with Retry-After."""
+
+
+class BadWrite(ValueError):
+    """The write cannot be applied (e.g. a JSON patch that does not apply): answer 422."""
+
+
+@dataclass
+class Known:
+    """The last server state seen for one object, and a short history of its versions."""
+
+    obj: dict[str, Any]
+    resource_version: int
+    uid: str
+    history: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        status = self.obj.get("status")
+        return status if isinstance(status, dict) else {}
+
+
+@dataclass
+class Pending:
+    uid: str
+    intent: dict[str, Any]
+    first_at: float
+    next_at: float
+    version: int = 0
+    attempts: int = 0
+    in_flight: bool = False
+    waiters: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FlushPlan:
+    key: ObjectKey
+    uid: str
+    patch: dict[str, Any]
+    version: int
+    waiters: tuple[Any, ...]
+    first_at: float
+
+
+@dataclass(frozen=True)
+class Absorbed:
+    """The answer for an absorbed write: the object as the server will hold it."""
+
+    obj: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What became of a flush or a planned no-op: who to answer, and with what."""
+
+    waiters: tuple[Any, ...]
+    code: int
+    obj: dict[str, Any] | None
+    outcome: str  # written | noop | stale | retry | failed
+
+
+@dataclass
+class Counters:
+    absorbed: int = 0
+    noop_skipped: int = 0
+    stale_dropped: int = 0
+    conflicts: int = 0
+
+
+class Coalescer:
+    def __init__(self, flush_interval: float, max_pending: int,
+                 rng: random.Random | None = None) -> None:
+        self.flush_interval = flush_interval
+        self.max_pending = max_pending
+        self.counters = Counters()
+        self._known: dict[ObjectKey, Known] = {}
+        self._pending: dict[ObjectKey, Pending] = {}
+        self._owned: dict[str, set[str]] = {}  # resource -> owned top-level status fields
+        self._applied: dict[tuple[ObjectKey, str], frozenset[str]] = {}  # SSA manager fields
+        self._last_flush: dict[ObjectKey, float] = {}
+        self._rng = rng or random.Random()
+
+    # -- what passes through -------------------------------------------------------------
+
+    def observe(self, key: ObjectKey, obj: Any) -> None:
+        """An object version seen upstream (GET, LIST, WATCH, a write's response)."""
+        if not isinstance(obj, dict):
+            return
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, dict):
+            return
+        uid, text = metadata.get("uid"), metadata.get("resourceVersion")
+        if not isinstance(uid, str) or not isinstance(text, str) or not text.isdigit():
+            return
+        version = int(text)
+        known = self._known.get(key)
+        if known is None or known.uid != uid or version >= known.resource_version:
+            history = known.history if known is not None and known.uid == uid else OrderedDict()
+            known = Known(copy.deepcopy(obj), version, uid, history)
+            self._known[key] = known
+        status = obj.get("status")
+        known.history[text] = copy.deepcopy(status) if isinstance(status, dict) else {}
+        known.history.move_to_end(text)
+        while len(known.history) > HISTORY_SIZE:
+            known.history.popitem(last=False)
+
+    def forget(self, key: ObjectKey) -> None:
+        """The object was deleted upstream; a pending write for it fails its UID guard."""
+        self._known.pop(key, None)
+
+    # -- writes -------------------------------------------------------------------------
+
+    def absorb(self, write: StatusWrite, now: float, waiter: Any = None) -> Absorbed:
+        known = self._known.get(write.key)
+        owned = self._owned.setdefault(write.key.resource, set())
+        body = write.body if isinstance(write.body, dict) else {}
+        metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        uid = metadata.get("uid") if isinstance(metadata.get("uid"), str) else ""
+        uid = uid or (known.uid if known else "")
+        intent = self._intent(write, known, owned, body)
+        if not uid:
+            raise Passthrough()  # no UID to guard the write with
+        if not intent:
+            self.counters.noop_skipped += 1  # it changes nothing this writer means to change
+            return Absorbed(self.view(write.key, body))
+        pending = self._pending_for(write.key, uid, now)
+        pending.intent.update(intent)
+        pending.version += 1
+        if waiter is not None:
+            pending.waiters.append(waiter)
+        self.counters.absorbed += 1
+        return Absorbed(self.view(write.key, body))
+
+    def _intent(self, write: StatusWrite, known: Known | None, owned: set[str],
+                body: dict[str, Any]) -> dict[str, Any]:
+        if write.kind == "put":
+            return _put_intent(body, known, owned)
+        if write.kind == "merge":
+            status = body.get("status")
+            if not isinstance(status, dict):
+                raise Passthrough()  # e.g. status: null replaces the whole status
+            view = self._effective_status(write.key)
+            owned.update(status)
+            return {f: DELETE if v is None else apply_merge_patch(view.get(f), v)
+                    for f, v in status.items()}
+        if write.kind == "json":
+            if known is None:
+                raise Passthrough()
+            before = self.view(write.key, {})
+            try:
+                after = apply_patch(before, write.body)
+            except JsonPatchError as exc:
+                raise BadWrite(str(exc)) from None
+            old, new = _status_of(before), _status_of(after)
+            changed = {f for f in old.keys() | new.keys() if old.get(f, _MISSING) != new.get(f,
+                                                                                       _MISSING)}
+            owned.update(changed)
+            return {f: new.get(f, DELETE) for f in changed}
+        # server-side apply: the manager's newest declaration wins; fields it stops
+        # declaring are removed, as apply removes fields it alone owned.
+        status = body.get("status") if isinstance(body.get("status"), dict) else {}
+        previous = self._applied.get((write.key, write.field_manager), frozenset())
+        self._applied[(write.key, write.field_manager)] = frozenset(status)
+        owned.update(status)
+        intent = {f: DELETE for f in previous - status.keys()}
+        intent.update(status)
+        return intent
+
+    def _pending_for(self, key: ObjectKey, uid: str, now: float) -> Pending:
+        pending = self._pending.get(key)
+        if pending is not None and pending.uid != uid:
+            # A write for another incarnation: the old intent must never reach the new one.
+            self.counters.stale_dropped += 1
+            del self._pending[key]
+            pending = None
+        if pending is None:
+            if len(self._pending) >= self.max_pending:
+                raise Backpressure()
+            earliest = self._last_flush.get(key, float("-inf")) + self.flush_interval
+            pending = Pending(uid, {}, first_at=now, next_at=max(now, earliest))
+            self._pending[key] = pending
+        return pending
+
+    def view(self, key: ObjectKey, fallback: dict[str, Any]) -> dict[str, Any]:
+        """The object as the server will hold it: last known state with intent applied."""
+        known = self._known.get(key)
+        obj = copy.deepcopy(known.obj if known else fallback)
+        status = self._effective_status(key)
+        if status:
+            obj["status"] = status
+        return obj
+
+    def _effective_status(self, key: ObjectKey) -> dict[str, Any]:
+        known = self._known.get(key)
+        status = copy.deepcopy(known.status) if known else {}
+        pending = self._pending.get(key)
+        if pending is not None:
+            for name, value in pending.intent.items():
+                if value is DELETE:
+                    status.pop(name, None)
+                else:
+                    status[name] = copy.deepcopy(value)
+        return status
+
+    # -- flushing -----------------------------------------------------------------------
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def pending_keys(self) -> list[ObjectKey]:
+        return list(self._pending)
+
+    def due(self, now: float, *, all_pending: bool = False) -> list[ObjectKey]:
+        """Objects whose flush is due, oldest first (all of them when draining)."""
+        ready = [(p.first_at, key) for key, p in self._pending.items()
+                 if not p.in_flight and (all_pending or p.next_at <= now)]
+        return [key for _, key in sorted(ready, key=lambda item: item[0])]
+
+    def next_due_at(self) -> float | None:
+        times = [p.next_at for p in self._pending.values() if not p.in_flight]
+        return min(times) if times else None
+
+    def plan(self, key: ObjectKey) -> FlushPlan | Settled:
+        """The merge patch to send, or Settled('noop') when the server already agrees."""
+        pending = self._pending[key]
+        known = self._known.get(key)
+        server = known.status if known is not None and known.uid == pending.uid else None
+        changes = dict(_changes(pending.intent, server))
+        if not changes:
+            del self._pending[key]
+            self.counters.noop_skipped += 1
+            obj = copy.deepcopy(known.obj) if known is not None else None
+            return Settled(tuple(pending.waiters), 200, obj, "noop")
+        pending.in_flight = True
+        waiters, pending.waiters = tuple(pending.waiters), []
+        patch = {"metadata": {"uid": pending.uid}, "status": changes}
+        return FlushPlan(key, pending.uid, patch, pending.version, waiters, pending.first_at)
+
+    def complete(self, plan: FlushPlan, code: int, obj: Any, now: float,
+                 retry_after: float | None = None) -> Settled:
+        """Record the upstream answer to plan (code 0: no answer, e.g. a timeout)."""
+        pending = self._pending.get(plan.key)
+        if 200 <= code < 300:
+            self.observe(plan.key, obj)
+            self._last_flush[plan.key] = now
+            if pending is not None and pending.version == plan.version:
+                del self._pending[plan.key]
+            elif pending is not None:  # newer intent arrived while this flush was in flight
+                pending.in_flight = False
+                pending.attempts = 0
+                pending.next_at = now + self.flush_interval
+            return Settled(plan.waiters, code, obj, "written")
+        if code in (404, 409):
+            # Replaced or deleted (UID precondition failed): never write onto the new one.
+            self.counters.stale_dropped += 1
+            if code == 409:
+                self.counters.conflicts += 1
+            if pending is not None and pending.uid == plan.uid:
+                del self._pending[plan.key]
+                return Settled(plan.waiters + tuple(pending.waiters), code, obj, "stale")
+            return Settled(plan.waiters, code, obj, "stale")
+        if pending is None:
+            return Settled(plan.waiters, code, obj, "failed")
+        if code == 0 or code == 429 or code >= 500:
+            pending.in_flight = False
+            pending.attempts += 1
+            pending.waiters = list(plan.waiters) + pending.waiters
+            pending.next_at = now + self.backoff(pending.attempts, retry_after)
+            return Settled((), code, obj, "retry")
+        del self._pending[plan.key]  # another client error (e.g. 422): it will not heal
+        return Settled(plan.waiters + tuple(pending.waiters), code, obj, "failed")
+
+    def backoff(self, attempts: int, retry_after: float | None = None) -> float:
+        """Exponential backoff with full jitter, at least Retry-After when the server says."""
+        ceiling = min(self.flush_interval * 2 ** attempts, 30.0)
+        delay = self._rng.uniform(ceiling / 2, ceiling)
+        return max(delay, retry_after or 0.0)
+
+
+def _put_intent(body: dict[str, Any], known: Known | None, owned: set[str]) -> dict[str, Any]:
+    written = body.get("status") if isinstance(body.get("status"), dict) else {}
+    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    version = metadata.get("resourceVersion")
+    base = known.history.get(version) if known is not None and isinstance(version, str) else None
+    if base is None and not owned:
+        raise Passthrough()  # nothing known to diff against and nothing owned yet
+    if base is not None:
+        for name in written.keys() | base.keys():
+            if written.get(name, _MISSING) != base.get(name, _MISSING):
+                owned.add(name)
+    return {name: copy.deepcopy(written[name]) if name in written else DELETE for name in owned}
+
+
+def _changes(intent: dict[str, Any], server: dict[str, Any] | None) -> Iterator[
+    tuple[str, Any]
+]:
+    for name, value in intent.items():
+        current = _MISSING if server is None else server.get(name, _MISSING)
+        if value is DELETE:
+            if server is None or current is not _MISSING:
+                yield name, None
+        elif current != value:
+            yield name, value
+
+
+def _status_of(obj: dict[str, Any]) -> dict[str, Any]:
+    status = obj.get("status")
+    return status if isinstance(status, dict) else {}

@@ -1,0 +1,232 @@
+"""The coalescer's rules over plain data: intent, ownership, flush plans, outcomes."""
+
+import pytest
+
+from sidecar.coalescer import (
+    DELETE,
+    Backpressure,
+    BadWrite,
+    Coalescer,
+    FlushPlan,
+    ObjectKey,
+    Passthrough,
+    Settled,
+    StatusWrite,
+)
+
+KEY = ObjectKey("scheduling.volcano.sh/v1beta1/queues", "", "q1")
+
+
+def queue(rv, status, uid="uid-1"):
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+            "metadata": {"name": "q1", "uid": uid, "resourceVersion": str(rv)},
+            "spec": {"weight": 1}, "status": status}
+
+
+def put(rv, status, uid="uid-1"):
+    return StatusWrite(KEY, "put", queue(rv, status, uid))
+
+
+def flush(c, now=10.0, code=200, server=None):
+    """Plan the flush for KEY and complete it as the server would answer."""
+    plan = c.plan(KEY)
+    if isinstance(plan, Settled):
+        return plan, None
+    applied = server if server is not None else plan.patch["status"]
+    return plan, c.complete(plan, code, applied, now)
+
+
+def server_after(c, rv, plan):
+    """The object the server returns after applying plan's merge patch to the known state."""
+    status = dict(c.view(KEY, {})["status"] if c.view(KEY, {}).get("status") else {})
+    for name, value in plan.patch["status"].items():
+        if value is None:
+            status.pop(name, None)
+        else:
+            status[name] = value
+    return queue(rv, status)
+
+
+@pytest.fixture
+def c():
+    coalescer = Coalescer(flush_interval=1.0, max_pending=100)
+    coalescer.observe(KEY, queue(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "1"}}))
+    return coalescer
+
+
+def test_unknown_base_and_nothing_owned_is_forwarded_unchanged():
+    fresh = Coalescer(flush_interval=1.0, max_pending=10)
+    with pytest.raises(Passthrough):
+        fresh.absorb(put(5, {"pending": 2}), now=0)
+
+
+def test_put_intent_owns_only_the_fields_it_changed_relative_to_its_base(c):
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0)
+    plan = c.plan(KEY)
+    assert isinstance(plan, FlushPlan)
+    assert plan.patch == {"metadata": {"uid": "uid-1"}, "status": {"allocated": {"cpu": "2"}}}
+
+
+def test_stale_copy_of_another_writers_field_is_never_sent(c):
+    # Another writer moved pending 1 -> 7 on the server; this writer's cache is stale.
+    c.observe(KEY, queue(11, {"state": "Open", "pending": 7, "allocated": {"cpu": "1"}}))
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "3"}}), now=0)
+    assert c.plan(KEY).patch["status"] == {"allocated": {"cpu": "3"}}
+
+
+def test_a_to_b_to_a_is_not_lost(c):
+    """The prototype without ownership lost this: A -> B flushed, then B -> A from a stale
+    base equal to A looks like 'no change' unless allocated is owned."""
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0)
+    plan = c.plan(KEY)
+    c.complete(plan, 200, server_after(c, 11, plan), now=0.1)
+    # The writer's informer still shows rv 10 (allocated cpu 1) and it writes A again.
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "1"}}), now=1.5)
+    again = c.plan(KEY)
+    assert isinstance(again, FlushPlan)
+    assert again.patch["status"] == {"allocated": {"cpu": "1"}}
+
+
+def test_many_writes_merge_into_one_patch_newest_value_wins(c):
+    for n in range(1000):
+        c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": str(n)}}), now=0)
+    assert c.pending_count == 1
+    assert c.plan(KEY).patch["status"] == {"allocated": {"cpu": "999"}}
+    assert c.counters.absorbed == 1000
+
+
+def test_nothing_changed_means_no_write(c):
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0)
+    c.observe(KEY, queue(12, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}))
+    settled = c.plan(KEY)
+    assert isinstance(settled, Settled) and settled.outcome == "noop"
+    assert c.pending_count == 0 and c.counters.noop_skipped == 1
+
+
+def test_removed_owned_field_is_sent_as_null(c):
+    c.absorb(put(10, {"state": "Open", "pending": 1}), now=0)  # allocated removed
+    assert c.plan(KEY).patch["status"] == {"allocated": None}
+
+
+def test_merge_patch_is_intent_as_it_is_and_owns_its_fields(c):
+    c.absorb(StatusWrite(KEY, "merge", {"status": {"allocated": {"memory": "1Gi"},
+                                                   "pending": None}}), now=0)
+    assert c.plan(KEY).patch["status"] == {"allocated": {"cpu": "1", "memory": "1Gi"},
+                                           "pending": None}
+
+
+def test_json_patch_is_applied_to_the_base_first(c):
+    c.absorb(StatusWrite(KEY, "json", [{"op": "replace", "path": "/status/pending",
+                                        "value": 3}]), now=0)
+    assert c.plan(KEY).patch["status"] == {"pending": 3}
+
+
+def test_json_patch_that_does_not_apply_is_a_bad_write(c):
+    with pytest.raises(BadWrite):
+        c.absorb(StatusWrite(KEY, "json", [{"op": "remove", "path": "/status/nope"}]), now=0)
+
+
+def test_server_side_apply_newest_per_manager_wins_and_dropped_fields_are_removed(c):
+    def apply(status):
+        return StatusWrite(KEY, "apply", {"status": status}, "controller")
+
+    c.observe(KEY, queue(11, {"state": "Open", "pending": 1, "running": 1}))
+    c.absorb(apply({"pending": 4, "running": 2}), now=0)
+    c.absorb(apply({"pending": 5}), now=0)
+    assert c.plan(KEY).patch["status"] == {"pending": 5, "running": None}
+
+
+def test_one_flush_per_interval_per_object(c):
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0)
+    assert c.due(0) == [KEY]
+    plan = c.plan(KEY)
+    c.complete(plan, 200, server_after(c, 11, plan), now=0.1)
+    c.absorb(put(11, {"state": "Open", "pending": 1, "allocated": {"cpu": "3"}}), now=0.2)
+    assert c.due(0.5) == []
+    assert c.due(1.1) == [KEY]
+    assert c.next_due_at() == pytest.approx(1.1)
+
+
+def test_writes_during_a_flight_are_kept_for_the_next_flush(c):
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0)
+    plan = c.plan(KEY)
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "5"}}), now=0.05)
+    assert c.due(0.05) == []  # one flight at a time per object
+    c.complete(plan, 200, server_after(c, 11, plan) | {"status": {"state": "Open", "pending": 1,
+                                                                   "allocated": {"cpu": "2"}}},
+               now=0.1)
+    assert c.pending_count == 1
+    assert c.plan(KEY).patch["status"] == {"allocated": {"cpu": "5"}}
+
+
+@pytest.mark.parametrize("code", [404, 409])
+def test_uid_precondition_failure_or_404_drops_the_pending_state(c, code):
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0,
+             waiter="w")
+    plan = c.plan(KEY)
+    settled = c.complete(plan, code, None, now=0.1)
+    assert settled.outcome == "stale" and settled.waiters == ("w",)
+    assert c.pending_count == 0 and c.counters.stale_dropped == 1
+
+
+def test_write_for_a_new_incarnation_drops_the_old_intent(c):
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0)
+    c.observe(KEY, queue(20, {"state": "Open"}, uid="uid-2"))
+    c.absorb(StatusWrite(KEY, "merge", {"metadata": {"uid": "uid-2"},
+                                        "status": {"pending": 9}}), now=0.1)
+    plan = c.plan(KEY)
+    assert plan.uid == "uid-2"
+    assert plan.patch["status"] == {"pending": 9}
+    assert c.counters.stale_dropped == 1
+
+
+@pytest.mark.parametrize("code", [0, 429, 500, 503])
+def test_retryable_answers_back_off_and_keep_the_newest_intent(c, code):
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0,
+             waiter="w1")
+    plan = c.plan(KEY)
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "4"}}), now=0.01,
+             waiter="w2")
+    settled = c.complete(plan, code, None, now=0.1, retry_after=3 if code == 429 else None)
+    assert settled.outcome == "retry" and settled.waiters == ()
+    next_at = c.next_due_at()
+    assert next_at >= 0.1 + (3 if code == 429 else 1.0)
+    retry = c.plan(KEY)
+    assert retry.patch["status"] == {"allocated": {"cpu": "4"}}  # newest, never the older 2
+    assert set(retry.waiters) == {"w1", "w2"}
+
+
+def test_backoff_grows_exponentially_with_jitter_and_is_capped(c):
+    delays = [c.backoff(n) for n in range(1, 12)]
+    assert 1.0 <= delays[0] <= 2.0
+    assert 4.0 <= delays[2] <= 8.0
+    assert all(d <= 30.0 for d in delays)
+
+
+def test_backpressure_beyond_max_pending_objects():
+    c = Coalescer(flush_interval=1.0, max_pending=2)
+    for name in ("a", "b", "c"):
+        key = ObjectKey("g/v/queues", "", name)
+        c.observe(key, queue(1, {}) | {"metadata": {"name": name, "uid": name,
+                                                    "resourceVersion": "1"}})
+        write = StatusWrite(key, "merge", {"status": {"pending": 1}})
+        if name == "c":
+            with pytest.raises(Backpressure):
+                c.absorb(write, now=0)
+        else:
+            c.absorb(write, now=0)
+    # An object already pending still takes writes.
+    c.absorb(StatusWrite(ObjectKey("g/v/queues", "", "a"), "merge", {"status": {"x": 1}}),
+             now=0)
+
+
+def test_absorbed_answer_is_the_object_as_the_server_will_hold_it(c):
+    answer = c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0)
+    assert answer.obj["metadata"]["resourceVersion"] == "10"
+    assert answer.obj["status"] == {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}
+
+
+def test_view_applies_deletions(c):
+    c.absorb(StatusWrite(KEY, "merge", {"status": {"pending": None}}), now=0)
+    assert "pending" not in c.view(KEY, {})["status"]
+    assert DELETE is not None
