@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_webhook(commands)
     _add_certs(commands)
     _add_check(commands)
+    _add_sidecar(commands)
     _add_sandbox(commands)
     _add_demo(commands)
     return parser
@@ -76,6 +77,48 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--config", help="YAML config file (default: every default)")
     check.add_argument("--output", choices=("text", "json"), default="text")
     check.set_defaults(run=run_check)
+
+
+def _add_sidecar(commands: argparse._SubParsersAction) -> None:
+    sidecar = commands.add_parser(
+        "sidecar", help="API proxy that coalesces Queue status writes (run beside Volcano)"
+    )
+    sidecar.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT (default "
+                         "%(default)s, loopback: only the pod's own containers reach it)")
+    sidecar.add_argument("--metrics-listen", default="127.0.0.1:9091",
+                         help="HOST:PORT for /metrics, /healthz, /readyz")
+    sidecar.add_argument("--upstream", help="API server URL (default: kubeconfig or in-cluster)")
+    sidecar.add_argument("--token-file", help="bearer token file, re-read when it changes")
+    sidecar.add_argument("--ca-file", help="CA bundle for an https upstream")
+    sidecar.add_argument("--kubeconfig", help="kubeconfig file (instead of --upstream)")
+    sidecar.add_argument("--flush-interval", type=_positive_float, default=1.0,
+                         help="seconds between status writes of one object (default 1.0)")
+    sidecar.add_argument("--ack", choices=("async", "sync"), default="async",
+                         help="answer writes at once (async) or when flushed (sync)")
+    sidecar.add_argument("--max-pending", type=_positive_int, default=10_000,
+                         help="objects with pending writes before 429 backpressure")
+    sidecar.add_argument("--max-upstream-qps", type=_positive_float, default=50.0,
+                         help="cap on upstream status writes per second")
+    sidecar.add_argument("--drain-timeout", type=_positive_float, default=20.0,
+                         help="seconds to flush pending writes on SIGTERM")
+    sidecar.add_argument("--coalesce", action="append", metavar="GROUP/VERSION/RESOURCE",
+                         help="resource whose /status writes are coalesced (repeatable; "
+                         "default scheduling.volcano.sh/v1beta1/queues)")
+    sidecar.set_defaults(run=run_sidecar)
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
 
 
 def _add_sandbox(commands: argparse._SubParsersAction) -> None:
@@ -135,6 +178,27 @@ def run_check(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     print(format_report(report, args.output))
     return report.exit_code
+
+
+def run_sidecar(args: argparse.Namespace) -> int:
+    from sidecar.routes import DEFAULT_COALESCED, parse_resource
+    from sidecar.service import SidecarSettings, serve
+    from volcano_guard.kubeconfig import KubeconfigError, resolve
+    from webhook.server import parse_listen
+
+    try:
+        listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
+        coalesce = tuple(parse_resource(r) for r in args.coalesce or DEFAULT_COALESCED)
+        cluster = resolve(args.upstream, args.token_file, args.ca_file, args.kubeconfig)
+    except (ValueError, KubeconfigError) as exc:
+        print(f"volcano-guard sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    settings = SidecarSettings(
+        listen.host, listen.port, metrics_listen.host, metrics_listen.port,
+        args.flush_interval, args.ack, args.max_pending, args.max_upstream_qps,
+        args.drain_timeout, coalesce,
+    )
+    return asyncio.run(serve(cluster, settings))
 
 
 def run_sandbox(args: argparse.Namespace) -> int:

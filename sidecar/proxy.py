@@ -1,0 +1,266 @@
+"""The sidecar's HTTP side: a transparent API proxy that hands coalesced status writes to the
+coalescer and streams everything else through, byte for byte.
+
+Only coalesced resources' bodies are ever decoded: their status writes, and their GET, LIST and
+WATCH responses (read as they stream past, line by line for watches) to learn the versions
+writers base their writes on. Every other body is relayed chunk by chunk, never whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import yaml
+from aiohttp import web
+
+from sidecar import metrics
+from sidecar.coalescer import (
+    Backpressure,
+    BadWrite,
+    Coalescer,
+    ObjectKey,
+    Passthrough,
+    StatusWrite,
+)
+from sidecar.flusher import Flusher
+from sidecar.routes import Route, classify
+from volcano_guard.jsonbody import BodyError, decode
+from volcano_guard.kubeconfig import TokenSource
+from volcano_guard.status import status_response
+
+log = logging.getLogger("volcano_guard.sidecar")
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "transfer-encoding", "upgrade", "host", "content-length",
+})
+MAX_WRITE_BODY = 3 * 1024 * 1024
+MAX_OBSERVED_BODY = 64 * 1024 * 1024  # larger coalesced-resource lists pass unobserved
+PATCH_KINDS = {
+    "application/merge-patch+json": "merge",
+    "application/json-patch+json": "json",
+    "application/apply-patch+yaml": "apply",
+}
+PROXY_KEY = web.AppKey("proxy", "Proxy")
+
+
+@dataclass
+class Proxy:
+    """What the handlers share; owned by the serving event loop."""
+
+    upstream: str
+    session: aiohttp.ClientSession
+    tokens: TokenSource
+    coalescer: Coalescer
+    flusher: Flusher
+    coalesced: frozenset[str]
+    ack: str = "async"  # async | sync
+    draining: bool = False
+    clock: Any = field(default=time.monotonic)
+
+
+def create_app(proxy: Proxy) -> web.Application:
+    app = web.Application(client_max_size=MAX_WRITE_BODY)
+    app[PROXY_KEY] = proxy
+    app.router.add_route("*", "/{tail:.*}", handle)
+    return app
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    proxy = request.app[PROXY_KEY]
+    if "upgrade" in request.headers.get("Connection", "").lower():
+        return status_response(501, "the volcano-guard sidecar does not proxy upgraded "
+                               "connections (exec, attach, port-forward); use the API server "
+                               "directly for those")
+    query_watch = request.query.get("watch") in ("1", "true", "True")
+    route = classify(request.path, query_watch, proxy.coalesced)
+    if (route is not None and route.name and route.subresource == "status"
+            and request.method in ("PUT", "PATCH") and "dryRun" not in request.query):
+        return await coalesce_write(request, proxy, route)
+    return await forward(request, proxy, route)
+
+
+async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> web.StreamResponse:
+    metrics.WRITES_RECEIVED.inc()
+    if proxy.draining:
+        return status_response(503, "the sidecar is shutting down; retry against the API "
+                               "server", headers={"Retry-After": "1"})
+    content_type = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
+    kind = "put" if request.method == "PUT" else PATCH_KINDS.get(content_type)
+    if kind is None:  # e.g. strategic merge patch: not ours to interpret
+        return await forward(request, proxy, route)
+    body = await request.read()
+    try:
+        document = yaml.safe_load(body) if kind == "apply" else decode(body)
+    except (BodyError, yaml.YAMLError) as exc:
+        return status_response(400, f"the status write is not valid JSON or YAML: {exc}")
+    write = StatusWrite(route.key, kind, document, request.query.get("fieldManager", ""))
+    waiter = asyncio.get_running_loop().create_future() if proxy.ack == "sync" else None
+    was_pending = route.key in proxy.coalescer.pending_keys()
+    try:
+        absorbed = proxy.coalescer.absorb(write, proxy.clock(), waiter)
+    except Passthrough:
+        metrics.PASSED_THROUGH.inc()
+        return await forward(request, proxy, route, body=body)
+    except Backpressure:
+        retry = max(1, math.ceil(proxy.coalescer.flush_interval))
+        return status_response(429, f"too many objects with pending status writes (at most "
+                               f"{proxy.coalescer.max_pending}); retry later",
+                               headers={"Retry-After": str(retry)})
+    except BadWrite as exc:
+        return status_response(422, f"the patch does not apply: {exc}")
+    pending_now = route.key in proxy.coalescer.pending_keys()
+    if not pending_now:
+        metrics.NOOP_SKIPPED.inc()
+    elif was_pending:
+        metrics.COALESCED.inc()
+    metrics.PENDING_OBJECTS.set(proxy.coalescer.pending_count)
+    proxy.flusher.wake()
+    if waiter is None or not pending_now:
+        return web.json_response(absorbed.obj)
+    code, obj = await waiter
+    return web.json_response(obj, status=code or 503)
+
+
+async def forward(request: web.Request, proxy: Proxy, route: Route | None,
+                  body: bytes | None = None) -> web.StreamResponse:
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+    token = proxy.tokens.token()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data: Any = body if body is not None else (request.content if request.body_exists else None)
+    started = time.perf_counter()
+    try:
+        upstream = await proxy.session.request(
+            request.method, proxy.upstream + request.raw_path, headers=headers, data=data,
+            allow_redirects=False)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        metrics.PROXIED.labels(method=request.method, code="0").inc()
+        return status_response(503, f"the upstream API server is unreachable: {exc}")
+    response: web.StreamResponse | None = None
+    try:
+        metrics.PROXY_LATENCY.observe(time.perf_counter() - started)
+        metrics.PROXIED.labels(method=request.method, code=str(upstream.status)).inc()
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for name, value in upstream.headers.items():
+            if name.lower() not in HOP_BY_HOP:
+                response.headers.add(name, value)
+        if upstream.content_length is not None and "Transfer-Encoding" not in upstream.headers:
+            response.content_length = upstream.content_length
+        observer = _observer(proxy, route, request, upstream)
+        await response.prepare(request)
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+            if observer is not None:
+                observer.feed(chunk)
+        if observer is not None:
+            observer.close()
+        await response.write_eof()
+        return response
+    except (ConnectionResetError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
+        # One side went away mid-stream: the client sees its connection end, as it would
+        # if the API server had dropped it.
+        if response is not None and response.prepared:
+            return response
+        return status_response(502, "the upstream API server closed the connection")
+    finally:
+        upstream.release()
+
+
+def _observer(proxy: Proxy, route: Route | None, request: web.Request,
+              upstream: aiohttp.ClientResponse) -> _Observer | None:
+    if route is None or not 200 <= upstream.status < 300:
+        return None
+    if "json" not in upstream.headers.get("Content-Type", "application/json"):
+        return None
+    if upstream.headers.get("Content-Encoding", "identity") != "identity":
+        return None
+    if route.watch:
+        return _WatchObserver(proxy.coalescer, route)
+    if request.method in ("GET", "PUT", "PATCH", "POST"):
+        return _BodyObserver(proxy.coalescer, route)
+    return None
+
+
+class _Observer:
+    def __init__(self, coalescer: Coalescer, route: Route) -> None:
+        self.coalescer, self.route = coalescer, route
+
+    def feed(self, chunk: bytes) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def seen(self, obj: Any, deleted: bool = False) -> None:
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            return
+        metadata = obj["metadata"]
+        name = metadata.get("name")
+        if not isinstance(name, str):
+            return
+        key = ObjectKey(self.route.resource, metadata.get("namespace") or "", name)
+        if deleted:
+            self.coalescer.forget(key)
+        else:
+            self.coalescer.observe(key, obj)
+
+
+class _WatchObserver(_Observer):
+    """Parses a watch stream line by line as it is relayed."""
+
+    def __init__(self, coalescer: Coalescer, route: Route) -> None:
+        super().__init__(coalescer, route)
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > MAX_OBSERVED_BODY:
+            self._partial = b""
+        for line in lines:
+            if line.strip():
+                self._event(line)
+
+    def _event(self, line: bytes) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        if isinstance(event, dict) and event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+            self.seen(event.get("object"), deleted=event["type"] == "DELETED")
+
+
+class _BodyObserver(_Observer):
+    """Collects a (bounded) object or list body and reads it when complete."""
+
+    def __init__(self, coalescer: Coalescer, route: Route) -> None:
+        super().__init__(coalescer, route)
+        self._chunks: list[bytes] | None = []
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> None:
+        if self._chunks is None:
+            return
+        self._size += len(chunk)
+        if self._size > MAX_OBSERVED_BODY:
+            self._chunks = None
+        else:
+            self._chunks.append(chunk)
+
+    def close(self) -> None:
+        if not self._chunks:
+            return
+        try:
+            body = json.loads(b"".join(self._chunks))
+        except ValueError:
+            return
+        items = body.get("items") if isinstance(body, dict) else None
+        for obj in items if isinstance(items, list) else [body]:
+            self.seen(obj)

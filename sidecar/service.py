@@ -1,0 +1,96 @@
+"""`volcano-guard sidecar`: wire the proxy, the flusher and the metrics port, and drain on
+SIGTERM (refuse new coalesced writes, flush everything pending, then exit 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from sidecar.coalescer import Coalescer
+from sidecar.flusher import Flusher
+from sidecar.proxy import Proxy, create_app
+from sidecar.routes import DEFAULT_COALESCED
+from volcano_guard.kubeconfig import Cluster, TokenSource
+from volcano_guard.metrics import metrics_app
+
+log = logging.getLogger("volcano_guard.sidecar")
+
+
+@dataclass(frozen=True)
+class SidecarSettings:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8001
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9091
+    flush_interval: float = 1.0
+    ack: str = "async"
+    max_pending: int = 10_000
+    max_upstream_qps: float = 50.0
+    drain_timeout: float = 20.0
+    coalesce: tuple[str, ...] = DEFAULT_COALESCED
+
+
+@dataclass
+class RunningSidecar:
+    url: str
+    metrics_url: str
+    proxy: Proxy
+
+
+@asynccontextmanager
+async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[RunningSidecar]:
+    """Serve inside the block (ports 0 pick free ones); leaving it drains and stops."""
+    connector = aiohttp.TCPConnector(ssl=cluster.ssl_context(), limit=0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+    session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+    tokens = TokenSource(cluster)
+    coalescer = Coalescer(settings.flush_interval, settings.max_pending)
+    flusher = Flusher(coalescer, session, cluster.url, tokens, settings.max_upstream_qps)
+    proxy = Proxy(cluster.url, session, tokens, coalescer, flusher,
+                  frozenset(settings.coalesce), settings.ack, clock=time.monotonic)
+    api = web.AppRunner(create_app(proxy), access_log=None, shutdown_timeout=2)
+    probes = web.AppRunner(metrics_app(), access_log=None)
+    await api.setup()
+    await probes.setup()
+    flusher.start()
+    try:
+        await web.TCPSite(api, settings.listen_host, settings.listen_port).start()
+        await web.TCPSite(probes, settings.metrics_host, settings.metrics_port).start()
+        yield RunningSidecar(f"http://{settings.listen_host}:{api.addresses[0][1]}",
+                             f"http://{settings.metrics_host}:{probes.addresses[0][1]}", proxy)
+        proxy.draining = True
+        left = await flusher.drain(settings.drain_timeout)
+        if left:
+            log.error("drain timed out after %.0fs; status not written for: %s",
+                      settings.drain_timeout, ", ".join(str(key) for key in left))
+        else:
+            log.info("drained: every pending status was written")
+    finally:
+        await flusher.stop()
+        await api.cleanup()
+        await probes.cleanup()
+        await session.close()
+
+
+async def serve(cluster: Cluster, settings: SidecarSettings) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with running(cluster, settings) as sidecar:
+        where = "loopback only" if settings.listen_host in ("127.0.0.1", "::1", "localhost") \
+            else "NOT loopback: reachable from outside the pod"
+        log.info("sidecar proxy on %s (%s) -> %s; coalescing status writes of %s; "
+                 "metrics on %s", sidecar.url, where, cluster.url,
+                 ", ".join(settings.coalesce), sidecar.metrics_url)
+        await stop.wait()
+        log.info("SIGTERM: refusing new status writes, draining pending ones")
+    return 0
