@@ -388,7 +388,8 @@ async def _watch(request: web.Request, info: RequestInfo) -> web.StreamResponse:
                     break
                 wait = remaining if wait is None else min(wait, remaining)
             try:
-                data = await asyncio.wait_for(watcher.queue.get(), wait)
+                async with asyncio.timeout(wait):
+                    data = await watcher.queue.get()
             except TimeoutError:
                 if bookmarks and (deadline is None or loop.time() < deadline):
                     await response.write(_bookmark(info.resource, store.resource_version))

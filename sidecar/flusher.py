@@ -92,7 +92,8 @@ class Flusher:
             if self.draining:
                 timeout = 0.05 if timeout is None else min(timeout, 0.05)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
 
     def _start(self, key: ObjectKey) -> None:
         if key not in self.coalescer.pending_keys():

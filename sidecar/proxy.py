@@ -63,6 +63,12 @@ class Proxy:
     ack: str = "async"  # async | sync
     draining: bool = False
     clock: Any = field(default=time.monotonic)
+    streams: set[aiohttp.ClientResponse] = field(default_factory=set)
+
+    def close_streams(self) -> None:
+        """End every relayed response (watches never end by themselves); clients re-watch."""
+        for upstream in list(self.streams):
+            upstream.close()
 
 
 def create_app(proxy: Proxy) -> web.Application:
@@ -144,6 +150,7 @@ async def forward(request: web.Request, proxy: Proxy, route: Route | None,
         metrics.PROXIED.labels(method=request.method, code="0").inc()
         return status_response(503, f"the upstream API server is unreachable: {exc}")
     response: web.StreamResponse | None = None
+    proxy.streams.add(upstream)
     try:
         metrics.PROXY_LATENCY.observe(time.perf_counter() - started)
         metrics.PROXIED.labels(method=request.method, code=str(upstream.status)).inc()
@@ -170,6 +177,7 @@ async def forward(request: web.Request, proxy: Proxy, route: Route | None,
             return response
         return status_response(502, "the upstream API server closed the connection")
     finally:
+        proxy.streams.discard(upstream)
         upstream.release()
 
 

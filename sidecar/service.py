@@ -74,6 +74,7 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
         else:
             log.info("drained: every pending status was written")
     finally:
+        proxy.close_streams()
         await flusher.stop()
         await api.cleanup()
         await probes.cleanup()

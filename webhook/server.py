@@ -56,7 +56,8 @@ class InFlight:
 
     async def wait_idle(self, timeout: float) -> bool:
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._idle.wait()
         except TimeoutError:
             return False
         return True
