@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import yaml
 from aiohttp import web
+from yarl import URL
 
 from sidecar import metrics
 from sidecar.coalescer import (
@@ -143,9 +144,9 @@ async def forward(request: web.Request, proxy: Proxy, route: Route | None,
     data: Any = body if body is not None else (request.content if request.body_exists else None)
     started = time.perf_counter()
     try:
-        upstream = await proxy.session.request(
-            request.method, proxy.upstream + request.raw_path, headers=headers, data=data,
-            allow_redirects=False)
+        upstream = await proxy.session.request(  # encoded=True: the path goes as it came
+            request.method, URL(proxy.upstream + request.raw_path, encoded=True),
+            headers=headers, data=data, allow_redirects=False)
     except (aiohttp.ClientError, TimeoutError) as exc:
         metrics.PROXIED.labels(method=request.method, code="0").inc()
         return status_response(503, f"the upstream API server is unreachable: {exc}")

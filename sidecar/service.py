@@ -56,7 +56,9 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
     flusher = Flusher(coalescer, session, cluster.url, tokens, settings.max_upstream_qps)
     proxy = Proxy(cluster.url, session, tokens, coalescer, flusher,
                   frozenset(settings.coalesce), settings.ack, clock=time.monotonic)
-    api = web.AppRunner(create_app(proxy), access_log=None, shutdown_timeout=2)
+    # auto_decompress=False: a gzip request body is relayed compressed, as the client sent it.
+    api = web.AppRunner(create_app(proxy), access_log=None, shutdown_timeout=2,
+                        auto_decompress=False)
     probes = web.AppRunner(metrics_app(), access_log=None)
     await api.setup()
     await probes.setup()

@@ -1,0 +1,221 @@
+"""The sidecar's transport against a recording upstream: byte transparency, streaming,
+token rotation, and the process's SIGTERM drain."""
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import aiohttp
+import pytest
+from aiohttp import web
+from kubernetes import client, watch
+from yarl import URL
+
+from sandbox.resources import find
+from sandbox.runner import SandboxThread
+from sidecar.service import SidecarSettings
+from sidecar.service import running as sidecar_running
+from tests.threaded import on_thread
+from volcano_guard.kubeconfig import Cluster, TokenSource
+
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
+
+
+@pytest.fixture
+async def recorder():
+    """An upstream that records what reaches it and echoes bodies back as they came."""
+    seen = []
+
+    async def echo(request):
+        body = await request.read()
+        seen.append((request.method, request.raw_path, dict(request.headers), body))
+        if request.path == "/big":
+            response = web.StreamResponse(headers={"Content-Type": PROTOBUF})
+            await response.prepare(request)
+            for _ in range(64):
+                await response.write(b"\x00\x01" * 32768)
+            await response.write_eof()
+            return response
+        return web.Response(body=body or b"\x0a\x02k8s", headers={
+            "Content-Type": request.headers.get("Content-Type", PROTOBUF),
+            "Content-Encoding": request.headers.get("Content-Encoding", "identity"),
+            "X-Upstream": "yes"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", echo)
+    runner = web.AppRunner(app, auto_decompress=False)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
+    await runner.cleanup()
+
+
+def settings(**changes):
+    return SidecarSettings(**{"listen_port": 0, "metrics_port": 0, "flush_interval": 0.1,
+                              **changes})
+
+
+async def test_bodies_headers_and_encodings_pass_through_byte_for_byte(recorder, tmp_path):
+    url, seen = recorder
+    token = tmp_path / "token"
+    token.write_text("first-token\n")
+    body = bytes(range(256)) * 10  # not JSON, not UTF-8: must never be decoded
+    async with sidecar_running(Cluster(url, token_file=str(token)), settings()) as sidecar, \
+            aiohttp.ClientSession(auto_decompress=False) as session:
+        headers = {"Content-Type": PROTOBUF, "Accept": PROTOBUF, "Content-Encoding": "gzip",
+                   "Impersonate-User": "alice", "Authorization": "Bearer client-token"}
+        target = URL(f"{sidecar.url}/api/v1/namespaces/a/pods?x=1%2F2", encoded=True)
+        async with session.post(target, data=body, headers=headers) as response:
+            assert response.status == 200
+            assert await response.read() == body
+            assert response.headers["Content-Type"] == PROTOBUF
+            assert response.headers["Content-Encoding"] == "gzip"
+            assert response.headers["X-Upstream"] == "yes"
+        method, path, upstream_headers, upstream_body = seen[-1]
+        assert (method, path) == ("POST", "/api/v1/namespaces/a/pods?x=1%2F2")
+        assert upstream_body == body
+        assert upstream_headers["Impersonate-User"] == "alice"
+        assert upstream_headers["Accept"] == PROTOBUF
+        assert upstream_headers["Authorization"] == "Bearer first-token"
+
+        token.write_text("rotated-token\n")  # the kubelet rewrites projected tokens
+        os.utime(token, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+        async with session.get(f"{sidecar.url}/api") as response:
+            await response.read()
+        assert seen[-1][2]["Authorization"] == "Bearer rotated-token"
+
+
+async def test_large_streamed_response_is_relayed_in_full(recorder):
+    url, _ = recorder
+    async with sidecar_running(Cluster(url), settings()) as sidecar, \
+            aiohttp.ClientSession() as session, session.get(f"{sidecar.url}/big") as response:
+        data = await response.read()
+    assert data == b"\x00\x01" * 32768 * 64
+
+
+def test_token_source_keeps_the_last_token_while_the_file_is_replaced(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("one")
+    source = TokenSource(Cluster("http://x", token_file=str(path)))
+    assert source.token() == "one"
+    path.unlink()
+    assert source.token() == "one"
+    path.write_text("two-longer")
+    assert source.token() == "two-longer"
+
+
+def test_real_clients_through_the_sidecar(tmp_path):
+    """The kubernetes package and kubectl, pointed at the sidecar instead of the API server."""
+    with SandboxThread() as sandbox, on_thread(
+            lambda: sidecar_running(Cluster(sandbox.url), settings(flush_interval=0.2))) as sc:
+        sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}])
+        api = client.ApiClient(client.Configuration(host=sc.url))
+        custom = client.CustomObjectsApi(api)
+        created = custom.create_cluster_custom_object(
+            "scheduling.volcano.sh", "v1beta1", "queues",
+            {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+             "metadata": {"name": "q1"}, "spec": {"weight": 1}})
+        listed = custom.list_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues")
+        assert [q["metadata"]["name"] for q in listed["items"]] == ["q1"]
+        for n in range(200):  # UpdateStatus from a stale copy, as a controller would
+            answer = custom.replace_cluster_custom_object_status(
+                "scheduling.volcano.sh", "v1beta1", "queues", "q1",
+                {**created, "status": {"pending": n}})
+            assert answer["status"] == {"pending": n}
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod("a", {"metadata": {"name": "p"}, "spec": {
+            "containers": [{"name": "c", "image": "x"}]}})
+        events = [e["type"] for e in watch.Watch().stream(core.list_namespaced_pod, "a",
+                                                          timeout_seconds=1)]
+        assert events == ["ADDED"]
+        core.delete_namespaced_pod("p", "a")
+        time.sleep(0.5)
+        stats = sandbox.stats()
+        assert stats["writes"]["queues/status"] <= 5
+        final = custom.get_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues",
+                                                 "q1")
+        assert final["status"] == {"pending": 199}
+        kubectl = subprocess.run(["kubectl", "--server", sc.url, "get", "queues", "-o",
+                                  "jsonpath={.items[0].status.pending}"],
+                                 capture_output=True, text=True, timeout=60)
+        if kubectl.returncode == 127:
+            pytest.skip("kubectl is not installed")
+        assert kubectl.stdout == "199", kubectl.stderr
+
+
+def test_sigterm_drains_pending_writes_then_exits_0():
+    with SandboxThread() as sandbox:
+        sandbox.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                       "metadata": {"name": "q1"}, "spec": {"weight": 1}}])
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "volcano_guard.cli", "sidecar", "--upstream", sandbox.url,
+             "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+             "--flush-interval", "30"], stderr=subprocess.PIPE, text=True)
+        try:
+            url = None
+            deadline = time.monotonic() + 20
+            while url is None and time.monotonic() < deadline:
+                match = re.search(r"sidecar proxy on (http://\S+) ", proc.stderr.readline())
+                url = match and match[1]
+            assert url, "the sidecar did not log its address"
+            with urllib.request.urlopen(f"{url}{Q}/q1") as response:
+                base = json.load(response)
+            for n in range(3):  # the first flushes at once, the rest wait 30 s
+                request = urllib.request.Request(
+                    f"{url}{Q}/q1/status", method="PUT",
+                    data=json.dumps({**base, "status": {"pending": n}}).encode(),
+                    headers={"Content-Type": "application/json"})
+                urllib.request.urlopen(request).read()
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(20) == 0
+            log = proc.stderr.read()
+            assert "drained: every pending status was written" in log
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        queues = find("scheduling.volcano.sh", "v1beta1", "queues")
+        final = sandbox.call(lambda sb: sb.store.get(queues, "", "q1").object())
+        assert final["status"] == {"pending": 2}
+
+
+async def test_metrics_and_probes_on_the_metrics_port(recorder):
+    url, _ = recorder
+    async with sidecar_running(Cluster(url), settings()) as sidecar, \
+            aiohttp.ClientSession() as session:
+        for path in ("/healthz", "/readyz"):
+            async with session.get(sidecar.metrics_url + path) as response:
+                assert response.status == 200
+        async with session.get(sidecar.metrics_url + "/metrics") as response:
+            text = await response.text()
+    for name in ("sidecar_writes_received_total", "sidecar_upstream_writes_total",
+                 "sidecar_coalesced_total", "sidecar_noop_skipped_total",
+                 "sidecar_conflicts_total", "sidecar_pending_objects",
+                 "sidecar_flush_delay_seconds"):
+        assert f"volcano_guard_{name}" in text
+
+
+def test_bad_sidecar_arguments_exit_2(capsys):
+    from volcano_guard.cli import main
+
+    assert main(["sidecar", "--upstream", "ftp://x"]) == 2
+    assert "http://" in capsys.readouterr().err
+    assert main(["sidecar", "--upstream", "http://x", "--coalesce", "queues"]) == 2
+    assert "GROUP/VERSION/RESOURCE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["sidecar", "--flush-interval", "0"])
+
+
+async def test_unreachable_upstream_is_a_503_status():
+    async with sidecar_running(Cluster("http://127.0.0.1:9"), settings()) as sidecar, \
+            aiohttp.ClientSession() as session, session.get(f"{sidecar.url}/api") as response:
+        assert response.status == 503
+        assert "unreachable" in (await response.json())["message"]
+    await asyncio.sleep(0)
