@@ -4,7 +4,7 @@ import sys
 
 def test_demo_replays_the_examples_over_tls_and_prints_the_decisions():
     result = subprocess.run([sys.executable, "-m", "volcano_guard.cli", "demo"],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split()[1:3] for line in result.stdout.splitlines()
             if line[:2].isdigit()}
@@ -19,3 +19,9 @@ def test_demo_replays_the_examples_over_tls_and_prints_the_decisions():
     assert 'task "worker"' in result.stdout
     assert "volcano_guard_admission_requests_total{" in result.stdout
     assert "webhook shut down cleanly" in result.stdout
+    storm = [line.split() for line in result.stdout.splitlines()
+             if line.strip().startswith("10 ") and ("direct" in line or "sidecar" in line)]
+    modes = {row[1]: row for row in storm}
+    assert set(modes) == {"direct", "sidecar"}
+    assert int(modes["direct"][4].replace(",", "")) > 0  # 409s direct
+    assert modes["sidecar"][4] == "0"  # and none through the sidecar
