@@ -24,6 +24,7 @@ import copy
 import heapq
 import itertools
 import json
+import os
 import random
 import socket
 import subprocess
@@ -62,6 +63,7 @@ class StormResult:
     max_backlog: int
     final_backlog: int
     peak_rss_mib: float | None  # of the sidecars (the largest), None when direct
+    cpu_cores: float | None  # the busier sidecar's CPU time over the run, in cores
     staleness: float | None  # seconds after the writers stopped; None: did not converge
     floor: int  # the fewest upstream writes that carry every change (see floor_writes)
     intended: int  # status writes the writers made
@@ -339,6 +341,11 @@ async def _process(args: list[str], port: int) -> AsyncIterator[subprocess.Popen
             proc.kill()
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -381,7 +388,8 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
         for informer in informers:
             await informer.synced.wait()
         loop = asyncio.get_running_loop()
-        stop_at = loop.time() + settings.seconds
+        started = loop.time()
+        stop_at = started + settings.seconds
         the_controller = Controller(session, endpoints[0], informers[0], churn, events,
                                     settings.controller_workers)
         controller_stats = the_controller.stats
@@ -402,6 +410,8 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
         async with session.get(f"{sandbox}/sandbox/stats") as response:
             stats = await response.json()
         rss = max((peak_rss_mib(p.pid) for p in sidecars), default=None)
+        elapsed = loop.time() - started
+        cpu = max((cpu_seconds(p.pid) / elapsed for p in sidecars), default=None)
     floor = (floor_writes(controller_stats.change_times, settings.flush_interval)
              + floor_writes(scheduler_stats.change_times, settings.flush_interval))
     return StormResult(
@@ -409,7 +419,7 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
         upstream_writes=stats["writes"].get("queues/status", 0),
         conflicts=stats["conflicts"].get("queues/status", 0),
         max_backlog=controller_stats.max_backlog, final_backlog=backlog,
-        peak_rss_mib=rss, staleness=staleness, floor=floor,
+        peak_rss_mib=rss, cpu_cores=cpu, staleness=staleness, floor=floor,
         intended=controller_stats.writes + scheduler_stats.writes,
     )
 
@@ -435,14 +445,16 @@ def _matches(obj: dict[str, Any], churn: Churn) -> bool:
 
 def format_results(results: list[StormResult]) -> str:
     header = (f"{'queues':>6} {'mode':<12}{'writes':>9}{'x floor':>8}{'409s':>8}"
-              f"{'backlog max/end':>17}{'sidecar RSS':>13}{'converged':>12}")
+              f"{'backlog max/end':>17}{'sidecar RSS':>13}{'CPU':>7}{'converged':>12}")
     lines = [header, "-" * len(header)]
     for r in results:
         rss = f"{r.peak_rss_mib:.0f} MiB" if r.peak_rss_mib is not None else "-"
+        cpu = f"{r.cpu_cores:.2f}" if r.cpu_cores is not None else "-"
         converged = f"{r.staleness:.2f}s" if r.staleness is not None else "NO"
         lines.append(f"{r.queues:>6} {r.mode:<12}{r.upstream_writes:>9,}"
                      f"{r.upstream_writes / max(1, r.floor):>8.2f}{r.conflicts:>8,}"
-                     f"{f'{r.max_backlog}/{r.final_backlog}':>17}{rss:>13}{converged:>12}")
+                     f"{f'{r.max_backlog}/{r.final_backlog}':>17}{rss:>13}{cpu:>7}"
+                     f"{converged:>12}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,182 @@
+"""What the sidecar costs everything it does not coalesce: a large LIST, a busy watch, a GET.
+
+An upstream process serves a 200 MB protobuf-typed LIST body, a watch stream of timestamped
+events and a small GET; a sidecar process relays them. The same client reads each directly
+(the baseline) and through the sidecar, in the same run, and prints both and the difference.
+
+    .venv/bin/python bench/sidecar_passthrough.py [--list-mb 200] [--events 2000] [--gets 2000]
+Targets (issue 4): LIST >= 100 MB/s with < 50 MB sidecar RSS growth; < 1 ms added median delay
+at 2,000 watch events/s; < 1 ms added median GET latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+UPSTREAM = r"""
+import asyncio, json, sys, time
+from aiohttp import web
+CHUNK = b"\x0a\x08k8s-item" * 6553  # ~64 KiB of protobuf-looking bytes
+async def big(request):
+    size = int(request.query["mb"]) * 1024 * 1024
+    response = web.StreamResponse(headers={"Content-Type": "application/vnd.kubernetes.protobuf"})
+    await response.prepare(request)
+    sent = 0
+    while sent < size:
+        await response.write(CHUNK)
+        sent += len(CHUNK)
+    await response.write_eof()
+    return response
+async def watch(request):
+    rate, count = float(request.query["rate"]), int(request.query["count"])
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await response.prepare(request)
+    start = time.perf_counter()
+    for n in range(count):
+        delay = start + n / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        event = {"type": "MODIFIED", "object": {"kind": "Pod", "metadata": {
+            "name": f"p{n}", "resourceVersion": str(n)}, "sent": time.time()}}
+        await response.write(json.dumps(event).encode() + b"\n")
+    await response.write_eof()
+    return response
+async def small(request):
+    return web.json_response({"kind": "Pod", "metadata": {"name": "p"}})
+app = web.Application()
+app.router.add_get("/big", big)
+app.router.add_get("/api/v1/pods", watch)
+app.router.add_get("/small", small)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(argv: list[str], port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("process did not start")
+
+
+def proc_status(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])  # KiB
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
+
+
+async def read_list(session: aiohttp.ClientSession, url: str) -> tuple[float, int]:
+    started = time.perf_counter()
+    total = 0
+    async with session.get(url) as response:
+        async for chunk in response.content.iter_any():
+            total += len(chunk)
+    return total / (time.perf_counter() - started) / 1e6, total
+
+
+async def watch_delays(session: aiohttp.ClientSession, url: str) -> list[float]:
+    delays = []
+    async with session.get(url, timeout=aiohttp.ClientTimeout()) as response:
+        async for line in response.content:
+            now = time.time()
+            delays.append((now - json.loads(line)["object"]["sent"]) * 1000)
+    return delays
+
+
+async def get_latencies(session: aiohttp.ClientSession, url: str, count: int) -> list[float]:
+    latencies = []
+    for _ in range(count):
+        started = time.perf_counter()
+        async with session.get(url) as response:
+            await response.read()
+        latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list-mb", type=int, default=200)
+    parser.add_argument("--events", type=int, default=2000, help="watch events per second")
+    parser.add_argument("--seconds", type=float, default=5.0, help="watch duration")
+    parser.add_argument("--gets", type=int, default=2000)
+    args = parser.parse_args()
+    up_port, sc_port, metrics_port = free_port(), free_port(), free_port()
+    upstream = start(["-c", UPSTREAM, str(up_port)], up_port)
+    sidecar = start(["-m", "volcano_guard.cli", "sidecar", "--upstream",
+                     f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{sc_port}",
+                     "--metrics-listen", f"127.0.0.1:{metrics_port}"], sc_port)
+    direct, via = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{sc_port}"
+    try:
+        async with aiohttp.ClientSession(auto_decompress=False) as session:
+            await get_latencies(session, via + "/small", 50)  # warm up connections
+            rss_before = proc_status(sidecar.pid, "VmRSS")
+            base_mbps, _ = await read_list(session, f"{direct}/big?mb={args.list_mb}")
+            cpu_before = cpu_seconds(sidecar.pid)
+            via_mbps, size = await read_list(session, f"{via}/big?mb={args.list_mb}")
+            cpu_list = cpu_seconds(sidecar.pid) - cpu_before
+            growth = (proc_status(sidecar.pid, "VmHWM") - rss_before) / 1024
+            print(f"LIST {size / 1e6:,.0f} MB: direct {base_mbps:,.0f} MB/s, through the "
+                  f"sidecar {via_mbps:,.0f} MB/s ({via_mbps / base_mbps:.2f}x); sidecar peak RSS "
+                  f"growth {growth:,.1f} MiB, CPU {cpu_list:.2f}s")
+            print(f"  target >= 100 MB/s and < 50 MB growth: "
+                  f"{'meets' if via_mbps >= 100 and growth < 50 else 'MISSES'}")
+
+            count = int(args.events * args.seconds)
+            query = f"/api/v1/pods?watch=1&rate={args.events}&count={count}"
+            cpu_before = cpu_seconds(sidecar.pid)
+            direct_delays, via_delays = await asyncio.gather(
+                watch_delays(session, direct + query), watch_delays(session, via + query))
+            cpu_watch = (cpu_seconds(sidecar.pid) - cpu_before) / args.seconds
+            added = statistics.median(via_delays) - statistics.median(direct_delays)
+            print(f"WATCH {args.events:,} events/s for {args.seconds:g}s: median delay direct "
+                  f"{statistics.median(direct_delays):.3f} ms, through the sidecar "
+                  f"{statistics.median(via_delays):.3f} ms (added {added:.3f} ms; p99 "
+                  f"{statistics.quantiles(via_delays, n=100)[98]:.3f} ms); sidecar CPU "
+                  f"{cpu_watch:.2f} cores; {len(via_delays):,}/{count:,} events relayed")
+            print(f"  target < 1 ms added median: {'meets' if added < 1 else 'MISSES'}")
+
+            direct_gets = await get_latencies(session, direct + "/small", args.gets)
+            via_gets = await get_latencies(session, via + "/small", args.gets)
+            added = statistics.median(via_gets) - statistics.median(direct_gets)
+            print(f"GET x{args.gets:,}: median direct {statistics.median(direct_gets):.3f} ms, "
+                  f"through the sidecar {statistics.median(via_gets):.3f} ms (added "
+                  f"{added:.3f} ms)")
+            print(f"  target < 1 ms added median: {'meets' if added < 1 else 'MISSES'}")
+    finally:
+        for proc in (sidecar, upstream):
+            proc.terminate()
+            proc.wait(10)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
