@@ -85,14 +85,7 @@ def _ca_certificate(
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -112,14 +105,7 @@ def _serving_certificate(
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=False, crl_sign=False,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(
             x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]),
@@ -130,6 +116,15 @@ def _serving_certificate(
             critical=False,
         )
         .sign(ca_key, hashes.SHA256())
+    )
+
+
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    """ECDSA keys sign: certificates and CRLs for the CA, TLS handshakes for the server."""
+    return x509.KeyUsage(
+        digital_signature=True, key_cert_sign=ca, crl_sign=ca, content_commitment=False,
+        key_encipherment=False, data_encipherment=False, key_agreement=False,
+        encipher_only=False, decipher_only=False,
     )
 
 

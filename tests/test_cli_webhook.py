@@ -1,11 +1,8 @@
 """`volcano-guard webhook` as a real process: serves, and on SIGTERM finishes in-flight work."""
 
 import json
-import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -13,27 +10,18 @@ import pytest
 from certs.tls import client_context
 from tests.builders import container, pod, review
 from tests.conftest import HOSTNAME
+from tests.processes import start_cli, wait_for_log
 
 
 @pytest.fixture
 def process(certs, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("policies: {resourceRequests: {mode: enforce}}\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "volcano_guard.cli", "webhook", "--config", str(config),
-         "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-         "--tls-cert", str(certs.cert_file), "--tls-key", str(certs.key_file)],
-        stderr=subprocess.PIPE, text=True,
-    )
-    ports = None
-    deadline = time.monotonic() + 20
-    while ports is None and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        match = re.search(r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)", line)
-        if match:
-            ports = int(match[1]), int(match[2])
-    assert ports, "webhook did not log its ports"
-    yield proc, ports
+    proc = start_cli("webhook", "--config", str(config), "--listen", "127.0.0.1:0",
+                     "--metrics-listen", "127.0.0.1:0", "--tls-cert", str(certs.cert_file),
+                     "--tls-key", str(certs.key_file))
+    match = wait_for_log(proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)")
+    yield proc, (int(match[1]), int(match[2]))
     if proc.poll() is None:
         proc.kill()
     proc.wait(10)

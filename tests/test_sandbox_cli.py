@@ -1,30 +1,20 @@
 """`volcano-guard sandbox` as a process: --load seeds it, a bad file exits 2, SIGTERM stops it."""
 
 import json
-import re
 import signal
-import subprocess
-import sys
-import time
 import urllib.request
 
 from tests.conftest import REPO
+from tests.processes import start_cli, wait_for_log
 
 
 def start(*args):
-    proc = subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", "sandbox", *args],
-                            stderr=subprocess.PIPE, text=True)
-    return proc
+    return start_cli("sandbox", *args)
 
 
 def test_load_seeds_objects_and_sigterm_exits_0():
     proc = start("--listen", "127.0.0.1:0", "--load", str(REPO / "examples" / "sandbox-seed.yaml"))
-    url = None
-    deadline = time.monotonic() + 20
-    while url is None and time.monotonic() < deadline:
-        match = re.search(r"on (http://127\.0\.0\.1:\d+)", proc.stderr.readline())
-        url = match and match[1]
-    assert url, "sandbox did not log its URL"
+    url = wait_for_log(proc, r"on (http://127\.0\.0\.1:\d+)")[1]
     with urllib.request.urlopen(f"{url}/api/v1/namespaces/team-a/pods/p1") as response:
         pod = json.load(response)
     assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}

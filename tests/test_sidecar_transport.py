@@ -4,10 +4,8 @@ token rotation, and the process's SIGTERM drain."""
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -21,6 +19,7 @@ from sandbox.resources import find
 from sandbox.runner import SandboxThread
 from sidecar.service import SidecarSettings
 from sidecar.service import running as sidecar_running
+from tests.processes import start_cli, wait_for_log
 from tests.threaded import on_thread
 from volcano_guard.kubeconfig import Cluster, TokenSource
 
@@ -154,17 +153,10 @@ def test_sigterm_drains_pending_writes_then_exits_0():
     with SandboxThread() as sandbox:
         sandbox.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
                        "metadata": {"name": "q1"}, "spec": {"weight": 1}}])
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "volcano_guard.cli", "sidecar", "--upstream", sandbox.url,
-             "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-             "--flush-interval", "30"], stderr=subprocess.PIPE, text=True)
+        proc = start_cli("sidecar", "--upstream", sandbox.url, "--listen", "127.0.0.1:0",
+                         "--metrics-listen", "127.0.0.1:0", "--flush-interval", "30")
         try:
-            url = None
-            deadline = time.monotonic() + 20
-            while url is None and time.monotonic() < deadline:
-                match = re.search(r"sidecar proxy on (http://\S+) ", proc.stderr.readline())
-                url = match and match[1]
-            assert url, "the sidecar did not log its address"
+            url = wait_for_log(proc, r"sidecar proxy on (http://\S+) ")[1]
             with urllib.request.urlopen(f"{url}{Q}/q1") as response:
                 base = json.load(response)
             for n in range(3):  # the first flushes at once, the rest wait 30 s
