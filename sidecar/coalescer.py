@@ -237,8 +237,10 @@ class Coalescer:
         if pending is None:
             if len(self._pending) >= self.max_pending:
                 raise Backpressure()
+            # Flush at the end of the object's window, so every write in it rides along.
             earliest = self._last_flush.get(key, float("-inf")) + self.flush_interval
-            pending = Pending(uid, {}, first_at=now, next_at=max(now, earliest))
+            pending = Pending(uid, {}, first_at=now,
+                              next_at=max(now + self.flush_interval, earliest))
             self._pending[key] = pending
         return pending
 

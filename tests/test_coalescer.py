@@ -136,15 +136,16 @@ def test_server_side_apply_newest_per_manager_wins_and_dropped_fields_are_remove
     assert c.plan(KEY).patch["status"] == {"pending": 5, "running": None}
 
 
-def test_one_flush_per_interval_per_object(c):
+def test_a_window_collects_writes_and_flushes_at_its_end_then_one_per_interval(c):
     c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0)
-    assert c.due(0) == [KEY]
-    plan = c.plan(KEY)
-    c.complete(plan, 200, server_after(c, 11, plan), now=0.1)
-    c.absorb(put(11, {"state": "Open", "pending": 1, "allocated": {"cpu": "3"}}), now=0.2)
     assert c.due(0.5) == []
-    assert c.due(1.1) == [KEY]
-    assert c.next_due_at() == pytest.approx(1.1)
+    assert c.due(1.0) == [KEY]
+    plan = c.plan(KEY)
+    c.complete(plan, 200, server_after(c, 11, plan), now=1.0)
+    c.absorb(put(11, {"state": "Open", "pending": 1, "allocated": {"cpu": "3"}}), now=1.5)
+    assert c.due(2.0) == []
+    assert c.next_due_at() == pytest.approx(2.5)
+    assert c.due(2.5) == [KEY]
 
 
 def test_writes_during_a_flight_are_kept_for_the_next_flush(c):

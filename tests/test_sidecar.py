@@ -142,7 +142,7 @@ async def test_a_to_b_to_a_reaches_the_server(make_env):
 async def test_uid_guard_never_writes_onto_a_recreated_object(make_env):
     env = await make_env(flush_interval=0.5)
     _, old, _ = await env.via("GET", f"{Q}/q1")
-    await env.via("PUT", f"{Q}/q1/status", {**old, "status": {"state": "Open"}})  # flushed now
+    await env.via("PUT", f"{Q}/q1/status", {**old, "status": {"state": "Open"}})
     await env.via("PUT", f"{Q}/q1/status", {**old, "status": {"state": "Closed"}})  # pending
     await env.direct("DELETE", f"{Q}/q1")
     await env.direct("POST", Q, queue_body("q1"))
@@ -268,3 +268,19 @@ async def test_many_writers_on_many_objects_converge_exactly(make_env):
         _, obj, _ = await env.direct("GET", f"{Q}/{name}")
         assert obj["status"]["allocated"]["cpu"] == last[name], name
     assert env.sandbox.stats.conflicts.get("queues/status", 0) == 0
+
+
+async def test_server_side_apply_of_status_is_coalesced_newest_per_manager(make_env):
+    env = await make_env()
+    await env.via("GET", f"{Q}/q1")
+    apply = "application/apply-patch+yaml"
+    path = f"{Q}/q1/status?fieldManager=volcano-controller&force=true"
+    async with env.session.patch(env.sidecar.url + path, headers={"Content-Type": apply},
+                                 data="status:\n  pending: 3\n  running: 1\n") as response:
+        assert response.status == 200
+    async with env.session.patch(env.sidecar.url + path, headers={"Content-Type": apply},
+                                 data="status:\n  pending: 4\n") as response:
+        assert response.status == 200
+    await env.settle()
+    _, final, _ = await env.direct("GET", f"{Q}/q1")
+    assert final["status"] == {"pending": 4}  # running dropped by the newer apply
