@@ -17,7 +17,6 @@ import asyncio
 import json
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,30 +24,20 @@ from pathlib import Path
 
 import aiohttp
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from volcano_guard.processes import free_port, memory_kib, wait_for_port
+
 ROOT = Path(__file__).resolve().parent.parent
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
 CONCURRENCY = 32
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start(argv: list[str], port: int) -> subprocess.Popen:
-    pin = ["taskset", "-c", "0"] if os.cpu_count() and os.cpu_count() > 1 else []
+    pin = ["taskset", "-c", "0"] if (os.cpu_count() or 1) > 1 else []
     proc = subprocess.Popen([*pin, sys.executable, *argv], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"server on port {port} did not start")
+    wait_for_port(port, proc, timeout=15)
+    return proc
 
 
 async def load(url: str, method: str, body_for, seconds: float) -> float:
@@ -141,20 +130,12 @@ async def throughput(seconds: float) -> None:
     print(f"target > 3,000 req/s on one core: {verdict}")
 
 
-def rss_kib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
 def seed_pods(count: int, result: multiprocessing.Queue) -> None:
-    sys.path.insert(0, str(ROOT))
     from sandbox.runner import seed
     from sandbox.store import Store
 
     store = Store()
-    before = rss_kib()
+    before = memory_kib()
     started = time.perf_counter()
     pods = ({"apiVersion": "v1", "kind": "Pod",
              "metadata": {"name": f"worker-{i}", "namespace": f"team-{i % 50}",
@@ -166,7 +147,7 @@ def seed_pods(count: int, result: multiprocessing.Queue) -> None:
                                                     "limits": {"cpu": "4", "memory": "16Gi"}}}]}}
             for i in range(count))
     seed(store, pods)
-    result.put((rss_kib() - before, time.perf_counter() - started))
+    result.put((memory_kib() - before, time.perf_counter() - started))
 
 
 def memory(count: int) -> None:

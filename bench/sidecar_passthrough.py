@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,14 @@ import time
 from pathlib import Path
 
 import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from volcano_guard.processes import (
+    cpu_seconds,
+    free_port,
+    memory_kib,
+    wait_for_port,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,36 +70,11 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start(argv: list[str], port: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("process did not start")
-
-
-def proc_status(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])  # KiB
-    return 0
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
+    wait_for_port(port, proc, timeout=15)
+    return proc
 
 
 async def read_list(session: aiohttp.ClientSession, url: str) -> tuple[float, int]:
@@ -139,12 +121,12 @@ async def main() -> None:
     try:
         async with aiohttp.ClientSession(auto_decompress=False) as session:
             await get_latencies(session, via + "/small", 50)  # warm up connections
-            rss_before = proc_status(sidecar.pid, "VmRSS")
+            rss_before = memory_kib(sidecar.pid, "VmRSS")
             base_mbps, _ = await read_list(session, f"{direct}/big?mb={args.list_mb}")
             cpu_before = cpu_seconds(sidecar.pid)
             via_mbps, size = await read_list(session, f"{via}/big?mb={args.list_mb}")
             cpu_list = cpu_seconds(sidecar.pid) - cpu_before
-            growth = (proc_status(sidecar.pid, "VmHWM") - rss_before) / 1024
+            growth = (memory_kib(sidecar.pid, "VmHWM") - rss_before) / 1024
             print(f"LIST {size / 1e6:,.0f} MB: direct {base_mbps:,.0f} MB/s, through the "
                   f"sidecar {via_mbps:,.0f} MB/s ({via_mbps / base_mbps:.2f}x); sidecar peak RSS "
                   f"growth {growth:,.1f} MiB, CPU {cpu_list:.2f}s")

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from sandbox.resources import ResourceType, group_versions
+from volcano_guard.status import status_response
 
 _FIELD_VALIDATION = {
     "name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True},
@@ -88,6 +89,4 @@ async def document(request: web.Request) -> web.Response:
     for group, version in group_versions():
         if _key(group, version) == path:
             return web.json_response(build_document(group, version))
-    return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                              "message": f"no OpenAPI document for {path}",
-                              "reason": "NotFound", "code": 404}, status=404)
+    return status_response(404, f"no OpenAPI document for {path}")

@@ -167,10 +167,11 @@ async def _stats(request: web.Request) -> web.Response:
 async def _set_faults(request: web.Request) -> web.Response:
     try:
         data = decode(await request.read())
-        if not isinstance(data, dict) or not isinstance(data.get("rules", []), list):
+        if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
             raise ValueError('expected {"rules": [...]}')
-        rules = tuple(FaultRule.from_dict(rule) if isinstance(rule, dict) else
-                      _raise(ValueError("each rule must be an object")) for rule in data["rules"])
+        if not all(isinstance(rule, dict) for rule in data["rules"]):
+            raise ValueError("each rule must be an object")
+        rules = tuple(FaultRule.from_dict(rule) for rule in data["rules"])
     except (BodyError, ValueError) as exc:
         return status_response(400, f"bad fault rules: {exc}")
     request.app[FAULTS_KEY].rules = rules
@@ -180,10 +181,6 @@ async def _set_faults(request: web.Request) -> web.Response:
 async def _clear_faults(request: web.Request) -> web.Response:
     request.app[FAULTS_KEY].rules = ()
     return web.json_response({"rules": 0})
-
-
-def _raise(exc: Exception) -> Any:
-    raise exc
 
 
 # -- resources ------------------------------------------------------------------------------

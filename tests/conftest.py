@@ -9,8 +9,9 @@ import pytest
 
 from certs.generate import GeneratedCerts, generate
 from certs.tls import client_context, server_context
+from volcano_guard.listen import Listen
 from webhook.config import Config, config_from_dict
-from webhook.server import Listen, running
+from webhook.server import running
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICE, NAMESPACE = "volcano-guard", "volcano-system"

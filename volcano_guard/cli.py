@@ -140,7 +140,8 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
 
 def run_webhook(args: argparse.Namespace) -> int:
     from certs.tls import server_context
-    from webhook.server import parse_listen, serve
+    from volcano_guard.listen import parse_listen
+    from webhook.server import serve
 
     config = _load_config_or_exit(args.config)
     try:
@@ -184,7 +185,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
     from sidecar.routes import DEFAULT_COALESCED, parse_resource
     from sidecar.service import SidecarSettings, serve
     from volcano_guard.kubeconfig import KubeconfigError, resolve
-    from webhook.server import parse_listen
+    from volcano_guard.listen import parse_listen
 
     try:
         listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
@@ -203,7 +204,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
 
 def run_sandbox(args: argparse.Namespace) -> int:
     from sandbox.runner import serve_forever
-    from webhook.server import parse_listen
+    from volcano_guard.listen import parse_listen
 
     try:
         listen = parse_listen(args.listen)

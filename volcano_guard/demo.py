@@ -24,9 +24,10 @@ import yaml
 from certs.generate import generate
 from certs.tls import client_context, server_context
 from volcano_guard.jsonpatch import apply_patch
+from volcano_guard.listen import Listen
 from volcano_guard.storm import StormSettings, format_results, run_storm
 from webhook.config import load_config
-from webhook.server import Listen, running
+from webhook.server import running
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO_ROOT / "examples"

@@ -24,9 +24,7 @@ import copy
 import heapq
 import itertools
 import json
-import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from volcano_guard.processes import cpu_seconds, free_port, memory_kib, wait_for_port
 
 Q_PATH = "/apis/scheduling.volcano.sh/v1beta1/queues"
 
@@ -311,27 +311,13 @@ def floor_writes(change_times: dict[str, list[float]], interval: float) -> int:
 
 # -- processes ----------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.asynccontextmanager
 async def _process(args: list[str], port: int) -> AsyncIterator[subprocess.Popen[bytes]]:
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", *args], cwd=root,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"volcano-guard {args[0]} did not start") from None
-                await asyncio.sleep(0.05)
+        await asyncio.to_thread(wait_for_port, port, proc)
         yield proc
     finally:
         proc.terminate()
@@ -341,22 +327,10 @@ async def _process(args: list[str], port: int) -> AsyncIterator[subprocess.Popen
             proc.kill()
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 # -- one run ----------------------------------------------------------------------------------
 
 async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResult:
-    sandbox_port = _free_port()
+    sandbox_port = free_port()
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(_process(
             ["sandbox", "--listen", f"127.0.0.1:{sandbox_port}"], sandbox_port))
@@ -365,7 +339,7 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
         if through_sidecar:
             endpoints = []
             for _ in range(2):
-                port, metrics_port = _free_port(), _free_port()
+                port, metrics_port = free_port(), free_port()
                 sidecars.append(await stack.enter_async_context(_process(
                     ["sidecar", "--upstream", sandbox, "--listen", f"127.0.0.1:{port}",
                      "--metrics-listen", f"127.0.0.1:{metrics_port}",
@@ -409,7 +383,7 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
         await asyncio.gather(*writers, *background, return_exceptions=True)
         async with session.get(f"{sandbox}/sandbox/stats") as response:
             stats = await response.json()
-        rss = max((peak_rss_mib(p.pid) for p in sidecars), default=None)
+        rss = max((memory_kib(p.pid, "VmHWM") / 1024 for p in sidecars), default=None)
         elapsed = loop.time() - started
         cpu = max((cpu_seconds(p.pid) / elapsed for p in sidecars), default=None)
     floor = (floor_writes(controller_stats.change_times, settings.flush_interval)

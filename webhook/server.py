@@ -14,11 +14,11 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 from aiohttp import web
 
 from volcano_guard.jsonbody import BodyError, decode
+from volcano_guard.listen import Listen
 from volcano_guard.metrics import add_probes, metrics_app
 from volcano_guard.status import status_response
 from webhook import decision as decisions
@@ -160,20 +160,6 @@ def _internal_error(config: Config) -> decisions.Decision:
     if config.failClosed:
         return decisions.denied(message, code=500)
     return decisions.with_warnings(decisions.allowed(), [message])
-
-
-@dataclass(frozen=True)
-class Listen:
-    host: str
-    port: int
-
-
-def parse_listen(text: str) -> Listen:
-    """"HOST:PORT" (IPv6 as [::1]:PORT) -> Listen; ValueError naming the problem."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    return Listen(host.strip("[]") or "0.0.0.0", int(port))
 
 
 @asynccontextmanager
