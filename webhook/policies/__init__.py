@@ -12,14 +12,18 @@ from typing import Literal
 from webhook import decision as decisions
 from webhook.config import Mode
 from webhook.decision import Decision
-from webhook.policies import resource_requests
+from webhook.policies import node_name, resource_requests
 from webhook.policies.base import Policy, PolicyContext, Verdict, apply_mode
 from webhook.review import AdmissionRequest
 
 Phase = Literal["mutate", "validate"]
 NO_POLICY = "none"  # the metrics label when no policy handled a request
 
-POLICIES: tuple[Policy, ...] = (resource_requests.POLICY,)
+POLICIES: tuple[Policy, ...] = (
+    resource_requests.POLICY,
+    node_name.POLICY,
+    node_name.BINDING_POLICY,
+)
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,10 @@ policy does not apply to this request."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from volcano_guard.informer import Snapshot
 from webhook import decision as decisions
 from webhook.config import Config, Mode
 from webhook.decision import Decision, Operation
@@ -24,9 +25,11 @@ class Verdict:
 
 @dataclass(frozen=True)
 class PolicyContext:
-    """Everything a policy may read besides the request. Later: cache snapshots."""
+    """Everything a policy may read besides the request: the config and cache snapshots taken
+    once for this decision (None: no cache, e.g. the cluster is not reachable)."""
 
     config: Config
+    nodes: Snapshot[Mapping[str, str]] | None = None
 
 
 Check = Callable[[AdmissionRequest, PolicyContext], Verdict | None]

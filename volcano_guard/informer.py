@@ -1,0 +1,146 @@
+"""One list+watch informer type (nodes now, PodGroups next), through the `kubernetes` client.
+
+The informer's thread owns its working state; after every change it publishes an immutable
+Snapshot by swapping one reference. Readers (the admission path) take `informer.snapshot` once
+per decision and never lock: a snapshot never changes after it is published, so a decision
+cannot see a torn or half-applied state (design.md problem 4).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger("volcano_guard.informer")
+T = TypeVar("T")
+WATCH_SECONDS = 300  # restart watches now and then, as client-go's reflector does
+
+
+@dataclass(frozen=True)
+class Snapshot(Generic[T]):
+    items: Mapping[str, T]
+    synced: bool = False
+    resource_version: str = ""
+
+
+def empty_snapshot() -> Snapshot[Any]:
+    return Snapshot(MappingProxyType({}))
+
+
+def static_snapshot(items: Mapping[str, T]) -> Snapshot[T]:
+    """A synced snapshot of fixed items (offline `check`, the demo, tests)."""
+    return Snapshot(MappingProxyType(dict(items)), synced=True)
+
+
+class Gone(Exception):
+    pass
+
+
+class Informer(Generic[T]):
+    def __init__(self, name: str, list_func: Callable[..., Any],
+                 extract: Callable[[dict[str, Any]], T],
+                 key: Callable[[dict[str, Any]], str] | None = None) -> None:
+        self.name, self._list, self._extract = name, list_func, extract
+        self._key = key or _name_key
+        self.snapshot: Snapshot[T] = empty_snapshot()
+        self.relists = 0
+        self._items: dict[str, T] = {}
+        self._stop = threading.Event()
+        self._watch: watch.Watch | None = None
+        self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                self._list_and_watch()
+                delay = 0.5
+            except Gone:
+                log.info("%s: resourceVersion too old, re-listing", self.name)
+            except Exception as exc:  # the API server may be down: back off and reconnect
+                if self._stop.is_set():
+                    return
+                log.warning("%s: list/watch failed (%s); retrying in %.1fs", self.name, exc,
+                            delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+
+    def _list_and_watch(self) -> None:
+        response = self._list(_preload_content=False)
+        listed = json.loads(response.data)
+        self._items = {self._key(obj): self._extract(obj) for obj in listed.get("items") or []}
+        version = listed["metadata"]["resourceVersion"]
+        self.relists += 1
+        self._publish(version)
+        while not self._stop.is_set():
+            self._watch = watch.Watch()
+            events = self._watch.stream(self._list, resource_version=version,
+                                        allow_watch_bookmarks=True,
+                                        timeout_seconds=WATCH_SECONDS, deserialize=False)
+            try:
+                for event in events:
+                    version = self._apply(event, version)
+                    if self._stop.is_set():
+                        return
+            except ApiException as exc:
+                if exc.status == 410:
+                    raise Gone() from None
+                raise
+
+    def _apply(self, event: dict[str, Any], version: str) -> str:
+        kind, obj = event.get("type"), event.get("raw_object") or event.get("object")
+        if not isinstance(obj, dict):
+            return version
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Gone()
+            raise RuntimeError(f"watch error: {obj.get('message')}")
+        version = (obj.get("metadata") or {}).get("resourceVersion") or version
+        if kind == "BOOKMARK":
+            return version
+        if kind == "DELETED":
+            self._items.pop(self._key(obj), None)
+        else:
+            self._items[self._key(obj)] = self._extract(obj)
+        self._publish(version)
+        return version
+
+    def _publish(self, version: str) -> None:
+        self.snapshot = Snapshot(MappingProxyType(dict(self._items)), True, version)
+
+
+def _name_key(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace")
+    return f"{namespace}/{metadata['name']}" if namespace else metadata["name"]
+
+
+def node_labels(node: dict[str, Any]) -> Mapping[str, str]:
+    """What the nodeName policy keeps of a node: its labels (a few hundred bytes)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return MappingProxyType({str(k): str(v) for k, v in labels.items()})
+
+
+def wait_synced(informer: Informer[Any], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not informer.snapshot.synced and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return informer.snapshot.synced

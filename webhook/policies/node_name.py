@@ -1,0 +1,193 @@
+"""Policy nodeName: no pod reaches a Volcano-managed node around Volcano's accounting.
+
+A pod created with `spec.nodeName` skips every scheduler; on a node Volcano manages it drives the
+node's idle resources negative in Volcano's cache and crashes its scheduler (design.md problem
+2). `action: deny` refuses it; `action: rewrite` (in /mutate) turns the nodeName into a required
+node affinity on `metadata.name`, ANDed into every existing term as the DaemonSet controller
+does, and hands the pod to Volcano. The binding guard refuses `pods/binding` onto a managed node
+by anyone but the configured Volcano scheduler identities.
+
+Managed nodes are chosen as the Volcano scheduler's `--node-selector key:value` flags choose
+them: a node is managed if any selector matches one of its labels; no selectors, every node.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from volcano_guard import jsonpatch
+from webhook.config import Config, NodeNameConfig
+from webhook.policies.base import Policy, PolicyContext, Verdict
+from webhook.review import AdmissionRequest
+
+NAME = "nodeName"
+BINDING_NAME = "bindingGuard"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def settings(config: Config) -> NodeNameConfig:
+    return config.policies.nodeName
+
+
+def is_managed(labels: Mapping[str, str], selectors: tuple[str, ...]) -> bool:
+    """Volcano's --node-selector rule: any key:value matches, or no selectors at all."""
+    if not selectors:
+        return True
+    for selector in selectors:
+        key, _, value = selector.partition(":")
+        if labels.get(key) == value:
+            return True
+    return False
+
+
+def node_decision(node: str, context: PolicyContext) -> str | None:
+    """Why the pod may not go to node ('managed', 'unknown', 'not synced'), or None."""
+    config = settings(context.config)
+    nodes = context.nodes
+    if nodes is None or not nodes.synced:
+        return "not synced" if context.config.failClosed else None
+    labels = nodes.items.get(node)
+    if labels is None:
+        return "unknown" if config.unknownNodes == "deny" else None
+    return "managed" if is_managed(labels, config.managedNodeSelectors) else None
+
+
+def validate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    node = _bound_node(request, context)
+    if node is None:
+        return None
+    reason = node_decision(node, context)
+    if reason is None:
+        return Verdict()
+    return Verdict(violations=(_message(request, node, reason, context.config),))
+
+
+def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    if settings(context.config).action != "rewrite":
+        return None
+    node = _bound_node(request, context)
+    if node is None or node_decision(node, context) is None:
+        return None if node is None else Verdict()
+    spec = request.object["spec"] if request.object else {}
+    scheduler = context.config.volcanoSchedulerNames[0]
+    patch = (
+        jsonpatch.remove("/spec/nodeName"),
+        jsonpatch.add("/spec/affinity", pin_to_node(spec.get("affinity"), node)),
+        jsonpatch.add("/spec/schedulerName", scheduler),
+    )
+    change = (f'move {request.describe()} from spec.nodeName "{node}" to a required node '
+              f'affinity on metadata.name and schedulerName "{scheduler}"')
+    return Verdict(patch=patch, changes=(change,))
+
+
+def validate_binding(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    """pods/binding CREATE: only the configured binders may bind onto a managed node."""
+    if request.operation != "CREATE" or not _is_binding(request):
+        return None
+    target = (request.object or {}).get("target")
+    node = target.get("name") if isinstance(target, dict) else None
+    if not isinstance(node, str) or not node:
+        return None
+    binder = request.user.username
+    if binder in settings(context.config).bindingGuard.allowedBinders:
+        return Verdict()
+    reason = node_decision(node, context)
+    if reason is None:
+        return Verdict()
+    pod = f'{request.namespace}/{request.name}' if request.namespace else request.name
+    allowed = ", ".join(settings(context.config).bindingGuard.allowedBinders)
+    return Verdict(violations=(
+        f'{binder or "an anonymous user"} may not bind pod "{pod}" to node "{node}": '
+        f"{_reason_text(reason)}; only {allowed} may bind there (add the binder to "
+        "policies.nodeName.bindingGuard.allowedBinders if it is a Volcano scheduler)",
+    ))
+
+
+POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
+                validate=validate)
+BINDING_POLICY = Policy(name=BINDING_NAME, mode=lambda config: settings(config).bindingGuard.mode,
+                        validate=validate_binding)
+
+
+def pin_to_node(affinity: Any, node: str) -> dict[str, Any]:
+    """affinity with `metadata.name In [node]` required, ANDed into every nodeSelectorTerm
+    (a new single term when there is none), as the DaemonSet controller pins its pods."""
+    result = copy.deepcopy(affinity) if isinstance(affinity, dict) else {}
+    node_affinity = result.get("nodeAffinity")
+    node_affinity = node_affinity if isinstance(node_affinity, dict) else {}
+    required = node_affinity.get(REQUIRED)
+    required = required if isinstance(required, dict) else {}
+    terms = required.get("nodeSelectorTerms")
+    terms = [t if isinstance(t, dict) else {} for t in terms] if isinstance(terms, list) else []
+    requirement = {"key": "metadata.name", "operator": "In", "values": [node]}
+    if not terms:
+        terms = [{"matchFields": [requirement]}]
+    for term in terms:
+        # metadata.name is the only field matchFields supports, so ours replaces any other.
+        term["matchFields"] = [requirement]
+    required["nodeSelectorTerms"] = terms
+    node_affinity[REQUIRED] = required
+    result["nodeAffinity"] = node_affinity
+    return result
+
+
+def _bound_node(request: AdmissionRequest, context: PolicyContext) -> str | None:
+    """The node a pod CREATE names, unless the pod or its creator is exempt."""
+    if (request.kind.group, request.kind.kind) != ("", "Pod") or request.operation != "CREATE":
+        return None
+    if request.sub_resource or request.object is None:
+        return None
+    spec = request.object.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, dict) else None
+    if not isinstance(node, str) or not node or _exempt(request, settings(context.config)):
+        return None
+    return node
+
+
+def _exempt(request: AdmissionRequest, config: NodeNameConfig) -> bool:
+    metadata = request.object.get("metadata") if request.object else None
+    metadata = metadata if isinstance(metadata, dict) else {}
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, dict) and MIRROR_ANNOTATION in annotations:
+        return True  # static pods: the kubelet creates them on its own node
+    if request.namespace in config.exemptNamespaces:
+        return True
+    if request.user.username in config.exemptUsers:
+        return True
+    if set(request.user.groups) & set(config.exemptGroups):
+        return True
+    return config.allowDaemonSets and _owned_by_daemonset(metadata)
+
+
+def _owned_by_daemonset(metadata: dict[str, Any]) -> bool:
+    owners = metadata.get("ownerReferences")
+    return isinstance(owners, list) and any(
+        isinstance(o, dict) and o.get("kind") == "DaemonSet" and o.get("controller") is True
+        for o in owners)
+
+
+def _is_binding(request: AdmissionRequest) -> bool:
+    if request.resource.resource == "pods" and request.sub_resource == "binding":
+        return True
+    return request.resource.resource == "bindings" and request.kind.kind == "Binding"
+
+
+def _reason_text(reason: str) -> str:
+    return {
+        "managed": "the node is managed by the Volcano scheduler",
+        "unknown": "the node is not known to volcano-guard (policies.nodeName.unknownNodes: "
+                   "deny)",
+        "not synced": "volcano-guard's node cache is not synced yet (failClosed: true)",
+    }[reason]
+
+
+def _message(request: AdmissionRequest, node: str, reason: str, config: Config) -> str:
+    return (
+        f'{request.describe()} sets spec.nodeName "{node}": {_reason_text(reason)}, and a pod '
+        "bound directly bypasses Volcano's resource accounting. Remove spec.nodeName; to run "
+        f'on that node use nodeSelector kubernetes.io/hostname: "{node}" or a required node '
+        f'affinity, with schedulerName "{config.volcanoSchedulerNames[0]}"'
+    )
