@@ -8,6 +8,7 @@ injection, then served from the Store. Every error body is a Kubernetes Status.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -398,7 +399,8 @@ async def _watch(request: web.Request, info: RequestInfo) -> web.StreamResponse:
         return response  # the client went away
     finally:
         store.stop_watch(watcher)
-    await response.write_eof()
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
     return response
 
 

@@ -104,3 +104,13 @@ def test_cli_exits_2_for_a_missing_config_file(tmp_path, capsys):
               "--tls-key", "y"])
     assert info.value.code == 2
     assert "cannot read config file" in capsys.readouterr().err
+
+
+def test_unquoted_off_is_the_mode_off_not_a_boolean(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("policies:\n  nodeName:\n    mode: off\n    bindingGuard: {mode: off}\n")
+    config = load_config(path)
+    assert config.policies.nodeName.mode == "off"
+    assert config.policies.nodeName.bindingGuard.mode == "off"
+    with pytest.raises(ConfigError, match=r"policies\.resourceRequests\.mode"):
+        config_from_dict({"policies": {"resourceRequests": {"mode": True}}})

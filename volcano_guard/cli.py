@@ -52,6 +52,8 @@ def _add_webhook(commands: argparse._SubParsersAction) -> None:
     webhook.add_argument(
         "--metrics-listen", default="0.0.0.0:9090", help="HOST:PORT for /metrics (plain HTTP)"
     )
+    webhook.add_argument("--kubeconfig", help="kubeconfig for the node cache (default: "
+                         "in-cluster config)")
     webhook.set_defaults(run=run_webhook)
 
 
@@ -140,17 +142,21 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
 
 def run_webhook(args: argparse.Namespace) -> int:
     from certs.tls import server_context
+    from volcano_guard.kubeconfig import KubeconfigError, resolve
     from volcano_guard.listen import parse_listen
+    from webhook.caches import Caches, needs_nodes
     from webhook.server import serve
 
     config = _load_config_or_exit(args.config)
     try:
         listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
         tls = server_context(args.tls_cert, args.tls_key)
-    except (ValueError, OSError) as exc:
+        cluster = resolve(kubeconfig=args.kubeconfig) if needs_nodes(config) else None
+        caches = Caches.for_config(config, cluster)
+    except (ValueError, OSError, KubeconfigError) as exc:
         print(f"volcano-guard webhook: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    asyncio.run(serve(config, listen, metrics_listen, tls))
+    asyncio.run(serve(config, listen, metrics_listen, tls, caches=caches))
     return 0
 
 

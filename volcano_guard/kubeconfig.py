@@ -10,6 +10,7 @@ import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from certs.tls import client_context
 
@@ -109,3 +110,25 @@ class TokenSource:
             except OSError:
                 pass
         return self._token
+
+
+def kubernetes_configuration(cluster: Cluster) -> Any:
+    """A `kubernetes` client Configuration for cluster, its token re-read as it rotates."""
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = cluster.url
+    configuration.ssl_ca_cert = cluster.ca_file
+    configuration.cert_file = cluster.client_cert
+    configuration.key_file = cluster.client_key
+    configuration.verify_ssl = cluster.verify
+    tokens = TokenSource(cluster)
+
+    def refresh(config: Any) -> None:
+        token = tokens.token()
+        if token:
+            config.api_key["authorization"] = f"Bearer {token}"
+
+    refresh(configuration)
+    configuration.refresh_api_key_hook = refresh
+    return configuration

@@ -136,6 +136,8 @@ def _read_value(hint: Any, value: object, where: str) -> Any:
     if dataclasses.is_dataclass(hint):
         return _read_dataclass(hint, {} if value is None else value, where)
     if origin is Literal:
+        if value is False and "off" in get_args(hint):
+            return "off"  # YAML 1.1 reads an unquoted `off` as false
         if value not in get_args(hint):
             choices = " | ".join(str(choice) for choice in get_args(hint))
             raise ConfigError(f"{where}: {value!r} is not one of {choices}")

@@ -23,6 +23,7 @@ from volcano_guard.metrics import add_probes, metrics_app
 from volcano_guard.status import status_response
 from webhook import decision as decisions
 from webhook import review
+from webhook.caches import Caches
 from webhook.config import Config
 from webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, ADMISSION_REQUESTS
 from webhook.policies import NO_POLICY, Phase, evaluate
@@ -32,6 +33,7 @@ from webhook.workloads import ObjectShapeError
 log = logging.getLogger("volcano_guard.webhook")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CONFIG_KEY = web.AppKey("config", Config)
+CACHES_KEY = web.AppKey("caches", Caches)
 _READ_CHUNK = 64 * 1024
 
 
@@ -84,16 +86,19 @@ class RequestError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-def create_app(config: Config, ready: Callable[[], bool] = lambda: True) -> web.Application:
-    """The admission app: POST /mutate, POST /validate, GET /healthz, GET /readyz."""
+def create_app(config: Config, caches: Caches | None = None) -> web.Application:
+    """The admission app: POST /mutate, POST /validate, GET /healthz, GET /readyz (ready once
+    the caches have synced)."""
+    caches = caches or Caches()
     app = web.Application(
         client_max_size=config.maxRequestBytes + 1, middlewares=[_track_in_flight]
     )
     app[CONFIG_KEY] = config
+    app[CACHES_KEY] = caches
     app[IN_FLIGHT_KEY] = InFlight()
     app.router.add_post("/mutate", _handler("mutate"))
     app.router.add_post("/validate", _handler("validate"))
-    add_probes(app, ready)
+    add_probes(app, caches.ready)
     return app
 
 
@@ -103,7 +108,9 @@ def _handler(phase: Phase) -> Handler:
         try:
             body = await read_body(request, config.maxRequestBytes)
             started = time.perf_counter()
-            answer = admit(phase, body, config)
+            # One snapshot per decision: every policy sees the same, unchanging cluster view.
+            context = PolicyContext(config=config, nodes=request.app[CACHES_KEY].nodes())
+            answer = admit(phase, body, context)
             ADMISSION_DURATION.observe(time.perf_counter() - started)
             return web.json_response(answer)
         except RequestError as exc:
@@ -132,14 +139,15 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def admit(phase: Phase, body: bytes, config: Config) -> dict[str, object]:
+def admit(phase: Phase, body: bytes, context: PolicyContext) -> dict[str, object]:
     """AdmissionReview bytes -> AdmissionReview answer; RequestError for unusable input."""
+    config = context.config
     try:
         request = review.parse(decode(body))
     except (BodyError, review.ReviewError) as exc:
         raise RequestError(400, "bad_review", str(exc)) from None
     try:
-        evaluation = evaluate(phase, request, PolicyContext(config=config))
+        evaluation = evaluate(phase, request, context)
     except ObjectShapeError as exc:
         raise RequestError(400, "bad_object", f"request.object: {exc}") from None
     except Exception:  # a bug in a policy must not take the API server's requests down
@@ -170,12 +178,14 @@ async def running(
     tls: ssl.SSLContext,
     *,
     shutdown_timeout: float = 30.0,
+    caches: Caches | None = None,
 ) -> AsyncIterator[tuple[int, int]]:
     """Serve inside the block; yields the bound (admission, metrics) ports (0 picks free ones).
     Leaving the block stops accepting and waits up to shutdown_timeout for in-flight requests."""
-    app = create_app(config)
+    caches = caches or Caches()
+    app = create_app(config, caches)
     admission = web.AppRunner(app, shutdown_timeout=shutdown_timeout)
-    metrics = web.AppRunner(metrics_app(), access_log=None)
+    metrics = web.AppRunner(metrics_app(caches.ready), access_log=None)
     await admission.setup()
     await metrics.setup()
     try:
@@ -199,20 +209,22 @@ async def serve(
     tls: ssl.SSLContext,
     *,
     shutdown_timeout: float = 30.0,
+    caches: Caches | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then finish in-flight requests and return."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with running(config, listen, metrics_listen, tls, shutdown_timeout=shutdown_timeout) as (
-        port,
-        metrics_port,
-    ):
+    caches = caches or Caches()
+    caches.start()
+    async with running(config, listen, metrics_listen, tls, shutdown_timeout=shutdown_timeout,
+                       caches=caches) as (port, metrics_port):
         log.info("webhook listening on https://%s:%d, metrics on http://%s:%d",
                  listen.host, port, metrics_listen.host, metrics_port)
         await stop.wait()
         log.info("shutting down: finishing in-flight requests")
+    caches.stop()
 
 
 def _bound_port(runner: web.AppRunner) -> int:
