@@ -105,3 +105,39 @@ def test_workload_templates_lists_and_cronjobs(tmp_path, capsys):
 def test_non_kubernetes_documents_are_skipped(tmp_path, capsys):
     write(tmp_path, "kustomization.yaml", "resources: [a.yaml]\n")
     assert main(["check", "-f", str(tmp_path)]) == 0
+
+
+def bound_pod(node):
+    obj = pod(container("c", requests={"cpu": "1", "memory": "1Gi"}))
+    obj["spec"]["nodeName"] = node
+    return obj
+
+
+def test_node_name_without_nodes_file_counts_every_node_as_managed(tmp_path, capsys):
+    write(tmp_path, "pod.json", json.dumps(bound_pod("any-node")))
+    assert main(["check", "-f", str(tmp_path / "pod.json")]) == 1
+    assert 'sets spec.nodeName "any-node"' in capsys.readouterr().out
+
+
+def test_node_name_with_a_nodes_file_uses_the_managed_selectors(tmp_path, capsys):
+    nodes = {"apiVersion": "v1", "kind": "NodeList", "items": [
+        {"apiVersion": "v1", "kind": "Node",
+         "metadata": {"name": "gpu-1", "labels": {"volcano.sh/role": "train"}}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "web-1"}}]}
+    write(tmp_path, "nodes.yaml", json.dumps(nodes))
+    config = write(tmp_path, "config.txt",
+                   "policies: {nodeName: {managedNodeSelectors: ['volcano.sh/role:train']}}")
+    write(tmp_path, "web.json", json.dumps(bound_pod("web-1")))
+    write(tmp_path, "gpu.json", json.dumps(bound_pod("gpu-1")))
+    args = ["--nodes", str(tmp_path / "nodes.yaml"), "--config", str(config)]
+    assert main(["check", "-f", str(tmp_path / "web.json"), *args]) == 0
+    assert main(["check", "-f", str(tmp_path / "gpu.json"), *args]) == 1
+    assert 'sets spec.nodeName "gpu-1"' in capsys.readouterr().out
+
+
+def test_a_nodes_file_without_nodes_is_unusable(tmp_path, capsys):
+    write(tmp_path, "nodes.yaml", json.dumps({"kind": "Pod", "metadata": {"name": "x"}}))
+    write(tmp_path, "pod.json", json.dumps(bound_pod("a")))
+    assert main(["check", "-f", str(tmp_path / "pod.json"), "--nodes",
+                 str(tmp_path / "nodes.yaml")]) == 2
+    assert "expected Node objects" in capsys.readouterr().err

@@ -78,6 +78,8 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
                        metavar="PATH", help="file or directory of YAML/JSON (repeatable)")
     check.add_argument("--config", help="YAML config file (default: every default)")
     check.add_argument("--output", choices=("text", "json"), default="text")
+    check.add_argument("--nodes", metavar="FILE", help="Nodes (a NodeList or Node YAMLs) for "
+                       "the nodeName policy; without it every node counts as Volcano-managed")
     check.set_defaults(run=run_check)
 
 
@@ -179,7 +181,7 @@ def run_check(args: argparse.Namespace) -> int:
 
     config = _load_config_or_exit(args.config)
     try:
-        report = check(args.paths, config)
+        report = check(args.paths, config, args.nodes)
     except UnusableInput as exc:
         print(f"volcano-guard check: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE

@@ -8,13 +8,14 @@ violations are reported. Exit codes: 0 clean, 1 violations, 2 unusable input.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from volcano_guard.informer import Snapshot, node_labels, static_snapshot
 from volcano_guard.jsonpatch import JsonPatchError, apply_patch
 from webhook import review
 from webhook.config import Config
@@ -58,15 +59,50 @@ class Report:
         return EXIT_VIOLATIONS if enforced else EXIT_CLEAN
 
 
-def run_check(paths: list[str], config: Config) -> Report:
-    """Check every manifest under paths; UnusableInput if any file cannot be used."""
+def run_check(paths: list[str], config: Config, nodes_file: str | None = None) -> Report:
+    """Check every manifest under paths; UnusableInput if any file cannot be used.
+
+    Nodes come from nodes_file (a NodeList or Node documents); without it every node counts
+    as Volcano-managed, the safe answer for a pipeline that cannot see the cluster."""
+    context = offline_context(config, nodes_file)
     violations: list[Violation] = []
     documents = 0
     for file in manifest_files(paths):
         for index, document in enumerate(load_documents(file)):
             documents += 1
-            violations.extend(check_document(str(file), index, document, config))
+            violations.extend(check_document(str(file), index, document, context))
     return Report(tuple(violations), documents)
+
+
+def offline_context(config: Config, nodes_file: str | None) -> PolicyContext:
+    if nodes_file is None:
+        node_name = replace(config.policies.nodeName, managedNodeSelectors=())
+        config = replace(config, policies=replace(config.policies, nodeName=node_name))
+        return PolicyContext(config=config, nodes=Snapshot(_EveryNode(), synced=True))
+    nodes: dict[str, Mapping[str, str]] = {}
+    for document in load_documents(Path(nodes_file)):
+        items = document.get("items") if isinstance(document, dict) else None
+        for obj in items if isinstance(items, list) else [document]:
+            if not isinstance(obj, dict) or obj.get("kind") != "Node":
+                raise UnusableInput(f"{nodes_file}: expected Node objects or a NodeList")
+            try:
+                nodes[obj["metadata"]["name"]] = node_labels(obj)
+            except (KeyError, TypeError, AttributeError):
+                raise UnusableInput(f"{nodes_file}: a Node without metadata.name") from None
+    return PolicyContext(config=config, nodes=static_snapshot(nodes))
+
+
+class _EveryNode(Mapping[str, Mapping[str, str]]):
+    """A node list that knows every name (with no labels): all nodes count as managed."""
+
+    def __getitem__(self, name: str) -> Mapping[str, str]:
+        return {}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
 
 
 def manifest_files(paths: list[str]) -> Iterator[Path]:
@@ -96,16 +132,18 @@ def load_documents(file: Path) -> list[Any]:
     return documents
 
 
-def check_document(file: str, index: int, document: Any, config: Config) -> list[Violation]:
+def check_document(file: str, index: int, document: Any,
+                   context: PolicyContext) -> list[Violation]:
     if not isinstance(document, dict):
         raise UnusableInput(f"{file}:{index}: expected a Kubernetes object (a mapping)")
     if document.get("kind") == "List" and isinstance(document.get("items"), list):
-        return [v for item in document["items"] for v in check_document(file, index, item, config)]
+        return [v for item in document["items"]
+                for v in check_document(file, index, item, context)]
     try:
         request = _request_for(document)
         if request is None:
             return []
-        return list(_violations(file, index, request, config))
+        return list(_violations(file, index, request, context))
     except (review.ReviewError, ObjectShapeError, JsonPatchError) as exc:
         raise UnusableInput(f"{file}:{index}: {exc}") from None
 
@@ -133,9 +171,8 @@ def _request_for(document: dict[str, Any]) -> AdmissionRequest | None:
 
 
 def _violations(
-    file: str, index: int, request: AdmissionRequest, config: Config
+    file: str, index: int, request: AdmissionRequest, context: PolicyContext
 ) -> Iterator[Violation]:
-    context = PolicyContext(config=config)
     mutation = evaluate("mutate", request, context)
     if mutation.decision.patch and request.object is not None:
         patched = apply_patch(request.object, list(mutation.decision.patch))
