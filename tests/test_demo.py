@@ -16,6 +16,8 @@ def test_demo_replays_the_examples_over_tls_and_prints_the_decisions():
     assert rows["06-pod-request-over-limit"] == ["allowed", "DENIED"]
     assert rows["07-pod-default-scheduler"] == ["allowed", "allowed"]
     assert rows["08-configmap"] == ["allowed", "allowed"]
+    assert rows["09-pod-node-name-on-volcano-node"] == ["allowed", "DENIED"]
+    assert rows["10-pod-node-name-on-other-node"] == ["allowed", "allowed"]
     assert 'task "worker"' in result.stdout
     assert "volcano_guard_admission_requests_total{" in result.stdout
     assert "webhook shut down cleanly" in result.stdout

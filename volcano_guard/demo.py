@@ -26,6 +26,7 @@ from certs.tls import client_context, server_context
 from volcano_guard.jsonpatch import apply_patch
 from volcano_guard.listen import Listen
 from volcano_guard.storm import StormSettings, format_results, run_storm
+from webhook.caches import Caches
 from webhook.config import load_config
 from webhook.server import running
 
@@ -33,6 +34,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO_ROOT / "examples"
 SERVICE, NAMESPACE = "volcano-guard", "volcano-system"
 LOOPBACK = "127.0.0.1"
+# The cluster the demo's admissions are decided against (its node cache, without a cluster).
+DEMO_NODES = {"gpu-1": {"volcano.sh/role": "train"}, "web-1": {"role": "web"}}
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,9 @@ async def run(examples_dir: str | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="volcano-guard-demo-") as tmp:
         made = generate(SERVICE, NAMESPACE, tmp, days=1)
         tls = server_context(made.cert_file, made.key_file)
-        async with running(config, Listen(LOOPBACK, 0), Listen(LOOPBACK, 0), tls) as ports:
+        caches = Caches.fixed(DEMO_NODES)
+        async with running(config, Listen(LOOPBACK, 0), Listen(LOOPBACK, 0), tls,
+                           caches=caches) as ports:
             print(f"webhook up on https://{LOOPBACK}:{ports[0]} (certificate for "
                   f"{made.dns_names[2]}, CA {made.ca_file.name} generated in a temp dir)\n")
             connector = aiohttp.TCPConnector(ssl=client_context(made.ca_file))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from volcano_guard.informer import Informer, Snapshot, node_labels
+from volcano_guard.informer import Informer, Snapshot, node_labels, static_snapshot
 from volcano_guard.kubeconfig import Cluster, kubernetes_configuration
 from webhook.config import Config
 
@@ -18,8 +18,14 @@ def needs_nodes(config: Config) -> bool:
 class Caches:
     """Informers the enabled policies need; `ready` once every one has applied its first list."""
 
-    def __init__(self, nodes: Informer[Mapping[str, str]] | None = None) -> None:
-        self._nodes = nodes
+    def __init__(self, nodes: Informer[Mapping[str, str]] | None = None,
+                 fixed_nodes: Snapshot[Mapping[str, str]] | None = None) -> None:
+        self._nodes, self._fixed_nodes = nodes, fixed_nodes
+
+    @classmethod
+    def fixed(cls, nodes: Mapping[str, Mapping[str, str]]) -> Caches:
+        """Caches that never change (the demo): these nodes, synced."""
+        return cls(fixed_nodes=static_snapshot(nodes))
 
     @classmethod
     def for_config(cls, config: Config, cluster: Cluster | None) -> Caches:
@@ -44,7 +50,7 @@ class Caches:
             self._nodes.stop()
 
     def nodes(self) -> Snapshot[Mapping[str, str]] | None:
-        return self._nodes.snapshot if self._nodes is not None else None
+        return self._nodes.snapshot if self._nodes is not None else self._fixed_nodes
 
     def ready(self) -> bool:
         return self._nodes is None or self._nodes.snapshot.synced
