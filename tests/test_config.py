@@ -114,3 +114,19 @@ def test_unquoted_off_is_the_mode_off_not_a_boolean(tmp_path):
     assert config.policies.nodeName.bindingGuard.mode == "off"
     with pytest.raises(ConfigError, match=r"policies\.resourceRequests\.mode"):
         config_from_dict({"policies": {"resourceRequests": {"mode": True}}})
+
+
+def test_the_guards_own_namespace_is_exempt_from_node_name():
+    from webhook.config import exempt_own_namespace
+
+    config = exempt_own_namespace(config_from_dict({}), "volcano-guard")
+    assert config.policies.nodeName.exemptNamespaces == ("kube-system", "volcano-guard")
+    assert exempt_own_namespace(config, "volcano-guard") == config
+    assert exempt_own_namespace(config, None) == config
+
+
+def test_own_namespace_comes_from_pod_namespace(monkeypatch):
+    from volcano_guard.kubeconfig import own_namespace
+
+    monkeypatch.setenv("POD_NAMESPACE", "guard-ns")
+    assert own_namespace() == "guard-ns"

@@ -144,12 +144,13 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
 
 def run_webhook(args: argparse.Namespace) -> int:
     from certs.tls import server_context
-    from volcano_guard.kubeconfig import KubeconfigError, resolve
+    from volcano_guard.kubeconfig import KubeconfigError, own_namespace, resolve
     from volcano_guard.listen import parse_listen
     from webhook.caches import Caches, needs_nodes
+    from webhook.config import exempt_own_namespace
     from webhook.server import serve
 
-    config = _load_config_or_exit(args.config)
+    config = exempt_own_namespace(_load_config_or_exit(args.config), own_namespace())
     try:
         listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
         tls = server_context(args.tls_cert, args.tls_key)

@@ -132,3 +132,13 @@ def kubernetes_configuration(cluster: Cluster) -> Any:
     refresh(configuration)
     configuration.refresh_api_key_hook = refresh
     return configuration
+
+
+def own_namespace() -> str | None:
+    """The namespace this process runs in: $POD_NAMESPACE, else the service account's."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return (SERVICE_ACCOUNT / "namespace").read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None

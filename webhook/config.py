@@ -215,3 +215,14 @@ def _describe(value: object) -> str:
     )
     return f"{kind} {value!r}" if isinstance(value, str | bool | int | float) else kind
 
+
+
+def exempt_own_namespace(config: Config, namespace: str | None) -> Config:
+    """The guard's own namespace is exempt from nodeName, so it can always repair itself."""
+    node_name = config.policies.nodeName
+    if not namespace or namespace in node_name.exemptNamespaces:
+        return config
+    node_name = dataclasses.replace(
+        node_name, exemptNamespaces=(*node_name.exemptNamespaces, namespace))
+    return dataclasses.replace(config, policies=dataclasses.replace(config.policies,
+                                                                    nodeName=node_name))
