@@ -166,3 +166,22 @@ async def test_webhook_is_ready_only_after_the_first_list_and_denies_from_the_ca
                     assert 'sets spec.nodeName "gpu-1"' in answer["status"]["message"]
                 finally:
                     caches.stop()
+
+
+def test_an_unavailable_api_server_is_retried_with_backoff_until_it_answers(cluster):
+    from sandbox.faults import FaultRule
+
+    cluster.set_faults(FaultRule(verbs=frozenset({"list"}), error_rate=1.0, error_code=503))
+    api = client.CoreV1Api(client.ApiClient(client.Configuration(host=cluster.url)))
+    informer = Informer("nodes", api.list_node, node_labels)
+    informer.start()
+    try:
+        time.sleep(1.0)
+        assert not informer.snapshot.synced
+        failed_lists = cluster.stats()["injected"]["503"]
+        assert 2 <= failed_lists <= 6  # backed off, not hammering
+        cluster.set_faults()
+        assert wait_synced(informer, 10)
+        assert set(informer.snapshot.items) == {"gpu-1", "web-1"}
+    finally:
+        informer.stop()
