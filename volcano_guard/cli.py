@@ -146,7 +146,7 @@ def run_webhook(args: argparse.Namespace) -> int:
     from certs.tls import server_context
     from volcano_guard.kubeconfig import KubeconfigError, own_namespace, resolve
     from volcano_guard.listen import parse_listen
-    from webhook.caches import Caches, needs_nodes
+    from webhook.caches import Caches, needs_cluster
     from webhook.config import exempt_own_namespace
     from webhook.server import serve
 
@@ -154,7 +154,7 @@ def run_webhook(args: argparse.Namespace) -> int:
     try:
         listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
         tls = server_context(args.tls_cert, args.tls_key)
-        cluster = resolve(kubeconfig=args.kubeconfig) if needs_nodes(config) else None
+        cluster = resolve(kubeconfig=args.kubeconfig) if needs_cluster(config) else None
         caches = Caches.for_config(config, cluster)
     except (ValueError, OSError, KubeconfigError) as exc:
         print(f"volcano-guard webhook: {exc}", file=sys.stderr)

@@ -28,6 +28,7 @@ from webhook.config import Config
 from webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, ADMISSION_REQUESTS
 from webhook.policies import NO_POLICY, Phase, evaluate
 from webhook.policies.base import PolicyContext
+from webhook.policies.pod_groups import needs_namespace_pods
 from webhook.workloads import ObjectShapeError
 
 log = logging.getLogger("volcano_guard.webhook")
@@ -108,9 +109,14 @@ def _handler(phase: Phase) -> Handler:
         try:
             body = await read_body(request, config.maxRequestBytes)
             started = time.perf_counter()
+            review_request = parse_review(body)
+            caches = request.app[CACHES_KEY]
+            pods = None
+            if phase == "validate" and needs_namespace_pods(review_request, config):
+                pods = await caches.namespace_pods(review_request.namespace)
             # One snapshot per decision: every policy sees the same, unchanging cluster view.
-            context = PolicyContext(config=config, nodes=request.app[CACHES_KEY].nodes())
-            answer = admit(phase, body, context)
+            context = PolicyContext(config=config, nodes=caches.nodes(), namespace_pods=pods)
+            answer = decide(phase, review_request, context)
             ADMISSION_DURATION.observe(time.perf_counter() - started)
             return web.json_response(answer)
         except RequestError as exc:
@@ -141,11 +147,19 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 def admit(phase: Phase, body: bytes, context: PolicyContext) -> dict[str, object]:
     """AdmissionReview bytes -> AdmissionReview answer; RequestError for unusable input."""
-    config = context.config
+    return decide(phase, parse_review(body), context)
+
+
+def parse_review(body: bytes) -> review.AdmissionRequest:
     try:
-        request = review.parse(decode(body))
+        return review.parse(decode(body))
     except (BodyError, review.ReviewError) as exc:
         raise RequestError(400, "bad_review", str(exc)) from None
+
+
+def decide(phase: Phase, request: review.AdmissionRequest,
+           context: PolicyContext) -> dict[str, object]:
+    config = context.config
     try:
         evaluation = evaluate(phase, request, context)
     except ObjectShapeError as exc:

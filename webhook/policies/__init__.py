@@ -12,7 +12,7 @@ from typing import Literal
 from webhook import decision as decisions
 from webhook.config import Mode
 from webhook.decision import Decision
-from webhook.policies import node_name, resource_requests
+from webhook.policies import node_name, pod_groups, resource_requests
 from webhook.policies.base import Policy, PolicyContext, Verdict, apply_mode
 from webhook.review import AdmissionRequest
 
@@ -23,6 +23,8 @@ POLICIES: tuple[Policy, ...] = (
     resource_requests.POLICY,
     node_name.POLICY,
     node_name.BINDING_POLICY,
+    pod_groups.STAMP_POLICY,
+    pod_groups.DELETE_POLICY,
 )
 
 

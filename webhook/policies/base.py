@@ -4,10 +4,13 @@ policy does not apply to this request."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from volcano_guard.informer import Snapshot
+from volcano_guard.uuid7 import new_uuid7
 from webhook import decision as decisions
 from webhook.config import Config, Mode
 from webhook.decision import Decision, Operation
@@ -30,6 +33,11 @@ class PolicyContext:
 
     config: Config
     nodes: Snapshot[Mapping[str, str]] | None = None
+    # Rare-path lookups, fetched by the server before evaluation (PodGroup DELETE only): the
+    # namespace's pods that are not finished; None when they could not be listed in time.
+    namespace_pods: tuple[dict[str, Any], ...] | None = None
+    new_generation_id: Callable[[], object] = new_uuid7
+    now: float = field(default_factory=time.time)
 
 
 Check = Callable[[AdmissionRequest, PolicyContext], Verdict | None]

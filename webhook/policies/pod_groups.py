@@ -1,0 +1,160 @@
+"""Policy podGroups: tell PodGroup incarnations apart, and refuse deletes that would remove a
+PodGroup under its live pods (design.md problem 3).
+
+Volcano names a Deployment's PodGroup `podgroup-<ReplicaSet uid>`, so scaling 1 -> 0 -> 1 reuses
+the name; a retried delete by name then removes the new incarnation and its new pod stays
+Pending forever. /mutate stamps every PodGroup with a generation id (UUIDv7) that no update may
+take away; /validate denies a plain delete of a PodGroup that still has live member pods. A
+delete with `preconditions.uid` (as the garbage collector sends) passes: the API server checks it.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from typing import Any
+
+from volcano_guard import jsonpatch
+from webhook.config import Config, PodGroupsConfig
+from webhook.policies.base import Policy, PolicyContext, Verdict
+from webhook.review import AdmissionRequest
+
+NAME = "podGroups"
+DELETE_GUARD = "deleteGuard"
+GENERATION_ID = "volcano-guard.io/generation-id"
+GROUP_NAME = "scheduling.k8s.io/group-name"
+POD_GROUP = ("scheduling.volcano.sh", "PodGroup")
+MAX_NAMED_PODS = 5
+
+
+def settings(config: Config) -> PodGroupsConfig:
+    return config.policies.podGroups
+
+
+def is_pod_group(request: AdmissionRequest) -> bool:
+    return (request.kind.group, request.kind.kind) == POD_GROUP and not request.sub_resource
+
+
+def needs_namespace_pods(request: AdmissionRequest, config: Config) -> bool:
+    """Whether /validate must list the namespace's pods before deciding (PodGroup DELETE)."""
+    return (is_pod_group(request) and request.operation == "DELETE"
+            and settings(config).deleteGuard.mode != "off")
+
+
+def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    """Stamp CREATEs with a new id; restore an UPDATE's id from the object it replaces."""
+    if not is_pod_group(request) or request.object is None:
+        return None
+    annotations = _annotations(request.object)
+    current = annotations.get(GENERATION_ID) if annotations is not None else None
+    if request.operation == "CREATE":
+        if current:
+            return Verdict()  # an id already present is kept
+        wanted = str(context.new_generation_id())
+    elif request.operation == "UPDATE":
+        old = _annotations(request.old_object or {}) or {}
+        wanted = old.get(GENERATION_ID)
+        if not wanted or current == wanted:
+            return Verdict()
+    else:
+        return None
+    if annotations is None:
+        patch = jsonpatch.add("/metadata/annotations", {GENERATION_ID: wanted})
+    else:
+        patch = jsonpatch.add(jsonpatch.pointer("metadata", "annotations", GENERATION_ID), wanted)
+    verb = "stamp" if request.operation == "CREATE" else "restore"
+    change = f"{verb} {request.describe()} {GENERATION_ID}={wanted}"
+    return Verdict(patch=(patch,), changes=(change,))
+
+
+def validate_delete(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    if not is_pod_group(request) or request.operation != "DELETE":
+        return None
+    guard = settings(context.config).deleteGuard
+    preconditions = (request.options or {}).get("preconditions")
+    if isinstance(preconditions, dict) and preconditions.get("uid"):
+        return Verdict()  # the API server refuses it unless it names this incarnation
+    if request.user.username in guard.exemptUsers or set(request.user.groups) & set(
+            guard.exemptGroups):
+        return Verdict()
+    podgroup = request.old_object or {}
+    if context.namespace_pods is None:
+        if not context.config.failClosed:
+            return Verdict()
+        return Verdict(violations=(
+            f"{request.describe()}: its member pods could not be listed in time, and "
+            "failClosed is true; retry, or delete with a UID precondition",))
+    members = live_members(podgroup, context.namespace_pods)
+    if not members:
+        return Verdict()
+    return Verdict(violations=(_message(request, podgroup, members, context),))
+
+
+def live_members(podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> list[str]:
+    """Pods that are not terminating and not finished, and that name the PodGroup or share its
+    controller (a new pod may exist before Volcano annotates it)."""
+    name = (podgroup.get("metadata") or {}).get("name")
+    owner = controller_uid(podgroup)
+    members = []
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if metadata.get("deletionTimestamp"):
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        annotations = metadata.get("annotations") or {}
+        if annotations.get(GROUP_NAME) == name or (owner and controller_uid(pod) == owner):
+            members.append(str(metadata.get("name")))
+    return sorted(members)
+
+
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    for owner in owners:
+        if isinstance(owner, dict) and owner.get("controller") is True:
+            uid = owner.get("uid")
+            return uid if isinstance(uid, str) and uid else None
+    return None
+
+
+STAMP_POLICY = Policy(
+    name=NAME, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
+    mutate=mutate)
+DELETE_POLICY = Policy(name=DELETE_GUARD, mode=lambda config: settings(config).deleteGuard.mode,
+                       validate=validate_delete)
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, Any] | None:
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    return annotations if isinstance(annotations, dict) else None
+
+
+def _message(request: AdmissionRequest, podgroup: dict[str, Any], members: list[str],
+             context: PolicyContext) -> str:
+    metadata = podgroup.get("metadata") or {}
+    generation = (_annotations(podgroup) or {}).get(GENERATION_ID, "unknown (not stamped)")
+    named = ", ".join(members[:MAX_NAMED_PODS])
+    more = f" and {len(members) - MAX_NAMED_PODS} more" if len(members) > MAX_NAMED_PODS else ""
+    uid = metadata.get("uid", "<uid>")
+    return (
+        f"{request.describe()} (generation {generation}, created {_age(metadata, context)} ago) "
+        f"still has {len(members)} live pod(s): {named}{more}. A delete by name may be a stale "
+        "retry that would remove this newer incarnation under its pods. Delete the workload "
+        f"instead, or delete this exact incarnation with a UID precondition (DeleteOptions "
+        f'preconditions.uid: "{uid}"; kubectl delete --raw with that body)'
+    )
+
+
+def _age(metadata: dict[str, Any], context: PolicyContext) -> str:
+    created = metadata.get("creationTimestamp")
+    try:
+        then = datetime.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.UTC)
+    except ValueError:
+        return "an unknown time"
+    seconds = max(0, int(context.now - then.timestamp()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
