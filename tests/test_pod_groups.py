@@ -1,0 +1,256 @@
+"""PodGroup generation ids and the delete guard: pure rules, then the 1 -> 0 -> 1 race replayed
+against the sandbox with real objects and the webhook over HTTPS."""
+
+import asyncio
+import time
+import uuid
+
+import aiohttp
+import pytest
+
+from certs.tls import client_context, server_context
+from sandbox.faults import FaultRule
+from sandbox.resources import find
+from sandbox.runner import SandboxThread
+from sandbox.store import ApiError
+from tests.conftest import HOSTNAME
+from volcano_guard.jsonpatch import apply_patch
+from volcano_guard.kubeconfig import Cluster
+from volcano_guard.listen import Listen
+from volcano_guard.uuid7 import UUIDv7, new_uuid7, timestamp_ms
+from webhook.caches import Caches
+from webhook.config import config_from_dict
+from webhook.policies import evaluate
+from webhook.policies.base import PolicyContext
+from webhook.policies.pod_groups import GENERATION_ID, live_members
+from webhook.review import parse
+from webhook.server import running
+
+PG = find("scheduling.volcano.sh", "v1beta1", "podgroups")
+PODS = find("", "v1", "pods")
+RS_UID = "5f1c-replicaset-uid"
+
+
+# --- UUIDv7 ----------------------------------------------------------------------------------
+
+def test_uuid7_ids_are_unique_and_sorted_by_creation():
+    ids = [new_uuid7() for _ in range(10_000)]
+    assert len(set(ids)) == 10_000
+    assert ids == sorted(ids)
+    assert [str(i) for i in ids] == sorted(str(i) for i in ids)  # as text too
+
+
+def test_uuid7_layout_version_variant_and_timestamp():
+    before = time.time_ns() // 1_000_000
+    value = new_uuid7()
+    assert value.version == 7
+    assert value.variant == uuid.RFC_4122
+    assert before <= timestamp_ms(value) <= time.time_ns() // 1_000_000
+
+
+def test_uuid7_stays_monotonic_inside_one_millisecond_and_when_the_clock_steps_back():
+    clock = iter([5_000_000, 5_000_000, 5_000_000, 4_000_000])
+    make = UUIDv7(clock_ns=lambda: next(clock), random_bits=lambda bits: (1 << bits) - 5)
+    ids = [make() for _ in range(4)]
+    assert ids == sorted(ids) and len(set(ids)) == 4
+
+
+# --- stamping --------------------------------------------------------------------------------
+
+def podgroup(name="podgroup-rs", uid="pg-uid-1", annotations=None, owner=RS_UID):
+    metadata = {"name": name, "namespace": "team-a", "uid": uid,
+                "creationTimestamp": "2026-11-21T10:00:00Z"}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    if owner:
+        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                        "name": "rs", "uid": owner, "controller": True}]
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": metadata, "spec": {"minMember": 1}}
+
+
+def pg_review(operation, obj=None, old=None, options=None, user="system:serviceaccount:"
+              "volcano-system:volcano-controllers"):
+    request = {"uid": "r1", "operation": operation, "namespace": "team-a",
+               "name": (obj or old)["metadata"]["name"],
+               "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1",
+                        "kind": "PodGroup"},
+               "resource": {"group": "scheduling.volcano.sh", "version": "v1beta1",
+                            "resource": "podgroups"},
+               "userInfo": {"username": user}, "object": obj, "oldObject": old,
+               "options": options}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def context(pods=(), **pod_groups):
+    config = config_from_dict({"policies": {"podGroups": pod_groups}} if pod_groups else {})
+    return PolicyContext(config=config, namespace_pods=None if pods is None else tuple(pods),
+                         new_generation_id=lambda: "0190-fixed-id", now=time.time())
+
+
+@pytest.mark.parametrize("annotations", [None, {}, {"other": "x"}])
+def test_create_is_stamped_whether_or_not_annotations_exist(annotations):
+    obj = podgroup(annotations=annotations)
+    result = evaluate("mutate", parse(pg_review("CREATE", obj)), context())
+    patched = apply_patch(obj, list(result.decision.patch))
+    assert patched["metadata"]["annotations"][GENERATION_ID] == "0190-fixed-id"
+    for key, value in (annotations or {}).items():
+        assert patched["metadata"]["annotations"][key] == value
+
+
+def test_an_existing_id_is_never_overwritten():
+    obj = podgroup(annotations={GENERATION_ID: "keep-me"})
+    assert evaluate("mutate", parse(pg_review("CREATE", obj)), context()).decision.patch == ()
+
+
+def test_an_update_that_drops_or_changes_the_id_gets_it_back():
+    old = podgroup(annotations={GENERATION_ID: "first"})
+    for new in (podgroup(annotations=None), podgroup(annotations={GENERATION_ID: "forged"})):
+        result = evaluate("mutate", parse(pg_review("UPDATE", new, old)), context())
+        patched = apply_patch(new, list(result.decision.patch))
+        assert patched["metadata"]["annotations"][GENERATION_ID] == "first"
+    same = podgroup(annotations={GENERATION_ID: "first"})
+    assert evaluate("mutate", parse(pg_review("UPDATE", same, old)), context()).decision.patch == ()
+
+
+def test_stamping_can_be_turned_off():
+    result = evaluate("mutate", parse(pg_review("CREATE", podgroup())),
+                      context(stampGenerationId=False))
+    assert result.decision.patch == ()
+
+
+# --- members and the delete guard ------------------------------------------------------------
+
+def member(name, group=None, owner=None, phase="Running", terminating=False):
+    metadata = {"name": name, "namespace": "team-a", "annotations": {}}
+    if group:
+        metadata["annotations"]["scheduling.k8s.io/group-name"] = group
+    if owner:
+        metadata["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs", "uid": owner,
+                                        "controller": True}]
+    if terminating:
+        metadata["deletionTimestamp"] = "2026-11-21T10:00:00Z"
+    return {"metadata": metadata, "status": {"phase": phase}}
+
+
+def test_live_members_by_annotation_or_shared_controller_not_finished_not_terminating():
+    pods = [member("a", group="podgroup-rs"), member("b", owner=RS_UID),
+            member("c", group="podgroup-rs", terminating=True),
+            member("d", group="podgroup-rs", phase="Succeeded"),
+            member("e", group="podgroup-rs", phase="Failed"),
+            member("f", group="other"), member("g", owner="other-rs")]
+    assert live_members(podgroup(), pods) == ["a", "b"]
+
+
+def delete(pg, ctx, options=None, user=None):
+    kwargs = {"user": user} if user else {}
+    return evaluate("validate", parse(pg_review("DELETE", None, pg, options, **kwargs)), ctx)
+
+
+def test_a_plain_delete_under_live_pods_is_denied_naming_generation_age_pods_and_the_fix():
+    pg = podgroup(annotations={GENERATION_ID: "0190-abc"})
+    pods = [member(f"w{i}", group="podgroup-rs") for i in range(7)]
+    decision = delete(pg, context(pods)).decision
+    assert not decision.allowed
+    assert "generation 0190-abc" in decision.message
+    assert "ago" in decision.message
+    assert "w0, w1, w2, w3, w4 and 2 more" in decision.message
+    assert 'preconditions.uid: "pg-uid-1"' in decision.message
+
+
+def test_deletes_that_pass():
+    pg = podgroup()
+    live = [member("a", group="podgroup-rs")]
+    assert delete(pg, context([])).decision.allowed  # no live pods
+    assert delete(pg, context(live), {"preconditions": {"uid": "pg-uid-1"}}).decision.allowed
+    assert delete(pg, context(live, deleteGuard={"exemptUsers": ["admin"]}),
+                  user="admin").decision.allowed
+
+
+def test_unknown_members_follow_fail_closed():
+    pg = podgroup()
+    assert not delete(pg, context(None)).decision.allowed
+    relaxed = PolicyContext(config=config_from_dict({"failClosed": False}), namespace_pods=None)
+    assert delete(pg, relaxed).decision.allowed
+
+
+def test_warn_and_audit_modes_allow_the_delete():
+    live = [member("a", group="podgroup-rs")]
+    warned = delete(podgroup(), context(live, deleteGuard={"mode": "warn"})).decision
+    assert warned.allowed and warned.warnings
+    audited = delete(podgroup(), context(live, deleteGuard={"mode": "audit"})).decision
+    assert audited.allowed and dict(audited.audit_annotations)["deleteGuard"]
+
+
+# --- the race, replayed ----------------------------------------------------------------------
+
+def sandbox_pod(name, finalizers=()):
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team-a", "finalizers": list(finalizers),
+                         "annotations": {"scheduling.k8s.io/group-name": "podgroup-rs"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                              "name": "rs", "uid": RS_UID,
+                                              "controller": True}]},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+
+def sandbox_podgroup():
+    obj = podgroup(uid=None)
+    del obj["metadata"]["uid"], obj["metadata"]["creationTimestamp"]
+    return obj
+
+
+async def test_the_one_zero_one_race_is_stopped(certs):
+    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
+                                                          "bindingGuard": {"mode": "off"}}}})
+    with SandboxThread() as sandbox:
+        # 1: the Deployment's pod and its PodGroup.
+        sandbox.seed([sandbox_pod("web-old", finalizers=["hold"]), sandbox_podgroup()])
+        old_pg = sandbox.call(lambda sb: sb.store.get(PG, "team-a", "podgroup-rs").object())
+        # -> 0: the old pod terminates (a finalizer keeps it visible); Volcano deletes the group.
+        sandbox.call(lambda sb: sb.store.delete(PODS, "team-a", "web-old"))
+        sandbox.call(lambda sb: sb.store.delete(PG, "team-a", "podgroup-rs"))
+        # -> 1: a new pod of the same ReplicaSet (not annotated yet) and a new PodGroup.
+        new_pod = sandbox_pod("web-new")
+        del new_pod["metadata"]["annotations"]
+        sandbox.seed([new_pod, sandbox_podgroup()])
+        new_pg = sandbox.call(lambda sb: sb.store.get(PG, "team-a", "podgroup-rs").object())
+        assert new_pg["metadata"]["uid"] != old_pg["metadata"]["uid"]
+
+        caches = Caches.for_config(config, Cluster(sandbox.url), lookup_timeout=0.5)
+        tls = server_context(certs.cert_file, certs.key_file)
+        async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
+                           caches=caches) as (port, _):
+            connector = aiohttp.TCPConnector(ssl=client_context(certs.ca_file))
+            async with aiohttp.ClientSession(connector=connector) as session:
+                async def validate(options=None):
+                    body = pg_review("DELETE", None, new_pg, options)
+                    async with session.post(f"https://127.0.0.1:{port}/validate", json=body,
+                                            server_hostname=HOSTNAME) as response:
+                        return (await response.json())["response"]
+
+                stale = await validate()  # the retried delete by name
+                assert stale["allowed"] is False
+                assert "web-new" in stale["status"]["message"]
+                assert "web-old" not in stale["status"]["message"]  # terminating
+                gc_style = await validate({"preconditions": {"uid": new_pg["metadata"]["uid"]}})
+                assert gc_style["allowed"] is True
+
+                # A UID precondition naming the old incarnation fails at the API server.
+                with pytest.raises(ApiError) as info:
+                    sandbox.call(lambda sb: sb.store.delete(PG, "team-a", "podgroup-rs", {
+                        "preconditions": {"uid": old_pg["metadata"]["uid"]}}))
+                assert info.value.code == 409
+
+                # Once the new pod is gone, a plain delete is allowed.
+                sandbox.call(lambda sb: sb.store.delete(PODS, "team-a", "web-new"))
+                assert (await validate())["allowed"] is True
+
+                # A member list that does not come in time: failClosed denies.
+                sandbox.set_faults(FaultRule(verbs=frozenset({"list"}),
+                                             resources=frozenset({"pods"}), latency=3.0))
+                started = asyncio.get_running_loop().time()
+                slow = await validate()
+                assert asyncio.get_running_loop().time() - started < 2.0
+                assert slow["allowed"] is False
+                assert "could not be listed in time" in slow["status"]["message"]
