@@ -141,3 +141,15 @@ def test_a_nodes_file_without_nodes_is_unusable(tmp_path, capsys):
     assert main(["check", "-f", str(tmp_path / "pod.json"), "--nodes",
                  str(tmp_path / "nodes.yaml")]) == 2
     assert "expected Node objects" in capsys.readouterr().err
+
+
+def test_a_podgroup_without_a_generation_id_is_reported_as_information_only(tmp_path, capsys):
+    pg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+          "metadata": {"name": "pg", "namespace": "a"}, "spec": {"minMember": 1}}
+    write(tmp_path, "pg.json", json.dumps(pg))
+    assert main(["check", "-f", str(tmp_path / "pg.json")]) == 0
+    assert "[info]" in capsys.readouterr().out
+    pg["metadata"]["annotations"] = {"volcano-guard.io/generation-id": "0190-x"}
+    write(tmp_path, "pg.json", json.dumps(pg))
+    assert main(["check", "-f", str(tmp_path / "pg.json")]) == 0
+    assert "[info]" not in capsys.readouterr().out

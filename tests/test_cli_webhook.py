@@ -17,7 +17,8 @@ from tests.processes import start_cli, wait_for_log
 def process(certs, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("policies: {resourceRequests: {mode: enforce}, nodeName: {mode: off, "
-                      "bindingGuard: {mode: off}}, podGroups: {deleteGuard: {mode: off}}}\n")
+                      "bindingGuard: {mode: off}}, podGroups: {stampGenerationId: false, "
+                      "deleteGuard: {mode: off}}}\n")
     proc = start_cli("webhook", "--config", str(config), "--listen", "127.0.0.1:0",
                      "--metrics-listen", "127.0.0.1:0", "--tls-cert", str(certs.cert_file),
                      "--tls-key", str(certs.key_file))

@@ -2,6 +2,8 @@
 against the sandbox with real objects and the webhook over HTTPS."""
 
 import asyncio
+import base64
+import json
 import time
 import uuid
 
@@ -254,3 +256,75 @@ async def test_the_one_zero_one_race_is_stopped(certs):
                 assert asyncio.get_running_loop().time() - started < 2.0
                 assert slow["allowed"] is False
                 assert "could not be listed in time" in slow["status"]["message"]
+
+
+# --- pods learn the generation of the PodGroup they join -------------------------------------
+
+def pod_review(annotations):
+    obj = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "w0", "namespace": "team-a", "annotations": annotations},
+           "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    return parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "p", "operation": "CREATE", "namespace": "team-a", "name": "w0",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "object": obj}}), obj
+
+
+def test_pod_naming_a_cached_podgroup_gets_its_generation():
+    from volcano_guard.informer import static_snapshot
+
+    request, obj = pod_review({"scheduling.k8s.io/group-name": "podgroup-rs"})
+    ctx = PolicyContext(config=config_from_dict({}),
+                        podgroups=static_snapshot({"team-a/podgroup-rs": "0190-gen"}))
+    result = evaluate("mutate", request, ctx)
+    patched = apply_patch(obj, list(result.decision.patch))
+    assert patched["metadata"]["annotations"]["volcano-guard.io/podgroup-generation"] == \
+        "0190-gen"
+
+
+def test_pod_naming_an_uncached_podgroup_is_admitted_and_counted():
+    from volcano_guard.informer import static_snapshot
+
+    request, _ = pod_review({"scheduling.k8s.io/group-name": "not-yet"})
+    ctx = PolicyContext(config=config_from_dict({}), podgroups=static_snapshot({}))
+    result = evaluate("mutate", request, ctx)
+    assert result.decision.allowed and result.decision.patch == ()
+    assert ("podGroupGeneration", "podgroup_not_cached") in [
+        (r.policy, r.outcome) for r in result.results]
+
+
+async def test_the_podgroup_cache_feeds_pod_annotations_end_to_end(certs):
+    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
+                                                          "bindingGuard": {"mode": "off"}}}})
+    with SandboxThread() as sandbox:
+        stamped = sandbox_podgroup()
+        stamped["metadata"]["annotations"] = {GENERATION_ID: "0190-live"}
+        sandbox.seed([stamped])
+        caches = Caches.for_config(config, Cluster(sandbox.url))
+        caches.start()
+        try:
+            for _ in range(200):
+                if caches.ready():
+                    break
+                await asyncio.sleep(0.02)
+            assert caches.ready()
+            tls = server_context(certs.cert_file, certs.key_file)
+            async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
+                               caches=caches) as (port, _):
+                connector = aiohttp.TCPConnector(ssl=client_context(certs.ca_file))
+                async with aiohttp.ClientSession(connector=connector) as session:
+                    _, obj = pod_review({"scheduling.k8s.io/group-name": "podgroup-rs"})
+                    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                            "request": {"uid": "p", "operation": "CREATE",
+                                        "namespace": "team-a", "name": "w0",
+                                        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                                        "resource": {"group": "", "version": "v1",
+                                                     "resource": "pods"}, "object": obj}}
+                    async with session.post(f"https://127.0.0.1:{port}/mutate", json=body,
+                                            server_hostname=HOSTNAME) as response:
+                        answer = (await response.json())["response"]
+            patch = json.loads(base64.b64decode(answer["patch"]))
+            assert {"op": "add", "path": "/metadata/annotations/volcano-guard.io~1podgroup-"
+                    "generation", "value": "0190-live"} in patch
+        finally:
+            caches.stop()

@@ -13,6 +13,7 @@ from typing import Any
 from volcano_guard.informer import Informer, Snapshot, node_labels, static_snapshot
 from volcano_guard.kubeconfig import Cluster, kubernetes_configuration
 from webhook.config import Config
+from webhook.policies.pod_groups import podgroup_generation
 
 log = logging.getLogger("volcano_guard.webhook")
 LOOKUP_TIMEOUT = 2.0  # seconds a PodGroup delete may wait for its member list
@@ -23,8 +24,13 @@ def needs_nodes(config: Config) -> bool:
     return node_name.mode != "off" or node_name.bindingGuard.mode != "off"
 
 
+def needs_podgroups(config: Config) -> bool:
+    return config.policies.podGroups.stampGenerationId
+
+
 def needs_cluster(config: Config) -> bool:
-    return needs_nodes(config) or config.policies.podGroups.deleteGuard.mode != "off"
+    return (needs_nodes(config) or needs_podgroups(config)
+            or config.policies.podGroups.deleteGuard.mode != "off")
 
 
 class Caches:
@@ -32,9 +38,11 @@ class Caches:
 
     def __init__(self, nodes: Informer[Mapping[str, str]] | None = None,
                  fixed_nodes: Snapshot[Mapping[str, str]] | None = None,
-                 core: Any = None, lookup_timeout: float = LOOKUP_TIMEOUT) -> None:
+                 core: Any = None, lookup_timeout: float = LOOKUP_TIMEOUT,
+                 podgroups: Informer[str] | None = None) -> None:
         self._nodes, self._fixed_nodes = nodes, fixed_nodes
         self._core, self._lookup_timeout = core, lookup_timeout
+        self._podgroups = podgroups
 
     @classmethod
     def fixed(cls, nodes: Mapping[str, Mapping[str, str]]) -> Caches:
@@ -54,17 +62,30 @@ class Caches:
                              "podGroups.deleteGuard.mode) to off")
         from kubernetes import client
 
-        api = client.CoreV1Api(client.ApiClient(kubernetes_configuration(cluster)))
+        api_client = client.ApiClient(kubernetes_configuration(cluster))
+        api = client.CoreV1Api(api_client)
         nodes = Informer("nodes", api.list_node, node_labels) if needs_nodes(config) else None
-        return cls(nodes, core=api, lookup_timeout=lookup_timeout)
+        podgroups = None
+        if needs_podgroups(config):
+            custom = client.CustomObjectsApi(api_client)
+            list_podgroups = functools.partial(custom.list_cluster_custom_object,
+                                               "scheduling.volcano.sh", "v1beta1", "podgroups")
+            podgroups = Informer("podgroups", list_podgroups, podgroup_generation)
+        return cls(nodes, core=api, lookup_timeout=lookup_timeout, podgroups=podgroups)
+
+    def _informers(self) -> list[Informer[Any]]:
+        return [i for i in (self._nodes, self._podgroups) if i is not None]
 
     def start(self) -> None:
-        if self._nodes is not None:
-            self._nodes.start()
+        for informer in self._informers():
+            informer.start()
 
     def stop(self) -> None:
-        if self._nodes is not None:
-            self._nodes.stop()
+        for informer in self._informers():
+            informer.stop()
+
+    def podgroups(self) -> Snapshot[str] | None:
+        return self._podgroups.snapshot if self._podgroups is not None else None
 
     def nodes(self) -> Snapshot[Mapping[str, str]] | None:
         return self._nodes.snapshot if self._nodes is not None else self._fixed_nodes
@@ -87,4 +108,4 @@ class Caches:
             return None
 
     def ready(self) -> bool:
-        return self._nodes is None or self._nodes.snapshot.synced
+        return all(informer.snapshot.synced for informer in self._informers())

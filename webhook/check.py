@@ -21,6 +21,7 @@ from webhook import review
 from webhook.config import Config
 from webhook.policies import evaluate
 from webhook.policies.base import PolicyContext
+from webhook.policies.pod_groups import GENERATION_ID, is_pod_group, podgroup_generation
 from webhook.review import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from webhook.workloads import ObjectShapeError, group_of
 
@@ -173,6 +174,10 @@ def _request_for(document: dict[str, Any]) -> AdmissionRequest | None:
 def _violations(
     file: str, index: int, request: AdmissionRequest, context: PolicyContext
 ) -> Iterator[Violation]:
+    if is_pod_group(request) and not podgroup_generation(request.object or {}):
+        yield Violation(file, index, request.kind.kind, request.object_name, "podGroups", "info",
+                        f"{request.describe()} has no {GENERATION_ID} yet; the webhook stamps "
+                        "one when the PodGroup is created through the API server")
     mutation = evaluate("mutate", request, context)
     if mutation.decision.patch and request.object is not None:
         patched = apply_patch(request.object, list(mutation.decision.patch))

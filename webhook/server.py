@@ -115,7 +115,8 @@ def _handler(phase: Phase) -> Handler:
             if phase == "validate" and needs_namespace_pods(review_request, config):
                 pods = await caches.namespace_pods(review_request.namespace)
             # One snapshot per decision: every policy sees the same, unchanging cluster view.
-            context = PolicyContext(config=config, nodes=caches.nodes(), namespace_pods=pods)
+            context = PolicyContext(config=config, nodes=caches.nodes(),
+                                    podgroups=caches.podgroups(), namespace_pods=pods)
             answer = decide(phase, review_request, context)
             ADMISSION_DURATION.observe(time.perf_counter() - started)
             return web.json_response(answer)

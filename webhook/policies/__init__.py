@@ -24,6 +24,7 @@ POLICIES: tuple[Policy, ...] = (
     node_name.POLICY,
     node_name.BINDING_POLICY,
     pod_groups.STAMP_POLICY,
+    pod_groups.ENRICH_POLICY,
     pod_groups.DELETE_POLICY,
 )
 

@@ -24,6 +24,7 @@ class Verdict:
     violations: tuple[str, ...] = ()
     patch: tuple[Operation, ...] = ()
     changes: tuple[str, ...] = ()  # one human-readable line per thing the patch does
+    outcome: str = ""  # a more telling metrics label than "allowed" for a verdict with no finding
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class PolicyContext:
 
     config: Config
     nodes: Snapshot[Mapping[str, str]] | None = None
+    podgroups: Snapshot[str] | None = None  # "namespace/name" -> generation id ("" if none)
     # Rare-path lookups, fetched by the server before evaluation (PodGroup DELETE only): the
     # namespace's pods that are not finished; None when they could not be listed in time.
     namespace_pods: tuple[dict[str, Any], ...] | None = None
@@ -60,7 +62,7 @@ def apply_mode(policy: str, mode: Mode, verdict: Verdict) -> tuple[Decision, str
     """The one place a mode is applied: enforce denies or patches, warn and audit only tell."""
     findings = verdict.violations or tuple(f"would {change}" for change in verdict.changes)
     if not findings:
-        return decisions.allowed(), OUTCOME_ALLOWED
+        return decisions.allowed(), verdict.outcome or OUTCOME_ALLOWED
     if mode == "enforce":
         if verdict.violations:
             return decisions.denied("; ".join(verdict.violations)), OUTCOME_DENIED

@@ -23,6 +23,9 @@ NAME = "podGroups"
 DELETE_GUARD = "deleteGuard"
 GENERATION_ID = "volcano-guard.io/generation-id"
 GROUP_NAME = "scheduling.k8s.io/group-name"
+POD_GENERATION = "volcano-guard.io/podgroup-generation"
+ENRICH = "podGroupGeneration"
+OUTCOME_UNKNOWN = "podgroup_not_cached"
 POD_GROUP = ("scheduling.volcano.sh", "PodGroup")
 MAX_NAMED_PODS = 5
 
@@ -117,9 +120,38 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
     return None
 
 
+def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    """Pod CREATE naming a PodGroup: record the generation of the incarnation it joins."""
+    if (request.kind.group, request.kind.kind) != ("", "Pod") or request.operation != "CREATE":
+        return None
+    if request.sub_resource or request.object is None:
+        return None
+    annotations = _annotations(request.object)
+    group = (annotations or {}).get(GROUP_NAME)
+    if not isinstance(group, str) or not group or (annotations or {}).get(POD_GENERATION):
+        return None
+    namespace = request.namespace or str((request.object.get("metadata") or {}).get(
+        "namespace", ""))
+    generation = context.podgroups.items.get(f"{namespace}/{group}") if context.podgroups else None
+    if not generation:
+        return Verdict(outcome=OUTCOME_UNKNOWN)  # not cached (yet) or never stamped
+    patch = jsonpatch.add(jsonpatch.pointer("metadata", "annotations", POD_GENERATION),
+                          generation)
+    return Verdict(patch=(patch,), changes=(
+        f"annotate {request.describe()} {POD_GENERATION}={generation}",))
+
+
+def podgroup_generation(obj: dict[str, Any]) -> str:
+    """What the PodGroup cache keeps of a PodGroup: its generation id."""
+    return str((_annotations(obj) or {}).get(GENERATION_ID, ""))
+
+
 STAMP_POLICY = Policy(
     name=NAME, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
     mutate=mutate)
+ENRICH_POLICY = Policy(
+    name=ENRICH, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
+    mutate=annotate_pod)
 DELETE_POLICY = Policy(name=DELETE_GUARD, mode=lambda config: settings(config).deleteGuard.mode,
                        validate=validate_delete)
 
