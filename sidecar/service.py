@@ -4,12 +4,15 @@ SIGTERM (refuse new coalesced writes, flush everything pending, then exit 0)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -36,6 +39,7 @@ class SidecarSettings:
     max_upstream_qps: float = 50.0
     drain_timeout: float = 20.0
     coalesce: tuple[str, ...] = DEFAULT_COALESCED
+    write_kubeconfig: str | None = None  # where to write a kubeconfig that points at the proxy
 
 
 @dataclass
@@ -89,6 +93,8 @@ async def serve(cluster: Cluster, settings: SidecarSettings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     async with running(cluster, settings) as sidecar:
+        if settings.write_kubeconfig:
+            write_kubeconfig(settings.write_kubeconfig, sidecar.url)
         where = "loopback only" if settings.listen_host in ("127.0.0.1", "::1", "localhost") \
             else "NOT loopback: reachable from outside the pod"
         log.info("sidecar proxy on %s (%s) -> %s; coalescing status writes of %s; "
@@ -97,3 +103,21 @@ async def serve(cluster: Cluster, settings: SidecarSettings) -> int:
         await stop.wait()
         log.info("SIGTERM: refusing new status writes, draining pending ones")
     return 0
+
+
+def write_kubeconfig(path: str, server: str) -> None:
+    """A kubeconfig whose server is the proxy: the app's client talks to the sidecar, which
+    adds the pod's own credentials upstream."""
+    cluster, user = {"server": server}, {}
+    document = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "volcano-guard",
+        "clusters": [{"name": "volcano-guard", "cluster": cluster}],
+        "users": [{"name": "volcano-guard", "user": user}],
+        "contexts": [{"name": "volcano-guard",
+                      "context": {"cluster": "volcano-guard", "user": "volcano-guard"}}],
+    }
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(document, indent=2), encoding="utf-8")  # JSON is valid YAML
+    os.replace(tmp, target)

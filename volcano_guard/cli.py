@@ -108,6 +108,9 @@ def _add_sidecar(commands: argparse._SubParsersAction) -> None:
     sidecar.add_argument("--coalesce", action="append", metavar="GROUP/VERSION/RESOURCE",
                          help="resource whose /status writes are coalesced (repeatable; "
                          "default scheduling.volcano.sh/v1beta1/queues)")
+    sidecar.add_argument("--write-kubeconfig", metavar="PATH",
+                         help="write a kubeconfig pointing at this proxy (for the app's "
+                         "containers; the injected sidecar uses it)")
     sidecar.set_defaults(run=run_sidecar)
 
 
@@ -206,7 +209,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
     settings = SidecarSettings(
         listen.host, listen.port, metrics_listen.host, metrics_listen.port,
         args.flush_interval, args.ack, args.max_pending, args.max_upstream_qps,
-        args.drain_timeout, coalesce,
+        args.drain_timeout, coalesce, args.write_kubeconfig,
     )
     return asyncio.run(serve(cluster, settings))
 

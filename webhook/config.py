@@ -75,6 +75,14 @@ class SidecarInjectionConfig:
     image: str = "volcano-guard:latest"
     nativeSidecar: bool = True
     port: int = 8001
+    metricsPort: int = 9091
+    flushInterval: float = 1.0  # per pod: annotation volcano-guard.io/flush-interval
+    ack: Literal["async", "sync"] = "async"  # per pod: annotation volcano-guard.io/ack
+    drainTimeout: float = 20.0
+    proxyMode: Literal["args", "env"] = "args"  # per pod: annotation volcano-guard.io/proxy-mode
+    # The sidecar's own requests and limits, so injected pods pass resourceRequests.
+    requests: dict[str, str] = field(default_factory=lambda: {"cpu": "50m", "memory": "64Mi"})
+    limits: dict[str, str] = field(default_factory=lambda: {"cpu": "1", "memory": "256Mi"})
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,10 @@ def _read_value(hint: Any, value: object, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(f"{where}: expected a positive integer, got {_describe(value)}")
         return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ConfigError(f"{where}: expected a positive number, got {_describe(value)}")
+        return float(value)
     if hint is str:
         return _read_string(value, where)
     if origin is tuple:
@@ -182,15 +194,19 @@ def _read_scalar_text(value: object, where: str) -> str:
 def _check_semantics(config: Config) -> None:
     if not config.volcanoSchedulerNames:
         raise ConfigError("volcanoSchedulerNames: must name at least one scheduler")
-    requests = config.policies.resourceRequests
-    for name, text in requests.defaults.items():
-        where = f"policies.resourceRequests.defaults.{name}"
-        try:
-            quantity = parse_quantity(text)
-        except QuantityError as exc:
-            raise ConfigError(f"{where}: {text!r}: {exc}") from None
-        if quantity < 0:
-            raise ConfigError(f"{where}: {text!r} is negative")
+    sidecar = config.policies.sidecarInjection
+    for where, quantities in (
+        ("policies.resourceRequests.defaults", config.policies.resourceRequests.defaults),
+        ("policies.sidecarInjection.requests", sidecar.requests),
+        ("policies.sidecarInjection.limits", sidecar.limits),
+    ):
+        for name, text in quantities.items():
+            try:
+                quantity = parse_quantity(text)
+            except QuantityError as exc:
+                raise ConfigError(f"{where}.{name}: {text!r}: {exc}") from None
+            if quantity < 0:
+                raise ConfigError(f"{where}.{name}: {text!r} is negative")
     for i, selector in enumerate(config.policies.nodeName.managedNodeSelectors):
         if not _NODE_SELECTOR.fullmatch(selector):
             raise ConfigError(

@@ -12,7 +12,7 @@ from typing import Literal
 from webhook import decision as decisions
 from webhook.config import Mode
 from webhook.decision import Decision
-from webhook.policies import node_name, pod_groups, resource_requests
+from webhook.policies import node_name, pod_groups, resource_requests, sidecar_injection
 from webhook.policies.base import Policy, PolicyContext, Verdict, apply_mode
 from webhook.review import AdmissionRequest
 
@@ -26,6 +26,7 @@ POLICIES: tuple[Policy, ...] = (
     pod_groups.STAMP_POLICY,
     pod_groups.ENRICH_POLICY,
     pod_groups.DELETE_POLICY,
+    sidecar_injection.POLICY,  # last: its inserts shift indexes other patches address
 )
 
 

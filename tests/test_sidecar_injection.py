@@ -1,0 +1,173 @@
+"""Sidecar injection: the patch applied to real-shaped pods, and the result validated against
+the Kubernetes Pod schema (kubernetes-validate, offline)."""
+
+import copy
+
+import kubernetes_validate
+import pytest
+
+from volcano_guard.jsonpatch import apply_patch
+from webhook.config import config_from_dict
+from webhook.policies import evaluate
+from webhook.policies.base import PolicyContext
+from webhook.policies.sidecar_injection import CONTAINER_NAME, KUBECONFIG
+from webhook.review import parse
+
+SCHEMA_VERSION = "1.30.0"
+
+
+def volcano_controller_pod(**annotations):
+    """The pod template of Volcano's controller-manager Deployment, labelled for injection."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "volcano-controllers-7d9f", "namespace": "volcano-system",
+                     "labels": {"app": "volcano-controller", "volcano-guard.io/inject": "true"},
+                     "annotations": annotations},
+        "spec": {
+            "serviceAccountName": "volcano-controllers",
+            "priorityClassName": "system-cluster-critical",
+            "containers": [{
+                "name": "volcano-controllers",
+                "image": "volcanosh/vc-controller-manager:v1.10.0",
+                "args": ["--logtostderr", "--enable-healthz=true", "--leader-elect=true",
+                         "-v=4", "2>&1"],
+                "imagePullPolicy": "IfNotPresent",
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            }],
+        },
+    }
+
+
+def admit(obj, **sidecar):
+    data = {"policies": {"sidecarInjection": sidecar}} if sidecar else {}
+    ctx = PolicyContext(config=config_from_dict(data))
+    request = parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                     "request": {"uid": "i", "operation": "CREATE",
+                                 "namespace": obj["metadata"]["namespace"],
+                                 "name": obj["metadata"]["name"],
+                                 "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                                 "resource": {"group": "", "version": "v1", "resource": "pods"},
+                                 "object": copy.deepcopy(obj)}})
+    return evaluate("mutate", request, ctx)
+
+
+def injected(obj, **sidecar):
+    result = admit(obj, **sidecar)
+    assert result.decision.allowed, result.decision.message
+    patched = apply_patch(obj, list(result.decision.patch))
+    kubernetes_validate.validate(patched, SCHEMA_VERSION, strict=True)
+    return patched
+
+
+def test_native_sidecar_is_the_first_init_container_and_the_app_gets_the_kubeconfig():
+    pod = injected(volcano_controller_pod())
+    sidecar = pod["spec"]["initContainers"][0]
+    assert sidecar["name"] == CONTAINER_NAME and sidecar["restartPolicy"] == "Always"
+    assert sidecar["securityContext"]["readOnlyRootFilesystem"] is True
+    assert sidecar["resources"]["requests"] and sidecar["resources"]["limits"]
+    app = pod["spec"]["containers"][0]
+    assert app["args"][-1] == f"--kubeconfig={KUBECONFIG}"
+    assert app["args"][:-1] == volcano_controller_pod()["spec"]["containers"][0]["args"]
+    assert {"name": "volcano-guard-kubeconfig", "mountPath": "/var/run/volcano-guard",
+            "readOnly": True} in app["volumeMounts"]
+    assert pod["spec"].get("terminationGracePeriodSeconds", 30) >= 20 + 10  # drain + margin
+
+
+def test_termination_grace_covers_the_drain_timeout():
+    assert injected(volcano_controller_pod(), drainTimeout=40)["spec"][
+        "terminationGracePeriodSeconds"] == 50
+    obj = volcano_controller_pod()
+    obj["spec"]["terminationGracePeriodSeconds"] = 120
+    assert injected(obj, drainTimeout=40)["spec"]["terminationGracePeriodSeconds"] == 120
+
+
+def test_existing_init_containers_run_after_the_sidecar():
+    obj = volcano_controller_pod()
+    obj["spec"]["initContainers"] = [{"name": "migrate", "image": "busybox",
+                                      "resources": {"requests": {"cpu": "10m",
+                                                                 "memory": "8Mi"}}}]
+    pod = injected(obj)
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == [CONTAINER_NAME, "migrate"]
+
+
+def test_plain_container_mode_and_env_mode():
+    pod = injected(volcano_controller_pod(**{"volcano-guard.io/proxy-mode": "env"}),
+                   nativeSidecar=False)
+    assert pod["spec"]["containers"][-1]["name"] == CONTAINER_NAME
+    assert "restartPolicy" not in pod["spec"]["containers"][-1]
+    assert {"name": "KUBECONFIG", "value": KUBECONFIG} in pod["spec"]["containers"][0]["env"]
+
+
+def test_a_container_without_args_or_command_gets_env_so_its_image_cmd_survives():
+    obj = volcano_controller_pod()
+    del obj["spec"]["containers"][0]["args"]
+    app = injected(obj)["spec"]["containers"][0]
+    assert "args" not in app
+    assert {"name": "KUBECONFIG", "value": KUBECONFIG} in app["env"]
+
+
+def test_annotation_overrides_reach_the_sidecar_args():
+    pod = injected(volcano_controller_pod(**{"volcano-guard.io/flush-interval": "0.5",
+                                             "volcano-guard.io/ack": "sync"}))
+    args = pod["spec"]["initContainers"][0]["args"]
+    assert args[args.index("--flush-interval") + 1] == "0.5"
+    assert args[args.index("--ack") + 1] == "sync"
+
+
+@pytest.mark.parametrize(("annotation", "value", "needle"), [
+    ("volcano-guard.io/flush-interval", "fast", "seconds from 0.05 to 60"),
+    ("volcano-guard.io/flush-interval", "600", "seconds from 0.05 to 60"),
+    ("volcano-guard.io/ack", "maybe", "allowed: async or sync"),
+    ("volcano-guard.io/proxy-mode", "magic", "allowed: args or env"),
+    ("volcano-guard.io/proxy-containers", "nope", "not containers of this pod"),
+])
+def test_bad_annotations_are_denied_naming_the_annotation_and_what_is_allowed(annotation, value,
+                                                                              needle):
+    decision = admit(volcano_controller_pod(**{annotation: value})).decision
+    assert not decision.allowed and decision.code == 403
+    assert annotation in decision.message and needle in decision.message
+
+
+def test_only_the_named_proxy_containers_are_pointed_at_the_sidecar():
+    obj = volcano_controller_pod(**{"volcano-guard.io/proxy-containers": "volcano-controllers"})
+    obj["spec"]["containers"].append({"name": "exporter", "image": "x", "args": ["--a"],
+                                      "resources": {"requests": {"cpu": "1m",
+                                                                 "memory": "1Mi"}}})
+    pod = injected(obj)
+    assert pod["spec"]["containers"][1]["args"] == ["--a"]
+
+
+def test_injection_is_idempotent_and_unlabelled_pods_are_left_alone():
+    once = injected(volcano_controller_pod())
+    assert admit(once).decision.patch == ()
+    plain = volcano_controller_pod()
+    plain["metadata"]["labels"].pop("volcano-guard.io/inject")
+    assert admit(plain).decision.patch == () and admit(plain).results == ()
+
+
+def test_the_injected_pod_passes_the_resource_requests_policy():
+    pod = injected(volcano_controller_pod())
+    pod["spec"]["schedulerName"] = "volcano"
+    request = parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                     "request": {"uid": "v", "operation": "CREATE", "namespace": "volcano-system",
+                                 "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                                 "resource": {"group": "", "version": "v1", "resource": "pods"},
+                                 "object": pod}})
+    result = evaluate("validate", request, PolicyContext(config=config_from_dict({})))
+    assert result.decision.allowed, result.decision.message
+
+
+def test_the_sidecar_writes_a_kubeconfig_that_points_at_itself(tmp_path):
+    import json
+
+    from sidecar.service import write_kubeconfig
+
+    path = tmp_path / "sub" / "kubeconfig"
+    write_kubeconfig(str(path), "http://127.0.0.1:8001")
+    document = json.loads(path.read_text())
+    assert document["clusters"][0]["cluster"]["server"] == "http://127.0.0.1:8001"
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    assert configuration.host == "http://127.0.0.1:8001"

@@ -1,0 +1,182 @@
+"""Policy sidecarInjection: pods labelled `volcano-guard.io/inject: "true"` get the coalescing
+sidecar, and their app containers are pointed at it.
+
+The sidecar is a native sidecar by default (an init container with `restartPolicy: Always`,
+placed first: it is up before the app starts and stops after it). At start it writes a
+kubeconfig whose server is itself into a shared emptyDir; the chosen containers get
+`--kubeconfig=<that file>` appended to their args (proxy-mode `args`, what Volcano's
+controller-manager and scheduler take) or `KUBECONFIG` set (`env`). A pod that already has the
+sidecar is left alone, so reinvocation and re-creation from an injected template are no-ops.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from volcano_guard import jsonpatch
+from webhook.config import Config, SidecarInjectionConfig
+from webhook.policies.base import Policy, PolicyContext, Verdict
+from webhook.review import AdmissionRequest
+
+NAME = "sidecarInjection"
+INJECT_LABEL = "volcano-guard.io/inject"
+FLUSH_INTERVAL = "volcano-guard.io/flush-interval"
+ACK = "volcano-guard.io/ack"
+PROXY_CONTAINERS = "volcano-guard.io/proxy-containers"
+PROXY_MODE = "volcano-guard.io/proxy-mode"
+CONTAINER_NAME = "volcano-guard-sidecar"
+VOLUME = "volcano-guard-kubeconfig"
+MOUNT_PATH = "/var/run/volcano-guard"
+KUBECONFIG = f"{MOUNT_PATH}/kubeconfig"
+GRACE_MARGIN = 10  # seconds beyond the drain timeout before the kubelet kills the sidecar
+
+
+def settings(config: Config) -> SidecarInjectionConfig:
+    return config.policies.sidecarInjection
+
+
+def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    if (request.kind.group, request.kind.kind) != ("", "Pod") or request.operation != "CREATE":
+        return None
+    if request.sub_resource or request.object is None:
+        return None
+    metadata = request.object.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    if labels.get(INJECT_LABEL) != "true":
+        return None
+    spec = request.object.get("spec") or {}
+    if any(c.get("name") == CONTAINER_NAME for c in _containers(spec)):
+        return Verdict()  # already injected
+    annotations = metadata.get("annotations") or {}
+    options, problems = _options(annotations, settings(context.config))
+    if problems:
+        return Verdict(violations=tuple(f"{request.describe()}: {p}" for p in problems))
+    targets, problem = _targets(spec, annotations)
+    if problem:
+        return Verdict(violations=(f"{request.describe()}: {problem}",))
+    config = settings(context.config)
+    patch = list(_inject(spec, config, options))
+    for index in targets:
+        patch.extend(_point_at_proxy(spec["containers"][index], index, options["mode"]))
+    grace = math.ceil(options["drain"]) + GRACE_MARGIN
+    if (spec.get("terminationGracePeriodSeconds") or 30) < grace:
+        patch.append(jsonpatch.add("/spec/terminationGracePeriodSeconds", grace))
+    names = ", ".join(spec["containers"][i].get("name", "?") for i in targets)
+    return Verdict(patch=tuple(patch), changes=(
+        f"inject the volcano-guard sidecar into {request.describe()} and point {names} at it",))
+
+
+POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate)
+
+
+def sidecar_container(config: SidecarInjectionConfig, options: dict[str, Any],
+                      native: bool) -> dict[str, Any]:
+    probe = {"httpGet": {"path": "/readyz", "port": config.metricsPort}, "periodSeconds": 5}
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": config.image,
+        "command": ["volcano-guard"],
+        "args": [
+            "sidecar", "--listen", f"127.0.0.1:{config.port}",
+            "--metrics-listen", f"0.0.0.0:{config.metricsPort}",
+            "--flush-interval", _number(options["flush"]), "--ack", options["ack"],
+            "--drain-timeout", _number(options["drain"]), "--write-kubeconfig", KUBECONFIG,
+        ],
+        "ports": [{"name": "vg-metrics", "containerPort": config.metricsPort}],
+        "resources": {"requests": dict(config.requests), "limits": dict(config.limits)},
+        "readinessProbe": probe,
+        "livenessProbe": {**probe, "httpGet": {"path": "/healthz", "port": config.metricsPort}},
+        "volumeMounts": [{"name": VOLUME, "mountPath": MOUNT_PATH}],
+        "securityContext": {
+            "runAsNonRoot": True, "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if native:
+        container["restartPolicy"] = "Always"
+        container["startupProbe"] = {**probe, "periodSeconds": 1, "failureThreshold": 30}
+    return container
+
+
+def _inject(spec: dict[str, Any], config: SidecarInjectionConfig,
+            options: dict[str, Any]) -> list[dict[str, Any]]:
+    sidecar = sidecar_container(config, options, config.nativeSidecar)
+    volume = {"name": VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+    ops = []
+    if config.nativeSidecar:  # first, so it is up before every other init container
+        ops.append(jsonpatch.add("/spec/initContainers/0", sidecar) if spec.get("initContainers")
+                   else jsonpatch.add("/spec/initContainers", [sidecar]))
+    else:
+        ops.append(jsonpatch.add("/spec/containers/-", sidecar))
+    ops.append(jsonpatch.add("/spec/volumes/-", volume) if spec.get("volumes")
+               else jsonpatch.add("/spec/volumes", [volume]))
+    return ops
+
+
+def _point_at_proxy(container: dict[str, Any], index: int, mode: str) -> list[dict[str, Any]]:
+    base = f"/spec/containers/{index}"
+    mount = {"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}
+    ops = [jsonpatch.add(f"{base}/volumeMounts/-", mount) if container.get("volumeMounts")
+           else jsonpatch.add(f"{base}/volumeMounts", [mount])]
+    # Appending args to a container without any would replace its image's CMD: use env there.
+    if mode == "args" and container.get("args"):
+        ops.append(jsonpatch.add(f"{base}/args/-", f"--kubeconfig={KUBECONFIG}"))
+    elif mode == "args" and container.get("command"):
+        ops.append(jsonpatch.add(f"{base}/args", [f"--kubeconfig={KUBECONFIG}"]))
+    else:
+        env = {"name": "KUBECONFIG", "value": KUBECONFIG}
+        ops.append(jsonpatch.add(f"{base}/env/-", env) if container.get("env")
+                   else jsonpatch.add(f"{base}/env", [env]))
+    return ops
+
+
+def _options(annotations: dict[str, Any], config: SidecarInjectionConfig) -> tuple[
+    dict[str, Any], list[str]
+]:
+    options: dict[str, Any] = {"flush": config.flushInterval, "ack": config.ack,
+                               "mode": config.proxyMode, "drain": config.drainTimeout}
+    problems = []
+    if FLUSH_INTERVAL in annotations:
+        text = annotations[FLUSH_INTERVAL]
+        try:
+            value = float(text)
+            if not 0.05 <= value <= 60:
+                raise ValueError
+            options["flush"] = value
+        except (TypeError, ValueError):
+            problems.append(f'annotation {FLUSH_INTERVAL} is "{text}"; allowed: seconds from '
+                            "0.05 to 60, e.g. \"1\" or \"0.5\"")
+    for key, field, allowed in ((ACK, "ack", ("async", "sync")),
+                                (PROXY_MODE, "mode", ("args", "env"))):
+        if key in annotations:
+            if annotations[key] in allowed:
+                options[field] = annotations[key]
+            else:
+                problems.append(f'annotation {key} is "{annotations[key]}"; allowed: '
+                                f"{' or '.join(allowed)}")
+    return options, problems
+
+
+def _targets(spec: dict[str, Any], annotations: dict[str, Any]) -> tuple[list[int], str]:
+    containers = spec.get("containers") or []
+    names = [c.get("name") for c in containers]
+    wanted = annotations.get(PROXY_CONTAINERS)
+    if wanted is None:
+        return list(range(len(containers))), ""
+    chosen = [n.strip() for n in str(wanted).split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in names]
+    if unknown:
+        return [], (f"annotation {PROXY_CONTAINERS} names {', '.join(unknown)}, not containers "
+                    f"of this pod (it has {', '.join(str(n) for n in names)})")
+    return [names.index(n) for n in chosen], ""
+
+
+def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for key in ("initContainers", "containers") for c in (spec.get(key) or [])
+            if isinstance(c, dict)]
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
