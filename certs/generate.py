@@ -58,16 +58,33 @@ def generate(
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     not_after = now + datetime.timedelta(days=days)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = _ca_certificate(ca_key, f"volcano-guard-ca ({namespace}/{service})", now, not_after)
+    ca_key, ca_cert = issue_ca(f"volcano-guard-ca ({namespace}/{service})", now, not_after)
     dns_names = service_dns_names(service, namespace) + extra_dns_names
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = _serving_certificate(key, ca_key, ca_cert, dns_names, now, not_after)
-    _write(out / CA_KEY_FILE, _key_pem(ca_key), private=True)
-    _write(out / KEY_FILE, _key_pem(key), private=True)
-    _write(out / CERT_FILE, cert.public_bytes(serialization.Encoding.PEM))
-    _write(out / CA_FILE, ca_cert.public_bytes(serialization.Encoding.PEM))
+    key, cert = issue_leaf(ca_key, ca_cert, dns_names, now, not_after)
+    write_pem(out / CA_KEY_FILE, key_pem(ca_key), private=True)
+    write_pem(out / KEY_FILE, key_pem(key), private=True)
+    write_pem(out / CERT_FILE, cert_pem(cert))
+    write_pem(out / CA_FILE, cert_pem(ca_cert))
     return GeneratedCerts(out / CA_FILE, out / CERT_FILE, out / KEY_FILE, dns_names, not_after)
+
+
+def issue_ca(common_name: str, now: datetime.datetime, not_after: datetime.datetime) -> tuple[
+    ec.EllipticCurvePrivateKey, x509.Certificate
+]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key, _ca_certificate(key, common_name, now, not_after)
+
+
+def issue_leaf(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate,
+               dns_names: tuple[str, ...], now: datetime.datetime,
+               not_after: datetime.datetime) -> tuple[ec.EllipticCurvePrivateKey,
+                                                      x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key, _serving_certificate(key, ca_key, ca_cert, dns_names, now, not_after)
+
+
+def cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def _ca_certificate(
@@ -128,7 +145,7 @@ def _key_usage(*, ca: bool) -> x509.KeyUsage:
     )
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -136,7 +153,7 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _write(path: Path, data: bytes, *, private: bool = False) -> None:
+def write_pem(path: Path, data: bytes, *, private: bool = False) -> None:
     """Write atomically; private files are created 0600 so the key is never world-readable."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)

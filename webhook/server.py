@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 
 from aiohttp import web
 
+from certs.reload import CertReloader
 from volcano_guard.jsonbody import BodyError, decode
 from volcano_guard.listen import Listen
 from volcano_guard.metrics import add_probes, metrics_app
@@ -225,8 +226,10 @@ async def serve(
     *,
     shutdown_timeout: float = 30.0,
     caches: Caches | None = None,
+    reloader: CertReloader | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then finish in-flight requests and return."""
+    """Serve until SIGTERM or SIGINT, then finish in-flight requests and return. With a
+    reloader, changed certificate files are picked up without a restart."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -237,8 +240,11 @@ async def serve(
                        caches=caches) as (port, metrics_port):
         log.info("webhook listening on https://%s:%d, metrics on http://%s:%d",
                  listen.host, port, metrics_listen.host, metrics_port)
+        watcher = asyncio.create_task(reloader.watch()) if reloader else None
         await stop.wait()
         log.info("shutting down: finishing in-flight requests")
+        if watcher is not None:
+            watcher.cancel()
     caches.stop()
 
 

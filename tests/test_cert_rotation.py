@@ -1,0 +1,107 @@
+"""Certificate rotation and live reload: a TLS client keeps connecting through the swap."""
+
+import asyncio
+import datetime
+import socket
+import ssl
+
+import pytest
+from cryptography import x509
+
+from certs.generate import generate
+from certs.reload import CertReloader
+from certs.rotate import parse_duration, rotate
+from certs.tls import client_context, server_context
+from tests.conftest import HOSTNAME, NAMESPACE, SERVICE
+from volcano_guard.cli import main
+from volcano_guard.listen import Listen
+from volcano_guard.metrics import REGISTRY
+from webhook.config import config_from_dict
+from webhook.server import running
+
+
+def serial(path):
+    return x509.load_pem_x509_certificate(path.read_bytes()).serial_number
+
+
+def test_nothing_is_renewed_far_from_expiry(tmp_path):
+    made = generate(SERVICE, NAMESPACE, tmp_path, days=90)
+    before = serial(made.cert_file)
+    done = rotate(tmp_path, parse_duration("720h"))
+    assert not done.leaf_renewed and not done.ca_rotated
+    assert serial(made.cert_file) == before
+
+
+def test_near_expiry_the_ca_rotates_with_an_overlap_and_the_leaf_keeps_its_names(tmp_path):
+    made = generate(SERVICE, NAMESPACE, tmp_path, days=90)
+    ca = x509.load_pem_x509_certificate(made.ca_file.read_bytes())
+    assert not rotate(tmp_path, parse_duration("30d")).leaf_renewed  # 90 days left
+    done = rotate(tmp_path, parse_duration("100d"))  # both expire within 100 days
+    assert done.ca_rotated and done.leaf_renewed and done.bundle_size == 2
+    bundle = x509.load_pem_x509_certificates(made.ca_file.read_bytes())
+    leaf = x509.load_pem_x509_certificate(made.cert_file.read_bytes())
+    leaf.verify_directly_issued_by(bundle[0])  # the new CA signs the new leaf
+    assert bundle[1].serial_number == ca.serial_number  # the old CA stays trusted meanwhile
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"{SERVICE}.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
+
+
+def test_an_expired_old_ca_leaves_the_bundle(tmp_path):
+    generate(SERVICE, NAMESPACE, tmp_path, days=10)
+    rotate(tmp_path, parse_duration("20d"))  # rotates: bundle new + old
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=11)
+    done = rotate(tmp_path, parse_duration("1h"), now=later)
+    assert done.bundle_size == 1
+
+
+def test_cli_rotate_and_bad_duration(tmp_path, capsys):
+    generate(SERVICE, NAMESPACE, tmp_path, days=30)
+    assert main(["certs", "rotate", "--dir", str(tmp_path), "--force"]) == 0
+    assert "serving cert renewed" in capsys.readouterr().out
+    assert main(["certs", "rotate", "--dir", str(tmp_path), "--renew-before", "soon"]) == 1
+    assert "duration" in capsys.readouterr().err
+    assert main(["certs", "rotate", "--dir", str(tmp_path / "missing")]) == 1
+
+
+def handshake_serial(port, ca_file):
+    context = client_context(ca_file)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock, \
+            context.wrap_socket(sock, server_hostname=HOSTNAME) as tls:
+        return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
+
+
+async def test_a_renewed_cert_is_served_without_restart_and_no_handshake_fails(tmp_path):
+    made = generate(SERVICE, NAMESPACE, tmp_path, days=30)
+    old_serial = serial(made.cert_file)
+    tls = server_context(made.cert_file, made.key_file)
+    reloader = CertReloader(tls, made.cert_file, made.key_file)
+    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
+                                                          "bindingGuard": {"mode": "off"}}}})
+    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls) as (port, _):
+        watcher = asyncio.create_task(reloader.watch(interval=0.02))
+        seen, failures = [], []
+
+        async def client():
+            while True:
+                try:
+                    seen.append(await asyncio.to_thread(handshake_serial, port, made.ca_file))
+                except (ssl.SSLError, OSError) as exc:
+                    failures.append(exc)
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(client())
+        await asyncio.sleep(0.2)
+        rotate(tmp_path, force_leaf=True)
+        new_serial = serial(made.cert_file)
+        for _ in range(300):
+            if seen and seen[-1] == new_serial:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        watcher.cancel()
+    assert old_serial in seen and seen[-1] == new_serial
+    assert failures == []
+    assert reloader.reloads == 1
+    expiry = REGISTRY.get_sample_value("volcano_guard_cert_expiry_timestamp_seconds")
+    leaf = x509.load_pem_x509_certificate(made.cert_file.read_bytes())
+    assert expiry == pytest.approx(leaf.not_valid_after_utc.timestamp())
