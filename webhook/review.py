@@ -57,6 +57,11 @@ class AdmissionRequest:
     options: dict[str, Any] | None = None
     dry_run: bool = False
 
+    def is_create_of(self, group: str, kind: str) -> bool:
+        """A CREATE of the object itself (not of a subresource) that carries the object."""
+        return ((self.kind.group, self.kind.kind) == (group, kind) and self.operation == "CREATE"
+                and not self.sub_resource and self.object is not None)
+
     @property
     def object_name(self) -> str:
         """The object's name; on CREATE with generateName, `prefix<generated>`."""

@@ -136,9 +136,7 @@ def pin_to_node(affinity: Any, node: str) -> dict[str, Any]:
 
 def _bound_node(request: AdmissionRequest, context: PolicyContext) -> str | None:
     """The node a pod CREATE names, unless the pod or its creator is exempt."""
-    if (request.kind.group, request.kind.kind) != ("", "Pod") or request.operation != "CREATE":
-        return None
-    if request.sub_resource or request.object is None:
+    if not request.is_create_of("", "Pod"):
         return None
     spec = request.object.get("spec")
     node = spec.get("nodeName") if isinstance(spec, dict) else None

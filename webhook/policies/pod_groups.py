@@ -122,9 +122,7 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
 
 def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     """Pod CREATE naming a PodGroup: record the generation of the incarnation it joins."""
-    if (request.kind.group, request.kind.kind) != ("", "Pod") or request.operation != "CREATE":
-        return None
-    if request.sub_resource or request.object is None:
+    if not request.is_create_of("", "Pod"):
         return None
     annotations = _annotations(request.object)
     group = (annotations or {}).get(GROUP_NAME)

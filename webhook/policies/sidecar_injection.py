@@ -37,9 +37,7 @@ def settings(config: Config) -> SidecarInjectionConfig:
 
 
 def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
-    if (request.kind.group, request.kind.kind) != ("", "Pod") or request.operation != "CREATE":
-        return None
-    if request.sub_resource or request.object is None:
+    if not request.is_create_of("", "Pod"):
         return None
     metadata = request.object.get("metadata") or {}
     labels = metadata.get("labels") or {}
