@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CORE, SCHEDULING, BATCH = "", "scheduling.volcano.sh", "batch.volcano.sh"
+ADMISSION = "admissionregistration.k8s.io"
 ITEM_VERBS = ("get", "update", "patch", "delete")
 COLLECTION_VERBS = ("create", "list", "watch", "deletecollection")
 
@@ -54,6 +55,11 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(CORE, "v1", "pods", "Pod", True, ("po",), status_subresource=True,
                  binding_subresource=True, strategic_merge=True),
     ResourceType(CORE, "v1", "bindings", "Binding", True, create_only=True),
+    ResourceType(CORE, "v1", "secrets", "Secret", True, strategic_merge=True),
+    ResourceType(ADMISSION, "v1", "mutatingwebhookconfigurations",
+                 "MutatingWebhookConfiguration", False, strategic_merge=True),
+    ResourceType(ADMISSION, "v1", "validatingwebhookconfigurations",
+                 "ValidatingWebhookConfiguration", False, strategic_merge=True),
     ResourceType(SCHEDULING, "v1beta1", "queues", "Queue", False, ("q", "queue-v1beta1"),
                  status_subresource=True),
     # Volcano's PodGroup CRD has no status subresource: status is written with the object.

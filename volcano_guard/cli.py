@@ -74,6 +74,18 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
                         help="renew what expires within this (default %(default)s)")
     rotate.add_argument("--force", action="store_true", help="renew the serving cert now")
     rotate.set_defaults(run=run_certs_rotate)
+    inject = actions.add_parser("inject", help="set caBundle on the webhook configurations")
+    inject.add_argument("--ca", required=True, help="CA bundle file (ca.crt)")
+    inject.add_argument("--mutating", action="append", default=[], metavar="NAME")
+    inject.add_argument("--validating", action="append", default=[], metavar="NAME")
+    inject.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
+    inject.set_defaults(run=run_certs_inject)
+    secret = actions.add_parser("secret", help="create or update the serving cert's Secret")
+    secret.add_argument("--dir", required=True, help="directory with tls.crt, tls.key, ca.crt")
+    secret.add_argument("--name", required=True)
+    secret.add_argument("--namespace", required=True)
+    secret.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
+    secret.set_defaults(run=run_certs_secret)
 
 
 def _add_check(commands: argparse._SubParsersAction) -> None:
@@ -202,6 +214,49 @@ def run_certs_rotate(args: argparse.Namespace) -> int:
           f"{done.leaf_not_after:%Y-%m-%d}); CA {'rotated' if done.ca_rotated else 'kept'}; "
           f"ca.crt holds {done.bundle_size} CA(s)")
     return 0
+
+
+def run_certs_inject(args: argparse.Namespace) -> int:
+    from certs.cluster import inject_ca_bundle
+    from certs.generate import CertsError
+
+    if not args.mutating and not args.validating:
+        print("volcano-guard certs inject: name at least one --mutating or --validating "
+              "configuration", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        patched = inject_ca_bundle(_api_client(args.kubeconfig), args.ca, args.mutating,
+                                   args.validating)
+    except CertsError as exc:
+        print(f"volcano-guard certs inject: {exc}", file=sys.stderr)
+        return 1
+    print("caBundle set on " + ", ".join(patched))
+    return 0
+
+
+def run_certs_secret(args: argparse.Namespace) -> int:
+    from certs.cluster import write_secret
+    from certs.generate import CertsError
+
+    try:
+        done = write_secret(_api_client(args.kubeconfig), args.dir, args.namespace, args.name)
+    except CertsError as exc:
+        print(f"volcano-guard certs secret: {exc}", file=sys.stderr)
+        return 1
+    print(f"Secret {args.namespace}/{args.name} {done}")
+    return 0
+
+
+def _api_client(kubeconfig: str | None) -> object:
+    from kubernetes import client
+
+    from volcano_guard.kubeconfig import KubeconfigError, kubernetes_configuration, resolve
+
+    try:
+        return client.ApiClient(kubernetes_configuration(resolve(kubeconfig=kubeconfig)))
+    except KubeconfigError as exc:
+        print(f"volcano-guard certs: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
 
 
 def run_check(args: argparse.Namespace) -> int:

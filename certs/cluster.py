@@ -1,0 +1,76 @@
+"""Putting certificates into the cluster: the caBundle of the webhook configurations, and the
+serving certificate's Secret. Both through the `kubernetes` client."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+from certs.generate import CA_FILE, CERT_FILE, KEY_FILE, CertsError
+
+
+def inject_ca_bundle(api_client: Any, ca_file: str | Path, mutating: list[str],
+                     validating: list[str]) -> list[str]:
+    """Set clientConfig.caBundle on every webhook of the named configurations; returns what
+    was patched. Each patch tests the webhook's name first, so a configuration edited
+    meanwhile fails loudly instead of receiving a bundle at the wrong index."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        bundle = base64.b64encode(Path(ca_file).read_bytes()).decode("ascii")
+    except OSError as exc:
+        raise CertsError(f"cannot read the CA bundle: {exc}") from None
+    api = client.AdmissionregistrationV1Api(api_client)
+    targets = [("MutatingWebhookConfiguration", name, api.read_mutating_webhook_configuration,
+                api.patch_mutating_webhook_configuration) for name in mutating]
+    targets += [("ValidatingWebhookConfiguration", name,
+                 api.read_validating_webhook_configuration,
+                 api.patch_validating_webhook_configuration) for name in validating]
+    patched = []
+    for kind, name, read, patch in targets:
+        try:
+            webhooks = read(name).webhooks or []
+            operations: list[dict[str, Any]] = []
+            for index, webhook in enumerate(webhooks):
+                operations.append({"op": "test", "path": f"/webhooks/{index}/name",
+                                   "value": webhook.name})
+                operations.append({"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle",
+                                   "value": bundle})
+            if operations:
+                patch(name, operations, _content_type="application/json-patch+json")
+        except ApiException as exc:
+            raise CertsError(f"{kind} {name}: {exc.status} {exc.reason}") from None
+        patched.append(f"{kind}/{name} ({len(webhooks)} webhooks)")
+    return patched
+
+
+def write_secret(api_client: Any, directory: str | Path, namespace: str, name: str) -> str:
+    """Create or update the kubernetes.io/tls Secret holding tls.crt, tls.key and ca.crt."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    folder = Path(directory)
+    try:
+        data = {key: base64.b64encode((folder / key).read_bytes()).decode("ascii")
+                for key in (CERT_FILE, KEY_FILE, CA_FILE)}
+    except OSError as exc:
+        raise CertsError(f"{folder}: {exc}") from None
+    core = client.CoreV1Api(api_client)
+    body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/name": "volcano-guard"}},
+            "data": data}
+    try:
+        core.create_namespaced_secret(namespace, body)
+        return "created"
+    except ApiException as exc:
+        if exc.status != 409:
+            raise CertsError(f"Secret {namespace}/{name}: {exc.status} {exc.reason}") from None
+    try:
+        core.patch_namespaced_secret(name, namespace, {"data": data},
+                                     _content_type="application/merge-patch+json")
+    except ApiException as exc:
+        raise CertsError(f"Secret {namespace}/{name}: {exc.status} {exc.reason}") from None
+    return "updated"

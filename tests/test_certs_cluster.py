@@ -1,0 +1,76 @@
+"""certs inject and certs secret against the sandbox, through a kubeconfig, as an operator runs
+them."""
+
+import base64
+
+import pytest
+from kubernetes import client
+
+from certs.generate import generate
+from sandbox.runner import SandboxThread
+from sidecar.service import write_kubeconfig
+from tests.conftest import NAMESPACE, SERVICE
+from volcano_guard.cli import main
+
+
+def webhook_configuration(kind, name, hooks):
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": {"name": name},
+            "webhooks": [{"name": hook, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                          "clientConfig": {"service": {"name": SERVICE, "namespace": NAMESPACE,
+                                                       "path": "/validate"}}}
+                         for hook in hooks]}
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with SandboxThread() as sandbox:
+        sandbox.seed([
+            webhook_configuration("MutatingWebhookConfiguration", "volcano-guard",
+                                  ["mutate.volcano-guard.io"]),
+            webhook_configuration("ValidatingWebhookConfiguration", "volcano-guard",
+                                  ["validate.volcano-guard.io", "bindings.volcano-guard.io"]),
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        ])
+        kubeconfig = tmp_path / "kubeconfig"
+        write_kubeconfig(str(kubeconfig), sandbox.url)
+        yield sandbox, str(kubeconfig), client.ApiClient(client.Configuration(host=sandbox.url))
+
+
+def test_inject_sets_the_ca_bundle_on_every_webhook(cluster, tmp_path, capsys):
+    _, kubeconfig, api = cluster
+    made = generate(SERVICE, NAMESPACE, tmp_path / "tls")
+    assert main(["certs", "inject", "--ca", str(made.ca_file), "--mutating", "volcano-guard",
+                 "--validating", "volcano-guard", "--kubeconfig", kubeconfig]) == 0
+    assert "ValidatingWebhookConfiguration/volcano-guard (2 webhooks)" in capsys.readouterr().out
+    adm = client.AdmissionregistrationV1Api(api)
+    hooks = (adm.read_mutating_webhook_configuration("volcano-guard").webhooks
+             + adm.read_validating_webhook_configuration("volcano-guard").webhooks)
+    assert len(hooks) == 3
+    for hook in hooks:
+        assert base64.b64decode(hook.client_config.ca_bundle) == made.ca_file.read_bytes()
+
+
+def test_inject_names_a_missing_configuration(cluster, tmp_path, capsys):
+    _, kubeconfig, _ = cluster
+    made = generate(SERVICE, NAMESPACE, tmp_path / "tls")
+    assert main(["certs", "inject", "--ca", str(made.ca_file), "--mutating", "nope",
+                 "--kubeconfig", kubeconfig]) == 1
+    assert "MutatingWebhookConfiguration nope: 404" in capsys.readouterr().err
+    assert main(["certs", "inject", "--ca", str(made.ca_file), "--kubeconfig",
+                 kubeconfig]) == 2
+
+
+def test_secret_is_created_then_updated(cluster, tmp_path, capsys):
+    _, kubeconfig, api = cluster
+    made = generate(SERVICE, NAMESPACE, tmp_path / "tls")
+    args = ["certs", "secret", "--dir", str(tmp_path / "tls"), "--name", "volcano-guard-tls",
+            "--namespace", NAMESPACE, "--kubeconfig", kubeconfig]
+    assert main(args) == 0
+    assert "created" in capsys.readouterr().out
+    generate(SERVICE, NAMESPACE, tmp_path / "tls", force=True)
+    assert main(args) == 0
+    assert "updated" in capsys.readouterr().out
+    secret = client.CoreV1Api(api).read_namespaced_secret("volcano-guard-tls", NAMESPACE)
+    assert secret.type == "kubernetes.io/tls"
+    assert base64.b64decode(secret.data["tls.crt"]) == made.cert_file.read_bytes()
