@@ -1,0 +1,113 @@
+"""deploy/ rendered with kubectl kustomize, every document validated against the Kubernetes
+1.30 schemas offline, and the invariants that keep the install working."""
+
+import shutil
+import subprocess
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from webhook.config import config_from_dict
+
+SERVED_PATHS = {"/mutate", "/validate"}
+
+
+def render(path):
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed (.ci/run installs it)")
+    result = subprocess.run(["kubectl", "kustomize", str(REPO / path)], capture_output=True,
+                            text=True, timeout=60, check=True)
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def base():
+    return render("deploy/base")
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_every_document_validates_against_the_kubernetes_schema(base):
+    assert len(base) >= 12
+    for doc in base:
+        kubernetes_validate.validate(doc, "1.30.0", strict=True)
+
+
+def test_service_ports_match_the_container_ports(base):
+    [deployment] = by_kind(base, "Deployment")
+    [service] = by_kind(base, "Service")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["containerPort"] for p in container["ports"]}
+    assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports
+    args = container["args"]
+    assert args[args.index("--listen") + 1].endswith(":8443")
+
+
+def webhooks(base):
+    return [w for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+            for config in by_kind(base, kind) for w in config["webhooks"]]
+
+
+def test_webhooks_call_served_paths_and_skip_system_and_own_namespaces(base):
+    [service] = by_kind(base, "Service")
+    for webhook in webhooks(base):
+        target = webhook["clientConfig"]["service"]
+        assert target["path"] in SERVED_PATHS
+        assert target["name"] == service["metadata"]["name"]
+        assert target["namespace"] == service["metadata"]["namespace"]
+        assert webhook["admissionReviewVersions"] == ["v1"]
+        assert webhook["sideEffects"] == "None"
+        assert webhook["timeoutSeconds"] <= 5
+        [expression] = webhook["namespaceSelector"]["matchExpressions"]
+        assert expression["operator"] == "NotIn"
+        assert {"kube-system", service["metadata"]["namespace"]} <= set(expression["values"])
+
+
+def test_the_binding_webhook_has_no_object_selector(base):
+    binding = [w for w in webhooks(base) if any("pods/binding" in r["resources"]
+                                                for r in w["rules"])]
+    assert binding and all("objectSelector" not in w for w in binding)
+
+
+def test_rbac_is_least_privilege(base):
+    for role in by_kind(base, "ClusterRole") + by_kind(base, "Role"):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+            assert not set(rule["verbs"]) & {"delete", "deletecollection", "escalate", "bind"}
+    [cluster_role] = by_kind(base, "ClusterRole")
+    writes = [r for r in cluster_role["rules"] if set(r["verbs"]) - {"get", "list", "watch"}]
+    assert writes and all(r.get("resourceNames") == ["volcano-guard"] for r in writes)
+
+
+def test_the_shipped_config_is_valid(base):
+    [config_map] = by_kind(base, "ConfigMap")
+    config = config_from_dict(yaml.safe_load(config_map["data"]["config.yaml"]))
+    assert config.policies.nodeName.mode == "enforce"
+
+
+def test_the_deployment_is_highly_available_and_restricted(base):
+    [deployment] = by_kind(base, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] >= 2
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["topologySpreadConstraints"]
+    container = spec["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert {container["readinessProbe"]["httpGet"]["path"],
+            container["livenessProbe"]["httpGet"]["path"]} == {"/readyz", "/healthz"}
+    assert by_kind(base, "PodDisruptionBudget")
+
+
+def test_monitoring_objects_render_with_the_contract_metric_names():
+    docs = render("deploy/monitoring")
+    kinds = {d["kind"] for d in docs}
+    assert kinds == {"ServiceMonitor", "PrometheusRule"}
+    rules = yaml.safe_dump(docs)
+    for metric in ("admission_errors_total", "cert_expiry_timestamp_seconds",
+                   "sidecar_pending_objects", "sidecar_conflicts_total"):
+        assert f"volcano_guard_{metric}" in rules
