@@ -106,8 +106,25 @@ def test_the_deployment_is_highly_available_and_restricted(base):
 def test_monitoring_objects_render_with_the_contract_metric_names():
     docs = render("deploy/monitoring")
     kinds = {d["kind"] for d in docs}
-    assert kinds == {"ServiceMonitor", "PrometheusRule"}
+    assert kinds == {"ServiceMonitor", "PrometheusRule", "ConfigMap"}
     rules = yaml.safe_dump(docs)
     for metric in ("admission_errors_total", "cert_expiry_timestamp_seconds",
                    "sidecar_pending_objects", "sidecar_conflicts_total"):
         assert f"volcano_guard_{metric}" in rules
+
+
+def test_injection_has_its_own_webhook_selecting_opted_in_pods(base):
+    [inject] = [w for w in webhooks(base) if w["name"].startswith("inject.")]
+    assert inject["objectSelector"] == {"matchLabels": {"volcano-guard.io/inject": "true"}}
+    assert inject["clientConfig"]["service"]["path"] == "/mutate"
+
+
+def test_the_grafana_dashboard_charts_contract_metrics():
+    import json
+
+    dashboard = json.loads((REPO / "deploy" / "monitoring" / "grafana-dashboard.json").read_text())
+    expressions = " ".join(t["expr"] for panel in dashboard["panels"] for t in panel["targets"])
+    for metric in ("admission_requests_total", "admission_duration_seconds_bucket",
+                   "sidecar_upstream_writes_total", "sidecar_writes_received_total",
+                   "sidecar_pending_objects", "cert_expiry_timestamp_seconds"):
+        assert f"volcano_guard_{metric}" in expressions
