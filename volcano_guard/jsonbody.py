@@ -35,19 +35,17 @@ def _refuse_constant(name: str) -> Any:
 
 
 def nesting_depth(document: Any, *, limit: int) -> int:
-    """Depth of containers in document, iteratively; stops counting once past limit."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(document, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            return deepest
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return deepest
+    """Depth of containers in document, level by level; stops counting once past limit."""
+    level = [document] if type(document) in _CONTAINERS else []
+    depth = 0
+    while level and depth <= limit:
+        depth += 1
+        children: list[Any] = []
+        for node in level:
+            values = node.values() if type(node) is dict else node
+            children.extend(v for v in values if type(v) in _CONTAINERS)
+        level = children
+    return depth
+
+
+_CONTAINERS = (dict, list)  # json.loads makes exactly these, never subclasses

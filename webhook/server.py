@@ -137,6 +137,8 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise RequestError(413, "too_large", f"body of {request.content_length} bytes is over "
                            f"the {limit}-byte limit")
+    if request.content_length is not None:
+        return await request.read()  # length known and within the limit: one read
     chunks: list[bytes] = []
     size = 0
     while chunk := await request.content.read(_READ_CHUNK):
@@ -200,7 +202,9 @@ async def running(
     Leaving the block stops accepting and waits up to shutdown_timeout for in-flight requests."""
     caches = caches or Caches()
     app = create_app(config, caches)
-    admission = web.AppRunner(app, shutdown_timeout=shutdown_timeout)
+    # No access log: a line per admission costs more than the decision (bench/admission_load.py);
+    # decisions are counted in the metrics instead.
+    admission = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None)
     metrics = web.AppRunner(metrics_app(caches.ready), access_log=None)
     await admission.setup()
     await metrics.setup()
