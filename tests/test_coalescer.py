@@ -231,3 +231,51 @@ def test_view_applies_deletions(c):
     c.absorb(StatusWrite(KEY, "merge", {"status": {"pending": None}}), now=0)
     assert "pending" not in c.view(KEY, {})["status"]
     assert DELETE is not None
+
+
+
+
+def _json_strategy():
+    from hypothesis import strategies as st
+
+    return st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+        | st.text(max_size=6),
+        lambda children: st.lists(children, max_size=3)
+        | st.dictionaries(st.text(max_size=6), children, max_size=3),
+        max_leaves=12,
+    )
+
+
+def test_arbitrary_status_writes_are_absorbed_passed_through_or_refused_never_crash():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    values = _json_strategy()
+    metadata = st.fixed_dictionaries({}, optional={
+        "uid": st.sampled_from(["uid-1", "uid-2", ""]) | values,
+        "resourceVersion": st.sampled_from(["10", "11", "x"]) | values})
+    bodies = values | st.fixed_dictionaries({}, optional={
+        "metadata": metadata | values, "status": values})
+
+    @settings(max_examples=300, deadline=None)
+    @given(kind=st.sampled_from(["put", "merge", "json", "apply"]), body=bodies,
+           patch=st.lists(st.fixed_dictionaries(
+               {"op": st.sampled_from(["add", "remove", "replace", "test", "move", "copy"]),
+                "path": st.sampled_from(["/status", "/status/a", "/status/a/b", "", "/x"])},
+               optional={"value": values, "from": st.sampled_from(["/status", "/spec"])}),
+               max_size=3))
+    def check(kind, body, patch):
+        c = Coalescer(flush_interval=1.0, max_pending=10)
+        c.observe(KEY, queue(10, {"state": "Open", "a": {"b": 1}}))
+        write = StatusWrite(KEY, kind, patch if kind == "json" else body, "manager")
+        try:
+            c.absorb(write, now=0, waiter="w")
+        except (Passthrough, Backpressure, BadWrite):
+            return
+        if c.pending_count:
+            plan = c.plan(KEY)
+            if isinstance(plan, FlushPlan):
+                c.complete(plan, 200, queue(11, {"state": "Open"}), now=1)
+
+    check()
