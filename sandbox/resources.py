@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 CORE, SCHEDULING, BATCH = "", "scheduling.volcano.sh", "batch.volcano.sh"
 ADMISSION = "admissionregistration.k8s.io"
-ITEM_VERBS = ("get", "update", "patch", "delete")
-COLLECTION_VERBS = ("create", "list", "watch", "deletecollection")
 
 
 @dataclass(frozen=True)

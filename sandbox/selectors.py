@@ -4,10 +4,8 @@ and fields packages), matched against an object's labels or selectable fields.""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-Matcher = Callable[[Mapping[str, str]], bool]
 
 
 class SelectorError(ValueError):

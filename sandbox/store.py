@@ -28,7 +28,6 @@ from volcano_guard.mergepatch import apply_merge_patch
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-APPLY_PATCH = "application/apply-patch+yaml"
 CONFLICT_MESSAGE = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )
