@@ -274,6 +274,9 @@ class Coalescer:
     def pending_keys(self) -> list[ObjectKey]:
         return list(self._pending)
 
+    def is_pending(self, key: ObjectKey) -> bool:
+        return key in self._pending
+
     def due(self, now: float, *, all_pending: bool = False) -> list[ObjectKey]:
         """Objects whose flush is due, oldest first (all of them when draining)."""
         ready = [(p.first_at, key) for key, p in self._pending.items()

@@ -96,7 +96,7 @@ class Flusher:
                     await self._wakeup.wait()
 
     def _start(self, key: ObjectKey) -> None:
-        if key not in self.coalescer.pending_keys():
+        if not self.coalescer.is_pending(key):
             return  # settled meanwhile (e.g. dropped as stale)
         plan = self.coalescer.plan(key)
         if isinstance(plan, Settled):

@@ -109,7 +109,7 @@ async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> we
         return status_response(400, f"the status write is not valid JSON or YAML: {exc}")
     write = StatusWrite(route.key, kind, document, request.query.get("fieldManager", ""))
     waiter = asyncio.get_running_loop().create_future() if proxy.ack == "sync" else None
-    was_pending = route.key in proxy.coalescer.pending_keys()
+    was_pending = proxy.coalescer.is_pending(route.key)
     try:
         absorbed = proxy.coalescer.absorb(write, proxy.clock(), waiter)
     except Passthrough:
@@ -122,7 +122,7 @@ async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> we
                                headers={"Retry-After": str(retry)})
     except BadWrite as exc:
         return status_response(422, f"the patch does not apply: {exc}")
-    pending_now = route.key in proxy.coalescer.pending_keys()
+    pending_now = proxy.coalescer.is_pending(route.key)
     if not pending_now:
         metrics.NOOP_SKIPPED.inc()
     elif was_pending:
