@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from certs.generate import generate
-from sidecar.service import write_kubeconfig
+from volcano_guard.kubeconfig import write_kubeconfig
 from volcano_guard.processes import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,15 +4,12 @@ SIGTERM (refuse new coalesced writes, flush everything pending, then exit 0)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
 import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -21,7 +18,7 @@ from sidecar.coalescer import Coalescer
 from sidecar.flusher import Flusher
 from sidecar.proxy import Proxy, create_app
 from sidecar.routes import DEFAULT_COALESCED
-from volcano_guard.kubeconfig import Cluster, TokenSource
+from volcano_guard.kubeconfig import Cluster, TokenSource, write_kubeconfig
 from volcano_guard.metrics import metrics_app
 
 log = logging.getLogger("volcano_guard.sidecar")
@@ -104,20 +101,3 @@ async def serve(cluster: Cluster, settings: SidecarSettings) -> int:
         log.info("SIGTERM: refusing new status writes, draining pending ones")
     return 0
 
-
-def write_kubeconfig(path: str, server: str) -> None:
-    """A kubeconfig whose server is the proxy: the app's client talks to the sidecar, which
-    adds the pod's own credentials upstream."""
-    cluster, user = {"server": server}, {}
-    document = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "volcano-guard",
-        "clusters": [{"name": "volcano-guard", "cluster": cluster}],
-        "users": [{"name": "volcano-guard", "user": user}],
-        "contexts": [{"name": "volcano-guard",
-                      "context": {"cluster": "volcano-guard", "user": "volcano-guard"}}],
-    }
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(document, indent=2), encoding="utf-8")  # JSON is valid YAML
-    os.replace(tmp, target)

@@ -8,9 +8,9 @@ from kubernetes import client
 
 from certs.generate import generate
 from sandbox.runner import SandboxThread
-from sidecar.service import write_kubeconfig
 from tests.conftest import NAMESPACE, SERVICE
 from volcano_guard.cli import main
+from volcano_guard.kubeconfig import write_kubeconfig
 
 
 def webhook_configuration(kind, name, hooks):

@@ -160,7 +160,7 @@ def test_the_injected_pod_passes_the_resource_requests_policy():
 def test_the_sidecar_writes_a_kubeconfig_that_points_at_itself(tmp_path):
     import json
 
-    from sidecar.service import write_kubeconfig
+    from volcano_guard.kubeconfig import write_kubeconfig
 
     path = tmp_path / "sub" / "kubeconfig"
     write_kubeconfig(str(path), "http://127.0.0.1:8001")

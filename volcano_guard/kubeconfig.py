@@ -6,6 +6,7 @@ re-reads its file when it changes, because projected service-account tokens rota
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 from dataclasses import dataclass
@@ -142,3 +143,21 @@ def own_namespace() -> str | None:
         return (SERVICE_ACCOUNT / "namespace").read_text(encoding="utf-8").strip() or None
     except OSError:
         return None
+
+
+def write_kubeconfig(path: str, server: str) -> None:
+    """A kubeconfig with no credentials whose server is `server`: the sidecar writes one that
+    points at itself, so the app's client talks to it and it adds the pod's credentials."""
+    cluster, user = {"server": server}, {}
+    document = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "volcano-guard",
+        "clusters": [{"name": "volcano-guard", "cluster": cluster}],
+        "users": [{"name": "volcano-guard", "user": user}],
+        "contexts": [{"name": "volcano-guard",
+                      "context": {"cluster": "volcano-guard", "user": "volcano-guard"}}],
+    }
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(document, indent=2), encoding="utf-8")  # JSON is valid YAML
+    os.replace(tmp, target)
