@@ -175,6 +175,7 @@ async def test_policy_bug_fails_closed_without_a_500(webhook, monkeypatch):
     assert response["uid"] == "bug"
     assert response["allowed"] is False
     assert response["status"]["code"] == 500
+    assert response["status"]["reason"] == "InternalError"
 
 
 async def test_concurrent_admissions_each_get_their_own_uid(webhook):

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from volcano_guard.status import REASONS
 from webhook.decision import Decision
 
 API_VERSION = "admission.k8s.io/v1"
@@ -126,7 +127,7 @@ def respond(uid: str, decision: Decision) -> dict[str, Any]:
         response["status"] = {
             "code": decision.code,
             "message": decision.message,
-            "reason": "Forbidden" if decision.code == 403 else "BadRequest",
+            "reason": REASONS.get(decision.code, "Unknown"),
         }
     if decision.patch:
         encoded = json.dumps(list(decision.patch), separators=(",", ":")).encode()
