@@ -49,17 +49,38 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=context, p
 
 
 def pod_review() -> dict:
-    """A ~4 KB AdmissionReview of a Volcano worker pod, as the API server sends it."""
-    env = [{"name": f"VAR_{i}", "value": "x" * 40} for i in range(30)]
+    """A ~4 KB AdmissionReview of a Volcano worker pod, as the API server sends it on CREATE
+    (the object carries the managedFields the API server records before admission)."""
+    env = [{"name": f"VAR_{i}", "value": "x" * 30} for i in range(20)]
     container = {"name": "worker", "image": "pytorch/pytorch:2.3.0",
                  "command": ["python", "train.py"], "env": env,
                  "resources": {"requests": {"cpu": "4", "memory": "16Gi"},
                                "limits": {"cpu": "4", "memory": "16Gi"}}}
+    fields = {"f:metadata": {"f:annotations": {".": {}, "f:scheduling.k8s.io/group-name": {}},
+                             "f:labels": {".": {}, "f:volcano.sh/job-name": {},
+                                          "f:volcano.sh/task-spec": {}},
+                             "f:ownerReferences": {".": {}, 'k:{"uid":"5d1c"}': {}}},
+              "f:spec": {"f:containers": {'k:{"name":"worker"}': {
+                  ".": {}, "f:command": {}, "f:env": {".": {}, **{
+                      f'k:{{"name":"VAR_{i}"}}': {".": {}, "f:name": {}, "f:value": {}}
+                      for i in range(20)}},
+                  "f:image": {}, "f:name": {}, "f:resources": {
+                      ".": {}, "f:limits": {".": {}, "f:cpu": {}, "f:memory": {}},
+                      "f:requests": {".": {}, "f:cpu": {}, "f:memory": {}}}}},
+                  "f:restartPolicy": {}, "f:schedulerName": {}}}
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "mnist-worker-0", "namespace": "team-a",
                         "labels": {"volcano.sh/job-name": "mnist",
                                    "volcano.sh/task-spec": "worker"},
-                        "annotations": {"scheduling.k8s.io/group-name": "mnist"}},
+                        "annotations": {"scheduling.k8s.io/group-name": "mnist"},
+                        "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1",
+                                             "kind": "Job", "name": "mnist", "uid": "5d1c",
+                                             "controller": True,
+                                             "blockOwnerDeletion": True}],
+                        "managedFields": [{"manager": "vc-controller-manager",
+                                           "operation": "Update", "apiVersion": "v1",
+                                           "time": "2026-11-22T01:00:00Z",
+                                           "fieldsType": "FieldsV1", "fieldsV1": fields}]},
            "spec": {"schedulerName": "volcano", "containers": [container],
                     "restartPolicy": "Never"}}
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",

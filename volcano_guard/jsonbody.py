@@ -25,7 +25,7 @@ def decode(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     except json.JSONDecodeError as exc:
         raise BodyError(f"body is not valid JSON: {exc.msg} at line {exc.lineno} "
                         f"column {exc.colno}") from None
-    if nesting_depth(document, limit=max_depth) > max_depth:
+    if nesting_depth(body, limit=max_depth) > max_depth:
         raise BodyError(f"JSON is nested deeper than {max_depth} levels")
     return document
 
@@ -34,18 +34,27 @@ def _refuse_constant(name: str) -> Any:
     raise BodyError(f"body is not valid JSON: {name} is not a JSON number")
 
 
-def nesting_depth(document: Any, *, limit: int) -> int:
-    """Depth of containers in document, level by level; stops counting once past limit."""
-    level = [document] if type(document) in _CONTAINERS else []
+def nesting_depth(valid_json: bytes, *, limit: int) -> int:
+    """How deep arrays and objects nest in a document already known to be valid JSON; stops
+    counting once past limit.
+
+    Works on the bytes with C-speed operations, several times faster than walking the decoded
+    tree: drop escaped backslashes, then escaped quotes, so every remaining quote delimits a
+    string; keep only quotes and brackets (one bracket kind: a valid document is well formed);
+    drop what lies between quote pairs; then peel the innermost "[]" pairs off, one level a
+    round. UTF-8 continuation bytes are never ASCII, so byte-level scanning is exact.
+    """
+    if b"\\" in valid_json:
+        valid_json = valid_json.replace(b"\\\\", b"").replace(b'\\"', b"")
+    skeleton = valid_json.translate(_ONE_BRACKET_KIND, _NOT_STRUCTURE).replace(b'""', b"")
+    if b'"' in skeleton:  # strings with brackets in them
+        skeleton = b"".join(skeleton.split(b'"')[::2])
     depth = 0
-    while level and depth <= limit:
+    while skeleton and depth <= limit:
+        skeleton = skeleton.replace(b"[]", b"")
         depth += 1
-        children: list[Any] = []
-        for node in level:
-            values = node.values() if type(node) is dict else node
-            children.extend(v for v in values if type(v) in _CONTAINERS)
-        level = children
     return depth
 
 
-_CONTAINERS = (dict, list)  # json.loads makes exactly these, never subclasses
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+_ONE_BRACKET_KIND = bytes.maketrans(b"{}", b"[]")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
+from functools import lru_cache
 
 _PATTERN = re.compile(
     r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
@@ -35,7 +36,11 @@ def parse_quantity(value: object) -> Decimal:
         return Decimal(repr(value))
     if isinstance(value, int):
         return Decimal(value)
-    text = value
+    return _parse_text(value)
+
+
+@lru_cache(maxsize=4096)  # pods repeat a few quantities ("4", "16Gi") over and over
+def _parse_text(text: str) -> Decimal:
     if not text:
         raise QuantityError("quantity is empty")
     if len(text) > _MAX_TEXT:

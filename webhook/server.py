@@ -70,16 +70,6 @@ class InFlight:
 IN_FLIGHT_KEY = web.AppKey("in_flight", InFlight)
 
 
-@web.middleware
-async def _track_in_flight(request: web.Request, handler: Handler) -> web.StreamResponse:
-    in_flight = request.app[IN_FLIGHT_KEY]
-    in_flight.enter()
-    try:
-        return await handler(request)
-    finally:
-        in_flight.leave()
-
-
 class RequestError(Exception):
     """A request refused at the transport: HTTP status, reason label, message."""
 
@@ -92,9 +82,7 @@ def create_app(config: Config, caches: Caches | None = None) -> web.Application:
     """The admission app: POST /mutate, POST /validate, GET /healthz, GET /readyz (ready once
     the caches have synced)."""
     caches = caches or Caches()
-    app = web.Application(
-        client_max_size=config.maxRequestBytes + 1, middlewares=[_track_in_flight]
-    )
+    app = web.Application(client_max_size=config.maxRequestBytes + 1)
     app[CONFIG_KEY] = config
     app[CACHES_KEY] = caches
     app[IN_FLIGHT_KEY] = InFlight()
@@ -106,26 +94,37 @@ def create_app(config: Config, caches: Caches | None = None) -> web.Application:
 
 def _handler(phase: Phase) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
-        config = request.app[CONFIG_KEY]
+        # Counted here rather than in a middleware: aiohttp's middleware chain costs about as
+        # much as a policy on every request (bench/admission_load.py).
+        in_flight = request.app[IN_FLIGHT_KEY]
+        in_flight.enter()
         try:
-            body = await read_body(request, config.maxRequestBytes)
-            started = time.perf_counter()
-            review_request = parse_review(body)
-            caches = request.app[CACHES_KEY]
-            pods = None
-            if phase == "validate" and needs_namespace_pods(review_request, config):
-                pods = await caches.namespace_pods(review_request.namespace)
-            # One snapshot per decision: every policy sees the same, unchanging cluster view.
-            context = PolicyContext(config=config, nodes=caches.nodes(),
-                                    podgroups=caches.podgroups(), namespace_pods=pods)
-            answer = decide(phase, review_request, context)
-            ADMISSION_DURATION.observe(time.perf_counter() - started)
-            return web.json_response(answer)
-        except RequestError as exc:
-            ADMISSION_ERRORS.labels(reason=exc.reason).inc()
-            return status_response(exc.status, exc.message)
+            return await _answer(request, phase)
+        finally:
+            in_flight.leave()
 
     return handle
+
+
+async def _answer(request: web.Request, phase: Phase) -> web.StreamResponse:
+    config = request.app[CONFIG_KEY]
+    try:
+        body = await read_body(request, config.maxRequestBytes)
+        started = time.perf_counter()
+        review_request = parse_review(body)
+        caches = request.app[CACHES_KEY]
+        pods = None
+        if phase == "validate" and needs_namespace_pods(review_request, config):
+            pods = await caches.namespace_pods(review_request.namespace)
+        # One snapshot per decision: every policy sees the same, unchanging cluster view.
+        context = PolicyContext(config=config, nodes=caches.nodes(),
+                                podgroups=caches.podgroups(), namespace_pods=pods)
+        answer = decide(phase, review_request, context)
+        ADMISSION_DURATION.observe(time.perf_counter() - started)
+        return web.json_response(answer)
+    except RequestError as exc:
+        ADMISSION_ERRORS.labels(reason=exc.reason).inc()
+        return status_response(exc.status, exc.message)
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:

@@ -125,33 +125,33 @@ def _container_problems(container: Container, required: tuple[str, ...]) -> Iter
     parsed: dict[tuple[str, str], Any] = {}
     for field, values in (("requests", requests), ("limits", limits)):
         for resource, raw in values.items():
-            path = format_path((*container.path, "resources", field, resource))
-            noun = f"{resource} {field[:-1]}"
             try:
                 quantity = parse_quantity(raw)
             except QuantityError as exc:
-                yield f"has an invalid {noun} {_quote(raw)} ({path}): {exc}"
+                yield (f"has an invalid {resource} {field[:-1]} {_quote(raw)} "
+                       f"({_path(container, field, resource)}): {exc}")
                 continue
             if quantity < 0:
-                yield f"has a negative {noun} {_quote(raw)} ({path}); use a value >= 0"
+                yield (f"has a negative {resource} {field[:-1]} {_quote(raw)} "
+                       f"({_path(container, field, resource)}); use a value >= 0")
                 continue
             parsed[(field, resource)] = quantity
     for resource in required:
         if resource not in requests and resource not in limits:
-            path = format_path((*container.path, "resources", "requests", resource))
             yield (
-                f"has no {resource} request ({path}); Volcano accounts node resources by "
-                f"requests, so set resources.requests.{resource} (or a limit, which Kubernetes "
-                "copies into the request)"
+                f"has no {resource} request ({_path(container, 'requests', resource)}); "
+                "Volcano accounts node resources by requests, so set "
+                f"resources.requests.{resource} (or a limit, which Kubernetes copies into the "
+                "request)"
             )
     for resource, request in requests.items():
         limit = parsed.get(("limits", resource))
         value = parsed.get(("requests", resource))
         if limit is not None and value is not None and value > limit:
-            path = format_path((*container.path, "resources", "requests", resource))
             yield (
                 f"requests {resource} {_quote(request)}, more than its limit "
-                f"{_quote(limits[resource])} ({path}); lower the request or raise the limit"
+                f"{_quote(limits[resource])} ({_path(container, 'requests', resource)}); "
+                "lower the request or raise the limit"
             )
 
 
@@ -165,6 +165,10 @@ def _add_requests(container: Container, missing: dict[str, str]) -> Iterator[jso
     else:
         for name, value in missing.items():
             yield jsonpatch.add(jsonpatch.pointer(*base, "requests", name), value)
+
+
+def _path(container: Container, field: str, resource: str) -> str:
+    return format_path((*container.path, "resources", field, resource))
 
 
 def _quote(value: Any) -> str:
