@@ -33,10 +33,10 @@ from volcano_guard.processes import free_port, wait_for_port
 ROOT = Path(__file__).resolve().parent.parent
 
 FLOOR = r"""
-import json, ssl, sys
+import json, ssl, sys, orjson
 from aiohttp import web
 async def handle(request):
-    review = json.loads(await request.read())
+    review = orjson.loads(await request.read())
     return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                               "response": {"uid": review["request"]["uid"], "allowed": True}})
 context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -212,6 +212,8 @@ class Coalescer:
                 after = apply_patch(before, write.body)
             except JsonPatchError as exc:
                 raise BadWrite(str(exc)) from None
+            if not isinstance(after, dict):  # e.g. {"op": "add", "path": "", "value": null}
+                raise BadWrite("the patch replaces the object with a non-object")
             old, new = _status_of(before), _status_of(after)
             changed = {f for f in old.keys() | new.keys() if old.get(f, _MISSING) != new.get(f,
                                                                                        _MISSING)}

@@ -126,6 +126,12 @@ def test_json_patch_that_does_not_apply_is_a_bad_write(c):
         c.absorb(StatusWrite(KEY, "json", [{"op": "remove", "path": "/status/nope"}]), now=0)
 
 
+def test_json_patch_that_replaces_the_whole_object_with_null_is_a_bad_write(c):
+    # Found by the fuzz test below: the patched document was no longer an object.
+    with pytest.raises(BadWrite, match="non-object"):
+        c.absorb(StatusWrite(KEY, "json", [{"op": "add", "path": "", "value": None}]), now=0)
+
+
 def test_server_side_apply_newest_per_manager_wins_and_dropped_fields_are_removed(c):
     def apply(status):
         return StatusWrite(KEY, "apply", {"status": status}, "controller")

@@ -16,7 +16,8 @@ def test_decodes_a_json_object():
     [
         (b"{not json", "not valid JSON"),
         (b"\xff\xfe", "not UTF-8"),
-        (b'{"a": NaN}', "NaN"),
+        (b'{"a": NaN}', "not valid JSON: unexpected character.* column 7"),
+        (b'{"a": 1e400}', "infinity"),
         (b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), "nested deeper"),
         (b"[" * 100_000 + b"]" * 100_000, "nested deeper"),
     ],

@@ -1,9 +1,15 @@
-"""Decoding untrusted JSON bodies: bounded size and bounded nesting, clear errors."""
+"""Decoding untrusted JSON bodies: bounded size and bounded nesting, clear errors.
+
+orjson parses (twice as fast as the standard library on a 4 KB pod; the webhook's throughput
+rose 12% with it, BENCHMARKS.md). It refuses NaN/Infinity, lone surrogates and documents
+nested over 1,024 levels by itself.
+"""
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 MAX_DEPTH = 100  # Kubernetes objects nest ~20 deep; anything near 100 is an attack or a bug
 
@@ -15,23 +21,23 @@ class BodyError(ValueError):
 def decode(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     """Decode a JSON document, refusing invalid UTF-8/JSON and nesting deeper than max_depth."""
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BodyError(f"body is not UTF-8: {exc.reason} at byte {exc.start}") from None
-    try:
-        document = json.loads(text, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise BodyError(f"JSON is nested deeper than {max_depth} levels") from None
-    except json.JSONDecodeError as exc:
-        raise BodyError(f"body is not valid JSON: {exc.msg} at line {exc.lineno} "
-                        f"column {exc.colno}") from None
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise _refusal(body, exc, max_depth) from None
     if nesting_depth(body, limit=max_depth) > max_depth:
         raise BodyError(f"JSON is nested deeper than {max_depth} levels")
     return document
 
 
-def _refuse_constant(name: str) -> Any:
-    raise BodyError(f"body is not valid JSON: {name} is not a JSON number")
+def _refusal(body: bytes, error: orjson.JSONDecodeError, max_depth: int) -> BodyError:
+    try:
+        body.decode("utf-8")  # orjson's message does not say where the bad byte is
+    except UnicodeDecodeError as exc:
+        return BodyError(f"body is not UTF-8: {exc.reason} at byte {exc.start}")
+    if error.msg == "depth limit exceeded":
+        return BodyError(f"JSON is nested deeper than {max_depth} levels")
+    return BodyError(f"body is not valid JSON: {error.msg} at line {error.lineno} "
+                     f"column {error.colno}")
 
 
 def nesting_depth(valid_json: bytes, *, limit: int) -> int:

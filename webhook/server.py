@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import orjson
 from aiohttp import web
 
 from certs.reload import CertReloader
@@ -121,7 +122,7 @@ async def _answer(request: web.Request, phase: Phase) -> web.StreamResponse:
                                 podgroups=caches.podgroups(), namespace_pods=pods)
         answer = decide(phase, review_request, context)
         ADMISSION_DURATION.observe(time.perf_counter() - started)
-        return web.json_response(answer)
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
     except RequestError as exc:
         ADMISSION_ERRORS.labels(reason=exc.reason).inc()
         return status_response(exc.status, exc.message)
