@@ -1,14 +1,20 @@
-"""Webhook load over HTTPS with keep-alive on loopback, against the floor, with `hey`.
+"""Webhook load over HTTPS with keep-alive on loopback: volcano-guard, the floor and a kopf peer.
 
-In one run, side by side: the floor (a bare aiohttp HTTPS handler that parses the JSON body and
-answers a constant allowed review: the fastest this stack goes) and volcano-guard's webhook with
-every policy on (its caches fed by a sandbox API server). Each gets a closed-loop maximum
-(50 connections, no rate limit) and an open-loop 1,000 requests/s, with a ~4 KB Volcano pod
-AdmissionReview. `hey` (Debian package) is installed if missing; per-request latencies come from
-its CSV output.
+In one run, side by side:
+- the floor: a bare aiohttp HTTPS handler that parses the JSON body (with orjson, as
+  volcano-guard does) and answers a constant allowed review: the fastest this stack goes;
+- volcano-guard's webhook with every policy on (its caches fed by a sandbox API server), with
+  --workers 1 and, when asked, more worker processes (the floor then runs as many);
+- the peer: the same resourceRequests rule as a kopf validating webhook (bench/kopf_peer.py),
+  served by kopf's own server, pointed at the sandbox for discovery.
 
-    .venv/bin/python bench/admission_load.py [--seconds 10]
-Not yet here (issue 8): the kopf peer, a Volcano Job and PodGroup-delete mix, --workers.
+Each gets a closed-loop maximum (50 connections, no rate limit) and an open-loop 1,000
+requests/s with a ~4 KB Volcano pod; then the floor and volcano-guard get closed-loop runs with
+a Volcano Job and a PodGroup DELETE (the guarded path: no UID precondition, so the webhook lists
+the namespace's pods from the sandbox). `hey` (Debian package) and kopf (`pip install
+'.[bench]'`) are installed if missing; per-request latencies come from hey's CSV output.
+
+    .venv/bin/python bench/admission_load.py [--seconds 10] [--workers 2]
 """
 
 from __future__ import annotations

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
+import socket
+import ssl
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from certs.tls import client_context
+from tests.conftest import HOSTNAME
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:
@@ -24,3 +31,22 @@ def wait_for_log(proc: subprocess.Popen[str], pattern: str, timeout: float = 20)
         if match:
             return match
     raise AssertionError(f"no log line matching {pattern!r}")
+
+
+def tls_connect(ca_file: Path, port: int) -> ssl.SSLSocket:
+    """A verified TLS connection to a webhook on loopback (its certificate names HOSTNAME)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return client_context(ca_file).wrap_socket(sock, server_hostname=HOSTNAME)
+
+
+def post_once(ca_file: Path, port: int, path: str, body: bytes) -> tuple[int, dict]:
+    """POST a JSON body on a connection of its own; (HTTP status, decoded answer)."""
+    with tls_connect(ca_file, port) as tls:
+        tls.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (path.encode(),
+                                                                           len(body)) + body)
+        response = b""
+        while chunk := tls.recv(65536):
+            response += chunk
+    head, _, payload = response.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(payload)

@@ -7,10 +7,8 @@ import time
 
 import pytest
 
-from certs.tls import client_context
 from tests.builders import container, pod, review
-from tests.conftest import HOSTNAME
-from tests.processes import start_cli, wait_for_log
+from tests.processes import start_cli, tls_connect, wait_for_log
 
 
 @pytest.fixture
@@ -29,15 +27,10 @@ def process(certs, tmp_path):
     proc.wait(10)
 
 
-def connect(certs, port):
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    return client_context(certs.ca_file).wrap_socket(sock, server_hostname=HOSTNAME)
-
-
 def test_sigterm_lets_an_in_flight_request_finish_then_exits_0(process, certs):
     proc, (port, _) = process
     body = json.dumps(review(pod(container("c")), uid="in-flight")).encode()
-    tls = connect(certs, port)
+    tls = tls_connect(certs.ca_file, port)
     tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
     tls.sendall(body[:100])
@@ -60,7 +53,7 @@ def test_new_connections_are_refused_after_shutdown(process, certs):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 0
     with pytest.raises(OSError):
-        connect(certs, port)
+        tls_connect(certs.ca_file, port)
 
 
 def test_metrics_port_serves_plain_http(process):

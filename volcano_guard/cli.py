@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import ssl
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from volcano_guard import __version__
 
 if TYPE_CHECKING:
+    from certs.reload import CertReloader
+    from volcano_guard.listen import Listen
+    from webhook.caches import Caches
     from webhook.config import Config
 
 EXIT_USAGE = 2
@@ -20,11 +25,15 @@ EXIT_USAGE = 2
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _configure_logging()
+    return int(args.run(args) or 0)
+
+
+def _configure_logging() -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    return int(args.run(args) or 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +63,9 @@ def _add_webhook(commands: argparse._SubParsersAction) -> None:
     )
     webhook.add_argument("--kubeconfig", help="kubeconfig for the node cache (default: "
                          "in-cluster config)")
+    webhook.add_argument("--workers", type=_positive_int, default=1,
+                         help="processes sharing the admission port (SO_REUSEPORT); one uses "
+                         "one core (default %(default)s)")
     webhook.set_defaults(run=run_webhook)
 
 
@@ -165,27 +177,78 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
 
 
 def run_webhook(args: argparse.Namespace) -> int:
+    try:
+        parts = _webhook_parts(args)
+    except (ValueError, OSError) as exc:
+        print(f"volcano-guard webhook: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.workers > 1:
+        return _run_webhook_workers(args, parts)
+    asyncio.run(parts.serve())
+    return 0
+
+
+@dataclass(frozen=True)
+class _WebhookParts:
+    """Everything a webhook process serves with, checked before anything starts."""
+
+    config: Config
+    listen: Listen
+    metrics_listen: Listen
+    tls: ssl.SSLContext
+    caches: Caches
+    reloader: CertReloader
+
+    async def serve(self, **options: Any) -> None:
+        from webhook.server import serve
+
+        await serve(self.config, self.listen, self.metrics_listen, self.tls,
+                    caches=self.caches, reloader=self.reloader, **options)
+
+
+def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
+    """ValueError/OSError naming the problem (bad listen address, certificate, cluster)."""
+    from certs.reload import CertReloader
     from certs.tls import server_context
     from volcano_guard.kubeconfig import KubeconfigError, own_namespace, resolve
     from volcano_guard.listen import parse_listen
     from webhook.caches import Caches, needs_cluster
     from webhook.config import exempt_own_namespace
-    from webhook.server import serve
 
     config = exempt_own_namespace(_load_config_or_exit(args.config), own_namespace())
+    listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
+    tls = server_context(args.tls_cert, args.tls_key)
     try:
-        listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
-        tls = server_context(args.tls_cert, args.tls_key)
         cluster = resolve(kubeconfig=args.kubeconfig) if needs_cluster(config) else None
-        caches = Caches.for_config(config, cluster)
-    except (ValueError, OSError, KubeconfigError) as exc:
-        print(f"volcano-guard webhook: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    from certs.reload import CertReloader
+    except KubeconfigError as exc:
+        raise ValueError(str(exc)) from None
+    caches = Caches.for_config(config, cluster)
+    return _WebhookParts(config, listen, metrics_listen, tls, caches,
+                         CertReloader(tls, args.tls_cert, args.tls_key))
 
-    reloader = CertReloader(tls, args.tls_cert, args.tls_key)
-    asyncio.run(serve(config, listen, metrics_listen, tls, caches=caches, reloader=reloader))
-    return 0
+
+def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
+    from webhook.workers import WorkerError, reserved_port, start_workers, supervise
+
+    with reserved_port(parts.listen) as port:
+        host = parts.listen.host
+        args.listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            workers = start_workers(args.workers, _webhook_worker, args)
+        except WorkerError as exc:
+            print(f"volcano-guard webhook: {exc}", file=sys.stderr)
+            return 1
+    return asyncio.run(supervise(workers, parts.metrics_listen, shutdown_timeout=30.0))
+
+
+def _webhook_worker(args: argparse.Namespace, report: Any) -> None:
+    """One of --workers: a whole webhook on the shared admission port, metrics on loopback."""
+    from volcano_guard.listen import Listen
+
+    _configure_logging()
+    parts = _webhook_parts(args)
+    parts = replace(parts, metrics_listen=Listen("127.0.0.1", 0))
+    asyncio.run(parts.serve(reuse_port=True, started=lambda *ports: report.send(ports)))
 
 
 def run_certs_generate(args: argparse.Namespace) -> int:

@@ -197,9 +197,11 @@ async def running(
     *,
     shutdown_timeout: float = 30.0,
     caches: Caches | None = None,
+    reuse_port: bool = False,
 ) -> AsyncIterator[tuple[int, int]]:
     """Serve inside the block; yields the bound (admission, metrics) ports (0 picks free ones).
-    Leaving the block stops accepting and waits up to shutdown_timeout for in-flight requests."""
+    Leaving the block stops accepting and waits up to shutdown_timeout for in-flight requests.
+    reuse_port lets several worker processes share the admission port (SO_REUSEPORT)."""
     caches = caches or Caches()
     app = create_app(config, caches)
     # No access log: a line per admission costs more than the decision (bench/admission_load.py);
@@ -209,7 +211,8 @@ async def running(
     await admission.setup()
     await metrics.setup()
     try:
-        await web.TCPSite(admission, listen.host, listen.port, ssl_context=tls).start()
+        await web.TCPSite(admission, listen.host, listen.port, ssl_context=tls,
+                          reuse_port=reuse_port or None).start()
         await web.TCPSite(metrics, metrics_listen.host, metrics_listen.port).start()
         yield _bound_port(admission), _bound_port(metrics)
     finally:
@@ -231,9 +234,12 @@ async def serve(
     shutdown_timeout: float = 30.0,
     caches: Caches | None = None,
     reloader: CertReloader | None = None,
+    reuse_port: bool = False,
+    started: Callable[[int, int], None] | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then finish in-flight requests and return. With a
-    reloader, changed certificate files are picked up without a restart."""
+    reloader, changed certificate files are picked up without a restart; started is called with
+    the bound (admission, metrics) ports once both listen."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -241,9 +247,11 @@ async def serve(
     caches = caches or Caches()
     caches.start()
     async with running(config, listen, metrics_listen, tls, shutdown_timeout=shutdown_timeout,
-                       caches=caches) as (port, metrics_port):
+                       caches=caches, reuse_port=reuse_port) as (port, metrics_port):
         log.info("webhook listening on https://%s:%d, metrics on http://%s:%d",
                  listen.host, port, metrics_listen.host, metrics_port)
+        if started is not None:
+            started(port, metrics_port)
         watcher = asyncio.create_task(reloader.watch()) if reloader else None
         await stop.wait()
         log.info("shutting down: finishing in-flight requests")

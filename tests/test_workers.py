@@ -1,0 +1,141 @@
+"""`webhook --workers N`: worker processes share the admission port; the parent merges their
+metrics and readiness, passes SIGTERM on, and stops when a worker dies."""
+
+import json
+import os
+import signal
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.builders import container, pod, review
+from tests.processes import post_once, start_cli, wait_for_log
+from webhook.workers import merge_metrics
+
+NO_CLUSTER = ("policies: {nodeName: {mode: off, bindingGuard: {mode: off}}, podGroups: "
+              "{stampGenerationId: false, deleteGuard: {mode: off}}}\n")
+
+
+@pytest.fixture
+def pool(certs, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(NO_CLUSTER)
+    proc = start_cli("webhook", "--workers", "2", "--config", str(config), "--listen",
+                     "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--tls-cert",
+                     str(certs.cert_file), "--tls-key", str(certs.key_file))
+    workers = [wait_for_log(proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)",
+                            timeout=60) for _ in range(2)]
+    parent = wait_for_log(proc, r"2 webhook workers; merged metrics on http://[^:]+:(\d+)")
+    assert workers[0][1] == workers[1][1], "the workers must share one admission port"
+    yield proc, int(workers[0][1]), [int(w[2]) for w in workers], int(parent[1])
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(30)
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def counted(text: str) -> float:
+    for line in text.splitlines():
+        if line.startswith("volcano_guard_admission_duration_seconds_count"):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_workers_share_the_port_and_the_parent_sums_their_metrics(pool, certs):
+    _, port, worker_metrics, parent_metrics = pool
+    body = json.dumps(review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"})))).encode()
+    for _ in range(40):  # a connection each, so that the kernel picks a worker each time
+        status, answer = post_once(certs.ca_file, port, "/validate", body)
+        assert (status, answer["response"]["allowed"]) == (200, True)
+    per_worker = [counted(get(p, "/metrics")[1]) for p in worker_metrics]
+    assert sum(per_worker) == 40
+    assert all(n > 0 for n in per_worker), f"one worker took every connection: {per_worker}"
+    status, merged = get(parent_metrics, "/metrics")
+    assert status == 200
+    assert counted(merged) == 40
+    assert get(parent_metrics, "/readyz") == (200, "ok")
+    assert get(parent_metrics, "/healthz") == (200, "ok")
+
+
+def test_sigterm_stops_every_worker_and_exits_0(pool):
+    proc, _, _, _ = pool
+    children = _children(proc.pid)
+    assert len(children) >= 2
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(40) == 0
+    assert not [pid for pid in children if _alive(pid)]
+
+
+def test_a_dead_worker_stops_the_parent_with_status_1(pool):
+    proc, _, _, _ = pool
+    victim, survivor = _worker_pids(proc.pid)
+    os.kill(victim, signal.SIGKILL)
+    assert proc.wait(40) == 1
+    assert not _alive(survivor)
+    assert "exited; stopping the other workers" in proc.stderr.read()
+
+
+def test_workers_must_be_a_positive_number(certs):
+    proc = start_cli("webhook", "--workers", "0", "--tls-cert", str(certs.cert_file),
+                     "--tls-key", str(certs.key_file))
+    assert proc.wait(20) == 2
+    assert "argument --workers: 0 is not a positive integer" in proc.stderr.read()
+
+
+def test_merged_metrics_sum_counters_and_histograms_and_keep_the_highest_gauge():
+    worker = """# HELP x_total Requests.
+# TYPE x_total counter
+x_total{policy="a"} %d
+x_created{policy="a"} %d
+# HELP d_seconds Durations.
+# TYPE d_seconds histogram
+d_seconds_bucket{le="0.1"} %d
+d_seconds_bucket{le="+Inf"} %d
+d_seconds_count %d
+d_seconds_sum 0.5
+# HELP g Expiry.
+# TYPE g gauge
+g %d
+"""
+    families = {f.name: f for f in merge_metrics([worker % (3, 100, 1, 2, 2, 7),
+                                                  worker % (4, 50, 2, 5, 5, 9)])}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in families.values() for s in family.samples}
+    assert samples[("x_total", (("policy", "a"),))] == 7
+    assert samples[("x_created", (("policy", "a"),))] == 50
+    assert samples[("d_seconds_bucket", (("le", "0.1"),))] == 3
+    assert samples[("d_seconds_count", ())] == 7
+    assert samples[("d_seconds_sum", ())] == 1.0
+    assert samples[("g", ())] == 9
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def _worker_pids(pid: int) -> list[int]:
+    """Children running a webhook worker (not multiprocessing's resource tracker)."""
+    out = []
+    for child in _children(pid):
+        with open(f"/proc/{child}/cmdline", "rb") as f:
+            if b"resource_tracker" not in f.read():
+                out.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
