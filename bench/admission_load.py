@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import io
 import json
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -50,7 +53,7 @@ context.load_cert_chain(sys.argv[2], sys.argv[3])
 app = web.Application(client_max_size=8 * 1024 * 1024)
 app.router.add_post("/validate", handle)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=context, print=None,
-            access_log=None)
+            access_log=None, reuse_port=True)
 """
 
 
@@ -98,6 +101,68 @@ def pod_review() -> dict:
                         "object": pod}}
 
 
+def volcano_job_review() -> dict:
+    """A Volcano Job CREATE: a PyTorch job with a master and a worker task."""
+    def task(name: str, replicas: int, cpu: str, memory: str) -> dict:
+        container = {"name": name, "image": "pytorch/pytorch:2.3.0",
+                     "command": ["torchrun", "--nnodes", str(replicas + 1), "train.py"],
+                     "env": [{"name": f"VAR_{i}", "value": "x" * 30} for i in range(8)],
+                     "resources": {"requests": {"cpu": cpu, "memory": memory,
+                                                "nvidia.com/gpu": "1"},
+                                   "limits": {"cpu": cpu, "memory": memory,
+                                              "nvidia.com/gpu": "1"}}}
+        return {"name": name, "replicas": replicas, "policies": [
+                    {"event": "PodEvicted", "action": "RestartJob"}],
+                "template": {"metadata": {"labels": {"app": "mnist"}},
+                             "spec": {"containers": [container], "restartPolicy": "OnFailure"}}}
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "mnist", "namespace": "team-a"},
+           "spec": {"schedulerName": "volcano", "minAvailable": 3, "queue": "default",
+                    "plugins": {"pytorch": ["--master=master", "--worker=worker"]},
+                    "tasks": [task("master", 1, "4", "16Gi"), task("worker", 2, "8", "32Gi")]}}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "3f0c-job", "operation": "CREATE", "namespace": "team-a",
+                        "name": "mnist",
+                        "kind": {"group": "batch.volcano.sh", "version": "v1alpha1",
+                                 "kind": "Job"},
+                        "resource": {"group": "batch.volcano.sh", "version": "v1alpha1",
+                                     "resource": "jobs"},
+                        "userInfo": {"username": "alice"}, "object": job}}
+
+
+def podgroup_delete_review() -> dict:
+    """A PodGroup DELETE without a UID precondition: the guarded path, which lists the pods of
+    the namespace from the API server (the benchmark's sandbox holds 20 finished ones)."""
+    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "mnist", "namespace": "team-a", "uid": "9b2e",
+                          "creationTimestamp": "2026-11-22T01:00:00Z",
+                          "annotations": {"volcano-guard.io/generation-id":
+                                          "019a4f6e-1c2d-7000-8000-000000000001"}},
+             "spec": {"minMember": 3, "queue": "default"}, "status": {"phase": "Completed"}}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "3f0c-delete", "operation": "DELETE", "namespace": "team-a",
+                        "name": "mnist",
+                        "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1",
+                                 "kind": "PodGroup"},
+                        "resource": {"group": "scheduling.volcano.sh", "version": "v1beta1",
+                                     "resource": "podgroups"},
+                        "userInfo": {"username": "system:serviceaccount:volcano-system:"
+                                                 "volcano-controllers"},
+                        "oldObject": group,
+                        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"}}}
+
+
+def sandbox_objects() -> list[dict]:
+    nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{i}"}}
+             for i in range(100)]
+    pods = [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"mnist-worker-{i}", "namespace": "team-a",
+                          "annotations": {"scheduling.k8s.io/group-name": "mnist"}},
+             "spec": {"containers": [{"name": "c", "image": "x"}]},
+             "status": {"phase": "Succeeded"}} for i in range(20)]
+    return nodes + pods
+
+
 def ensure_hey() -> str:
     if shutil.which("hey") is None:
         subprocess.run(["apt-get", "install", "-y", "-qq", "hey"], check=False)
@@ -105,6 +170,13 @@ def ensure_hey() -> str:
     if path is None:
         sys.exit("hey is not installed and could not be installed (apt-get install hey)")
     return path
+
+
+def ensure_kopf() -> None:
+    if importlib.util.find_spec("kopf") is None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "kopf>=1.37"], check=False)
+    if importlib.util.find_spec("kopf") is None:
+        sys.exit("kopf is not installed and could not be installed (pip install '.[bench]')")
 
 
 def run_hey(hey: str, url: str, body: Path, seconds: float, concurrency: int,
@@ -122,63 +194,130 @@ def run_hey(hey: str, url: str, body: Path, seconds: float, concurrency: int,
             "p99": q[989], "p999": q[998]}
 
 
+def start(stack: ExitStack, args: list[str], port: int, **options) -> None:
+    """Start a server process, stopped when the stack closes; return once port listens."""
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, **options)
+    stack.callback(_stop, proc)
+    wait_for_port(port, proc, timeout=60)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(40)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def start_floor(stack: ExitStack, made, processes: int) -> str:
+    port = free_port()
+    for _ in range(processes):  # later ones may still be starting; measure() warms up first
+        start(stack, [sys.executable, "-c", FLOOR, str(port), str(made.cert_file),
+                             str(made.key_file)], port)
+    return f"https://127.0.0.1:{port}/validate"
+
+
+def start_guard(stack: ExitStack, made, kubeconfig: Path, workers: int) -> str:
+    port = free_port()
+    start(stack, [sys.executable, "-m", "volcano_guard.cli", "webhook", "--listen",
+                         f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{free_port()}",
+                         "--tls-cert", str(made.cert_file), "--tls-key", str(made.key_file),
+                         "--kubeconfig", str(kubeconfig), "--workers", str(workers)], port)
+    return f"https://127.0.0.1:{port}/validate"
+
+
+def start_kopf(stack: ExitStack, made, sandbox_url: str) -> str:
+    port = free_port()
+    env = {**os.environ, "KOPF_PEER_SERVER": sandbox_url, "KOPF_PEER_PORT": str(port),
+           "KOPF_PEER_CERT": str(made.cert_file), "KOPF_PEER_KEY": str(made.key_file)}
+    start(stack, [sys.executable, "-m", "kopf", "run", "--quiet", "--standalone",
+                         "--all-namespaces", str(ROOT / "bench" / "kopf_peer.py")], port,
+                 env=env)
+    return f"https://127.0.0.1:{port}/resource-requests"
+
+
+def measure(hey: str, url: str, body: Path, seconds: float, *, open_loop: bool = True) -> dict:
+    run_hey(hey, url, body, 2, 10, None)  # warm up
+    result = {"closed": run_hey(hey, url, body, seconds, 50, None)}
+    if open_loop:
+        result["open"] = run_hey(hey, url, body, seconds, 10, 100)
+    return result
+
+
+def print_table(title: str, results: dict[str, dict], floor: dict) -> None:
+    print(f"\n{title}")
+    print(f"{'server':<18}{'max req/s':>10}{'x floor':>9}{'p50 ms':>8}{'p99 ms':>8}"
+          f"{'p99.9 ms':>10}   at 1,000 req/s:{'p50':>6}{'p99':>7}{'x floor p99':>13}")
+    for name, result in results.items():
+        closed, opened = result["closed"], result["open"]
+        print(f"{name:<18}{closed['rps']:>10,.0f}{closed['rps'] / floor['closed']['rps']:>9.2f}"
+              f"{closed['p50']:>8.2f}{closed['p99']:>8.2f}{closed['p999']:>10.2f}   "
+              f"{'':>15}{opened['p50']:>6.2f}{opened['p99']:>7.2f}"
+              f"{opened['p99'] / floor['open']['p99']:>13.2f}")
+        failed = sum(run["total"] - run["ok"] for run in (closed, opened))
+        if failed:
+            print(f"  {name}: {failed} answers were not HTTP 200")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=2,
+                        help="also run volcano-guard with this many worker processes, next to "
+                        "as many floor processes (1: skip)")
     args = parser.parse_args()
     hey = ensure_hey()
-    with tempfile.TemporaryDirectory() as tmp:
+    ensure_kopf()
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         made = generate("volcano-guard", "volcano-guard", tmp)
-        body = Path(tmp) / "review.json"
-        body.write_text(json.dumps(pod_review()))
-        print(f"AdmissionReview body: {body.stat().st_size:,} bytes")
-        procs = []
-        try:
-            floor_port = free_port()
-            procs.append(subprocess.Popen([sys.executable, "-c", FLOOR, str(floor_port),
-                                           str(made.cert_file), str(made.key_file)]))
-            wait_for_port(floor_port, procs[-1])
-            sandbox_port = free_port()
-            nodes = Path(tmp) / "nodes.yaml"
-            nodes.write_text("\n---\n".join(json.dumps(
-                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{i}"}})
-                for i in range(100)))
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "volcano_guard.cli", "sandbox", "--listen",
-                 f"127.0.0.1:{sandbox_port}", "--load", str(nodes)], cwd=ROOT,
-                stderr=subprocess.DEVNULL))
-            wait_for_port(sandbox_port, procs[-1])
-            kubeconfig = Path(tmp) / "kubeconfig"
-            write_kubeconfig(str(kubeconfig), f"http://127.0.0.1:{sandbox_port}")
-            guard_port, metrics_port = free_port(), free_port()
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "volcano_guard.cli", "webhook", "--listen",
-                 f"127.0.0.1:{guard_port}", "--metrics-listen", f"127.0.0.1:{metrics_port}",
-                 "--tls-cert", str(made.cert_file), "--tls-key", str(made.key_file),
-                 "--kubeconfig", str(kubeconfig)], cwd=ROOT, stderr=subprocess.DEVNULL))
-            wait_for_port(guard_port, procs[-1])
-            targets = {"floor": f"https://127.0.0.1:{floor_port}/validate",
-                       "volcano-guard": f"https://127.0.0.1:{guard_port}/validate"}
-            results = {}
-            for name, url in targets.items():
-                run_hey(hey, url, body, 2, 10, None)  # warm up
-                results[name] = (run_hey(hey, url, body, args.seconds, 50, None),
-                                 run_hey(hey, url, body, args.seconds, 10, 100))
-        finally:
-            for proc in procs:
-                proc.terminate()
-                proc.wait(10)
-    floor_max, floor_open = results["floor"]
-    print(f"{'server':<15}{'max req/s':>11}{'x floor':>9}{'p50 ms':>9}{'p99 ms':>9}"
-          f"{'p99.9 ms':>10}   at 1,000 req/s: {'p50':>6}{'p99':>8}{'x floor p99':>13}")
-    for name, (closed, opened) in results.items():
-        print(f"{name:<15}{closed['rps']:>11,.0f}{closed['rps'] / floor_max['rps']:>9.2f}"
-              f"{closed['p50']:>9.2f}{closed['p99']:>9.2f}{closed['p999']:>10.2f}   "
-              f"{'':>16}{opened['p50']:>6.2f}{opened['p99']:>8.2f}"
-              f"{opened['p99'] / floor_open['p99']:>13.2f}")
-        if closed["ok"] != closed["total"] or opened["ok"] != opened["total"]:
-            print(f"  {name}: {closed['total'] - closed['ok'] + opened['total'] - opened['ok']} "
-                  "answers were not 200")
+        bodies = {}
+        for name, review in (("pod", pod_review()), ("job", volcano_job_review()),
+                             ("delete", podgroup_delete_review())):
+            bodies[name] = Path(tmp) / f"{name}.json"
+            bodies[name].write_text(json.dumps(review))
+        print("AdmissionReview bodies: " + ", ".join(
+            f"{name} {path.stat().st_size:,} bytes" for name, path in bodies.items()))
+        seed = Path(tmp) / "seed.json"
+        seed.write_text("\n---\n".join(json.dumps(obj) for obj in sandbox_objects()))
+        sandbox_port = free_port()
+        start(stack, [sys.executable, "-m", "volcano_guard.cli", "sandbox", "--listen",
+                             f"127.0.0.1:{sandbox_port}", "--load", str(seed)], sandbox_port)
+        sandbox_url = f"http://127.0.0.1:{sandbox_port}"
+        kubeconfig = Path(tmp) / "kubeconfig"
+        write_kubeconfig(str(kubeconfig), sandbox_url)
+
+        one = {"floor": start_floor(stack, made, 1),
+               "volcano-guard": start_guard(stack, made, kubeconfig, 1),
+               "kopf": start_kopf(stack, made, sandbox_url)}
+        results = {name: measure(hey, url, bodies["pod"], args.seconds)
+                   for name, url in one.items()}
+        print_table("Pod CREATE (4 KB), one process each", results, results["floor"])
+        guard, kopf = results["volcano-guard"]["closed"], results["kopf"]["closed"]
+        print(f"volcano-guard / kopf throughput: {guard['rps'] / kopf['rps']:.2f}x")
+
+        if args.workers > 1:
+            many = {f"floor x{args.workers}": start_floor(stack, made, args.workers),
+                    f"volcano-guard x{args.workers}": start_guard(stack, made, kubeconfig,
+                                                                  args.workers)}
+            scaled = {name: measure(hey, url, bodies["pod"], args.seconds)
+                      for name, url in many.items()}
+            print_table(f"Pod CREATE, {args.workers} processes each (volcano-guard --workers "
+                        f"{args.workers})", scaled, scaled[f"floor x{args.workers}"])
+
+        print("\nOther bodies, closed loop (50 connections), one process each")
+        print(f"{'body':<18}{'floor req/s':>12}{'guard req/s':>12}{'x floor':>9}"
+              f"{'floor p99':>11}{'guard p99':>11}")
+        for name, label in (("job", "Volcano Job"), ("delete", "PodGroup DELETE")):
+            floor = measure(hey, one["floor"], bodies[name], args.seconds, open_loop=False)
+            guard = measure(hey, one["volcano-guard"], bodies[name], args.seconds,
+                            open_loop=False)
+            f, g = floor["closed"], guard["closed"]
+            print(f"{label:<18}{f['rps']:>12,.0f}{g['rps']:>12,.0f}{g['rps'] / f['rps']:>9.2f}"
+                  f"{f['p99']:>11.2f}{g['p99']:>11.2f}")
+            if g["ok"] != g["total"]:
+                print(f"  volcano-guard: {g['total'] - g['ok']} answers were not HTTP 200")
 
 
 if __name__ == "__main__":
