@@ -14,52 +14,18 @@ from sandbox.resources import find
 from sandbox.runner import running as sandbox_running
 from sidecar.service import SidecarSettings
 from sidecar.service import running as sidecar_running
+from tests.builders import container, pod, review
 from tests.conftest import HOSTNAME
+from tests.outage import Outage
 from volcano_guard.kubeconfig import Cluster
 from volcano_guard.listen import Listen
-from volcano_guard.processes import free_port
+from webhook.caches import Caches
 from webhook.config import config_from_dict
 from webhook.server import running
 
 pytestmark = pytest.mark.reliability
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
 QUEUES = find("scheduling.volcano.sh", "v1beta1", "queues")
-
-
-class Outage:
-    """A TCP forwarder in front of the sandbox that can be taken down and brought back on the
-    same port, as an API server restart looks to a client."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port, self.port = target_port, free_port()
-        self.server: asyncio.Server | None = None
-        self.links: set[asyncio.StreamWriter] = set()
-
-    async def up(self) -> None:
-        self.server = await asyncio.start_server(self._link, "127.0.0.1", self.port)
-
-    async def down(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for writer in list(self.links):
-            writer.close()
-        await self.server.wait_closed()
-
-    async def _link(self, reader, writer) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        self.links.update({writer, up_writer})
-
-        async def pipe(src, dst):
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
 
 async def test_pending_writes_survive_an_api_server_outage_and_converge_after_it():
@@ -118,3 +84,71 @@ async def test_clients_refuse_an_expired_or_misnamed_serving_cert(tmp_path, star
             await asyncio.open_connection("127.0.0.1", port, ssl=client_context(ca),
                                           server_hostname=HOSTNAME)
     assert needle in str(info.value).lower()
+
+
+def node_guard_config(fail_closed: bool):
+    return config_from_dict({
+        "failClosed": fail_closed,
+        "policies": {"nodeName": {"managedNodeSelectors": ["volcano.sh/role:train"],
+                                  "bindingGuard": {"mode": "off"}},
+                     "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}}}})
+
+
+async def _eventually(check, seconds: float) -> bool:
+    for _ in range(int(seconds / 0.1)):
+        if await check():
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("fail_closed", [True, False])
+async def test_webhook_turns_unready_while_the_api_server_is_gone_and_decisions_follow_fail_closed(
+        certs, fail_closed):
+    async with sandbox_running() as sandbox:
+        sandbox.seed([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-1"}}])
+        outage = Outage(int(sandbox.url.rsplit(":", 1)[1]))
+        await outage.up()
+        config = node_guard_config(fail_closed)
+        caches = Caches.for_config(config, Cluster(f"http://127.0.0.1:{outage.port}"))
+        caches.start()
+        obj = pod(container("c", requests={"cpu": "1", "memory": "1Gi"}))
+        obj["spec"]["nodeName"] = "cpu-1"
+        body = review(obj)
+        try:
+            async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0),
+                               server_context(certs.cert_file, certs.key_file),
+                               caches=caches) as (port, _), aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(ssl=client_context(certs.ca_file))) as http:
+                base = f"https://127.0.0.1:{port}"
+
+                async def ready() -> bool:
+                    async with http.get(f"{base}/readyz", server_hostname=HOSTNAME) as answer:
+                        return answer.status == 200
+
+                async def allowed() -> tuple[bool, str]:
+                    async with http.post(f"{base}/validate", json=body,
+                                         server_hostname=HOSTNAME) as answer:
+                        response = (await answer.json())["response"]
+                    return response["allowed"], response.get("status", {}).get("message", "")
+
+                assert await _eventually(ready, 10)
+                assert await allowed() == (True, "")  # cpu-1 is known and not Volcano's
+
+                await outage.down()
+                assert await _eventually(lambda: _not(ready()), 10), "still ready without an API"
+                verdict, message = await allowed()
+                assert verdict is (not fail_closed)
+                if fail_closed:
+                    assert "not synced" in message and "unreachable" in message
+
+                await outage.up()
+                assert await _eventually(ready, 20), "not ready again after the API came back"
+                assert await allowed() == (True, "")
+        finally:
+            caches.stop()
+            await outage.down()
+
+
+async def _not(answer) -> bool:
+    return not await answer

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
@@ -53,6 +53,7 @@ class Informer(Generic[T]):
         self._key = key or _name_key
         self.snapshot: Snapshot[T] = empty_snapshot()
         self.relists = 0
+        self._listing = False  # the thread is listing (not watching) right now
         self._items: dict[str, T] = {}
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
@@ -78,13 +79,22 @@ class Informer(Generic[T]):
             except Exception as exc:  # the API server may be down: back off and reconnect
                 if self._stop.is_set():
                     return
+                if self._listing and self.snapshot.synced:
+                    # A dropped watch alone is routine (the next attempt re-lists); a list
+                    # that fails too means the API server is gone, and the cache can no longer
+                    # be trusted: readiness goes down and decisions follow failClosed.
+                    log.warning("%s: the API server is unreachable; the cache is not synced "
+                                "until a list succeeds", self.name)
+                    self.snapshot = replace(self.snapshot, synced=False)
                 log.warning("%s: list/watch failed (%s); retrying in %.1fs", self.name, exc,
                             delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 30.0)
 
     def _list_and_watch(self) -> None:
+        self._listing = True
         response = self._list(_preload_content=False)
+        self._listing = False
         listed = json.loads(response.data)
         self._items = {self._key(obj): self._extract(obj) for obj in listed.get("items") or []}
         version = listed["metadata"]["resourceVersion"]

@@ -178,7 +178,8 @@ def _reason_text(reason: str) -> str:
         "managed": "the node is managed by the Volcano scheduler",
         "unknown": "the node is not known to volcano-guard (policies.nodeName.unknownNodes: "
                    "deny)",
-        "not synced": "volcano-guard's node cache is not synced yet (failClosed: true)",
+        "not synced": "volcano-guard's node cache is not synced (starting up, or the API server "
+                      "is unreachable; failClosed: true)",
     }[reason]
 
 
