@@ -10,6 +10,7 @@ import pytest
 
 from certs.generate import cert_pem, issue_ca, issue_leaf, key_pem, write_pem
 from certs.tls import client_context, server_context
+from sandbox.faults import FaultRule
 from sandbox.resources import find
 from sandbox.runner import running as sandbox_running
 from sidecar.service import SidecarSettings
@@ -152,3 +153,68 @@ async def test_webhook_turns_unready_while_the_api_server_is_gone_and_decisions_
 
 async def _not(answer) -> bool:
     return not await answer
+
+
+QUEUE_NAMES = [f"q{i}" for i in range(5)]
+
+
+async def _write_through_a_fault(fault: str) -> None:
+    """A writer keeps writing every queue's status through the sidecar while the upstream has
+    the fault; afterwards every queue must hold the last value written (none lost)."""
+    async with sandbox_running() as sandbox:
+        sandbox.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                       "metadata": {"name": name}, "spec": {"weight": 1}}
+                      for name in QUEUE_NAMES])
+        outage = Outage(int(sandbox.url.rsplit(":", 1)[1]))
+        await outage.up()
+        settings = SidecarSettings(listen_port=0, metrics_port=0, flush_interval=0.2)
+        async with sidecar_running(Cluster(f"http://127.0.0.1:{outage.port}"), settings) as sc, \
+                aiohttp.ClientSession() as session:
+            bases = {}
+            for name in QUEUE_NAMES:
+                async with session.get(f"{sc.url}{Q}/{name}") as response:
+                    bases[name] = await response.json()
+
+            async def write_all(n: int) -> None:
+                for name in QUEUE_NAMES:
+                    body = {**bases[name], "status": {"pending": n, "running": n % 7}}
+                    async with session.put(f"{sc.url}{Q}/{name}/status", json=body) as answer:
+                        assert answer.status == 200, await answer.text()
+
+            await write_all(0)
+            if fault == "down":
+                await outage.down()
+            else:
+                sandbox.set_faults({
+                    "503": FaultRule(verbs=frozenset({"patch"}), error_rate=1.0),
+                    "429": FaultRule(verbs=frozenset({"patch"}), throttle_rate=1.0),
+                    "slow": FaultRule(verbs=frozenset({"patch"}), latency=2.0),
+                }[fault])
+            window = 10.0 if fault == "down" else 4.0
+            for n in range(1, int(window / 0.1) + 1):
+                await write_all(n)
+                await asyncio.sleep(0.1)
+            last = n
+            if fault == "down":
+                await outage.up()
+            else:
+                sandbox.set_faults()
+            want = {"pending": last, "running": last % 7}
+
+            def converged() -> bool:
+                return all(sandbox.store.get(QUEUES, "", name).object().get("status") == want
+                           for name in QUEUE_NAMES)
+
+            for _ in range(200):
+                if converged():
+                    break
+                await asyncio.sleep(0.1)
+            assert converged(), {name: sandbox.store.get(QUEUES, "", name).object().get("status")
+                                 for name in QUEUE_NAMES}
+        await outage.down()
+
+
+async def test_no_pending_write_is_lost_through_upstream_errors_throttling_slowness_or_outage():
+    # The four faults run side by side, each on its own sandbox, to keep the suite short.
+    await asyncio.gather(*(_write_through_a_fault(fault)
+                           for fault in ("503", "429", "slow", "down")))
