@@ -4,11 +4,15 @@ webhook must refuse or that must refuse it."""
 import asyncio
 import datetime
 import ssl
+import warnings
 
 import aiohttp
 import pytest
+from cryptography import x509
 
-from certs.generate import cert_pem, issue_ca, issue_leaf, key_pem, write_pem
+from certs.generate import cert_pem, generate, issue_ca, issue_leaf, key_pem, write_pem
+from certs.reload import CertReloader
+from certs.rotate import rotate
 from certs.tls import client_context, server_context
 from sandbox.faults import FaultRule
 from sandbox.resources import find
@@ -16,7 +20,7 @@ from sandbox.runner import running as sandbox_running
 from sidecar.service import SidecarSettings
 from sidecar.service import running as sidecar_running
 from tests.builders import container, pod, review
-from tests.conftest import HOSTNAME
+from tests.conftest import HOSTNAME, NAMESPACE, SERVICE
 from tests.outage import Outage
 from volcano_guard.kubeconfig import Cluster
 from volcano_guard.listen import Listen
@@ -218,3 +222,81 @@ async def test_no_pending_write_is_lost_through_upstream_errors_throttling_slown
     # The four faults run side by side, each on its own sandbox, to keep the suite short.
     await asyncio.gather(*(_write_through_a_fault(fault)
                            for fault in ("503", "429", "slow", "down")))
+
+
+def _legacy_client(maximum: ssl.TLSVersion) -> ssl.SSLContext:
+    """A client willing to speak old TLS (security level 0, so OpenSSL itself allows it)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TLSv1/1.1 are deprecated names
+        context.minimum_version = ssl.TLSVersion.TLSv1
+        context.maximum_version = maximum
+    return context
+
+
+async def test_a_tls_1_1_client_is_refused_and_the_same_client_on_tls_1_2_is_served(certs):
+    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
+                                                          "bindingGuard": {"mode": "off"}}}})
+    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0),
+                       server_context(certs.cert_file, certs.key_file)) as (port, _):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            old = _legacy_client(ssl.TLSVersion.TLSv1_1)
+        # The server hangs up on the hello (a client-side refusal would be "no protocols").
+        with pytest.raises((ssl.SSLError, ConnectionResetError)) as info:
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=old)
+            writer.close()
+        assert "NO_PROTOCOLS_AVAILABLE" not in str(info.value)
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=_legacy_client(ssl.TLSVersion.TLSv1_2))
+        assert writer.get_extra_info("ssl_object").version() == "TLSv1.2"
+        writer.close()
+
+
+async def test_a_certificate_swap_under_load_fails_no_request(tmp_path):
+    made = generate(SERVICE, NAMESPACE, tmp_path, days=365)  # the CA stays; the leaf renews
+    tls = server_context(made.cert_file, made.key_file)
+    reloader = CertReloader(tls, made.cert_file, made.key_file)
+    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
+                                                          "bindingGuard": {"mode": "off"}}}})
+    body = review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"})))
+    answered, failures, serials = [], [], set()
+    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls) as (port, _):
+        watcher = asyncio.create_task(reloader.watch(interval=0.05))
+
+        async def client(keep_alive: bool, until: float) -> None:
+            connector = aiohttp.TCPConnector(ssl=client_context(made.ca_file),
+                                             force_close=not keep_alive)
+            async with aiohttp.ClientSession(connector=connector) as session:
+                while asyncio.get_running_loop().time() < until:
+                    try:
+                        async with session.post(f"https://127.0.0.1:{port}/validate", json=body,
+                                                server_hostname=HOSTNAME) as response:
+                            answered.append(response.status)
+                            await response.read()
+                    except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
+                        failures.append(repr(exc))
+
+        async def handshakes(until: float) -> None:
+            """Which certificate a new connection gets, every 20 ms."""
+            while asyncio.get_running_loop().time() < until:
+                _, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=client_context(made.ca_file), server_hostname=HOSTNAME)
+                der = writer.get_extra_info("ssl_object").getpeercert(True)
+                serials.add(x509.load_der_x509_certificate(der).serial_number)
+                writer.close()
+                await asyncio.sleep(0.02)
+
+        until = asyncio.get_running_loop().time() + 3.0
+        load = [asyncio.create_task(client(keep_alive=n % 2 == 0, until=until)) for n in range(8)]
+        load.append(asyncio.create_task(handshakes(until)))
+        await asyncio.sleep(1.0)
+        assert rotate(tmp_path, force_leaf=True).leaf_renewed  # a new serving cert, mid-load
+        await asyncio.gather(*load)
+        watcher.cancel()
+    assert failures == []
+    assert set(answered) == {200} and len(answered) > 300
+    assert reloader.reloads == 1
+    assert len(serials) == 2, "new connections did not see the new certificate"
