@@ -11,6 +11,8 @@ KINDS = {
     "ConfigMap": ("", "v1", "configmaps"),
     "Deployment": ("apps", "v1", "deployments"),
     "Job": ("batch.volcano.sh", "v1alpha1", "jobs"),
+    "PodGroup": ("scheduling.volcano.sh", "v1beta1", "podgroups"),
+    "Binding": ("", "v1", "pods"),  # as pods/binding: set request.subResource too
 }
 
 

@@ -10,12 +10,14 @@ import pytest
 from certs.generate import GeneratedCerts, generate
 from certs.tls import client_context, server_context
 from volcano_guard.listen import Listen
+from webhook.caches import Caches
 from webhook.config import Config, config_from_dict
 from webhook.server import running
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICE, NAMESPACE = "volcano-guard", "volcano-system"
 HOSTNAME = f"{SERVICE}.{NAMESPACE}.svc"
+REQUEST_TIMEOUT = 20.0
 
 
 @pytest.fixture(scope="session")
@@ -37,12 +39,14 @@ class Webhook:
         return response
 
 
-async def start_webhook(config: Config, certs: GeneratedCerts) -> AsyncIterator[Webhook]:
+async def start_webhook(config: Config, certs: GeneratedCerts,
+                        caches: Caches | None = None) -> AsyncIterator[Webhook]:
     tls = server_context(certs.cert_file, certs.key_file)
     async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
-                       shutdown_timeout=5) as (port, metrics_port):
+                       shutdown_timeout=5, caches=caches) as (port, metrics_port):
         connector = aiohttp.TCPConnector(ssl=client_context(certs.ca_file))
-        async with aiohttp.ClientSession(connector=connector) as session:
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)  # a hung answer fails the test
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             yield Webhook(session, f"https://127.0.0.1:{port}",
                           f"http://127.0.0.1:{metrics_port}/metrics")
 
@@ -61,11 +65,12 @@ class SyncWebhook:
     """The webhook and its client on a private event loop, driven from synchronous code
     (hypothesis tests cannot await). Same real TLS and hostname verification."""
 
-    def __init__(self, config: Config, certs: GeneratedCerts) -> None:
+    def __init__(self, config: Config, certs: GeneratedCerts,
+                 caches: Caches | None = None) -> None:
         import asyncio
 
         self._loop = asyncio.new_event_loop()
-        self._serving = start_webhook(config, certs)
+        self._serving = start_webhook(config, certs, caches)
 
     def __enter__(self) -> SyncWebhook:
         self.webhook = self._loop.run_until_complete(anext(self._serving))
