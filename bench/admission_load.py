@@ -20,13 +20,9 @@ the namespace's pods from the sandbox). `hey` (Debian package) and kopf (`pip in
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
-import io
 import json
 import os
-import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.hey import ensure_hey, run_hey
 from certs.generate import generate
 from volcano_guard.kubeconfig import write_kubeconfig
 from volcano_guard.processes import free_port, wait_for_port
@@ -163,35 +160,11 @@ def sandbox_objects() -> list[dict]:
     return nodes + pods
 
 
-def ensure_hey() -> str:
-    if shutil.which("hey") is None:
-        subprocess.run(["apt-get", "install", "-y", "-qq", "hey"], check=False)
-    path = shutil.which("hey")
-    if path is None:
-        sys.exit("hey is not installed and could not be installed (apt-get install hey)")
-    return path
-
-
 def ensure_kopf() -> None:
     if importlib.util.find_spec("kopf") is None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "kopf>=1.37"], check=False)
     if importlib.util.find_spec("kopf") is None:
         sys.exit("kopf is not installed and could not be installed (pip install '.[bench]')")
-
-
-def run_hey(hey: str, url: str, body: Path, seconds: float, concurrency: int,
-            rate_per_worker: float | None) -> dict:
-    args = [hey, "-z", f"{seconds}s", "-c", str(concurrency), "-m", "POST", "-T",
-            "application/json", "-D", str(body), "-o", "csv"]
-    if rate_per_worker:
-        args += ["-q", str(rate_per_worker)]
-    out = subprocess.run([*args, url], capture_output=True, text=True, check=True).stdout
-    rows = list(csv.DictReader(io.StringIO(out)))
-    latencies = sorted(float(r["response-time"]) * 1000 for r in rows)
-    ok = sum(1 for r in rows if r["status-code"] == "200")
-    q = statistics.quantiles(latencies, n=1000)
-    return {"rps": len(rows) / seconds, "ok": ok, "total": len(rows), "p50": q[499],
-            "p99": q[989], "p999": q[998]}
 
 
 def start(stack: ExitStack, args: list[str], port: int, **options) -> None:
