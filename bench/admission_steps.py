@@ -1,0 +1,109 @@
+"""Where the webhook's time goes under load: the floor's handler with volcano-guard's steps added
+one at a time, each served alone and driven closed-loop by hey (50 connections).
+
+Steps: the floor (orjson decode, constant answer); + the nesting-depth check; + the
+AdmissionReview envelope parse; + every policy, the answer and its encoding (webhook.server.admit,
+caches fixed). Prints requests/s and the server's CPU time per request.
+
+    .venv/bin/python bench/admission_steps.py [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.admission_load import pod_review
+from bench.hey import ensure_hey, run_hey
+from certs.generate import generate
+from volcano_guard.processes import cpu_seconds, free_port, wait_for_port
+
+STEPS = {
+    "floor": "floor (orjson decode, constant answer)",
+    "depth": "+ the nesting-depth check",
+    "envelope": "+ the AdmissionReview envelope parse",
+    "admit": "+ every policy, the answer and its encoding",
+}
+
+SERVER = r"""
+import ssl, sys
+import orjson
+from aiohttp import web
+from volcano_guard.informer import static_snapshot
+from volcano_guard.jsonbody import decode, nesting_depth
+from webhook import review
+from webhook.caches import Caches
+from webhook.config import config_from_dict
+from webhook.policies.base import PolicyContext
+from webhook.server import admit
+
+step = sys.argv[4]
+nodes = Caches.fixed({f"node-{i}": {} for i in range(100)}).nodes()
+context = PolicyContext(config=config_from_dict({}), nodes=nodes,
+                        podgroups=static_snapshot({}))
+
+async def handle(request):
+    body = await request.read()
+    if step == "admit":
+        answer = admit("validate", body, context)
+    else:
+        if step == "floor":
+            uid = orjson.loads(body)["request"]["uid"]
+        elif step == "depth":
+            document = orjson.loads(body)
+            nesting_depth(body, limit=100)
+            uid = document["request"]["uid"]
+        else:
+            uid = review.parse(decode(body)).uid
+        answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "response": {"uid": uid, "allowed": True}}
+    return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+context_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+context_tls.load_cert_chain(sys.argv[2], sys.argv[3])
+app = web.Application(client_max_size=8 * 1024 * 1024)
+app.router.add_post("/validate", handle)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=context_tls, print=None,
+            access_log=None)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    hey = ensure_hey()
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        made = generate("volcano-guard", "volcano-guard", tmp)
+        body = Path(tmp) / "pod.json"
+        body.write_text(json.dumps(pod_review()))
+        print(f"{'handler':<46}{'req/s':>8}{'server CPU per request':>25}")
+        for step, label in STEPS.items():
+            port = free_port()
+            proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(made.cert_file),
+                                     str(made.key_file), step], cwd=root)
+            try:
+                wait_for_port(port, proc)
+                url = f"https://127.0.0.1:{port}/validate"
+                run_hey(hey, url, body, 2, 10, None)  # warm up
+                cpu_before, started = cpu_seconds(proc.pid), time.monotonic()
+                result = run_hey(hey, url, body, args.seconds, 50, None)
+                cpu = cpu_seconds(proc.pid) - cpu_before
+                busy = cpu / (time.monotonic() - started)
+            finally:
+                proc.terminate()
+                proc.wait(10)
+            print(f"{label:<46}{result['rps']:>8,.0f}{cpu / result['total'] * 1e6:>19,.0f} us"
+                  f"   ({busy:.2f} cores)")
+
+
+if __name__ == "__main__":
+    main()
