@@ -54,6 +54,9 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=context, p
 """
 
 
+CONTROLLER = "system:serviceaccount:volcano-system:volcano-controllers"
+
+
 def pod_review() -> dict:
     """A ~4 KB AdmissionReview of a Volcano worker pod, as the API server sends it on CREATE
     (the object carries the managedFields the API server records before admission)."""
@@ -89,13 +92,7 @@ def pod_review() -> dict:
                                            "fieldsType": "FieldsV1", "fieldsV1": fields}]},
            "spec": {"schedulerName": "volcano", "containers": [container],
                     "restartPolicy": "Never"}}
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": "3f0c-load", "operation": "CREATE", "namespace": "team-a",
-                        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                        "resource": {"group": "", "version": "v1", "resource": "pods"},
-                        "userInfo": {"username": "system:serviceaccount:volcano-system:"
-                                                 "volcano-controllers"},
-                        "object": pod}}
+    return admission_review("CREATE", ("", "v1", "Pod", "pods"), CONTROLLER, object=pod)
 
 
 def volcano_job_review() -> dict:
@@ -117,14 +114,8 @@ def volcano_job_review() -> dict:
            "spec": {"schedulerName": "volcano", "minAvailable": 3, "queue": "default",
                     "plugins": {"pytorch": ["--master=master", "--worker=worker"]},
                     "tasks": [task("master", 1, "4", "16Gi"), task("worker", 2, "8", "32Gi")]}}
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": "3f0c-job", "operation": "CREATE", "namespace": "team-a",
-                        "name": "mnist",
-                        "kind": {"group": "batch.volcano.sh", "version": "v1alpha1",
-                                 "kind": "Job"},
-                        "resource": {"group": "batch.volcano.sh", "version": "v1alpha1",
-                                     "resource": "jobs"},
-                        "userInfo": {"username": "alice"}, "object": job}}
+    return admission_review("CREATE", ("batch.volcano.sh", "v1alpha1", "Job", "jobs"), "alice",
+                            object=job)
 
 
 def podgroup_delete_review() -> dict:
@@ -136,17 +127,23 @@ def podgroup_delete_review() -> dict:
                           "annotations": {"volcano-guard.io/generation-id":
                                           "019a4f6e-1c2d-7000-8000-000000000001"}},
              "spec": {"minMember": 3, "queue": "default"}, "status": {"phase": "Completed"}}
+    return admission_review("DELETE", ("scheduling.volcano.sh", "v1beta1", "PodGroup",
+                                       "podgroups"), CONTROLLER, oldObject=group,
+                            options={"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"})
+
+
+def admission_review(operation: str, kind: tuple[str, str, str, str], username: str,
+                     **objects: dict) -> dict:
+    """The AdmissionReview the API server sends; kind is (group, version, kind, resource) and
+    objects are request.object / oldObject / options."""
+    group, version, kind_name, resource = kind
+    metadata = (objects.get("object") or objects["oldObject"])["metadata"]
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": "3f0c-delete", "operation": "DELETE", "namespace": "team-a",
-                        "name": "mnist",
-                        "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1",
-                                 "kind": "PodGroup"},
-                        "resource": {"group": "scheduling.volcano.sh", "version": "v1beta1",
-                                     "resource": "podgroups"},
-                        "userInfo": {"username": "system:serviceaccount:volcano-system:"
-                                                 "volcano-controllers"},
-                        "oldObject": group,
-                        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"}}}
+            "request": {"uid": f"3f0c-{kind_name.lower()}", "operation": operation,
+                        "namespace": metadata["namespace"], "name": metadata["name"],
+                        "kind": {"group": group, "version": version, "kind": kind_name},
+                        "resource": {"group": group, "version": version, "resource": resource},
+                        "userInfo": {"username": username}, **objects}}
 
 
 def sandbox_objects() -> list[dict]:

@@ -228,6 +228,7 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
 
 
 def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
+    from webhook.server import SHUTDOWN_TIMEOUT
     from webhook.workers import WorkerError, reserved_port, start_workers, supervise
 
     with reserved_port(parts.listen) as port:
@@ -238,7 +239,8 @@ def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
         except WorkerError as exc:
             print(f"volcano-guard webhook: {exc}", file=sys.stderr)
             return 1
-    return asyncio.run(supervise(workers, parts.metrics_listen, shutdown_timeout=30.0))
+    return asyncio.run(supervise(workers, parts.metrics_listen,
+                                 shutdown_timeout=SHUTDOWN_TIMEOUT))
 
 
 def _webhook_worker(args: argparse.Namespace, report: Any) -> None:

@@ -38,6 +38,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CONFIG_KEY = web.AppKey("config", Config)
 CACHES_KEY = web.AppKey("caches", Caches)
 _READ_CHUNK = 64 * 1024
+SHUTDOWN_TIMEOUT = 30.0  # seconds SIGTERM waits for started requests
 
 
 class InFlight:
@@ -195,7 +196,7 @@ async def running(
     metrics_listen: Listen,
     tls: ssl.SSLContext,
     *,
-    shutdown_timeout: float = 30.0,
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT,
     caches: Caches | None = None,
     reuse_port: bool = False,
 ) -> AsyncIterator[tuple[int, int]]:
@@ -231,7 +232,7 @@ async def serve(
     metrics_listen: Listen,
     tls: ssl.SSLContext,
     *,
-    shutdown_timeout: float = 30.0,
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT,
     caches: Caches | None = None,
     reloader: CertReloader | None = None,
     reuse_port: bool = False,
