@@ -14,7 +14,7 @@ a Volcano Job and a PodGroup DELETE (the guarded path: no UID precondition, so t
 the namespace's pods from the sandbox). `hey` (Debian package) and kopf (`pip install
 '.[bench]'`) are installed if missing; per-request latencies come from hey's CSV output.
 
-    .venv/bin/python bench/admission_load.py [--seconds 10] [--workers 2]
+    .venv/bin/python bench/admission_load.py [--seconds 5] [--rounds 3] [--workers 2]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import argparse
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -208,32 +209,57 @@ def start_kopf(stack: ExitStack, made, sandbox_url: str) -> str:
     return f"https://127.0.0.1:{port}/resource-requests"
 
 
-def measure(hey: str, url: str, body: Path, seconds: float, *, open_loop: bool = True) -> dict:
-    run_hey(hey, url, body, 2, 10, None)  # warm up
-    result = {"closed": run_hey(hey, url, body, seconds, 50, None)}
-    if open_loop:
-        result["open"] = run_hey(hey, url, body, seconds, 10, 100)
-    return result
+Runs = dict[str, list[dict]]  # server -> one {"closed": ..., "open": ...} per round
 
 
-def print_table(title: str, results: dict[str, dict], floor: dict) -> None:
-    print(f"\n{title}")
-    print(f"{'server':<18}{'max req/s':>10}{'x floor':>9}{'p50 ms':>8}{'p99 ms':>8}"
-          f"{'p99.9 ms':>10}   at 1,000 req/s:{'p50':>6}{'p99':>7}{'x floor p99':>13}")
-    for name, result in results.items():
-        closed, opened = result["closed"], result["open"]
-        print(f"{name:<18}{closed['rps']:>10,.0f}{closed['rps'] / floor['closed']['rps']:>9.2f}"
-              f"{closed['p50']:>8.2f}{closed['p99']:>8.2f}{closed['p999']:>10.2f}   "
-              f"{'':>15}{opened['p50']:>6.2f}{opened['p99']:>7.2f}"
-              f"{opened['p99'] / floor['open']['p99']:>13.2f}")
-        failed = sum(run["total"] - run["ok"] for run in (closed, opened))
+def measure(hey: str, targets: dict[str, str], body: Path, seconds: float, rounds: int, *,
+            open_loop: bool = True) -> Runs:
+    """Interleaved rounds (server A, B, C, then again), so that a slow patch of the machine
+    lands on every server; each round a closed loop and, if asked, the 1,000 req/s open loop."""
+    for url in targets.values():
+        run_hey(hey, url, body, 2, 10, None)  # warm up
+    runs: Runs = {name: [] for name in targets}
+    for _ in range(rounds):
+        for name, url in targets.items():
+            result = {"closed": run_hey(hey, url, body, seconds, 50, None)}
+            if open_loop:
+                result["open"] = run_hey(hey, url, body, seconds, 10, 100)
+            runs[name].append(result)
+    return runs
+
+
+def median(runs: list[dict], loop: str, key: str) -> float:
+    return statistics.median(run[loop][key] for run in runs)
+
+
+def ratio(runs: list[dict], floor: list[dict], loop: str, key: str) -> str:
+    """Median of the per-round ratios to the floor, and their range."""
+    ratios = sorted(run[loop][key] / base[loop][key]
+                    for run, base in zip(runs, floor, strict=True))
+    return f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+
+def print_table(title: str, runs: Runs, floor: str) -> None:
+    print(f"\n{title}: medians of {len(runs[floor])} rounds, ratios per round (range)")
+    print(f"{'server':<18}{'max req/s':>10}{'x floor':>18}{'p50 ms':>8}{'p99 ms':>8}"
+          f"{'p99.9 ms':>10}   at 1,000 req/s:{'p50':>6}{'p99':>7}{'x floor p99':>18}")
+    for name, rounds in runs.items():
+        print(f"{name:<18}{median(rounds, 'closed', 'rps'):>10,.0f}"
+              f"{ratio(rounds, runs[floor], 'closed', 'rps'):>18}"
+              f"{median(rounds, 'closed', 'p50'):>8.2f}{median(rounds, 'closed', 'p99'):>8.2f}"
+              f"{median(rounds, 'closed', 'p999'):>10.2f}   {'':>15}"
+              f"{median(rounds, 'open', 'p50'):>6.2f}{median(rounds, 'open', 'p99'):>7.2f}"
+              f"{ratio(rounds, runs[floor], 'open', 'p99'):>18}")
+        failed = sum(run[loop]["total"] - run[loop]["ok"] for run in rounds for loop in run)
         if failed:
             print(f"  {name}: {failed} answers were not HTTP 200")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per run (default 5)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds; medians are reported (default 3)")
     parser.add_argument("--workers", type=int, default=2,
                         help="also run volcano-guard with this many worker processes, next to "
                         "as many floor processes (1: skip)")
@@ -261,33 +287,35 @@ def main() -> None:
         one = {"floor": start_floor(stack, made, 1),
                "volcano-guard": start_guard(stack, made, kubeconfig, 1),
                "kopf": start_kopf(stack, made, sandbox_url)}
-        results = {name: measure(hey, url, bodies["pod"], args.seconds)
-                   for name, url in one.items()}
-        print_table("Pod CREATE (4 KB), one process each", results, results["floor"])
-        guard, kopf = results["volcano-guard"]["closed"], results["kopf"]["closed"]
-        print(f"volcano-guard / kopf throughput: {guard['rps'] / kopf['rps']:.2f}x")
+        runs = measure(hey, one, bodies["pod"], args.seconds, args.rounds)
+        print_table("Pod CREATE (4 KB), one process each", runs, "floor")
+        print(f"volcano-guard / kopf throughput: "
+              f"{ratio(runs['volcano-guard'], runs['kopf'], 'closed', 'rps')}")
 
         if args.workers > 1:
-            many = {f"floor x{args.workers}": start_floor(stack, made, args.workers),
+            floor_name = f"floor x{args.workers}"
+            many = {floor_name: start_floor(stack, made, args.workers),
                     f"volcano-guard x{args.workers}": start_guard(stack, made, kubeconfig,
                                                                   args.workers)}
-            scaled = {name: measure(hey, url, bodies["pod"], args.seconds)
-                      for name, url in many.items()}
             print_table(f"Pod CREATE, {args.workers} processes each (volcano-guard --workers "
-                        f"{args.workers})", scaled, scaled[f"floor x{args.workers}"])
+                        f"{args.workers})", measure(hey, many, bodies["pod"], args.seconds,
+                                                    args.rounds), floor_name)
 
-        print("\nOther bodies, closed loop (50 connections), one process each")
-        print(f"{'body':<18}{'floor req/s':>12}{'guard req/s':>12}{'x floor':>9}"
+        print(f"\nOther bodies, closed loop (50 connections), one process each, medians of "
+              f"{args.rounds} rounds")
+        print(f"{'body':<18}{'floor req/s':>12}{'guard req/s':>12}{'x floor':>18}"
               f"{'floor p99':>11}{'guard p99':>11}")
+        pair = {"floor": one["floor"], "volcano-guard": one["volcano-guard"]}
         for name, label in (("job", "Volcano Job"), ("delete", "PodGroup DELETE")):
-            floor = measure(hey, one["floor"], bodies[name], args.seconds, open_loop=False)
-            guard = measure(hey, one["volcano-guard"], bodies[name], args.seconds,
-                            open_loop=False)
-            f, g = floor["closed"], guard["closed"]
-            print(f"{label:<18}{f['rps']:>12,.0f}{g['rps']:>12,.0f}{g['rps'] / f['rps']:>9.2f}"
-                  f"{f['p99']:>11.2f}{g['p99']:>11.2f}")
-            if g["ok"] != g["total"]:
-                print(f"  volcano-guard: {g['total'] - g['ok']} answers were not HTTP 200")
+            runs = measure(hey, pair, bodies[name], args.seconds, args.rounds, open_loop=False)
+            floor, guard = runs["floor"], runs["volcano-guard"]
+            print(f"{label:<18}{median(floor, 'closed', 'rps'):>12,.0f}"
+                  f"{median(guard, 'closed', 'rps'):>12,.0f}"
+                  f"{ratio(guard, floor, 'closed', 'rps'):>18}"
+                  f"{median(floor, 'closed', 'p99'):>11.2f}{median(guard, 'closed', 'p99'):>11.2f}")
+            failed = sum(run["closed"]["total"] - run["closed"]["ok"] for run in guard)
+            if failed:
+                print(f"  volcano-guard: {failed} answers were not HTTP 200")
 
 
 if __name__ == "__main__":

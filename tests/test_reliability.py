@@ -1,5 +1,6 @@
-"""Reliability: an upstream outage while the sidecar holds pending writes, and TLS peers the
-webhook must refuse or that must refuse it."""
+"""Reliability under faults: the API server failing, slow or gone while the sidecar holds
+pending writes and while the webhook's caches watch it; TLS peers the webhook must refuse or
+that must refuse it, and a certificate swap under load."""
 
 import asyncio
 import datetime
@@ -31,6 +32,12 @@ from webhook.server import running
 pytestmark = pytest.mark.reliability
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
 QUEUES = find("scheduling.volcano.sh", "v1beta1", "queues")
+
+
+def without_node_cache():
+    """A config whose policies need no node cache (the TLS tests have no cluster)."""
+    return config_from_dict({"policies": {"nodeName": {"mode": "off",
+                                                        "bindingGuard": {"mode": "off"}}}})
 
 
 async def test_pending_writes_survive_an_api_server_outage_and_converge_after_it():
@@ -81,8 +88,7 @@ async def test_clients_refuse_an_expired_or_misnamed_serving_cert(tmp_path, star
                                                                    needle):
     now = datetime.datetime.now(datetime.UTC)
     ca, cert, key = write_pair(tmp_path, now, start, end, names)
-    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
-                                                          "bindingGuard": {"mode": "off"}}}})
+    config = without_node_cache()
     async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0),
                        server_context(cert, key)) as (port, _):
         with pytest.raises(ssl.SSLCertVerificationError) as info:
@@ -237,8 +243,7 @@ def _legacy_client(maximum: ssl.TLSVersion) -> ssl.SSLContext:
 
 
 async def test_a_tls_1_1_client_is_refused_and_the_same_client_on_tls_1_2_is_served(certs):
-    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
-                                                          "bindingGuard": {"mode": "off"}}}})
+    config = without_node_cache()
     async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0),
                        server_context(certs.cert_file, certs.key_file)) as (port, _):
         with warnings.catch_warnings():
@@ -259,8 +264,7 @@ async def test_a_certificate_swap_under_load_fails_no_request(tmp_path):
     made = generate(SERVICE, NAMESPACE, tmp_path, days=365)  # the CA stays; the leaf renews
     tls = server_context(made.cert_file, made.key_file)
     reloader = CertReloader(tls, made.cert_file, made.key_file)
-    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
-                                                          "bindingGuard": {"mode": "off"}}}})
+    config = without_node_cache()
     body = review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"})))
     answered, failures, serials = [], [], set()
     async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls) as (port, _):
