@@ -242,14 +242,14 @@ def ratio(runs: list[dict], floor: list[dict], loop: str, key: str) -> str:
 def print_table(title: str, runs: Runs, floor: str) -> None:
     print(f"\n{title}: medians of {len(runs[floor])} rounds, ratios per round (range)")
     print(f"{'server':<18}{'max req/s':>10}{'x floor':>18}{'p50 ms':>8}{'p99 ms':>8}"
-          f"{'p99.9 ms':>10}   at 1,000 req/s:{'p50':>6}{'p99':>8}{'x floor p99':>19}")
+          f"{'p99.9 ms':>10}   at 1,000 req/s:{'p50':>6}{'p99':>8}{'x floor p99':>22}")
     for name, rounds in runs.items():
         print(f"{name:<18}{median(rounds, 'closed', 'rps'):>10,.0f}"
               f"{ratio(rounds, runs[floor], 'closed', 'rps'):>18}"
               f"{median(rounds, 'closed', 'p50'):>8.2f}{median(rounds, 'closed', 'p99'):>8.2f}"
               f"{median(rounds, 'closed', 'p999'):>10.2f}   {'':>15}"
               f"{median(rounds, 'open', 'p50'):>6.2f}{median(rounds, 'open', 'p99'):>8.2f}"
-              f"{ratio(rounds, runs[floor], 'open', 'p99'):>19}")
+              f"{ratio(rounds, runs[floor], 'open', 'p99'):>22}")
         failed = sum(run[loop]["total"] - run[loop]["ok"] for run in rounds for loop in run)
         if failed:
             print(f"  {name}: {failed} answers were not HTTP 200")
