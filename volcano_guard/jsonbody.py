@@ -45,14 +45,16 @@ def nesting_depth(valid_json: bytes, *, limit: int) -> int:
     counting once past limit.
 
     Works on the bytes with C-speed operations, several times faster than walking the decoded
-    tree: drop escaped backslashes, then escaped quotes, so every remaining quote delimits a
-    string; keep only quotes and brackets (one bracket kind: a valid document is well formed);
-    drop what lies between quote pairs; then peel the innermost "[]" pairs off, one level a
-    round. UTF-8 continuation bytes are never ASCII, so byte-level scanning is exact.
+    tree: keep only quotes, brackets, backslashes and the characters an escape can name (so an
+    escape stays next to its backslash), drop the escapes, so every remaining quote delimits a
+    string; keep quotes and brackets (one bracket kind: a valid document is well formed); drop
+    what lies between quote pairs; then peel the innermost "[]" pairs off, one level a round.
+    UTF-8 continuation bytes are never ASCII, so byte-level scanning is exact.
     """
-    if b"\\" in valid_json:
-        valid_json = valid_json.replace(b"\\\\", b"").replace(b'\\"', b"")
-    skeleton = valid_json.translate(_ONE_BRACKET_KIND, _NOT_STRUCTURE).replace(b'""', b"")
+    skeleton = valid_json.translate(None, _NOT_SYNTAX)
+    if b"\\" in skeleton:
+        skeleton = skeleton.replace(b"\\\\", b"").replace(b'\\"', b"")
+    skeleton = skeleton.translate(_ONE_BRACKET_KIND, _NOT_STRUCTURE).replace(b'""', b"")
     if b'"' in skeleton:  # strings with brackets in them
         skeleton = b"".join(skeleton.split(b'"')[::2])
     depth = 0
@@ -62,5 +64,7 @@ def nesting_depth(valid_json: bytes, *, limit: int) -> int:
     return depth
 
 
+# What JSON syntax is made of, plus what may follow a backslash in an escape.
+_NOT_SYNTAX = bytes(b for b in range(256) if b not in b'"[]{}\\/bfnrtu')
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
 _ONE_BRACKET_KIND = bytes.maketrans(b"{}", b"[]")

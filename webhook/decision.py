@@ -22,8 +22,11 @@ class Decision:
     audit_annotations: tuple[tuple[str, str], ...] = ()
 
 
+_ALLOWED = Decision(allowed=True)
+
+
 def allowed(message: str = "") -> Decision:
-    return Decision(allowed=True, message=message)
+    return Decision(allowed=True, message=message) if message else _ALLOWED
 
 
 def denied(message: str, code: int = 403) -> Decision:
@@ -46,6 +49,8 @@ def combine(decisions: Iterable[Decision]) -> Decision:
     """One answer for several policies: any denial denies (messages joined), else patches,
     warnings and audit annotations are concatenated in policy order."""
     decisions = list(decisions)
+    if len(decisions) == 1:  # the common case: one policy applied
+        return decisions[0]
     denials = [d for d in decisions if not d.allowed]
     warnings = tuple(w for d in decisions for w in d.warnings)
     annotations = tuple(a for d in decisions for a in d.audit_annotations)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Histogram
 
 from volcano_guard.metrics import PREFIX, REGISTRY
@@ -24,3 +26,16 @@ ADMISSION_ERRORS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+
+
+def count_admission(operation: str, kind: str, policy: str, decision: str) -> None:
+    """ADMISSION_REQUESTS +1; the labelled child is looked up once per label set, as
+    prometheus_client's labels() locks and validates on every call (a hot path)."""
+    key = (operation, kind, policy, decision)
+    child = _ADMISSION_CHILDREN.get(key)
+    if child is None:
+        child = _ADMISSION_CHILDREN[key] = ADMISSION_REQUESTS.labels(*key)
+    child.inc()
+
+
+_ADMISSION_CHILDREN: dict[tuple[str, str, str, str], Any] = {}

@@ -27,7 +27,7 @@ from webhook import decision as decisions
 from webhook import review
 from webhook.caches import Caches
 from webhook.config import Config
-from webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, ADMISSION_REQUESTS
+from webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, count_admission
 from webhook.policies import NO_POLICY, Phase, evaluate
 from webhook.policies.base import PolicyContext
 from webhook.policies.pod_groups import needs_namespace_pods
@@ -176,9 +176,7 @@ def decide(phase: Phase, request: review.AdmissionRequest,
         return review.respond(request.uid, decision)
     outcomes = [(r.policy, r.outcome) for r in evaluation.results] or [(NO_POLICY, "allowed")]
     for policy, outcome in outcomes:
-        ADMISSION_REQUESTS.labels(
-            operation=request.operation, kind=request.kind.kind, policy=policy, decision=outcome
-        ).inc()
+        count_admission(request.operation, request.kind.kind, policy, outcome)
     return review.respond(request.uid, evaluation.decision)
 
 
