@@ -115,6 +115,14 @@ def test_an_update_that_drops_or_changes_the_id_gets_it_back():
     assert evaluate("mutate", parse(pg_review("UPDATE", same, old)), context()).decision.patch == ()
 
 
+def test_an_update_is_not_given_back_an_old_id_that_is_not_a_string():
+    # Annotations are strings; restoring a number would make the API server refuse the update.
+    old = podgroup(annotations={GENERATION_ID: 7})
+    result = evaluate("mutate", parse(pg_review("UPDATE", podgroup(annotations=None), old)),
+                      context())
+    assert result.decision.patch == ()
+
+
 def test_stamping_can_be_turned_off():
     result = evaluate("mutate", parse(pg_review("CREATE", podgroup())),
                       context(stampGenerationId=False))

@@ -32,10 +32,11 @@ class Cluster:
     client_key: str | None = None
     verify: bool = True
 
-    def ssl_context(self) -> ssl.SSLContext | bool | None:
-        """For aiohttp: None for plain http, a context for https."""
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """For aiohttp's `ssl=`: True (the default; unused) for plain http, False to skip
+        verification, else a verifying context."""
         if not self.url.startswith("https://"):
-            return None
+            return True
         if not self.verify:
             return False
         context = client_context(self.ca_file) if self.ca_file else ssl.create_default_context()

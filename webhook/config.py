@@ -141,7 +141,7 @@ def _read_dataclass(cls: type, data: object, where: str) -> Any:
 
 def _read_value(hint: Any, value: object, where: str) -> Any:
     origin = get_origin(hint)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _read_dataclass(hint, {} if value is None else value, where)
     if origin is Literal:
         if value is False and "off" in get_args(hint):

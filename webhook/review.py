@@ -58,10 +58,12 @@ class AdmissionRequest:
     options: dict[str, Any] | None = None
     dry_run: bool = False
 
-    def is_create_of(self, group: str, kind: str) -> bool:
-        """A CREATE of the object itself (not of a subresource) that carries the object."""
-        return ((self.kind.group, self.kind.kind) == (group, kind) and self.operation == "CREATE"
-                and not self.sub_resource and self.object is not None)
+    def created(self, group: str, kind: str) -> dict[str, Any] | None:
+        """The object, when this is a CREATE of such an object itself (not of a subresource)."""
+        if ((self.kind.group, self.kind.kind) == (group, kind) and self.operation == "CREATE"
+                and not self.sub_resource):
+            return self.object
+        return None
 
     @property
     def object_name(self) -> str:

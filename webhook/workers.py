@@ -78,8 +78,9 @@ def start_workers(count: int, target: WorkerMain, args: Any) -> list[Worker]:
             try:
                 _, metrics_port = reader.recv()
             except EOFError:
+                process.join(5)
                 raise WorkerError(f"{process.name} exited during start-up (exit code "
-                                  f"{process.join(5) or process.exitcode})") from None
+                                  f"{process.exitcode})") from None
             workers.append(Worker(process, metrics_port))
     except WorkerError:
         stop_workers([process for process, _ in started], timeout=5)

@@ -136,9 +136,10 @@ def pin_to_node(affinity: Any, node: str) -> dict[str, Any]:
 
 def _bound_node(request: AdmissionRequest, context: PolicyContext) -> str | None:
     """The node a pod CREATE names, unless the pod or its creator is exempt."""
-    if not request.is_create_of("", "Pod"):
+    pod = request.created("", "Pod")
+    if pod is None:
         return None
-    spec = request.object.get("spec")
+    spec = pod.get("spec")
     node = spec.get("nodeName") if isinstance(spec, dict) else None
     if not isinstance(node, str) or not node or _exempt(request, settings(context.config)):
         return None

@@ -56,9 +56,10 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
         wanted = str(context.new_generation_id())
     elif request.operation == "UPDATE":
         old = _annotations(request.old_object or {}) or {}
-        wanted = old.get(GENERATION_ID)
-        if not wanted or current == wanted:
+        restored = old.get(GENERATION_ID)
+        if not isinstance(restored, str) or not restored or current == restored:
             return Verdict()
+        wanted = restored
     else:
         return None
     if annotations is None:
@@ -122,14 +123,14 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
 
 def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     """Pod CREATE naming a PodGroup: record the generation of the incarnation it joins."""
-    if not request.is_create_of("", "Pod"):
+    pod = request.created("", "Pod")
+    if pod is None:
         return None
-    annotations = _annotations(request.object)
+    annotations = _annotations(pod)
     group = (annotations or {}).get(GROUP_NAME)
     if not isinstance(group, str) or not group or (annotations or {}).get(POD_GENERATION):
         return None
-    namespace = request.namespace or str((request.object.get("metadata") or {}).get(
-        "namespace", ""))
+    namespace = request.namespace or str((pod.get("metadata") or {}).get("namespace", ""))
     generation = context.podgroups.items.get(f"{namespace}/{group}") if context.podgroups else None
     if not generation:
         return Verdict(outcome=OUTCOME_UNKNOWN)  # not cached (yet) or never stamped

@@ -37,13 +37,14 @@ def settings(config: Config) -> SidecarInjectionConfig:
 
 
 def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
-    if not request.is_create_of("", "Pod"):
+    pod = request.created("", "Pod")
+    if pod is None:
         return None
-    metadata = request.object.get("metadata") or {}
+    metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
     if labels.get(INJECT_LABEL) != "true":
         return None
-    spec = request.object.get("spec") or {}
+    spec = pod.get("spec") or {}
     if any(c.get("name") == CONTAINER_NAME for c in _containers(spec)):
         return Verdict()  # already injected
     annotations = metadata.get("annotations") or {}
