@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest -q
 
 demo: $(STAMP)
@@ -21,6 +22,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache build *.egg-info

@@ -4,6 +4,7 @@ serving certificate's Secret. Both through the `kubernetes` client."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ def inject_ca_bundle(api_client: Any, ca_file: str | Path, mutating: list[str],
     except OSError as exc:
         raise CertsError(f"cannot read the CA bundle: {exc}") from None
     api = client.AdmissionregistrationV1Api(api_client)
+    targets: list[tuple[str, str, Callable[..., Any], Callable[..., Any]]]
     targets = [("MutatingWebhookConfiguration", name, api.read_mutating_webhook_configuration,
                 api.patch_mutating_webhook_configuration) for name in mutating]
     targets += [("ValidatingWebhookConfiguration", name,
@@ -63,7 +65,7 @@ def write_secret(api_client: Any, directory: str | Path, namespace: str, name: s
                          "labels": {"app.kubernetes.io/name": "volcano-guard"}},
             "data": data}
     try:
-        core.create_namespaced_secret(namespace, body)
+        core.create_namespaced_secret(namespace, body)  # type: ignore[arg-type]  # a dict works
         return "created"
     except ApiException as exc:
         if exc.status != 409:

@@ -62,7 +62,8 @@ def _merge_map(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
             result[key] = _merge_list(current if isinstance(current, list) else [], value,
                                       MERGE_KEYS[key])
         elif isinstance(value, list) and key in MERGED_SCALAR_LISTS:
-            current = result.get(key) if isinstance(result.get(key), list) else []
+            current = result.get(key)
+            current = current if isinstance(current, list) else []
             result[key] = current + [v for v in value if v not in current]
         else:
             result[key] = copy.deepcopy(value)

@@ -175,8 +175,8 @@ class Coalescer:
         known = self._known.get(write.key)
         owned = self._owned.setdefault(write.key.resource, set())
         body = write.body if isinstance(write.body, dict) else {}
-        metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
-        uid = metadata.get("uid") if isinstance(metadata.get("uid"), str) else ""
+        uid = _object_at(body, "metadata").get("uid")
+        uid = uid if isinstance(uid, str) else ""
         uid = uid or (known.uid if known else "")
         intent = self._intent(write, known, owned, body)
         if not uid:
@@ -214,14 +214,14 @@ class Coalescer:
                 raise BadWrite(str(exc)) from None
             if not isinstance(after, dict):  # e.g. {"op": "add", "path": "", "value": null}
                 raise BadWrite("the patch replaces the object with a non-object")
-            old, new = _status_of(before), _status_of(after)
+            old, new = _object_at(before, "status"), _object_at(after, "status")
             changed = {f for f in old.keys() | new.keys() if old.get(f, _MISSING) != new.get(f,
                                                                                        _MISSING)}
             owned.update(changed)
             return {f: new.get(f, DELETE) for f in changed}
         # server-side apply: the manager's newest declaration wins; fields it stops
         # declaring are removed, as apply removes fields it alone owned.
-        status = body.get("status") if isinstance(body.get("status"), dict) else {}
+        status = _object_at(body, "status")
         previous = self._applied.get((write.key, write.field_manager), frozenset())
         self._applied[(write.key, write.field_manager)] = frozenset(status)
         owned.update(status)
@@ -347,9 +347,8 @@ class Coalescer:
 
 
 def _put_intent(body: dict[str, Any], known: Known | None, owned: set[str]) -> dict[str, Any]:
-    written = body.get("status") if isinstance(body.get("status"), dict) else {}
-    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
-    version = metadata.get("resourceVersion")
+    written = _object_at(body, "status")
+    version = _object_at(body, "metadata").get("resourceVersion")
     base = known.history.get(version) if known is not None and isinstance(version, str) else None
     if base is None and not owned:
         raise Passthrough()  # nothing known to diff against and nothing owned yet
@@ -372,6 +371,7 @@ def _changes(intent: dict[str, Any], server: dict[str, Any] | None) -> Iterator[
             yield name, value
 
 
-def _status_of(obj: dict[str, Any]) -> dict[str, Any]:
-    status = obj.get("status")
-    return status if isinstance(status, dict) else {}
+def _object_at(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """obj[key] when it is a JSON object, else {} (absent, null or any other type)."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}

@@ -48,7 +48,7 @@ PATCH_KINDS = {
     "application/json-patch+json": "json",
     "application/apply-patch+yaml": "apply",
 }
-PROXY_KEY = web.AppKey("proxy", "Proxy")
+PROXY_KEY: web.AppKey[Proxy] = web.AppKey("proxy")
 
 
 @dataclass

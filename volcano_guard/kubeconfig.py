@@ -132,7 +132,7 @@ def kubernetes_configuration(cluster: Cluster) -> Any:
             config.api_key["authorization"] = f"Bearer {token}"
 
     refresh(configuration)
-    configuration.refresh_api_key_hook = refresh
+    configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]  # typed None
     return configuration
 
 
@@ -149,7 +149,8 @@ def own_namespace() -> str | None:
 def write_kubeconfig(path: str, server: str) -> None:
     """A kubeconfig with no credentials whose server is `server`: the sidecar writes one that
     points at itself, so the app's client talks to it and it adds the pod's credentials."""
-    cluster, user = {"server": server}, {}
+    cluster: dict[str, str] = {"server": server}
+    user: dict[str, str] = {}
     document = {
         "apiVersion": "v1", "kind": "Config", "current-context": "volcano-guard",
         "clusters": [{"name": "volcano-guard", "cluster": cluster}],

@@ -109,13 +109,13 @@ async def supervise(workers: list[Worker], metrics_listen: Listen,
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     sentinels = [worker.process.sentinel for worker in workers]
-    died = loop.run_in_executor(None, wait, sentinels)
+    died: asyncio.Future[Any] = loop.run_in_executor(None, wait, sentinels)
     runner = web.AppRunner(aggregator_app(workers), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, metrics_listen.host, metrics_listen.port).start()
     log.info("%d webhook workers; merged metrics on http://%s:%d", len(workers),
              metrics_listen.host, runner.addresses[0][1])
-    stopping = asyncio.ensure_future(stop.wait())
+    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
     await asyncio.wait([stopping, died], return_when=asyncio.FIRST_COMPLETED)
     status = 0
     if not stop.is_set():
