@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from volcano_guard.jsonbody import object_at
 from volcano_guard.jsonpatch import JsonPatchError, apply_patch
 from volcano_guard.mergepatch import apply_merge_patch
 
@@ -77,8 +78,7 @@ class Known:
 
     @property
     def status(self) -> dict[str, Any]:
-        status = self.obj.get("status")
-        return status if isinstance(status, dict) else {}
+        return object_at(self.obj, "status")
 
 
 @dataclass
@@ -175,7 +175,7 @@ class Coalescer:
         known = self._known.get(write.key)
         owned = self._owned.setdefault(write.key.resource, set())
         body = write.body if isinstance(write.body, dict) else {}
-        uid = _object_at(body, "metadata").get("uid")
+        uid = object_at(body, "metadata").get("uid")
         uid = uid if isinstance(uid, str) else ""
         uid = uid or (known.uid if known else "")
         intent = self._intent(write, known, owned, body)
@@ -214,14 +214,14 @@ class Coalescer:
                 raise BadWrite(str(exc)) from None
             if not isinstance(after, dict):  # e.g. {"op": "add", "path": "", "value": null}
                 raise BadWrite("the patch replaces the object with a non-object")
-            old, new = _object_at(before, "status"), _object_at(after, "status")
+            old, new = object_at(before, "status"), object_at(after, "status")
             changed = {f for f in old.keys() | new.keys() if old.get(f, _MISSING) != new.get(f,
                                                                                        _MISSING)}
             owned.update(changed)
             return {f: new.get(f, DELETE) for f in changed}
         # server-side apply: the manager's newest declaration wins; fields it stops
         # declaring are removed, as apply removes fields it alone owned.
-        status = _object_at(body, "status")
+        status = object_at(body, "status")
         previous = self._applied.get((write.key, write.field_manager), frozenset())
         self._applied[(write.key, write.field_manager)] = frozenset(status)
         owned.update(status)
@@ -347,8 +347,8 @@ class Coalescer:
 
 
 def _put_intent(body: dict[str, Any], known: Known | None, owned: set[str]) -> dict[str, Any]:
-    written = _object_at(body, "status")
-    version = _object_at(body, "metadata").get("resourceVersion")
+    written = object_at(body, "status")
+    version = object_at(body, "metadata").get("resourceVersion")
     base = known.history.get(version) if known is not None and isinstance(version, str) else None
     if base is None and not owned:
         raise Passthrough()  # nothing known to diff against and nothing owned yet
@@ -369,9 +369,3 @@ def _changes(intent: dict[str, Any], server: dict[str, Any] | None) -> Iterator[
                 yield name, None
         elif current != value:
             yield name, value
-
-
-def _object_at(obj: dict[str, Any], key: str) -> dict[str, Any]:
-    """obj[key] when it is a JSON object, else {} (absent, null or any other type)."""
-    value = obj.get(key)
-    return value if isinstance(value, dict) else {}

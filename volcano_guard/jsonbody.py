@@ -29,6 +29,12 @@ def decode(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     return document
 
 
+def object_at(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """obj[key] when it is a JSON object, else {} (absent, null or any other type)."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _refusal(body: bytes, error: orjson.JSONDecodeError, max_depth: int) -> BodyError:
     try:
         body.decode("utf-8")  # orjson's message does not say where the bad byte is

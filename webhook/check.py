@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from volcano_guard.informer import Snapshot, node_labels, static_snapshot
+from volcano_guard.jsonbody import object_at
 from volcano_guard.jsonpatch import JsonPatchError, apply_patch
 from webhook import review
 from webhook.config import Config
@@ -156,8 +157,7 @@ def _request_for(document: dict[str, Any]) -> AdmissionRequest | None:
     api_version, kind = document.get("apiVersion"), document.get("kind")
     if not isinstance(api_version, str) or not isinstance(kind, str):
         return None  # not a Kubernetes object (e.g. a kustomization): nothing to check
-    metadata = document.get("metadata")
-    metadata = metadata if isinstance(metadata, dict) else {}
+    metadata = object_at(document, "metadata")
     group, _, version = api_version.rpartition("/")
     return AdmissionRequest(
         uid="offline-check",

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from volcano_guard.jsonbody import object_at
 from volcano_guard.status import REASONS
 from webhook.decision import Decision
 
@@ -143,8 +144,7 @@ def respond(uid: str, decision: Decision) -> dict[str, Any]:
 
 
 def _metadata(obj: dict[str, Any] | None) -> dict[str, Any]:
-    metadata = (obj or {}).get("metadata")
-    return metadata if isinstance(metadata, dict) else {}
+    return object_at(obj or {}, "metadata")
 
 
 def _strings(request: dict[str, Any], key: str, names: tuple[str, ...]) -> dict[str, str]:

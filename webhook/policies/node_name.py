@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from volcano_guard import jsonpatch
+from volcano_guard.jsonbody import object_at
 from webhook.config import Config, NodeNameConfig
 from webhook.policies.base import Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
@@ -116,10 +117,8 @@ def pin_to_node(affinity: Any, node: str) -> dict[str, Any]:
     """affinity with `metadata.name In [node]` required, ANDed into every nodeSelectorTerm
     (a new single term when there is none), as the DaemonSet controller pins its pods."""
     result = copy.deepcopy(affinity) if isinstance(affinity, dict) else {}
-    node_affinity = result.get("nodeAffinity")
-    node_affinity = node_affinity if isinstance(node_affinity, dict) else {}
-    required = node_affinity.get(REQUIRED)
-    required = required if isinstance(required, dict) else {}
+    node_affinity = object_at(result, "nodeAffinity")
+    required = object_at(node_affinity, REQUIRED)
     terms = required.get("nodeSelectorTerms")
     terms = [t if isinstance(t, dict) else {} for t in terms] if isinstance(terms, list) else []
     requirement = {"key": "metadata.name", "operator": "In", "values": [node]}
@@ -147,8 +146,7 @@ def _bound_node(request: AdmissionRequest, context: PolicyContext) -> str | None
 
 
 def _exempt(request: AdmissionRequest, config: NodeNameConfig) -> bool:
-    metadata = request.object.get("metadata") if request.object else None
-    metadata = metadata if isinstance(metadata, dict) else {}
+    metadata = object_at(request.object or {}, "metadata")
     annotations = metadata.get("annotations")
     if isinstance(annotations, dict) and MIRROR_ANNOTATION in annotations:
         return True  # static pods: the kubelet creates them on its own node
