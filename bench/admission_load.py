@@ -165,12 +165,13 @@ def ensure_kopf() -> None:
         sys.exit("kopf is not installed and could not be installed (pip install '.[bench]')")
 
 
-def start(stack: ExitStack, args: list[str], port: int, **options) -> None:
-    """Start a server process, stopped when the stack closes; return once port listens."""
+def start(stack: ExitStack, args: list[str], port: int, **options) -> subprocess.Popen:
+    """Start a server process, stopped when the stack closes; return it once port listens."""
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, **options)
     stack.callback(_stop, proc)
     wait_for_port(port, proc, timeout=60)
+    return proc
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.admission_load import pod_review
+from bench.admission_load import pod_review, start
 from bench.hey import ensure_hey, run_hey
 from certs.generate import generate
-from volcano_guard.processes import cpu_seconds, free_port, wait_for_port
+from volcano_guard.processes import cpu_seconds, free_port
 
 STEPS = {
     "floor": "floor (orjson decode, constant answer)",
@@ -80,7 +80,6 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
     hey = ensure_hey()
-    root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as tmp:
         made = generate("volcano-guard", "volcano-guard", tmp)
         body = Path(tmp) / "pod.json"
@@ -88,19 +87,15 @@ def main() -> None:
         print(f"{'handler':<46}{'req/s':>8}{'server CPU per request':>25}")
         for step, label in STEPS.items():
             port = free_port()
-            proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(made.cert_file),
-                                     str(made.key_file), step], cwd=root)
-            try:
-                wait_for_port(port, proc)
+            with ExitStack() as stack:
+                proc = start(stack, [sys.executable, "-c", SERVER, str(port),
+                                     str(made.cert_file), str(made.key_file), step], port)
                 url = f"https://127.0.0.1:{port}/validate"
                 run_hey(hey, url, body, 2, 10, None)  # warm up
                 cpu_before, started = cpu_seconds(proc.pid), time.monotonic()
                 result = run_hey(hey, url, body, args.seconds, 50, None)
                 cpu = cpu_seconds(proc.pid) - cpu_before
                 busy = cpu / (time.monotonic() - started)
-            finally:
-                proc.terminate()
-                proc.wait(10)
             print(f"{label:<46}{result['rps']:>8,.0f}{cpu / result['total'] * 1e6:>19,.0f} us"
                   f"   ({busy:.2f} cores)")
 
