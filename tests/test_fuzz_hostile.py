@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -20,7 +22,7 @@ from sidecar.service import running as sidecar_running
 from tests.builders import container, pod, review, volcano_job
 from tests.conftest import SyncWebhook
 from tests.threaded import on_thread
-from volcano_guard.jsonbody import MAX_DEPTH
+from volcano_guard.jsonbody import MAX_DEPTH, PARSER_MAX_DEPTH
 from volcano_guard.kubeconfig import Cluster
 from webhook.caches import Caches
 from webhook.config import config_from_dict
@@ -88,15 +90,27 @@ unicode_text = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, ma
 huge_strings = st.sampled_from([10_000, 300_000, 1_500_000]).map(lambda n: "ü" * (n // 2))
 
 
-@st.composite
-def deep_nesting(draw: st.DrawFn) -> Any:
-    value: Any = draw(st.none() | st.integers())
-    for _ in range(draw(st.integers(MAX_DEPTH - 10, MAX_DEPTH + 10))):
-        value = [value] if draw(st.booleans()) else {"k": value}
-    return value
+@dataclass(frozen=True)
+class Deep:
+    """A value nested `depth` arrays deep, written out by encode(): json.dumps itself would
+    hit Python's recursion limit long before the parser's 1,024 levels."""
+
+    depth: int
 
 
-hostile = json_values | unicode_text | huge_strings | deep_nesting()
+# Around every limit that matters: the sidecar's MAX_DEPTH, orjson's encoder (254) and parser
+# (1,024), and Python's recursion limit (1,000).
+deep_nesting = st.one_of(*(st.integers(limit - 10, limit + 10).map(Deep)
+                           for limit in (MAX_DEPTH, 254, 1000, PARSER_MAX_DEPTH)))
+
+
+def encode(document: Any, **options: Any) -> bytes:
+    text = json.dumps(document, default=lambda deep: f"@deep{deep.depth}@", **options)
+    return re.sub(r'"@deep(\d+)@"', lambda m: "[" * int(m[1]) + "1" + "]" * int(m[1]),
+                  text).encode()
+
+
+hostile = json_values | unicode_text | huge_strings | deep_nesting
 
 
 def paths(value: Any, prefix: Path = ()) -> list[Path]:
@@ -144,11 +158,13 @@ def assert_answered(server: SyncWebhook, path: str, body: bytes) -> None:
     document = json.loads(payload)
     if status == 200:
         assert document["kind"] == "AdmissionReview" and "uid" in document["response"]
+        # An internal error (a policy raised) is answered with code 500 inside the review.
+        assert document["response"].get("status", {}).get("code") != 500, document
     else:
         assert document["kind"] == "Status" and document["message"]
 
 
-FUZZ = settings(max_examples=300, deadline=None,
+FUZZ = settings(max_examples=1000, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -156,14 +172,14 @@ FUZZ = settings(max_examples=300, deadline=None,
 @FUZZ
 @given(body=mangled_reviews(), path=st.sampled_from(["/validate", "/mutate"]))
 def test_mangled_reviews_never_get_a_5xx(server, body, path):
-    assert_answered(server, path, json.dumps(body, ensure_ascii=False).encode())
+    assert_answered(server, path, encode(body, ensure_ascii=False))
 
 
 @FUZZ
 @given(body=mangled_reviews(), cut=st.integers(0, 200),
        noise=st.binary(min_size=1, max_size=8))
 def test_mangled_bytes_never_get_a_5xx(server, body, cut, noise):
-    encoded = json.dumps(body).encode()  # \\u escapes: lone surrogates can be written
+    encoded = encode(body)  # \\u escapes: lone surrogates can be written
     at = len(encoded) * cut // 200
     assert_answered(server, "/validate", encoded[:at] + noise + encoded[at:])
 
@@ -171,24 +187,29 @@ def test_mangled_bytes_never_get_a_5xx(server, body, cut, noise):
 def _with_memory_request(value: Any) -> bytes:
     body = copy.deepcopy(REVIEWS[0])
     body["request"]["object"]["spec"]["containers"][0]["resources"]["requests"]["memory"] = value
-    return json.dumps(body).encode()
-
-
-def _nested(depth: int) -> Any:
-    value: Any = 1
-    for _ in range(depth):
-        value = [value]
-    return value
+    return encode(body)
 
 
 @pytest.mark.parametrize(("value", "status", "needle"), [
     ("1" * 1_500_000, 200, b"longer than 128 characters"),  # a huge quantity: denied, named
-    (_nested(MAX_DEPTH - 10), 200, b"expected a quantity string or number"),
-    (_nested(MAX_DEPTH), 400, b"nested deeper than 100 levels"),
+    (Deep(PARSER_MAX_DEPTH - 10), 200, b"expected a quantity string or number"),
+    (Deep(PARSER_MAX_DEPTH), 400, b"nested deeper than 1,024 levels"),
     ("\u202e1Gi\u0000", 200, b"not a Kubernetes quantity"),
 ])
 def test_huge_deep_and_odd_values_get_a_named_answer(server, value, status, needle):
     got, payload = server.post("/validate", _with_memory_request(value))
+    assert (got, needle in payload) == (status, True), payload[:300]
+
+
+@pytest.mark.parametrize(("depth", "status", "needle"), [
+    (200, 200, b'"patchType"'),  # the user's affinity is copied into the patch as it is
+    (300, 400, b"cannot be patched"),  # too deep to encode: a named refusal, not a 500
+])
+def test_a_node_name_rewrite_with_deep_affinity_gets_a_named_answer(server, depth, status,
+                                                                    needle):
+    body = copy.deepcopy(REVIEWS[1])
+    body["request"]["object"]["spec"]["affinity"]["podAntiAffinity"] = {"x": Deep(depth)}
+    got, payload = server.post("/mutate", encode(body))
     assert (got, needle in payload) == (status, True), payload[:300]
 
 
@@ -245,7 +266,7 @@ status_bodies = st.one_of(
 def test_arbitrary_status_writes_never_get_a_5xx_from_the_sidecar(sidecar, method,
                                                                    content_type, body, garbage):
     url, session = sidecar
-    data = json.dumps(body).encode()
+    data = encode(body)
     if garbage:
         data = data[: len(data) // 2] + b"\xff{"
     response = session.request(method, f"{url}{QUEUE}/status", data=data, timeout=10,

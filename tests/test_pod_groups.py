@@ -168,6 +168,30 @@ def test_a_plain_delete_under_live_pods_is_denied_naming_generation_age_pods_and
     assert 'preconditions.uid: "pg-uid-1"' in decision.message
 
 
+def _deep(depth):
+    value = "x"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("creationTimestamp", _deep(990)), ("uid", _deep(990)), ("ownerReferences", 7),
+    ("annotations", {GENERATION_ID: _deep(990)}),
+])
+def test_a_delete_of_a_podgroup_with_odd_field_types_is_still_decided(field, value):
+    # The API server never sends these; any client can. Repr of a value nested 990 deep would
+    # raise RecursionError, so nothing may format one unbounded.
+    pg = podgroup(owner=None)
+    pg["metadata"][field] = value
+    decision = delete(pg, context([member("w0", group="podgroup-rs")])).decision
+    assert not decision.allowed and "still has 1 live pod(s): w0" in decision.message
+
+
+def test_a_podgroup_whose_metadata_is_not_an_object_has_no_members():
+    assert live_members({"metadata": "podgroup-rs"}, [member("w0", group="podgroup-rs")]) == []
+
+
 def test_deletes_that_pass():
     pg = podgroup()
     live = [member("a", group="podgroup-rs")]

@@ -98,7 +98,7 @@ BAD_BODIES = [
     (json.dumps(review({**pod(), "spec": {"schedulerName": "volcano", "containers": 5}}))
      .encode(), "spec.containers must be a list"),
     (b"[" * 5000 + b"]" * 5000, "nested deeper"),
-    (b'{"kind": "AdmissionReview", "x": ' + b"[" * 200 + b"]" * 200 + b"}", "nested deeper"),
+    (b'{"kind": "AdmissionReview", "x": ' + b"[" * 1100 + b"]" * 1100 + b"}", "nested deeper"),
     (b"\xff\xfe\xfd", "not UTF-8"),
 ]
 

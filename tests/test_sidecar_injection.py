@@ -12,6 +12,7 @@ from webhook.policies import evaluate
 from webhook.policies.base import PolicyContext
 from webhook.policies.sidecar_injection import CONTAINER_NAME, KUBECONFIG
 from webhook.review import parse
+from webhook.workloads import ObjectShapeError
 
 SCHEMA_VERSION = "1.30.0"
 
@@ -38,7 +39,7 @@ def volcano_controller_pod(**annotations):
     }
 
 
-def admit(obj, **sidecar):
+def admit(obj, *, copied=True, **sidecar):
     data = {"policies": {"sidecarInjection": sidecar}} if sidecar else {}
     ctx = PolicyContext(config=config_from_dict(data))
     request = parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -47,7 +48,7 @@ def admit(obj, **sidecar):
                                  "name": obj["metadata"]["name"],
                                  "kind": {"group": "", "version": "v1", "kind": "Pod"},
                                  "resource": {"group": "", "version": "v1", "resource": "pods"},
-                                 "object": copy.deepcopy(obj)}})
+                                 "object": copy.deepcopy(obj) if copied else obj}})
     return evaluate("mutate", request, ctx)
 
 
@@ -171,3 +172,30 @@ def test_the_sidecar_writes_a_kubeconfig_that_points_at_itself(tmp_path):
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(path), client_configuration=configuration)
     assert configuration.host == "http://127.0.0.1:8001"
+
+
+def test_labels_that_are_not_an_object_mean_no_injection():
+    pod = volcano_controller_pod()
+    pod["metadata"]["labels"] = "volcano-guard.io/inject=true"
+    assert admit(pod).results == ()
+
+
+@pytest.mark.parametrize(("field", "value", "path"), [
+    ("containers", ["not-a-container"], "spec.containers[0] must be an object"),
+    ("initContainers", {"name": "x"}, "spec.initContainers must be a list"),
+])
+def test_containers_of_the_wrong_shape_are_a_shape_error_naming_the_path(field, value, path):
+    pod = volcano_controller_pod()
+    pod["spec"][field] = value
+    with pytest.raises(ObjectShapeError, match=path.replace("[", r"\[").replace("]", r"\]")):
+        admit(pod)
+
+
+def test_a_non_string_annotation_is_denied_with_the_value_shown_bounded():
+    deep: object = "x"
+    for _ in range(990):  # nested past Python's recursion limit for repr()
+        deep = [deep]
+    pod = volcano_controller_pod(**{"volcano-guard.io/proxy-containers": deep})
+    result = admit(pod, copied=False)  # deepcopy() cannot copy it
+    assert not result.decision.allowed
+    assert "proxy-containers is [[[[...]]]], not a string" in result.decision.message

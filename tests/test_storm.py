@@ -28,7 +28,10 @@ def test_direct_writers_conflict_and_build_a_retry_backlog(results):
 def test_through_the_sidecar_there_are_no_conflicts_and_the_backlog_stays_bounded(results):
     _, sidecar = results
     assert sidecar.conflicts == 0
-    assert sidecar.max_backlog <= 50  # in flight and queued fresh events only, never retries
+    # In flight and freshly queued events only, never retries: at most about half a second of
+    # pod events, even when a busy CI machine stalls this process for a moment (direct writers
+    # pile up thousands of retries).
+    assert sidecar.max_backlog <= SHORT.pods_per_minute / 60 * 0.5
     assert sidecar.final_backlog == 0
 
 

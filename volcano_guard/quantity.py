@@ -28,6 +28,8 @@ class QuantityError(ValueError):
 
 def parse_quantity(value: object) -> Decimal:
     """Return the quantity's exact value; raise QuantityError naming what is wrong."""
+    if type(value) is str:  # nearly always: checked first
+        return _parse_text(value)
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise QuantityError(f"expected a quantity string or number, got {type(value).__name__}")
     if isinstance(value, float):

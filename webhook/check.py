@@ -181,7 +181,7 @@ def _violations(
     mutation = evaluate("mutate", request, context)
     if mutation.decision.patch and request.object is not None:
         patched = apply_patch(request.object, list(mutation.decision.patch))
-        request = replace(request, object=patched)
+        request = request._replace(object=patched)
     for result in evaluate("validate", request, context).results:
         for message in result.verdict.violations:
             yield Violation(

@@ -1,18 +1,20 @@
 """The AdmissionReview envelope (admission.k8s.io/v1): parse a request, build a response.
 
 Parsing checks the shape the API server always sends and raises ReviewError (answered with
-HTTP 400) naming the first field that is wrong. Policies receive only the typed, frozen
-AdmissionRequest and never see the wire format.
+HTTP 400) naming the first field that is wrong. Policies receive only the typed, immutable
+AdmissionRequest and never see the wire format. The records are NamedTuples, not frozen
+dataclasses: as immutable, and built in half the time on every admission (docs/decisions.md).
 """
 
 from __future__ import annotations
 
 import base64
-import json
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from volcano_guard.jsonbody import object_at
+import orjson
+
+from volcano_guard.jsonbody import object_at, shown
+from volcano_guard.jsonpatch import Operation
 from volcano_guard.status import REASONS
 from webhook.decision import Decision
 
@@ -24,28 +26,24 @@ class ReviewError(ValueError):
     """The body is not a usable AdmissionReview; the message says which field is wrong."""
 
 
-@dataclass(frozen=True)
-class GroupVersionKind:
+class GroupVersionKind(NamedTuple):
     group: str
     version: str
     kind: str
 
 
-@dataclass(frozen=True)
-class GroupVersionResource:
+class GroupVersionResource(NamedTuple):
     group: str
     version: str
     resource: str
 
 
-@dataclass(frozen=True)
-class UserInfo:
+class UserInfo(NamedTuple):
     username: str = ""
     groups: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class AdmissionRequest:
+class AdmissionRequest(NamedTuple):
     uid: str
     kind: GroupVersionKind
     resource: GroupVersionResource
@@ -53,7 +51,7 @@ class AdmissionRequest:
     sub_resource: str = ""
     namespace: str = ""
     name: str = ""
-    user: UserInfo = field(default_factory=UserInfo)
+    user: UserInfo = UserInfo()
     object: dict[str, Any] | None = None
     old_object: dict[str, Any] | None = None
     options: dict[str, Any] | None = None
@@ -90,10 +88,10 @@ def parse(document: Any) -> AdmissionRequest:
     if not isinstance(document, dict):
         raise ReviewError("body is not an AdmissionReview: expected a JSON object")
     if document.get("kind") != "AdmissionReview":
-        raise ReviewError(f"kind is {document.get('kind')!r}, expected 'AdmissionReview'")
+        raise ReviewError(f"kind is {shown(document.get('kind'))}, expected 'AdmissionReview'")
     if document.get("apiVersion") != API_VERSION:
         raise ReviewError(
-            f"apiVersion {document.get('apiVersion')!r} is not supported; only {API_VERSION} "
+            f"apiVersion {shown(document.get('apiVersion'))} is not supported; only {API_VERSION} "
             "(set admissionReviewVersions: [v1] in the webhook configuration)"
         )
     request = document.get("request")
@@ -104,13 +102,13 @@ def parse(document: Any) -> AdmissionRequest:
         raise ReviewError("request.uid is missing or not a non-empty string")
     operation = request.get("operation")
     if operation not in OPERATIONS:
-        raise ReviewError(f"request.operation {operation!r} is not one of {', '.join(OPERATIONS)}")
+        raise ReviewError(f"request.operation {shown(operation)} is not one of "
+                          f"{', '.join(OPERATIONS)}")
     return AdmissionRequest(
         uid=uid,
-        kind=GroupVersionKind(**_strings(request, "kind", ("group", "version", "kind"))),
-        resource=GroupVersionResource(
-            **_strings(request, "resource", ("group", "version", "resource"))
-        ),
+        kind=GroupVersionKind(*_strings(request, "kind", GroupVersionKind._fields)),
+        resource=GroupVersionResource(*_strings(request, "resource",
+                                                GroupVersionResource._fields)),
         operation=operation,
         sub_resource=_optional_string(request, "subResource"),
         namespace=_optional_string(request, "namespace"),
@@ -133,9 +131,8 @@ def respond(uid: str, decision: Decision) -> dict[str, Any]:
             "reason": REASONS.get(decision.code, "Unknown"),
         }
     if decision.patch:
-        encoded = json.dumps(list(decision.patch), separators=(",", ":")).encode()
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(encoded).decode("ascii")
+        response["patch"] = base64.b64encode(encode_patch(decision.patch)).decode("ascii")
     if decision.warnings:
         response["warnings"] = list(decision.warnings)
     if decision.audit_annotations:
@@ -143,20 +140,30 @@ def respond(uid: str, decision: Decision) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
 
 
+def encode_patch(patch: tuple[Operation, ...]) -> bytes:
+    """The patch as JSON; ReviewError when a value copied from the object nests too deep to
+    encode (orjson stops at 254 levels, where the standard library would hit RecursionError)."""
+    try:
+        return orjson.dumps(patch)
+    except orjson.JSONEncodeError as exc:
+        raise ReviewError(f"request.object cannot be patched: {exc}") from None
+
+
 def _metadata(obj: dict[str, Any] | None) -> dict[str, Any]:
     return object_at(obj or {}, "metadata")
 
 
-def _strings(request: dict[str, Any], key: str, names: tuple[str, ...]) -> dict[str, str]:
+def _strings(request: dict[str, Any], key: str, names: tuple[str, ...]) -> list[str]:
+    """request[key][name] for each name: strings, non-empty except the group."""
     value = request.get(key)
     if not isinstance(value, dict):
         raise ReviewError(f"request.{key} is missing or not an object")
-    out = {}
+    out = []
     for name in names:
         item = value.get(name, "")
         if not isinstance(item, str) or (name != "group" and not item):
             raise ReviewError(f"request.{key}.{name} is missing or not a string")
-        out[name] = item
+        out.append(item)
     return out
 
 

@@ -157,7 +157,8 @@ def admit(phase: Phase, body: bytes, context: PolicyContext) -> dict[str, object
 
 def parse_review(body: bytes) -> review.AdmissionRequest:
     try:
-        return review.parse(decode(body))
+        # No depth limit below the parser's: policies read fixed paths, never recurse.
+        return review.parse(decode(body, max_depth=None))
     except (BodyError, review.ReviewError) as exc:
         raise RequestError(400, "bad_review", str(exc)) from None
 
@@ -174,10 +175,14 @@ def decide(phase: Phase, request: review.AdmissionRequest,
         ADMISSION_ERRORS.labels(reason="internal").inc()
         decision = _internal_error(config)
         return review.respond(request.uid, decision)
+    try:
+        answer = review.respond(request.uid, evaluation.decision)
+    except review.ReviewError as exc:  # a patch copying a value nested too deep to encode
+        raise RequestError(400, "bad_object", str(exc)) from None
     outcomes = [(r.policy, r.outcome) for r in evaluation.results] or [(NO_POLICY, "allowed")]
     for policy, outcome in outcomes:
         count_admission(request.operation, request.kind.kind, policy, outcome)
-    return review.respond(request.uid, evaluation.decision)
+    return answer
 
 
 def _internal_error(config: Config) -> decisions.Decision:

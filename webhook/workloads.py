@@ -9,8 +9,7 @@ that will place its pods. A spec of the wrong shape raises ObjectShapeError nami
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 Path = tuple[str | int, ...]
 
@@ -33,16 +32,14 @@ class ObjectShapeError(ValueError):
     """A field of the object does not have the type Kubernetes gives it."""
 
 
-@dataclass(frozen=True)
-class PodTemplate:
+class PodTemplate(NamedTuple):
     path: Path  # to the pod spec inside the object
     spec: dict[str, Any]
     scheduler_name: str
     task: str | None = None  # the Volcano Job task this template belongs to
 
 
-@dataclass(frozen=True)
-class Container:
+class Container(NamedTuple):
     path: Path  # to the container inside the object
     kind: str  # "container" or "init container"
     name: str
@@ -124,12 +121,14 @@ def containers(template: PodTemplate) -> Iterator[Container]:
 def resource_map(container: Container, field: str) -> dict[str, Any]:
     """container.resources.<field> (requests or limits) as a mapping; absent -> {}."""
     resources = container.body.get("resources")
-    path = (*container.path, "resources")
     if resources is None:
         return {}
-    resources = _mapping(resources, path)
+    if not isinstance(resources, dict):  # paths are built only when needed: a hot path
+        _mapping(resources, (*container.path, "resources"))
     value = resources.get(field)
-    return {} if value is None else _mapping(value, (*path, field))
+    if value is None or isinstance(value, dict):
+        return value or {}
+    return _mapping(value, (*container.path, "resources", field))
 
 
 def _scheduler(spec: dict[str, Any], path: Path) -> str:

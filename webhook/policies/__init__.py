@@ -6,8 +6,7 @@ export a `POLICY`, and list it in POLICIES. Modes are applied here, never inside
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from webhook import decision as decisions
 from webhook.config import Mode
@@ -30,16 +29,14 @@ POLICIES: tuple[Policy, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class PolicyResult:
+class PolicyResult(NamedTuple):
     policy: str
     mode: Mode
     verdict: Verdict
     outcome: str  # allowed | denied | patched | warned | audited
 
 
-@dataclass(frozen=True)
-class Evaluation:
+class Evaluation(NamedTuple):
     decision: Decision
     results: tuple[PolicyResult, ...]  # one for each policy that applied; empty: none did
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from volcano_guard.informer import Snapshot
 from volcano_guard.uuid7 import new_uuid7
@@ -17,8 +17,7 @@ from webhook.decision import Decision, Operation
 from webhook.review import AdmissionRequest
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """What a policy found, as if enforced: reasons to deny, and a patch with its description."""
 
     violations: tuple[str, ...] = ()

@@ -13,7 +13,6 @@ them: a node is managed if any selector matches one of its labels; no selectors,
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -115,12 +114,15 @@ BINDING_POLICY = Policy(name=BINDING_NAME, mode=lambda config: settings(config).
 
 def pin_to_node(affinity: Any, node: str) -> dict[str, Any]:
     """affinity with `metadata.name In [node]` required, ANDed into every nodeSelectorTerm
-    (a new single term when there is none), as the DaemonSet controller pins its pods."""
-    result = copy.deepcopy(affinity) if isinstance(affinity, dict) else {}
-    node_affinity = object_at(result, "nodeAffinity")
-    required = object_at(node_affinity, REQUIRED)
-    terms = required.get("nodeSelectorTerms")
-    terms = [t if isinstance(t, dict) else {} for t in terms] if isinstance(terms, list) else []
+    (a new single term when there is none), as the DaemonSet controller pins its pods. Copies
+    only the objects on the way to the terms: the rest is shared with the input, never walked
+    (it may nest as deep as the parser allows)."""
+    result = dict(affinity) if isinstance(affinity, dict) else {}
+    node_affinity = dict(object_at(result, "nodeAffinity"))
+    required = dict(object_at(node_affinity, REQUIRED))
+    listed = required.get("nodeSelectorTerms")
+    listed = listed if isinstance(listed, list) else []
+    terms = [dict(t) if isinstance(t, dict) else {} for t in listed]
     requirement = {"key": "metadata.name", "operator": "In", "values": [node]}
     if not terms:
         terms = [{"matchFields": [requirement]}]

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from volcano_guard import jsonpatch
+from volcano_guard.jsonbody import object_at
 from webhook.config import Config, PodGroupsConfig
 from webhook.policies.base import Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
@@ -97,24 +98,24 @@ def validate_delete(request: AdmissionRequest, context: PolicyContext) -> Verdic
 def live_members(podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> list[str]:
     """Pods that are not terminating and not finished, and that name the PodGroup or share its
     controller (a new pod may exist before Volcano annotates it)."""
-    name = (podgroup.get("metadata") or {}).get("name")
+    name = object_at(podgroup, "metadata").get("name")
     owner = controller_uid(podgroup)
     members = []
     for pod in pods:
-        metadata = pod.get("metadata") or {}
+        metadata = object_at(pod, "metadata")
         if metadata.get("deletionTimestamp"):
             continue
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if object_at(pod, "status").get("phase") in ("Succeeded", "Failed"):
             continue
-        annotations = metadata.get("annotations") or {}
-        if annotations.get(GROUP_NAME) == name or (owner and controller_uid(pod) == owner):
+        named = object_at(metadata, "annotations").get(GROUP_NAME) == name
+        if named or (owner and controller_uid(pod) == owner):
             members.append(str(metadata.get("name")))
     return sorted(members)
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:
-    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
-    for owner in owners:
+    owners = object_at(obj, "metadata").get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else ():
         if isinstance(owner, dict) and owner.get("controller") is True:
             uid = owner.get("uid")
             return uid if isinstance(uid, str) and uid else None
@@ -130,7 +131,7 @@ def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict |
     group = (annotations or {}).get(GROUP_NAME)
     if not isinstance(group, str) or not group or (annotations or {}).get(POD_GENERATION):
         return None
-    namespace = request.namespace or str((pod.get("metadata") or {}).get("namespace", ""))
+    namespace = request.namespace or _text(object_at(pod, "metadata").get("namespace"))
     generation = context.podgroups.items.get(f"{namespace}/{group}") if context.podgroups else None
     if not generation:
         return Verdict(outcome=OUTCOME_UNKNOWN)  # not cached (yet) or never stamped
@@ -142,7 +143,7 @@ def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict |
 
 def podgroup_generation(obj: dict[str, Any]) -> str:
     """What the PodGroup cache keeps of a PodGroup: its generation id."""
-    return str((_annotations(obj) or {}).get(GENERATION_ID, ""))
+    return _text((_annotations(obj) or {}).get(GENERATION_ID))
 
 
 STAMP_POLICY = Policy(
@@ -163,11 +164,11 @@ def _annotations(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 def _message(request: AdmissionRequest, podgroup: dict[str, Any], members: list[str],
              context: PolicyContext) -> str:
-    metadata = podgroup.get("metadata") or {}
-    generation = (_annotations(podgroup) or {}).get(GENERATION_ID, "unknown (not stamped)")
+    metadata = object_at(podgroup, "metadata")
+    generation = podgroup_generation(podgroup) or "unknown (not stamped)"
     named = ", ".join(members[:MAX_NAMED_PODS])
     more = f" and {len(members) - MAX_NAMED_PODS} more" if len(members) > MAX_NAMED_PODS else ""
-    uid = metadata.get("uid", "<uid>")
+    uid = _text(metadata.get("uid")) or "<uid>"
     return (
         f"{request.describe()} (generation {generation}, created {_age(metadata, context)} ago) "
         f"still has {len(members)} live pod(s): {named}{more}. A delete by name may be a stale "
@@ -178,9 +179,9 @@ def _message(request: AdmissionRequest, podgroup: dict[str, Any], members: list[
 
 
 def _age(metadata: dict[str, Any], context: PolicyContext) -> str:
-    created = metadata.get("creationTimestamp")
+    created = _text(metadata.get("creationTimestamp"))
     try:
-        then = datetime.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%SZ").replace(
+        then = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(
             tzinfo=datetime.UTC)
     except ValueError:
         return "an unknown time"
@@ -189,3 +190,8 @@ def _age(metadata: dict[str, Any], context: PolicyContext) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def _text(value: Any) -> str:
+    """A field the API server always sends as a string; anything else counts as unset."""
+    return value if isinstance(value, str) else ""

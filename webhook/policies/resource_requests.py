@@ -13,10 +13,11 @@ resource with a limit and no request counts as requested (at that limit).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from volcano_guard import jsonpatch
+from volcano_guard.jsonbody import shown
 from volcano_guard.quantity import QuantityError, parse_quantity
 from webhook.config import Config, ResourceRequestsConfig
 from webhook.policies.base import Policy, PolicyContext, Verdict
@@ -42,8 +43,8 @@ def validate(request: AdmissionRequest, context: PolicyContext) -> Verdict | Non
     templates = _volcano_templates(request, context.config)
     if templates is None:
         return None
-    found = violations(request.describe(), templates, settings(context.config))
-    return Verdict(violations=tuple(found))
+    found = tuple(violations(request.describe, templates, settings(context.config)))
+    return Verdict(violations=found)
 
 
 def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
@@ -70,13 +71,13 @@ def volcano_templates(group: str, kind: str, obj: dict[str, Any], config: Config
     return [t for t in templates if t.scheduler_name in config.volcanoSchedulerNames]
 
 
-def violations(subject: str, templates: list[PodTemplate], config: ResourceRequestsConfig) -> (
-    Iterator[str]
-):
+def violations(subject: Callable[[], str], templates: list[PodTemplate],
+               config: ResourceRequestsConfig) -> Iterator[str]:
+    """What is wrong, a line per problem; subject() names the object (only called to say so)."""
     for template in templates:
-        where = f'{subject} task "{template.task}"' if template.task else subject
         for container in containers(template):
             for problem in _container_problems(container, config.resources):
+                where = f'{subject()} task "{template.task}"' if template.task else subject()
                 yield f'{where}: {container.kind} "{container.name}" {problem}'
 
 
@@ -128,11 +129,11 @@ def _container_problems(container: Container, required: tuple[str, ...]) -> Iter
             try:
                 quantity = parse_quantity(raw)
             except QuantityError as exc:
-                yield (f"has an invalid {resource} {field[:-1]} {_quote(raw)} "
+                yield (f"has an invalid {resource} {field[:-1]} {shown(raw)} "
                        f"({_path(container, field, resource)}): {exc}")
                 continue
             if quantity < 0:
-                yield (f"has a negative {resource} {field[:-1]} {_quote(raw)} "
+                yield (f"has a negative {resource} {field[:-1]} {shown(raw)} "
                        f"({_path(container, field, resource)}); use a value >= 0")
                 continue
             parsed[(field, resource)] = quantity
@@ -149,8 +150,8 @@ def _container_problems(container: Container, required: tuple[str, ...]) -> Iter
         value = parsed.get(("requests", resource))
         if limit is not None and value is not None and value > limit:
             yield (
-                f"requests {resource} {_quote(request)}, more than its limit "
-                f"{_quote(limits[resource])} ({_path(container, 'requests', resource)}); "
+                f"requests {resource} {shown(request)}, more than its limit "
+                f"{shown(limits[resource])} ({_path(container, 'requests', resource)}); "
                 "lower the request or raise the limit"
             )
 
@@ -169,7 +170,3 @@ def _add_requests(container: Container, missing: dict[str, str]) -> Iterator[jso
 
 def _path(container: Container, field: str, resource: str) -> str:
     return format_path((*container.path, "resources", field, resource))
-
-
-def _quote(value: Any) -> str:
-    return f'"{value}"' if isinstance(value, str) else repr(value)

@@ -15,9 +15,11 @@ import math
 from typing import Any
 
 from volcano_guard import jsonpatch
+from volcano_guard.jsonbody import object_at, shown
 from webhook.config import Config, SidecarInjectionConfig
 from webhook.policies.base import Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
+from webhook.workloads import Container, PodTemplate, containers
 
 NAME = "sidecarInjection"
 INJECT_LABEL = "volcano-guard.io/inject"
@@ -40,28 +42,29 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     pod = request.created("", "Pod")
     if pod is None:
         return None
-    metadata = pod.get("metadata") or {}
-    labels = metadata.get("labels") or {}
-    if labels.get(INJECT_LABEL) != "true":
+    metadata = object_at(pod, "metadata")
+    if object_at(metadata, "labels").get(INJECT_LABEL) != "true":
         return None
-    spec = pod.get("spec") or {}
-    if any(c.get("name") == CONTAINER_NAME for c in _containers(spec)):
+    spec = object_at(pod, "spec")
+    every = list(containers(PodTemplate(("spec",), spec, "")))  # ObjectShapeError: HTTP 400
+    if any(c.name == CONTAINER_NAME for c in every):
         return Verdict()  # already injected
-    annotations = metadata.get("annotations") or {}
-    options, problems = _options(annotations, settings(context.config))
+    app = [c for c in every if c.kind == "container"]
+    annotations = object_at(metadata, "annotations")
+    config = settings(context.config)
+    options, problems = _options(annotations, config)
+    targets, problem = _targets(app, annotations)
+    problems += [problem] if problem else []
     if problems:
         return Verdict(violations=tuple(f"{request.describe()}: {p}" for p in problems))
-    targets, problem = _targets(spec, annotations)
-    if problem:
-        return Verdict(violations=(f"{request.describe()}: {problem}",))
-    config = settings(context.config)
-    patch = list(_inject(spec, config, options))
-    for index in targets:
-        patch.extend(_point_at_proxy(spec["containers"][index], index, options["mode"]))
+    patch = _inject(spec, config, options)
+    for target in targets:
+        patch.extend(_point_at_proxy(target, options["mode"]))
     grace = math.ceil(options["drain"]) + GRACE_MARGIN
-    if (spec.get("terminationGracePeriodSeconds") or 30) < grace:
+    current = spec.get("terminationGracePeriodSeconds")
+    if not isinstance(current, int) or current < grace:  # unset (30 s) or too short
         patch.append(jsonpatch.add("/spec/terminationGracePeriodSeconds", grace))
-    names = ", ".join(spec["containers"][i].get("name", "?") for i in targets)
+    names = ", ".join(c.name for c in targets)
     return Verdict(patch=tuple(patch), changes=(
         f"inject the volcano-guard sidecar into {request.describe()} and point {names} at it",))
 
@@ -114,8 +117,8 @@ def _inject(spec: dict[str, Any], config: SidecarInjectionConfig,
     return ops
 
 
-def _point_at_proxy(container: dict[str, Any], index: int, mode: str) -> list[dict[str, Any]]:
-    base = f"/spec/containers/{index}"
+def _point_at_proxy(target: Container, mode: str) -> list[dict[str, Any]]:
+    container, base = target.body, jsonpatch.pointer(*target.path)
     mount = {"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}
     ops = [jsonpatch.add(f"{base}/volumeMounts/-", mount) if container.get("volumeMounts")
            else jsonpatch.add(f"{base}/volumeMounts", [mount])]
@@ -145,36 +148,32 @@ def _options(annotations: dict[str, Any], config: SidecarInjectionConfig) -> tup
                 raise ValueError
             options["flush"] = value
         except (TypeError, ValueError):
-            problems.append(f'annotation {FLUSH_INTERVAL} is "{text}"; allowed: seconds from '
-                            "0.05 to 60, e.g. \"1\" or \"0.5\"")
+            problems.append(f"annotation {FLUSH_INTERVAL} is {shown(text)}; allowed: seconds "
+                            'from 0.05 to 60, e.g. "1" or "0.5"')
     for key, field, allowed in ((ACK, "ack", ("async", "sync")),
                                 (PROXY_MODE, "mode", ("args", "env"))):
         if key in annotations:
             if annotations[key] in allowed:
                 options[field] = annotations[key]
             else:
-                problems.append(f'annotation {key} is "{annotations[key]}"; allowed: '
+                problems.append(f"annotation {key} is {shown(annotations[key])}; allowed: "
                                 f"{' or '.join(allowed)}")
     return options, problems
 
 
-def _targets(spec: dict[str, Any], annotations: dict[str, Any]) -> tuple[list[int], str]:
-    containers = spec.get("containers") or []
-    names = [c.get("name") for c in containers]
+def _targets(app: list[Container], annotations: dict[str, Any]) -> tuple[list[Container], str]:
     wanted = annotations.get(PROXY_CONTAINERS)
     if wanted is None:
-        return list(range(len(containers))), ""
-    chosen = [n.strip() for n in str(wanted).split(",") if n.strip()]
-    unknown = [n for n in chosen if n not in names]
+        return app, ""
+    if not isinstance(wanted, str):
+        return [], f"annotation {PROXY_CONTAINERS} is {shown(wanted)}, not a string"
+    by_name = {c.name: c for c in app}
+    chosen = [n.strip() for n in wanted.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in by_name]
     if unknown:
         return [], (f"annotation {PROXY_CONTAINERS} names {', '.join(unknown)}, not containers "
-                    f"of this pod (it has {', '.join(str(n) for n in names)})")
-    return [names.index(n) for n in chosen], ""
-
-
-def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for key in ("initContainers", "containers") for c in (spec.get(key) or [])
-            if isinstance(c, dict)]
+                    f"of this pod (it has {', '.join(by_name)})")
+    return [by_name[n] for n in chosen], ""
 
 
 def _number(value: float) -> str:
