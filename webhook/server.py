@@ -14,6 +14,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import get_args
 
 import orjson
 from aiohttp import web
@@ -35,8 +36,6 @@ from webhook.workloads import ObjectShapeError
 
 log = logging.getLogger("volcano_guard.webhook")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-CONFIG_KEY = web.AppKey("config", Config)
-CACHES_KEY = web.AppKey("caches", Caches)
 _READ_CHUNK = 64 * 1024
 SHUTDOWN_TIMEOUT = 30.0  # seconds SIGTERM waits for started requests
 
@@ -85,36 +84,32 @@ def create_app(config: Config, caches: Caches | None = None) -> web.Application:
     the caches have synced)."""
     caches = caches or Caches()
     app = web.Application(client_max_size=config.maxRequestBytes + 1)
-    app[CONFIG_KEY] = config
-    app[CACHES_KEY] = caches
-    app[IN_FLIGHT_KEY] = InFlight()
-    app.router.add_post("/mutate", _handler("mutate"))
-    app.router.add_post("/validate", _handler("validate"))
+    in_flight = app[IN_FLIGHT_KEY] = InFlight()
+    for phase in get_args(Phase):
+        app.router.add_post(f"/{phase}", _handler(phase, config, caches, in_flight))
     add_probes(app, caches.ready)
     return app
 
 
-def _handler(phase: Phase) -> Handler:
+def _handler(phase: Phase, config: Config, caches: Caches, in_flight: InFlight) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         # Counted here rather than in a middleware: aiohttp's middleware chain costs about as
         # much as a policy on every request (bench/admission_load.py).
-        in_flight = request.app[IN_FLIGHT_KEY]
         in_flight.enter()
         try:
-            return await _answer(request, phase)
+            return await _answer(request, phase, config, caches)
         finally:
             in_flight.leave()
 
     return handle
 
 
-async def _answer(request: web.Request, phase: Phase) -> web.StreamResponse:
-    config = request.app[CONFIG_KEY]
+async def _answer(request: web.Request, phase: Phase, config: Config,
+                  caches: Caches) -> web.StreamResponse:
     try:
         body = await read_body(request, config.maxRequestBytes)
         started = time.perf_counter()
         review_request = parse_review(body)
-        caches = request.app[CACHES_KEY]
         pods = None
         if phase == "validate" and needs_namespace_pods(review_request, config):
             pods = await caches.namespace_pods(review_request.namespace)
@@ -135,10 +130,11 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise RequestError(415, "content_type", f"Content-Type {content_type!r} is not "
                            "application/json")
-    if request.content_length is not None and request.content_length > limit:
-        raise RequestError(413, "too_large", f"body of {request.content_length} bytes is over "
-                           f"the {limit}-byte limit")
-    if request.content_length is not None:
+    length = request.content_length
+    if length is not None and length > limit:
+        raise RequestError(413, "too_large", f"body of {length} bytes is over the {limit}-byte "
+                           "limit")
+    if length is not None:
         return await request.read()  # length known and within the limit: one read
     chunks: list[bytes] = []
     size = 0
