@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import yaml
 from aiohttp import web
 from yarl import URL
 
@@ -32,7 +31,7 @@ from sidecar.coalescer import (
 )
 from sidecar.flusher import Flusher
 from sidecar.routes import Route, classify
-from volcano_guard.jsonbody import BodyError, decode
+from volcano_guard.jsonbody import BodyError, decode, decode_yaml
 from volcano_guard.kubeconfig import TokenSource
 from volcano_guard.status import status_response
 
@@ -104,9 +103,9 @@ async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> we
         return await forward(request, proxy, route)
     body = await request.read()
     try:
-        document = yaml.safe_load(body) if kind == "apply" else decode(body)
-    except (BodyError, yaml.YAMLError) as exc:
-        return status_response(400, f"the status write is not valid JSON or YAML: {exc}")
+        document = decode_yaml(body) if kind == "apply" else decode(body)
+    except BodyError as exc:
+        return status_response(400, f"the status write body is refused: {exc}")
     write = StatusWrite(route.key, kind, document, request.query.get("fieldManager", ""))
     waiter = asyncio.get_running_loop().create_future() if proxy.ack == "sync" else None
     was_pending = proxy.coalescer.is_pending(route.key)

@@ -284,3 +284,13 @@ def test_sidecar_still_coalesces_after_the_fuzz(sidecar):
         if session.get(f"{url}{QUEUE}", timeout=10).json().get("status", {}).get("pending") == 42:
             break
     assert session.get(f"{url}{QUEUE}", timeout=10).json()["status"]["pending"] == 42
+
+
+@pytest.mark.parametrize("content_type", ["application/apply-patch+yaml",
+                                          "application/merge-patch+json"])
+def test_a_status_write_nested_1000_deep_is_refused_with_400(sidecar, content_type):
+    url, session = sidecar
+    body = encode({"status": {"pending": Deep(1000)}})
+    response = session.patch(f"{url}{QUEUE}/status", data=body, timeout=10,
+                             headers={"Content-Type": content_type})
+    assert response.status_code == 400 and "nested deeper" in response.text, response.text

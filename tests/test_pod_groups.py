@@ -87,7 +87,7 @@ def pg_review(operation, obj=None, old=None, options=None, user="system:servicea
 def context(pods=(), **pod_groups):
     config = config_from_dict({"policies": {"podGroups": pod_groups}} if pod_groups else {})
     return PolicyContext(config=config, namespace_pods=None if pods is None else tuple(pods),
-                         new_generation_id=lambda: "0190-fixed-id", now=time.time())
+                         new_generation_id=lambda: "0190-fixed-id")
 
 
 @pytest.mark.parametrize("annotations", [None, {}, {"other": "x"}])

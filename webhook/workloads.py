@@ -104,18 +104,23 @@ def _volcano_job_templates(obj: dict[str, Any], volcano_default: str) -> Iterato
 
 def containers(template: PodTemplate) -> Iterator[Container]:
     """Init containers first (they run first), then app containers."""
-    for field, kind in (("initContainers", "init container"), ("containers", "container")):
-        items = template.spec.get(field) or []
-        list_path = (*template.path, field)
+    for field, kind in _CONTAINER_LISTS:
+        items = template.spec.get(field)
+        if not items:
+            continue
         if not isinstance(items, list):
-            raise ObjectShapeError(f"{format_path(list_path)} must be a list")
+            raise ObjectShapeError(f"{format_path((*template.path, field))} must be a list")
         for index, item in enumerate(items):
-            path = (*list_path, index)
-            body = _mapping(item, path)
-            name = body.get("name")
+            path = (*template.path, field, index)
+            if not isinstance(item, dict):
+                raise ObjectShapeError(f"{format_path(path)} must be an object")
+            name = item.get("name")
             if not isinstance(name, str):
                 raise ObjectShapeError(f"{format_path((*path, 'name'))} must be a string")
-            yield Container(path, kind, name, body)
+            yield Container(path, kind, name, item)
+
+
+_CONTAINER_LISTS = (("initContainers", "init container"), ("containers", "container"))
 
 
 def resource_map(container: Container, field: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from volcano_guard.informer import Snapshot
@@ -26,8 +26,7 @@ class Verdict(NamedTuple):
     outcome: str = ""  # a more telling metrics label than "allowed" for a verdict with no finding
 
 
-@dataclass(frozen=True)
-class PolicyContext:
+class PolicyContext(NamedTuple):
     """Everything a policy may read besides the request: the config and cache snapshots taken
     once for this decision (None: no cache, e.g. the cluster is not reachable)."""
 
@@ -38,7 +37,7 @@ class PolicyContext:
     # namespace's pods that are not finished; None when they could not be listed in time.
     namespace_pods: tuple[dict[str, Any], ...] | None = None
     new_generation_id: Callable[[], object] = new_uuid7
-    now: float = field(default_factory=time.time)
+    clock: Callable[[], float] = time.time  # seconds since the epoch, for ages in messages
 
 
 Check = Callable[[AdmissionRequest, PolicyContext], Verdict | None]

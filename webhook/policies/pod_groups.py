@@ -185,7 +185,7 @@ def _age(metadata: dict[str, Any], context: PolicyContext) -> str:
             tzinfo=datetime.UTC)
     except ValueError:
         return "an unknown time"
-    seconds = max(0, int(context.now - then.timestamp()))
+    seconds = max(0, int(context.clock() - then.timestamp()))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
