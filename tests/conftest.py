@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +40,7 @@ class Webhook:
 
 
 async def start_webhook(config: Config, certs: GeneratedCerts,
-                        caches: Caches | None = None) -> AsyncIterator[Webhook]:
+                        caches: Caches | None = None) -> AsyncGenerator[Webhook, None]:
     tls = server_context(certs.cert_file, certs.key_file)
     async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
                        shutdown_timeout=5, caches=caches) as (port, metrics_port):

@@ -24,6 +24,7 @@ def wait_for_log(proc: subprocess.Popen[str], pattern: str, timeout: float = 20)
     """The first stderr line matching pattern (the process logs its address when ready)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        assert proc.stderr is not None  # started with stderr=PIPE
         line = proc.stderr.readline()
         if not line and proc.poll() is not None:
             break

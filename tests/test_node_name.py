@@ -1,6 +1,7 @@
 """Policy nodeName and the binding guard, called as the server calls them."""
 
 import copy
+from typing import Any
 
 import pytest
 
@@ -121,7 +122,7 @@ def test_warn_and_audit_modes_allow():
 # --- rewrite ---------------------------------------------------------------------------------
 
 PIN = {"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}
-AFFINITIES = [
+AFFINITIES: list[dict[str, Any] | None] = [
     None,
     {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
     {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [

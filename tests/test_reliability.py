@@ -16,7 +16,7 @@ from certs.reload import CertReloader
 from certs.rotate import rotate
 from certs.tls import client_context, server_context
 from sandbox.faults import FaultRule
-from sandbox.resources import find
+from sandbox.resources import ResourceType, find
 from sandbox.runner import running as sandbox_running
 from sidecar.service import SidecarSettings
 from sidecar.service import running as sidecar_running
@@ -31,7 +31,9 @@ from webhook.server import running
 
 pytestmark = pytest.mark.reliability
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
-QUEUES = find("scheduling.volcano.sh", "v1beta1", "queues")
+_QUEUES = find("scheduling.volcano.sh", "v1beta1", "queues")
+assert _QUEUES is not None
+QUEUES: ResourceType = _QUEUES
 
 
 def without_node_cache():

@@ -90,7 +90,7 @@ async def test_tls_1_2_client_is_served(webhook, certs):
 BAD_BODIES = [
     (b"not json at all", "not valid JSON"),
     (b"[1, 2, 3]", "not an AdmissionReview"),
-    (json.dumps({"apiVersion": "v1", "kind": "Pod"}).encode(), "expected 'AdmissionReview'"),
+    (json.dumps({"apiVersion": "v1", "kind": "Pod"}).encode(), 'expected "AdmissionReview"'),
     (json.dumps({**review(pod()), "apiVersion": "admission.k8s.io/v1beta1"}).encode(),
      "only admission.k8s.io/v1"),
     (json.dumps({**review(pod()), "request": {**review(pod())["request"], "uid": ""}}).encode(),

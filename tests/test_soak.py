@@ -35,7 +35,8 @@ def soak_body() -> dict:
 class RssSampler(threading.Thread):
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
-        self.pid, self.samples, self.done = pid, [], threading.Event()
+        self.pid, self.done = pid, threading.Event()
+        self.samples: list[int] = []
 
     def run(self) -> None:
         while not self.done.wait(1.0):

@@ -88,7 +88,7 @@ def parse(document: Any) -> AdmissionRequest:
     if not isinstance(document, dict):
         raise ReviewError("body is not an AdmissionReview: expected a JSON object")
     if document.get("kind") != "AdmissionReview":
-        raise ReviewError(f"kind is {shown(document.get('kind'))}, expected 'AdmissionReview'")
+        raise ReviewError(f'kind is {shown(document.get("kind"))}, expected "AdmissionReview"')
     if document.get("apiVersion") != API_VERSION:
         raise ReviewError(
             f"apiVersion {shown(document.get('apiVersion'))} is not supported; only {API_VERSION} "
