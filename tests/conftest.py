@@ -42,8 +42,9 @@ class Webhook:
 async def start_webhook(config: Config, certs: GeneratedCerts,
                         caches: Caches | None = None) -> AsyncGenerator[Webhook, None]:
     tls = server_context(certs.cert_file, certs.key_file)
+    # A short shutdown: after a 413 aiohttp lingers reading the unread body until it is over.
     async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
-                       shutdown_timeout=5, caches=caches) as (port, metrics_port):
+                       shutdown_timeout=1, caches=caches) as (port, metrics_port):
         connector = aiohttp.TCPConnector(ssl=client_context(certs.ca_file))
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)  # a hung answer fails the test
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
