@@ -128,12 +128,13 @@ def resource_map(container: Container, field: str) -> dict[str, Any]:
     resources = container.body.get("resources")
     if resources is None:
         return {}
-    if not isinstance(resources, dict):  # paths are built only when needed: a hot path
-        _mapping(resources, (*container.path, "resources"))
+    if not isinstance(resources, dict):  # paths are formatted only for errors: a hot path
+        raise ObjectShapeError(f"{format_path((*container.path, 'resources'))} must be an object")
     value = resources.get(field)
     if value is None or isinstance(value, dict):
         return value or {}
-    return _mapping(value, (*container.path, "resources", field))
+    raise ObjectShapeError(f"{format_path((*container.path, 'resources', field))} must be an "
+                           "object")
 
 
 def _scheduler(spec: dict[str, Any], path: Path) -> str:
