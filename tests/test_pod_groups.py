@@ -9,6 +9,7 @@ import uuid
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from certs.tls import client_context, server_context
 from sandbox.faults import FaultRule
@@ -360,3 +361,36 @@ async def test_the_podgroup_cache_feeds_pod_annotations_end_to_end(certs):
                     "generation", "value": "0190-live"} in patch
         finally:
             caches.stop()
+
+
+# --- the live member list ---------------------------------------------------------------------
+
+async def test_member_pods_are_listed_with_the_token_the_selector_and_only_objects(tmp_path):
+    seen: list[tuple[str, str, str | None]] = []
+
+    async def pods(request: web.Request) -> web.Response:
+        seen.append((request.path, request.query.get("fieldSelector", ""),
+                     request.headers.get("Authorization")))
+        if request.match_info["namespace"] == "forbidden":
+            return web.json_response({"kind": "Status", "code": 403}, status=403)
+        return web.json_response({"kind": "PodList", "items": [member("w0"), "junk", 7]})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/{namespace}/pods", pods)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    port = runner.addresses[0][1]
+    caches = Caches(cluster=Cluster(f"http://127.0.0.1:{port}", token_file=str(token)))
+    try:
+        listed = await caches.namespace_pods("team-a")
+        assert listed is not None and [p["metadata"]["name"] for p in listed] == ["w0"]
+        assert await caches.namespace_pods("forbidden") is None  # the policy decides
+    finally:
+        await caches.close()
+        await runner.cleanup()
+    assert seen[0] == ("/api/v1/namespaces/team-a/pods",
+                       "status.phase!=Succeeded,status.phase!=Failed", "Bearer s3cret")

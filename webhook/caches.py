@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
+
+import aiohttp
 
 from volcano_guard.informer import Informer, Snapshot, node_labels, static_snapshot
-from volcano_guard.kubeconfig import Cluster, kubernetes_configuration
+from volcano_guard.jsonbody import decode
+from volcano_guard.kubeconfig import Cluster, TokenSource, kubernetes_configuration
 from webhook.config import Config
 from webhook.policies.pod_groups import podgroup_generation
 
 log = logging.getLogger("volcano_guard.webhook")
+_UNFINISHED = {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
 LOOKUP_TIMEOUT = 2.0  # seconds a PodGroup delete may wait for its member list
 
 
@@ -38,10 +42,12 @@ class Caches:
 
     def __init__(self, nodes: Informer[Mapping[str, str]] | None = None,
                  fixed_nodes: Snapshot[Mapping[str, str]] | None = None,
-                 core: Any = None, lookup_timeout: float = LOOKUP_TIMEOUT,
+                 cluster: Cluster | None = None, lookup_timeout: float = LOOKUP_TIMEOUT,
                  podgroups: Informer[str] | None = None) -> None:
         self._nodes, self._fixed_nodes = nodes, fixed_nodes
-        self._core, self._lookup_timeout = core, lookup_timeout
+        self._cluster, self._lookup_timeout = cluster, lookup_timeout
+        self._tokens = TokenSource(cluster) if cluster is not None else None
+        self._session: aiohttp.ClientSession | None = None  # made on first use, on the loop
         self._podgroups = podgroups
 
     @classmethod
@@ -71,7 +77,7 @@ class Caches:
             list_podgroups = functools.partial(custom.list_cluster_custom_object,
                                                "scheduling.volcano.sh", "v1beta1", "podgroups")
             podgroups = Informer("podgroups", list_podgroups, podgroup_generation)
-        return cls(nodes, core=api, lookup_timeout=lookup_timeout, podgroups=podgroups)
+        return cls(nodes, cluster=cluster, lookup_timeout=lookup_timeout, podgroups=podgroups)
 
     def _informers(self) -> list[Informer[Any]]:
         return [i for i in (self._nodes, self._podgroups) if i is not None]
@@ -92,20 +98,35 @@ class Caches:
 
     async def namespace_pods(self, namespace: str) -> tuple[dict[str, Any], ...] | None:
         """The namespace's pods that have not finished, listed live (a rare path: PodGroup
-        deletes); None when there is no cluster or no answer within the lookup timeout."""
-        if self._core is None:
+        deletes) on the event loop over one kept-alive connection; None when there is no
+        cluster or no answer within the lookup timeout."""
+        if self._cluster is None or self._tokens is None:
             return None
-        call = functools.partial(
-            self._core.list_namespaced_pod, namespace, _preload_content=False,
-            field_selector="status.phase!=Succeeded,status.phase!=Failed",
-            _request_timeout=self._lookup_timeout)
+        if self._session is None:
+            connector = aiohttp.TCPConnector(ssl=self._cluster.ssl_context())
+            self._session = aiohttp.ClientSession(connector=connector)
+        token = self._tokens.token()
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        url = f"{self._cluster.url}/api/v1/namespaces/{quote(namespace, safe='')}/pods"
         try:
             async with asyncio.timeout(self._lookup_timeout):
-                response = await asyncio.to_thread(call)
-            return tuple(json.loads(response.data).get("items") or ())
+                async with self._session.get(url, params=_UNFINISHED, headers=headers) as response:
+                    response.raise_for_status()
+                    # Policies read fixed paths of these pods: the parser's depth limit will do.
+                    listed = decode(await response.read(), max_depth=None)
+            items = listed.get("items") if isinstance(listed, dict) else None
+            return tuple(i for i in items if isinstance(i, dict)) if isinstance(items, list) else ()
         except Exception as exc:  # timeouts, API errors, bad bodies: the policy decides
             log.warning("listing pods in %s for a PodGroup delete failed: %r", namespace, exc)
             return None
+
+    async def close(self) -> None:
+        """Close the lister's connection (the informers stop with stop())."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     def ready(self) -> bool:
         return all(informer.snapshot.synced for informer in self._informers())

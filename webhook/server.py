@@ -223,6 +223,7 @@ async def running(
                         app[IN_FLIGHT_KEY].count, shutdown_timeout)
         await admission.cleanup()
         await metrics.cleanup()
+        await caches.close()
 
 
 async def serve(
