@@ -108,10 +108,8 @@ class Flusher:
         flight.add_done_callback(self._flights.discard)
 
     async def _send(self, plan: FlushPlan) -> None:
-        headers = {"Content-Type": MERGE_PATCH, "Accept": "application/json"}
-        token = self.tokens.token()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        headers = {"Content-Type": MERGE_PATCH, "Accept": "application/json",
+                   **self.tokens.authorization()}
         code, body, retry_after = 0, None, None
         try:
             async with self.session.patch(

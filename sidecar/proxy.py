@@ -137,9 +137,7 @@ async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> we
 async def forward(request: web.Request, proxy: Proxy, route: Route | None,
                   body: bytes | None = None) -> web.StreamResponse:
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-    token = proxy.tokens.token()
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers.update(proxy.tokens.authorization())
     data: Any = body if body is not None else (request.content if request.body_exists else None)
     started = time.perf_counter()
     try:

@@ -113,6 +113,11 @@ class TokenSource:
                 pass
         return self._token
 
+    def authorization(self) -> dict[str, str]:
+        """The Authorization header to send, or none when there is no token."""
+        token = self.token()
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
 
 def kubernetes_configuration(cluster: Cluster) -> Any:
     """A `kubernetes` client Configuration for cluster, its token re-read as it rotates."""

@@ -105,10 +105,7 @@ class Caches:
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=self._cluster.ssl_context())
             self._session = aiohttp.ClientSession(connector=connector)
-        token = self._tokens.token()
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        headers = {"Accept": "application/json", **self._tokens.authorization()}
         url = f"{self._cluster.url}/api/v1/namespaces/{quote(namespace, safe='')}/pods"
         try:
             async with asyncio.timeout(self._lookup_timeout):
