@@ -104,21 +104,37 @@ def parse(document: Any) -> AdmissionRequest:
     if operation not in OPERATIONS:
         raise ReviewError(f"request.operation {shown(operation)} is not one of "
                           f"{', '.join(OPERATIONS)}")
+    for key, kind, expected in _OPTIONAL_FIELDS:
+        value = request.get(key)
+        if value is not None and type(value) is not kind:
+            raise ReviewError(f"request.{key} must be {expected}")
+    # Positional arguments and no helper calls: this runs on every admission.
     return AdmissionRequest(
-        uid=uid,
-        kind=GroupVersionKind(*_strings(request, "kind", GroupVersionKind._fields)),
-        resource=GroupVersionResource(*_strings(request, "resource",
-                                                GroupVersionResource._fields)),
-        operation=operation,
-        sub_resource=_optional_string(request, "subResource"),
-        namespace=_optional_string(request, "namespace"),
-        name=_optional_string(request, "name"),
-        user=_user(request.get("userInfo")),
-        object=_optional_object(request, "object"),
-        old_object=_optional_object(request, "oldObject"),
-        options=_optional_object(request, "options"),
-        dry_run=_optional_bool(request, "dryRun"),
+        uid,
+        GroupVersionKind(*_names(request, "kind", "kind")),
+        GroupVersionResource(*_names(request, "resource", "resource")),
+        operation,
+        request.get("subResource") or "",
+        request.get("namespace") or "",
+        request.get("name") or "",
+        _user(request.get("userInfo")),
+        request.get("object"),
+        request.get("oldObject"),
+        request.get("options"),
+        request.get("dryRun") or False,
     )
+
+
+# Optional request fields: key, the type JSON gives it, and what an error says it must be.
+_OPTIONAL_FIELDS: tuple[tuple[str, type, str], ...] = (
+    ("subResource", str, "a string"),
+    ("namespace", str, "a string"),
+    ("name", str, "a string"),
+    ("object", dict, "an object or null"),
+    ("oldObject", dict, "an object or null"),
+    ("options", dict, "an object or null"),
+    ("dryRun", bool, "true or false"),
+)
 
 
 def respond(uid: str, decision: Decision) -> dict[str, Any]:
@@ -153,54 +169,32 @@ def _metadata(obj: dict[str, Any] | None) -> dict[str, Any]:
     return object_at(obj or {}, "metadata")
 
 
-def _strings(request: dict[str, Any], key: str, names: tuple[str, ...]) -> list[str]:
-    """request[key][name] for each name: strings, non-empty except the group."""
+def _names(request: dict[str, Any], key: str, last: str) -> tuple[str, str, str]:
+    """request[key]'s (group, version, <last>): strings, non-empty except the group."""
     value = request.get(key)
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         raise ReviewError(f"request.{key} is missing or not an object")
-    out = []
-    for name in names:
-        item = value.get(name, "")
-        if not isinstance(item, str) or (name != "group" and not item):
-            raise ReviewError(f"request.{key}.{name} is missing or not a string")
-        out.append(item)
-    return out
-
-
-def _optional_string(request: dict[str, Any], key: str) -> str:
-    value = request.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ReviewError(f"request.{key} must be a string")
-    return value
-
-
-def _optional_bool(request: dict[str, Any], key: str) -> bool:
-    value = request.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise ReviewError(f"request.{key} must be true or false")
-    return value
-
-
-def _optional_object(request: dict[str, Any], key: str) -> dict[str, Any] | None:
-    value = request.get(key)
-    if value is not None and not isinstance(value, dict):
-        raise ReviewError(f"request.{key} must be an object or null")
-    return value
+    group, version, name = value.get("group", ""), value.get("version"), value.get(last)
+    if (isinstance(group, str) and isinstance(version, str) and isinstance(name, str)
+            and version and name):
+        return group, version, name
+    wrong = next(field for field, item in (("group", group), ("version", version), (last, name))
+                 if not isinstance(item, str) or (not item and field != "group"))
+    raise ReviewError(f"request.{key}.{wrong} is missing or not a string")
 
 
 def _user(value: Any) -> UserInfo:
     if value is None:
-        return UserInfo()
-    if not isinstance(value, dict):
+        return _NO_USER
+    if type(value) is not dict:
         raise ReviewError("request.userInfo must be an object")
     username = value.get("username", "")
     groups = value.get("groups") or []
-    if not isinstance(username, str):
+    if type(username) is not str:
         raise ReviewError("request.userInfo.username must be a string")
-    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+    if type(groups) is not list or any(type(group) is not str for group in groups):
         raise ReviewError("request.userInfo.groups must be a list of strings")
-    return UserInfo(username=username, groups=tuple(groups))
+    return UserInfo(username, tuple(groups))
+
+
+_NO_USER = UserInfo()

@@ -28,7 +28,7 @@ from webhook import decision as decisions
 from webhook import review
 from webhook.caches import Caches
 from webhook.config import Config
-from webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, count_admission
+from webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, ADMISSION_REQUESTS
 from webhook.policies import NO_POLICY, Phase, evaluate
 from webhook.policies.base import PolicyContext
 from webhook.policies.pod_groups import needs_namespace_pods
@@ -177,7 +177,7 @@ def decide(phase: Phase, request: review.AdmissionRequest,
         raise RequestError(400, "bad_object", str(exc)) from None
     outcomes = [(r.policy, r.outcome) for r in evaluation.results] or [(NO_POLICY, "allowed")]
     for policy, outcome in outcomes:
-        count_admission(request.operation, request.kind.kind, policy, outcome)
+        ADMISSION_REQUESTS.inc(request.operation, request.kind.kind, policy, outcome)
     return answer
 
 

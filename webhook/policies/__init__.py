@@ -46,9 +46,11 @@ def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext) ->
     answers: list[Decision] = []
     results: list[PolicyResult] = []
     for policy in POLICIES:
-        mode = policy.mode(context.config)
         check = policy.mutate if phase == "mutate" else policy.validate
-        if mode == "off" or check is None:
+        if check is None:
+            continue
+        mode = policy.mode(context.config)
+        if mode == "off":
             continue
         verdict = check(request, context)
         if verdict is None:

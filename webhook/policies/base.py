@@ -26,6 +26,9 @@ class Verdict(NamedTuple):
     outcome: str = ""  # a more telling metrics label than "allowed" for a verdict with no finding
 
 
+NOTHING_FOUND = Verdict()  # shared: building a NamedTuple costs more than the check itself
+
+
 class PolicyContext(NamedTuple):
     """Everything a policy may read besides the request: the config and cache snapshots taken
     once for this decision (None: no cache, e.g. the cluster is not reachable)."""
@@ -58,9 +61,9 @@ OUTCOME_WARNED, OUTCOME_AUDITED = "warned", "audited"
 
 def apply_mode(policy: str, mode: Mode, verdict: Verdict) -> tuple[Decision, str]:
     """The one place a mode is applied: enforce denies or patches, warn and audit only tell."""
-    findings = verdict.violations or tuple(f"would {change}" for change in verdict.changes)
-    if not findings:
+    if not verdict.violations and not verdict.changes:  # the common case: nothing found
         return decisions.allowed(), verdict.outcome or OUTCOME_ALLOWED
+    findings = verdict.violations or tuple(f"would {change}" for change in verdict.changes)
     if mode == "enforce":
         if verdict.violations:
             return decisions.denied("; ".join(verdict.violations)), OUTCOME_DENIED

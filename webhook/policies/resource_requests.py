@@ -14,13 +14,14 @@ resource with a limit and no request counts as requested (at that limit).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from typing import Any
 
 from volcano_guard import jsonpatch
 from volcano_guard.jsonbody import shown
 from volcano_guard.quantity import QuantityError, parse_quantity
 from webhook.config import Config, ResourceRequestsConfig
-from webhook.policies.base import Policy, PolicyContext, Verdict
+from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
 from webhook.workloads import (
     Container,
@@ -33,6 +34,7 @@ from webhook.workloads import (
 )
 
 NAME = "resourceRequests"
+_ZERO = Decimal(0)  # compared with Decimal, not int: no conversion on every quantity
 
 
 def settings(config: Config) -> ResourceRequestsConfig:
@@ -43,8 +45,8 @@ def validate(request: AdmissionRequest, context: PolicyContext) -> Verdict | Non
     templates = _volcano_templates(request, context.config)
     if templates is None:
         return None
-    found = tuple(violations(request.describe, templates, settings(context.config)))
-    return Verdict(violations=found)
+    found = violations(request.describe, templates, settings(context.config))
+    return Verdict(violations=tuple(found)) if found else NOTHING_FOUND
 
 
 def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
@@ -72,13 +74,17 @@ def volcano_templates(group: str, kind: str, obj: dict[str, Any], config: Config
 
 
 def violations(subject: Callable[[], str], templates: list[PodTemplate],
-               config: ResourceRequestsConfig) -> Iterator[str]:
+               config: ResourceRequestsConfig) -> list[str]:
     """What is wrong, a line per problem; subject() names the object (only called to say so)."""
+    found: list[str] = []
     for template in templates:
         for container in containers(template):
-            for problem in _container_problems(container, config.resources):
+            problems = _container_problems(container, config.resources)
+            if problems:  # rare: the message parts are built only here
                 where = f'{subject()} task "{template.task}"' if template.task else subject()
-                yield f'{where}: {container.kind} "{container.name}" {problem}'
+                found += (f'{where}: {container.kind} "{container.name}" {problem}'
+                          for problem in problems)
+    return found
 
 
 def default_requests(templates: list[PodTemplate], defaults: dict[str, str]) -> tuple[
@@ -120,40 +126,49 @@ def _volcano_templates(request: AdmissionRequest, config: Config) -> list[PodTem
     return templates or None
 
 
-def _container_problems(container: Container, required: tuple[str, ...]) -> Iterator[str]:
+def _container_problems(container: Container, required: tuple[str, ...]) -> list[str]:
+    """Plain loops and lists, no generators: this runs for every container of every pod."""
     requests = resource_map(container, "requests")
     limits = resource_map(container, "limits")
-    parsed: dict[tuple[str, str], Any] = {}
-    for field, values in (("requests", requests), ("limits", limits)):
-        for resource, raw in values.items():
-            try:
-                quantity = parse_quantity(raw)
-            except QuantityError as exc:
-                yield (f"has an invalid {resource} {field[:-1]} {shown(raw)} "
-                       f"({_path(container, field, resource)}): {exc}")
-                continue
-            if quantity < 0:
-                yield (f"has a negative {resource} {field[:-1]} {shown(raw)} "
-                       f"({_path(container, field, resource)}); use a value >= 0")
-                continue
-            parsed[(field, resource)] = quantity
+    problems: list[str] = []
+    requested = _quantities(container, "requests", requests, problems)
+    limited = _quantities(container, "limits", limits, problems)
     for resource in required:
         if resource not in requests and resource not in limits:
-            yield (
+            problems.append(
                 f"has no {resource} request ({_path(container, 'requests', resource)}); "
                 "Volcano accounts node resources by requests, so set "
                 f"resources.requests.{resource} (or a limit, which Kubernetes copies into the "
                 "request)"
             )
-    for resource, request in requests.items():
-        limit = parsed.get(("limits", resource))
-        value = parsed.get(("requests", resource))
-        if limit is not None and value is not None and value > limit:
-            yield (
-                f"requests {resource} {shown(request)}, more than its limit "
+    for resource, value in requested.items():
+        limit = limited.get(resource)
+        if limit is not None and value > limit:
+            problems.append(
+                f"requests {resource} {shown(requests[resource])}, more than its limit "
                 f"{shown(limits[resource])} ({_path(container, 'requests', resource)}); "
                 "lower the request or raise the limit"
             )
+    return problems
+
+
+def _quantities(container: Container, field: str, values: dict[str, Any],
+                problems: list[str]) -> dict[str, Decimal]:
+    """values parsed; what cannot be (or is negative) is left out and told in problems."""
+    parsed: dict[str, Decimal] = {}
+    for resource, raw in values.items():
+        try:
+            quantity = parse_quantity(raw)
+        except QuantityError as exc:
+            problems.append(f"has an invalid {resource} {field[:-1]} {shown(raw)} "
+                            f"({_path(container, field, resource)}): {exc}")
+            continue
+        if quantity < _ZERO:
+            problems.append(f"has a negative {resource} {field[:-1]} {shown(raw)} "
+                            f"({_path(container, field, resource)}); use a value >= 0")
+            continue
+        parsed[resource] = quantity
+    return parsed
 
 
 def _add_requests(container: Container, missing: dict[str, str]) -> Iterator[jsonpatch.Operation]:
