@@ -114,8 +114,7 @@ async def _answer(request: web.Request, phase: Phase, config: Config,
         if phase == "validate" and needs_namespace_pods(review_request, config):
             pods = await caches.namespace_pods(review_request.namespace)
         # One snapshot per decision: every policy sees the same, unchanging cluster view.
-        context = PolicyContext(config=config, nodes=caches.nodes(),
-                                podgroups=caches.podgroups(), namespace_pods=pods)
+        context = PolicyContext(config, caches.nodes(), caches.podgroups(), pods)
         answer = decide(phase, review_request, context)
         ADMISSION_DURATION.observe(time.perf_counter() - started)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
@@ -127,7 +126,8 @@ async def _answer(request: web.Request, phase: Phase, config: Config,
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole body, refusing (413) one over limit before reading it whole."""
     content_type = request.headers.get("Content-Type", "application/json")
-    if content_type.split(";")[0].strip().lower() != "application/json":
+    if (content_type != "application/json"  # what the API server sends: skip the parsing
+            and content_type.split(";")[0].strip().lower() != "application/json"):
         raise RequestError(415, "content_type", f"Content-Type {content_type!r} is not "
                            "application/json")
     length = request.content_length
