@@ -161,6 +161,28 @@ async def test_metrics_count_decisions_and_errors(webhook):
     assert "volcano_guard_admission_duration_seconds_bucket" in text
 
 
+async def test_each_admission_is_counted_once_per_policy_that_applied(webhook):
+    from webhook.metrics import ADMISSION_DURATION, ADMISSION_REQUESTS
+
+    def counts() -> tuple[int, int, float]:
+        return (ADMISSION_REQUESTS.value("CREATE", "Pod", "resourceRequests", "denied"),
+                ADMISSION_REQUESTS.value("CREATE", "ConfigMap", "none", "allowed"),
+                ADMISSION_DURATION.count())
+
+    before = counts()
+    await admission(webhook, "/validate", review(pod(container("x"))))
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    await admission(webhook, "/validate", review(config_map))
+    after = counts()
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (1, 1, 2)
+
+
+async def test_content_type_with_parameters_is_json_too(webhook):
+    response = await webhook.post("/validate", data=json.dumps(review(pod())).encode(),
+                                  headers={"Content-Type": "Application/JSON; charset=utf-8"})
+    assert response.status == 200
+
+
 async def test_policy_bug_fails_closed_without_a_500(webhook, monkeypatch):
     import dataclasses
 

@@ -62,6 +62,9 @@ class OwnedHistogram:
         self._counts[bisect_left(self._bounds, amount)] += 1  # le: a bound holds its equal
         self._sum += amount
 
+    def count(self) -> int:
+        return sum(self._counts)
+
     def collect(self) -> Iterator[Metric]:
         cumulative, buckets = 0, []
         for bound, count in zip((*self._bounds, float("inf")), self._counts, strict=True):

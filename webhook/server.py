@@ -175,9 +175,11 @@ def decide(phase: Phase, request: review.AdmissionRequest,
         answer = review.respond(request.uid, evaluation.decision)
     except review.ReviewError as exc:  # a patch copying a value nested too deep to encode
         raise RequestError(400, "bad_object", str(exc)) from None
-    outcomes = [(r.policy, r.outcome) for r in evaluation.results] or [(NO_POLICY, "allowed")]
-    for policy, outcome in outcomes:
-        ADMISSION_REQUESTS.inc(request.operation, request.kind.kind, policy, outcome)
+    operation, kind = request.operation, request.kind.kind
+    for result in evaluation.results:
+        ADMISSION_REQUESTS.inc(operation, kind, result.policy, result.outcome)
+    if not evaluation.results:
+        ADMISSION_REQUESTS.inc(operation, kind, NO_POLICY, "allowed")
     return answer
 
 
