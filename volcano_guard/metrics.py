@@ -74,7 +74,6 @@ class OwnedHistogram:
                                     sum_value=self._sum)
 
 
-
 def metrics_app(ready: Callable[[], bool] = lambda: True) -> web.Application:
     """GET /metrics, /healthz and /readyz, for the metrics port."""
 

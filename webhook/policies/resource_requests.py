@@ -127,7 +127,7 @@ def _volcano_templates(request: AdmissionRequest, config: Config) -> list[PodTem
 
 
 def _container_problems(container: Container, required: tuple[str, ...]) -> list[str]:
-    """Plain loops and lists, no generators: this runs for every container of every pod."""
+    """One container's problems: unusable quantities, missing requests, requests over limits."""
     requests = resource_map(container, "requests")
     limits = resource_map(container, "limits")
     problems: list[str] = []
