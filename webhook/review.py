@@ -106,7 +106,7 @@ def parse(document: Any) -> AdmissionRequest:
                           f"{', '.join(OPERATIONS)}")
     for key, kind, expected in _OPTIONAL_FIELDS:
         value = request.get(key)
-        if value is not None and type(value) is not kind:
+        if value is not None and not isinstance(value, kind):
             raise ReviewError(f"request.{key} must be {expected}")
     # Positional arguments and no helper calls: this runs on every admission.
     return AdmissionRequest(
@@ -172,7 +172,7 @@ def _metadata(obj: dict[str, Any] | None) -> dict[str, Any]:
 def _names(request: dict[str, Any], key: str, last: str) -> tuple[str, str, str]:
     """request[key]'s (group, version, <last>): strings, non-empty except the group."""
     value = request.get(key)
-    if type(value) is not dict:
+    if not isinstance(value, dict):
         raise ReviewError(f"request.{key} is missing or not an object")
     group, version, name = value.get("group", ""), value.get("version"), value.get(last)
     if (isinstance(group, str) and isinstance(version, str) and isinstance(name, str)
@@ -186,13 +186,13 @@ def _names(request: dict[str, Any], key: str, last: str) -> tuple[str, str, str]
 def _user(value: Any) -> UserInfo:
     if value is None:
         return _NO_USER
-    if type(value) is not dict:
+    if not isinstance(value, dict):
         raise ReviewError("request.userInfo must be an object")
     username = value.get("username", "")
     groups = value.get("groups") or []
-    if type(username) is not str:
+    if not isinstance(username, str):
         raise ReviewError("request.userInfo.username must be a string")
-    if type(groups) is not list or any(type(group) is not str for group in groups):
+    if not isinstance(groups, list) or not all(isinstance(group, str) for group in groups):
         raise ReviewError("request.userInfo.groups must be a list of strings")
     return UserInfo(username, tuple(groups))
 
