@@ -18,6 +18,7 @@ HEAD~3`) for a before/after of a change. valgrind (Debian package) is installed 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import subprocess
@@ -29,10 +30,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.admission_load import FLOOR, ROOT, pod_review, sandbox_objects, start
+from bench.admission_load import (
+    ROOT,
+    floor_command,
+    guard_command,
+    pod_review,
+    start_sandbox,
+)
 from bench.hey import ensure_hey, run_hey
 from certs.generate import generate
-from volcano_guard.kubeconfig import write_kubeconfig
 from volcano_guard.processes import free_port, wait_for_port
 
 WARM_UP = 300  # requests before counting: imports, caches and the TLS session settle
@@ -101,25 +107,12 @@ def main() -> None:
         made = generate("volcano-guard", "volcano-guard", tmp)
         body = out_dir / "pod.json"
         body.write_text(json.dumps(pod_review()))
-        seed = out_dir / "seed.json"
-        seed.write_text("\n---\n".join(json.dumps(obj) for obj in sandbox_objects()))
-        sandbox_port = free_port()
-        start(stack, [sys.executable, "-m", "volcano_guard.cli", "sandbox", "--listen",
-                      f"127.0.0.1:{sandbox_port}", "--load", str(seed)], sandbox_port)
-        kubeconfig = out_dir / "kubeconfig"
-        write_kubeconfig(str(kubeconfig), f"http://127.0.0.1:{sandbox_port}")
-
-        def guard(port: int) -> list[str]:
-            return [sys.executable, "-m", "volcano_guard.cli", "webhook", "--listen",
-                    f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{free_port()}",
-                    "--tls-cert", str(made.cert_file), "--tls-key", str(made.key_file),
-                    "--kubeconfig", str(kubeconfig)]
-
-        servers = {"floor": (lambda port: [sys.executable, "-c", FLOOR, str(port),
-                                           str(made.cert_file), str(made.key_file)], ROOT),
-                   "volcano-guard": (guard, ROOT)}
+        _, kubeconfig = start_sandbox(stack, tmp)
+        servers = {"floor": (functools.partial(floor_command, made), ROOT),
+                   "volcano-guard": (functools.partial(guard_command, made, kubeconfig), ROOT)}
         if args.baseline:
-            servers[f"volcano-guard ({args.baseline})"] = (guard, args.baseline.resolve())
+            servers[f"volcano-guard ({args.baseline})"] = (servers["volcano-guard"][0],
+                                                           args.baseline.resolve())
         print(f"Pod CREATE ({body.stat().st_size:,} bytes), {args.requests:,} requests each, "
               "under callgrind")
         print(f"{'server':<40}{'instructions/request':>22}{'floor / server':>16}")

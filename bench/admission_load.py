@@ -183,21 +183,41 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def floor_command(made, port: int) -> list[str]:
+    return [sys.executable, "-c", FLOOR, str(port), str(made.cert_file), str(made.key_file)]
+
+
+def guard_command(made, kubeconfig: Path, port: int, workers: int = 1) -> list[str]:
+    return [sys.executable, "-m", "volcano_guard.cli", "webhook", "--listen",
+            f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{free_port()}",
+            "--tls-cert", str(made.cert_file), "--tls-key", str(made.key_file),
+            "--kubeconfig", str(kubeconfig), "--workers", str(workers)]
+
+
 def start_floor(stack: ExitStack, made, processes: int) -> str:
     port = free_port()
     for _ in range(processes):  # later ones may still be starting; measure() warms up first
-        start(stack, [sys.executable, "-c", FLOOR, str(port), str(made.cert_file),
-                             str(made.key_file)], port)
+        start(stack, floor_command(made, port), port)
     return f"https://127.0.0.1:{port}/validate"
 
 
 def start_guard(stack: ExitStack, made, kubeconfig: Path, workers: int) -> str:
     port = free_port()
-    start(stack, [sys.executable, "-m", "volcano_guard.cli", "webhook", "--listen",
-                         f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{free_port()}",
-                         "--tls-cert", str(made.cert_file), "--tls-key", str(made.key_file),
-                         "--kubeconfig", str(kubeconfig), "--workers", str(workers)], port)
+    start(stack, guard_command(made, kubeconfig, port, workers), port)
     return f"https://127.0.0.1:{port}/validate"
+
+
+def start_sandbox(stack: ExitStack, tmp: str) -> tuple[str, Path]:
+    """The sandbox API server seeded with sandbox_objects(): its URL and a kubeconfig for it."""
+    seed = Path(tmp) / "seed.json"
+    seed.write_text("\n---\n".join(json.dumps(obj) for obj in sandbox_objects()))
+    port = free_port()
+    start(stack, [sys.executable, "-m", "volcano_guard.cli", "sandbox", "--listen",
+                  f"127.0.0.1:{port}", "--load", str(seed)], port)
+    url = f"http://127.0.0.1:{port}"
+    kubeconfig = Path(tmp) / "kubeconfig"
+    write_kubeconfig(str(kubeconfig), url)
+    return url, kubeconfig
 
 
 def start_kopf(stack: ExitStack, made, sandbox_url: str) -> str:
@@ -276,14 +296,7 @@ def main() -> None:
             bodies[name].write_text(json.dumps(review))
         print("AdmissionReview bodies: " + ", ".join(
             f"{name} {path.stat().st_size:,} bytes" for name, path in bodies.items()))
-        seed = Path(tmp) / "seed.json"
-        seed.write_text("\n---\n".join(json.dumps(obj) for obj in sandbox_objects()))
-        sandbox_port = free_port()
-        start(stack, [sys.executable, "-m", "volcano_guard.cli", "sandbox", "--listen",
-                             f"127.0.0.1:{sandbox_port}", "--load", str(seed)], sandbox_port)
-        sandbox_url = f"http://127.0.0.1:{sandbox_port}"
-        kubeconfig = Path(tmp) / "kubeconfig"
-        write_kubeconfig(str(kubeconfig), sandbox_url)
+        sandbox_url, kubeconfig = start_sandbox(stack, tmp)
 
         one = {"floor": start_floor(stack, made, 1),
                "volcano-guard": start_guard(stack, made, kubeconfig, 1),
