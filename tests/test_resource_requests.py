@@ -76,6 +76,30 @@ def test_denies_a_bad_limit_too():
     assert 'invalid memory limit "lots"' in validate(obj).decision.message
 
 
+@pytest.mark.parametrize(("bad", "told"), [("lots", '"lots"'), ("-1", '"-1"'), (True, "True")])
+def test_limits_equal_to_requests_are_each_told_when_unusable(bad, told):
+    obj = pod(container(requests={"cpu": bad, "memory": "1Gi"},
+                        limits={"cpu": bad, "memory": "1Gi"}))
+    message = validate(obj).decision.message
+    for field in ("request", "limit"):
+        assert f"cpu {field} {told}" in message
+        assert f"resources.{field}s.cpu" in message
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_bool_limit_is_no_quantity_even_where_it_equals_the_request(flag):
+    obj = pod(container(requests={"cpu": int(flag), "memory": "1Gi"},
+                        limits={"cpu": flag, "memory": "1Gi"}))
+    message = validate(obj).decision.message
+    assert f"invalid cpu limit {flag!r}" in message
+    assert "invalid cpu request" not in message
+
+
+def test_guaranteed_pod_with_requests_equal_to_limits_is_allowed():
+    both = {"cpu": "4", "memory": "16Gi"}
+    assert validate(pod(container(requests=both, limits=dict(both)))).decision.allowed
+
+
 def test_denies_a_negative_request():
     message = validate(pod(container(requests={"cpu": "-100m", "memory": "1Gi"}))).decision.message
     assert 'negative cpu request "-100m"' in message
@@ -158,6 +182,8 @@ def test_volcanos_example_job_shape_passes(tmp_path):
         ({"containers": [{"name": 3}]}, "spec.containers[0].name must be a string"),
         ({"containers": [{"name": "a", "resources": []}]}, "spec.containers[0].resources"),
         ({"containers": [{"name": "a", "resources": {"requests": "1"}}]}, "requests must be"),
+        ({"containers": [{"name": "a", "resources": {"limits": ["1"]}}]},
+         "spec.containers[0].resources.limits must be an object"),
         ({"schedulerName": ["volcano"]}, "spec.schedulerName must be a string"),
     ],
 )

@@ -10,8 +10,9 @@ import pytest
 
 from certs.tls import client_context, server_context
 from tests.builders import container, pod, review
-from tests.conftest import HOSTNAME
+from tests.conftest import HOSTNAME, start_webhook
 from volcano_guard.jsonpatch import apply_patch
+from webhook.config import config_from_dict
 
 FULL = {"cpu": "1", "memory": "1Gi"}
 
@@ -183,7 +184,7 @@ async def test_content_type_with_parameters_is_json_too(webhook):
     assert response.status == 200
 
 
-async def test_policy_bug_fails_closed_without_a_500(webhook, monkeypatch):
+async def test_policy_bug_fails_closed_without_a_500(certs, monkeypatch):
     import dataclasses
 
     from webhook import policies
@@ -192,8 +193,9 @@ async def test_policy_bug_fails_closed_without_a_500(webhook, monkeypatch):
         raise RuntimeError("boom")
 
     broken = dataclasses.replace(policies.resource_requests.POLICY, validate=explode)
-    monkeypatch.setattr(policies, "POLICIES", (broken,))
-    response = await admission(webhook, "/validate", review(pod(), uid="bug"))
+    monkeypatch.setattr(policies, "POLICIES", (broken,))  # before the app reads its checks
+    async for webhook in start_webhook(config_from_dict({}), certs):
+        response = await admission(webhook, "/validate", review(pod(), uid="bug"))
     assert response["uid"] == "bug"
     assert response["allowed"] is False
     assert response["status"]["code"] == 500

@@ -29,7 +29,7 @@ from webhook import review
 from webhook.caches import Caches
 from webhook.config import Config
 from webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, ADMISSION_REQUESTS
-from webhook.policies import NO_POLICY, Phase, evaluate
+from webhook.policies import NO_POLICY, EnabledCheck, Phase, enabled_checks, evaluate
 from webhook.policies.base import PolicyContext
 from webhook.policies.pod_groups import needs_namespace_pods
 from webhook.workloads import ObjectShapeError
@@ -92,20 +92,22 @@ def create_app(config: Config, caches: Caches | None = None) -> web.Application:
 
 
 def _handler(phase: Phase, config: Config, caches: Caches, in_flight: InFlight) -> Handler:
+    checks = enabled_checks(phase, config)
+
     async def handle(request: web.Request) -> web.StreamResponse:
         # Counted here rather than in a middleware: aiohttp's middleware chain costs about as
         # much as a policy on every request (bench/admission_load.py).
         in_flight.enter()
         try:
-            return await _answer(request, phase, config, caches)
+            return await _answer(request, phase, config, caches, checks)
         finally:
             in_flight.leave()
 
     return handle
 
 
-async def _answer(request: web.Request, phase: Phase, config: Config,
-                  caches: Caches) -> web.StreamResponse:
+async def _answer(request: web.Request, phase: Phase, config: Config, caches: Caches,
+                  checks: tuple[EnabledCheck, ...]) -> web.StreamResponse:
     try:
         body = await read_body(request, config.maxRequestBytes)
         started = time.perf_counter()
@@ -115,7 +117,7 @@ async def _answer(request: web.Request, phase: Phase, config: Config,
             pods = await caches.namespace_pods(review_request.namespace)
         # One snapshot per decision: every policy sees the same, unchanging cluster view.
         context = PolicyContext(config, caches.nodes(), caches.podgroups(), pods)
-        answer = decide(phase, review_request, context)
+        answer = decide(phase, review_request, context, checks)
         ADMISSION_DURATION.observe(time.perf_counter() - started)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
     except RequestError as exc:
@@ -159,11 +161,11 @@ def parse_review(body: bytes) -> review.AdmissionRequest:
         raise RequestError(400, "bad_review", str(exc)) from None
 
 
-def decide(phase: Phase, request: review.AdmissionRequest,
-           context: PolicyContext) -> dict[str, object]:
+def decide(phase: Phase, request: review.AdmissionRequest, context: PolicyContext,
+           checks: tuple[EnabledCheck, ...] | None = None) -> dict[str, object]:
     config = context.config
     try:
-        evaluation = evaluate(phase, request, context)
+        evaluation = evaluate(phase, request, context, checks)
     except ObjectShapeError as exc:
         raise RequestError(400, "bad_object", f"request.object: {exc}") from None
     except Exception:  # a bug in a policy must not take the API server's requests down

@@ -123,17 +123,19 @@ def containers(template: PodTemplate) -> Iterator[Container]:
 _CONTAINER_LISTS = (("initContainers", "init container"), ("containers", "container"))
 
 
-def resource_map(container: Container, field: str) -> dict[str, Any]:
-    """container.resources.<field> (requests or limits) as a mapping; absent -> {}."""
+def requests_and_limits(container: Container) -> tuple[dict[str, Any], dict[str, Any]]:
+    """container.resources' requests and limits as mappings; absent -> {}."""
     resources = container.body.get("resources")
     if resources is None:
-        return {}
+        return {}, {}
     if not isinstance(resources, dict):  # paths are formatted only for errors: a hot path
         raise ObjectShapeError(f"{format_path((*container.path, 'resources'))} must be an object")
-    value = resources.get(field)
-    if value is None or isinstance(value, dict):
-        return value or {}
-    raise ObjectShapeError(f"{format_path((*container.path, 'resources', field))} must be an "
+    requests, limits = resources.get("requests"), resources.get("limits")
+    if (requests is None or isinstance(requests, dict)) and (limits is None
+                                                             or isinstance(limits, dict)):
+        return requests or {}, limits or {}
+    wrong = "requests" if requests is not None and not isinstance(requests, dict) else "limits"
+    raise ObjectShapeError(f"{format_path((*container.path, 'resources', wrong))} must be an "
                            "object")
 
 

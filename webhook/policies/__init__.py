@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 
 from webhook import decision as decisions
-from webhook.config import Mode
+from webhook.config import Config, Mode
 from webhook.decision import Decision
 from webhook.policies import node_name, pod_groups, resource_requests, sidecar_injection
-from webhook.policies.base import Policy, PolicyContext, Verdict, apply_mode
+from webhook.policies.base import Check, Policy, PolicyContext, Verdict, apply_mode
 from webhook.review import AdmissionRequest
 
 Phase = Literal["mutate", "validate"]
@@ -29,6 +29,12 @@ POLICIES: tuple[Policy, ...] = (
 )
 
 
+class EnabledCheck(NamedTuple):
+    policy: str
+    mode: Mode
+    check: Check
+
+
 class PolicyResult(NamedTuple):
     policy: str
     mode: Mode
@@ -41,23 +47,32 @@ class Evaluation(NamedTuple):
     results: tuple[PolicyResult, ...]  # one for each policy that applied; empty: none did
 
 
-def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext) -> Evaluation:
-    """Run every enabled policy of this phase; ObjectShapeError propagates (it means HTTP 400)."""
-    answers: list[Decision] = []
-    results: list[PolicyResult] = []
+def enabled_checks(phase: Phase, config: Config) -> tuple[EnabledCheck, ...]:
+    """The checks config turns on for phase, in policy order, with their modes. A config never
+    changes once loaded, so the server works this out once, not on every admission."""
+    enabled = []
     for policy in POLICIES:
         check = policy.mutate if phase == "mutate" else policy.validate
-        if check is None:
-            continue
-        mode = policy.mode(context.config)
-        if mode == "off":
-            continue
+        if check is not None and (mode := policy.mode(config)) != "off":
+            enabled.append(EnabledCheck(policy.name, mode, check))
+    return tuple(enabled)
+
+
+def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext,
+             checks: tuple[EnabledCheck, ...] | None = None) -> Evaluation:
+    """Run every enabled policy of this phase (checks: enabled_checks(phase, context.config),
+    worked out here when not given); ObjectShapeError propagates (it means HTTP 400)."""
+    if checks is None:
+        checks = enabled_checks(phase, context.config)
+    answers: list[Decision] = []
+    results: list[PolicyResult] = []
+    for policy, mode, check in checks:
         verdict = check(request, context)
         if verdict is None:
             continue
-        answer, outcome = apply_mode(policy.name, mode, verdict)
+        answer, outcome = apply_mode(policy, mode, verdict)
         answers.append(answer)
-        results.append(PolicyResult(policy.name, mode, verdict, outcome))
+        results.append(PolicyResult(policy, mode, verdict, outcome))
     if not answers:
         return Evaluation(decisions.allowed(), ())
     return Evaluation(decisions.combine(answers), tuple(results))

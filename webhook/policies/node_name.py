@@ -19,7 +19,7 @@ from typing import Any
 from volcano_guard import jsonpatch
 from volcano_guard.jsonbody import object_at
 from webhook.config import Config, NodeNameConfig
-from webhook.policies.base import Policy, PolicyContext, Verdict
+from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
 
 NAME = "nodeName"
@@ -61,7 +61,7 @@ def validate(request: AdmissionRequest, context: PolicyContext) -> Verdict | Non
         return None
     reason = node_decision(node, context)
     if reason is None:
-        return Verdict()
+        return NOTHING_FOUND
     return Verdict(violations=(_message(request, node, reason, context.config),))
 
 
@@ -70,7 +70,7 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
         return None
     node = _bound_node(request, context)
     if node is None or node_decision(node, context) is None:
-        return None if node is None else Verdict()
+        return None if node is None else NOTHING_FOUND
     spec = request.object["spec"] if request.object else {}
     scheduler = context.config.volcanoSchedulerNames[0]
     patch = (
@@ -93,10 +93,10 @@ def validate_binding(request: AdmissionRequest, context: PolicyContext) -> Verdi
         return None
     binder = request.user.username
     if binder in settings(context.config).bindingGuard.allowedBinders:
-        return Verdict()
+        return NOTHING_FOUND
     reason = node_decision(node, context)
     if reason is None:
-        return Verdict()
+        return NOTHING_FOUND
     pod = f'{request.namespace}/{request.name}' if request.namespace else request.name
     allowed = ", ".join(settings(context.config).bindingGuard.allowedBinders)
     return Verdict(violations=(

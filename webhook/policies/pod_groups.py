@@ -17,7 +17,7 @@ from typing import Any
 from volcano_guard import jsonpatch
 from volcano_guard.jsonbody import object_at
 from webhook.config import Config, PodGroupsConfig
-from webhook.policies.base import Policy, PolicyContext, Verdict
+from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
 
 NAME = "podGroups"
@@ -53,13 +53,13 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     current = annotations.get(GENERATION_ID) if annotations is not None else None
     if request.operation == "CREATE":
         if current:
-            return Verdict()  # an id already present is kept
+            return NOTHING_FOUND  # an id already present is kept
         wanted = str(context.new_generation_id())
     elif request.operation == "UPDATE":
         old = _annotations(request.old_object or {}) or {}
         restored = old.get(GENERATION_ID)
         if not isinstance(restored, str) or not restored or current == restored:
-            return Verdict()
+            return NOTHING_FOUND
         wanted = restored
     else:
         return None
@@ -78,20 +78,20 @@ def validate_delete(request: AdmissionRequest, context: PolicyContext) -> Verdic
     guard = settings(context.config).deleteGuard
     preconditions = (request.options or {}).get("preconditions")
     if isinstance(preconditions, dict) and preconditions.get("uid"):
-        return Verdict()  # the API server refuses it unless it names this incarnation
+        return NOTHING_FOUND  # the API server refuses it unless it names this incarnation
     if request.user.username in guard.exemptUsers or set(request.user.groups) & set(
             guard.exemptGroups):
-        return Verdict()
+        return NOTHING_FOUND
     podgroup = request.old_object or {}
     if context.namespace_pods is None:
         if not context.config.failClosed:
-            return Verdict()
+            return NOTHING_FOUND
         return Verdict(violations=(
             f"{request.describe()}: its member pods could not be listed in time, and "
             "failClosed is true; retry, or delete with a UID precondition",))
     members = live_members(podgroup, context.namespace_pods)
     if not members:
-        return Verdict()
+        return NOTHING_FOUND
     return Verdict(violations=(_message(request, podgroup, members, context),))
 
 

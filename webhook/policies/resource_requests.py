@@ -30,7 +30,7 @@ from webhook.workloads import (
     format_path,
     is_supported,
     pod_templates,
-    resource_map,
+    requests_and_limits,
 )
 
 NAME = "resourceRequests"
@@ -95,12 +95,9 @@ def default_requests(templates: list[PodTemplate], defaults: dict[str, str]) -> 
     changes: list[str] = []
     for template in templates:
         for container in containers(template):
-            missing = {
-                name: value
-                for name, value in defaults.items()
-                if name not in resource_map(container, "requests")
-                and name not in resource_map(container, "limits")
-            }
+            requests, limits = requests_and_limits(container)
+            missing = {name: value for name, value in defaults.items()
+                       if name not in requests and name not in limits}
             if not missing:
                 continue
             patch.extend(_add_requests(container, missing))
@@ -128,11 +125,13 @@ def _volcano_templates(request: AdmissionRequest, config: Config) -> list[PodTem
 
 def _container_problems(container: Container, required: tuple[str, ...]) -> list[str]:
     """One container's problems: unusable quantities, missing requests, requests over limits."""
-    requests = resource_map(container, "requests")
-    limits = resource_map(container, "limits")
+    requests, limits = requests_and_limits(container)
     problems: list[str] = []
     requested = _quantities(container, "requests", requests, problems)
-    limited = _quantities(container, "limits", limits, problems)
+    # Requests equal to limits (Guaranteed pods, the usual batch job): one parse, no comparison.
+    # A bool limit would compare equal to a request of 1 or 0 but is no quantity: not the same.
+    same = not problems and limits == requests and bool not in map(type, limits.values())
+    limited = requested if same else _quantities(container, "limits", limits, problems)
     for resource in required:
         if resource not in requests and resource not in limits:
             problems.append(
@@ -141,6 +140,8 @@ def _container_problems(container: Container, required: tuple[str, ...]) -> list
                 f"resources.requests.{resource} (or a limit, which Kubernetes copies into the "
                 "request)"
             )
+    if same:
+        return problems
     for resource, value in requested.items():
         limit = limited.get(resource)
         if limit is not None and value > limit:

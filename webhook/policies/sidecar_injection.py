@@ -17,7 +17,7 @@ from typing import Any
 from volcano_guard import jsonpatch
 from volcano_guard.jsonbody import object_at, shown
 from webhook.config import Config, SidecarInjectionConfig
-from webhook.policies.base import Policy, PolicyContext, Verdict
+from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
 from webhook.workloads import Container, PodTemplate, containers
 
@@ -48,7 +48,7 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     spec = object_at(pod, "spec")
     every = list(containers(PodTemplate(("spec",), spec, "")))  # ObjectShapeError: HTTP 400
     if any(c.name == CONTAINER_NAME for c in every):
-        return Verdict()  # already injected
+        return NOTHING_FOUND  # already injected
     app = [c for c in every if c.kind == "container"]
     annotations = object_at(metadata, "annotations")
     config = settings(context.config)
