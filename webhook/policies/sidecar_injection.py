@@ -46,7 +46,7 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     if object_at(metadata, "labels").get(INJECT_LABEL) != "true":
         return None
     spec = object_at(pod, "spec")
-    every = list(containers(PodTemplate(("spec",), spec, "")))  # ObjectShapeError: HTTP 400
+    every = containers(PodTemplate(("spec",), spec, ""))  # ObjectShapeError: HTTP 400
     if any(c.name == CONTAINER_NAME for c in every):
         return NOTHING_FOUND  # already injected
     app = [c for c in every if c.kind == "container"]
