@@ -9,7 +9,11 @@ In one run, side by side:
   served by kopf's own server, pointed at the sandbox for discovery.
 
 Each gets a closed-loop maximum (50 connections, no rate limit) and an open-loop 1,000
-requests/s with a ~4 KB Volcano pod; then the floor and volcano-guard get closed-loop runs with
+requests/s with a ~4 KB Volcano pod, hey sharing the two cores with the server (the issue's
+setup). Then the floor and volcano-guard run server-bound: each alone on CPU 1 with hey on CPU 0
+(taskset), so throughput measures the server's own CPU time a request, also read from
+/proc; this ratio is stable where the shared-core one swings with the machine. Then the floor
+and volcano-guard get closed-loop runs with
 a Volcano Job and a PodGroup DELETE (the guarded path: no UID precondition, so the webhook lists
 the namespace's pods from the sandbox). `hey` (Debian package) and kopf (`pip install
 '.[bench]'`) are installed if missing; per-request latencies come from hey's CSV output.
@@ -20,6 +24,7 @@ the namespace's pods from the sandbox). `hey` (Debian package) and kopf (`pip in
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -240,6 +245,7 @@ def start_kopf(stack: ExitStack, made, sandbox_url: str) -> str:
 
 
 Runs = dict[str, list[dict]]  # server -> one {"closed": ..., "open": ...} per round
+PINNED_SERVER_CPU, PINNED_HEY_CPU = "1", "0"  # the server-bound runs' CPUs (taskset lists)
 
 
 def measure(hey: str, targets: dict[str, str], body: Path, seconds: float, rounds: int, *,
@@ -256,6 +262,54 @@ def measure(hey: str, targets: dict[str, str], body: Path, seconds: float, round
                 result["open"] = run_hey(hey, url, body, seconds, 10, 100)
             runs[name].append(result)
     return runs
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time the process has used (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_server_bound(hey: str, stack: ExitStack, made, kubeconfig: Path, body: Path,
+                         seconds: float, rounds: int) -> Runs:
+    """The floor and volcano-guard (one process each) alone on CPU 1, hey on CPU 0: the server
+    is the bottleneck, so throughput is the inverse of its CPU time a request, also recorded
+    ("cpu_us"). Interleaved closed-loop rounds, as measure()."""
+    servers = {}
+    for name, command in (("floor", floor_command),
+                          ("volcano-guard", functools.partial(guard_command,
+                                                              kubeconfig=kubeconfig))):
+        port = free_port()
+        proc = start(stack, ["taskset", "-c", PINNED_SERVER_CPU, *command(made, port=port)],
+                     port)
+        servers[name] = (f"https://127.0.0.1:{port}/validate", proc.pid)
+    for url, _ in servers.values():
+        run_hey(hey, url, body, 2, 10, None, cpus=PINNED_HEY_CPU)  # warm up
+    runs: Runs = {name: [] for name in servers}
+    for _ in range(rounds):
+        for name, (url, pid) in servers.items():
+            used = cpu_seconds(pid)
+            result = run_hey(hey, url, body, seconds, 50, None, cpus=PINNED_HEY_CPU)
+            result["cpu_us"] = (cpu_seconds(pid) - used) / result["total"] * 1e6
+            runs[name].append({"closed": result})
+    return runs
+
+
+def print_server_bound(runs: Runs) -> None:
+    print(f"\nPod CREATE, server-bound: each server alone on CPU {PINNED_SERVER_CPU}, hey on CPU "
+          f"{PINNED_HEY_CPU}, closed loop; medians of {len(runs['floor'])} rounds, ratios per "
+          "round (range)")
+    print(f"{'server':<18}{'max req/s':>10}{'x floor':>18}{'CPU us/req':>12}"
+          f"{'floor CPU / CPU':>22}")
+    floor = runs["floor"]
+    for name, rounds in runs.items():
+        cpu = sorted(base["closed"]["cpu_us"] / run["closed"]["cpu_us"]
+                     for run, base in zip(rounds, floor, strict=True))
+        print(f"{name:<18}{median(rounds, 'closed', 'rps'):>10,.0f}"
+              f"{ratio(rounds, floor, 'closed', 'rps'):>18}"
+              f"{median(rounds, 'closed', 'cpu_us'):>12.1f}"
+              f"{statistics.median(cpu):>12.2f} ({cpu[0]:.2f}-{cpu[-1]:.2f})")
+        report_failures(name, rounds)
 
 
 def median(runs: list[dict], loop: str, key: str) -> float:
@@ -280,9 +334,13 @@ def print_table(title: str, runs: Runs, floor: str) -> None:
               f"{median(rounds, 'closed', 'p999'):>10.2f}   {'':>15}"
               f"{median(rounds, 'open', 'p50'):>6.2f}{median(rounds, 'open', 'p99'):>8.2f}"
               f"{ratio(rounds, runs[floor], 'open', 'p99'):>22}")
-        failed = sum(run[loop]["total"] - run[loop]["ok"] for run in rounds for loop in run)
-        if failed:
-            print(f"  {name}: {failed} answers were not HTTP 200")
+        report_failures(name, rounds)
+
+
+def report_failures(name: str, rounds: list[dict]) -> None:
+    failed = sum(run[loop]["total"] - run[loop]["ok"] for run in rounds for loop in run)
+    if failed:
+        print(f"  {name}: {failed} answers were not HTTP 200")
 
 
 def main() -> None:
@@ -314,6 +372,12 @@ def main() -> None:
         print_table("Pod CREATE (4 KB), one process each", runs, "floor")
         print(f"volcano-guard / kopf throughput: "
               f"{ratio(runs['volcano-guard'], runs['kopf'], 'closed', 'rps')}")
+
+        if (os.cpu_count() or 1) >= 2:
+            print_server_bound(measure_server_bound(hey, stack, made, kubeconfig, bodies["pod"],
+                                                    args.seconds, args.rounds))
+        else:
+            print("\n(server-bound runs skipped: they need two CPUs)")
 
         if args.workers > 1:
             floor_name = f"floor x{args.workers}"

@@ -28,15 +28,17 @@ def ensure_hey() -> str:
 
 
 def run_hey(hey: str, url: str, body: Path, seconds: float, concurrency: int,
-            rate_per_worker: float | None, *, requests: int | None = None) -> dict:
+            rate_per_worker: float | None, *, requests: int | None = None,
+            cpus: str | None = None) -> dict:
     """POST body to url for `seconds` (or exactly `requests` times) from concurrency workers,
-    each at rate_per_worker requests/s if given. hey's CSV lists only the requests that got an
-    HTTP answer, so throughput counts answers; with `requests`, "lost" counts the rest
-    (connection errors and timeouts)."""
+    each at rate_per_worker requests/s if given; hey runs on the given CPUs (taskset list) if
+    any. hey's CSV lists only the requests that got an HTTP answer, so throughput counts
+    answers; with `requests`, "lost" counts the rest (connection errors and timeouts)."""
     if requests:
         requests -= requests % concurrency  # hey sends requests // concurrency per worker
-    args = [hey, "-c", str(concurrency), "-m", "POST", "-T", "application/json", "-D",
-            str(body), "-o", "csv"]
+    args = ["taskset", "-c", cpus] if cpus else []
+    args += [hey, "-c", str(concurrency), "-m", "POST", "-T", "application/json", "-D",
+             str(body), "-o", "csv"]
     args += ["-n", str(requests)] if requests else ["-z", f"{seconds}s"]
     if rate_per_worker:
         args += ["-q", str(rate_per_worker)]
