@@ -29,7 +29,7 @@ from webhook import review
 from webhook.caches import Caches
 from webhook.config import Config
 from webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, ADMISSION_REQUESTS
-from webhook.policies import NO_POLICY, EnabledCheck, Phase, enabled_checks, evaluate
+from webhook.policies import NO_POLICY, EnabledChecks, Phase, enabled_checks, evaluate
 from webhook.policies.base import PolicyContext
 from webhook.policies.pod_groups import needs_namespace_pods
 from webhook.workloads import ObjectShapeError
@@ -107,7 +107,7 @@ def _handler(phase: Phase, config: Config, caches: Caches, in_flight: InFlight) 
 
 
 async def _answer(request: web.Request, phase: Phase, config: Config, caches: Caches,
-                  checks: tuple[EnabledCheck, ...]) -> web.StreamResponse:
+                  checks: EnabledChecks) -> web.StreamResponse:
     try:
         body = await read_body(request, config.maxRequestBytes)
         started = time.perf_counter()
@@ -162,7 +162,7 @@ def parse_review(body: bytes) -> review.AdmissionRequest:
 
 
 def decide(phase: Phase, request: review.AdmissionRequest, context: PolicyContext,
-           checks: tuple[EnabledCheck, ...] | None = None) -> dict[str, object]:
+           checks: EnabledChecks | None = None) -> dict[str, object]:
     config = context.config
     try:
         evaluation = evaluate(phase, request, context, checks)

@@ -35,6 +35,9 @@ class EnabledCheck(NamedTuple):
     check: Check
 
 
+EnabledChecks = tuple[EnabledCheck, ...]
+
+
 class PolicyResult(NamedTuple):
     policy: str
     mode: Mode
@@ -47,7 +50,7 @@ class Evaluation(NamedTuple):
     results: tuple[PolicyResult, ...]  # one for each policy that applied; empty: none did
 
 
-def enabled_checks(phase: Phase, config: Config) -> tuple[EnabledCheck, ...]:
+def enabled_checks(phase: Phase, config: Config) -> EnabledChecks:
     """The checks config turns on for phase, in policy order, with their modes. A config never
     changes once loaded, so the server works this out once, not on every admission."""
     enabled = []
@@ -59,7 +62,7 @@ def enabled_checks(phase: Phase, config: Config) -> tuple[EnabledCheck, ...]:
 
 
 def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext,
-             checks: tuple[EnabledCheck, ...] | None = None) -> Evaluation:
+             checks: EnabledChecks | None = None) -> Evaluation:
     """Run every enabled policy of this phase (checks: enabled_checks(phase, context.config),
     worked out here when not given); ObjectShapeError propagates (it means HTTP 400)."""
     if checks is None:

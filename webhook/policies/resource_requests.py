@@ -71,8 +71,9 @@ def volcano_templates(group: str, kind: str, obj: dict[str, Any], config: Config
     """The pod templates of obj that a Volcano scheduler will place."""
     names = config.volcanoSchedulerNames
     volcanos = []
-    for template in pod_templates(group, kind, obj, names[0]):  # a loop, not a comprehension:
-        if template.scheduler_name in names:  # no frame of its own on every admission
+    # A plain loop, not a comprehension: no frame of its own on every admission.
+    for template in pod_templates(group, kind, obj, names[0]):
+        if template.scheduler_name in names:
             volcanos.append(template)
     return volcanos
 
