@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.hey import ensure_hey, run_hey
 from certs.generate import generate
 from volcano_guard.kubeconfig import write_kubeconfig
-from volcano_guard.processes import free_port, wait_for_port
+from volcano_guard.processes import cpu_seconds, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -249,50 +249,43 @@ PINNED_SERVER_CPU, PINNED_HEY_CPU = "1", "0"  # the server-bound runs' CPUs (tas
 
 
 def measure(hey: str, targets: dict[str, str], body: Path, seconds: float, rounds: int, *,
-            open_loop: bool = True) -> Runs:
+            open_loop: bool = True, hey_cpus: str | None = None,
+            pids: dict[str, int] | None = None) -> Runs:
     """Interleaved rounds (server A, B, C, then again), so that a slow patch of the machine
-    lands on every server; each round a closed loop and, if asked, the 1,000 req/s open loop."""
+    lands on every server; each round a closed loop and, if asked, the 1,000 req/s open loop.
+    hey runs on hey_cpus if given; with the servers' pids, each closed loop also records the
+    server's CPU time a request ("cpu_us")."""
     for url in targets.values():
-        run_hey(hey, url, body, 2, 10, None)  # warm up
+        run_hey(hey, url, body, 2, 10, None, cpus=hey_cpus)  # warm up
     runs: Runs = {name: [] for name in targets}
     for _ in range(rounds):
         for name, url in targets.items():
-            result = {"closed": run_hey(hey, url, body, seconds, 50, None)}
+            used = cpu_seconds(pids[name]) if pids else 0.0
+            closed = run_hey(hey, url, body, seconds, 50, None, cpus=hey_cpus)
+            if pids:
+                closed["cpu_us"] = (cpu_seconds(pids[name]) - used) / closed["total"] * 1e6
+            result = {"closed": closed}
             if open_loop:
-                result["open"] = run_hey(hey, url, body, seconds, 10, 100)
+                result["open"] = run_hey(hey, url, body, seconds, 10, 100, cpus=hey_cpus)
             runs[name].append(result)
     return runs
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time the process has used (/proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure_server_bound(hey: str, stack: ExitStack, made, kubeconfig: Path, body: Path,
                          seconds: float, rounds: int) -> Runs:
     """The floor and volcano-guard (one process each) alone on CPU 1, hey on CPU 0: the server
-    is the bottleneck, so throughput is the inverse of its CPU time a request, also recorded
-    ("cpu_us"). Interleaved closed-loop rounds, as measure()."""
-    servers = {}
+    is the bottleneck, so throughput is the inverse of its CPU time a request, also recorded.
+    Interleaved closed-loop rounds, as measure()."""
+    targets, pids = {}, {}
     for name, command in (("floor", floor_command),
                           ("volcano-guard", functools.partial(guard_command,
                                                               kubeconfig=kubeconfig))):
         port = free_port()
         proc = start(stack, ["taskset", "-c", PINNED_SERVER_CPU, *command(made, port=port)],
                      port)
-        servers[name] = (f"https://127.0.0.1:{port}/validate", proc.pid)
-    for url, _ in servers.values():
-        run_hey(hey, url, body, 2, 10, None, cpus=PINNED_HEY_CPU)  # warm up
-    runs: Runs = {name: [] for name in servers}
-    for _ in range(rounds):
-        for name, (url, pid) in servers.items():
-            used = cpu_seconds(pid)
-            result = run_hey(hey, url, body, seconds, 50, None, cpus=PINNED_HEY_CPU)
-            result["cpu_us"] = (cpu_seconds(pid) - used) / result["total"] * 1e6
-            runs[name].append({"closed": result})
-    return runs
+        targets[name], pids[name] = f"https://127.0.0.1:{port}/validate", proc.pid
+    return measure(hey, targets, body, seconds, rounds, open_loop=False,
+                   hey_cpus=PINNED_HEY_CPU, pids=pids)
 
 
 def print_server_bound(runs: Runs) -> None:
@@ -303,12 +296,10 @@ def print_server_bound(runs: Runs) -> None:
           f"{'floor CPU / CPU':>22}")
     floor = runs["floor"]
     for name, rounds in runs.items():
-        cpu = sorted(base["closed"]["cpu_us"] / run["closed"]["cpu_us"]
-                     for run, base in zip(rounds, floor, strict=True))
         print(f"{name:<18}{median(rounds, 'closed', 'rps'):>10,.0f}"
               f"{ratio(rounds, floor, 'closed', 'rps'):>18}"
               f"{median(rounds, 'closed', 'cpu_us'):>12.1f}"
-              f"{statistics.median(cpu):>12.2f} ({cpu[0]:.2f}-{cpu[-1]:.2f})")
+              f"{ratio(floor, rounds, 'closed', 'cpu_us'):>22}")  # floor's over this one's
         report_failures(name, rounds)
 
 
