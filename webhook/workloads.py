@@ -28,6 +28,11 @@ _TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+POD: tuple[str, str] = ("", "Pod")
+# Every kind whose pod templates pod_templates() finds.
+SUPPORTED_KINDS = frozenset({*_TEMPLATE_PATHS, POD, (VOLCANO_JOB_GROUP, "Job")})
+
+
 class ObjectShapeError(ValueError):
     """A field of the object does not have the type Kubernetes gives it."""
 
@@ -63,9 +68,7 @@ def is_volcano_job(group: str, kind: str) -> bool:
 
 
 def is_supported(group: str, kind: str) -> bool:
-    return (group, kind) in _TEMPLATE_PATHS or (group, kind) == ("", "Pod") or is_volcano_job(
-        group, kind
-    )
+    return (group, kind) in SUPPORTED_KINDS
 
 
 def pod_templates(group: str, kind: str, obj: dict[str, Any], volcano_default: str) -> list[

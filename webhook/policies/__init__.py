@@ -1,18 +1,30 @@
 """All admission policies, and evaluate(): one request -> one Decision plus per-policy outcomes.
 
 Adding a policy: write a module with pure `mutate`/`validate` functions returning a Verdict,
-export a `POLICY`, and list it in POLICIES. Modes are applied here, never inside a policy.
+export a `POLICY` (naming the request kinds it can apply to, if it knows them), and list it in
+POLICIES. Modes are applied here, never inside a policy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from webhook import decision as decisions
 from webhook.config import Config, Mode
 from webhook.decision import Decision
 from webhook.policies import node_name, pod_groups, resource_requests, sidecar_injection
-from webhook.policies.base import Check, Policy, PolicyContext, Verdict, apply_mode
+from webhook.policies.base import (
+    NOTHING_FOUND,
+    OUTCOME_ALLOWED,
+    Check,
+    Kind,
+    Policy,
+    PolicyContext,
+    Verdict,
+    apply_mode,
+)
 from webhook.review import AdmissionRequest
 
 Phase = Literal["mutate", "validate"]
@@ -29,15 +41,6 @@ POLICIES: tuple[Policy, ...] = (
 )
 
 
-class EnabledCheck(NamedTuple):
-    policy: str
-    mode: Mode
-    check: Check
-
-
-EnabledChecks = tuple[EnabledCheck, ...]
-
-
 class PolicyResult(NamedTuple):
     policy: str
     mode: Mode
@@ -50,32 +53,67 @@ class Evaluation(NamedTuple):
     results: tuple[PolicyResult, ...]  # one for each policy that applied; empty: none did
 
 
-def enabled_checks(phase: Phase, config: Config) -> EnabledChecks:
-    """The checks config turns on for phase, in policy order, with their modes. A config never
-    changes once loaded, so the server works this out once, not on every admission."""
-    enabled = []
-    for policy in POLICIES:
+class EnabledCheck(NamedTuple):
+    policy: str
+    mode: Mode
+    check: Check
+    # Its result when it finds nothing (the usual answer), built once rather than per request.
+    nothing_found: PolicyResult
+
+
+@dataclass(frozen=True)
+class EnabledChecks:
+    """The checks a config turns on for one phase, in policy order, and for each request kind
+    only those that can apply to it (a policy's `kinds`). A config never changes once loaded,
+    so the server works this out once per app, not on every admission."""
+
+    checks: tuple[EnabledCheck, ...]
+    by_kind: dict[Kind, tuple[EnabledCheck, ...]]
+    other_kinds: tuple[EnabledCheck, ...]  # for kinds no policy names: those without `kinds`
+
+    def for_kind(self, group: str, kind: str) -> tuple[EnabledCheck, ...]:
+        return self.by_kind.get((group, kind), self.other_kinds)
+
+
+def enabled_checks(phase: Phase, config: Config,
+                   policies: Sequence[Policy] | None = None) -> EnabledChecks:
+    """The checks of phase that config turns on (of POLICIES unless given), with their modes."""
+    enabled: list[tuple[Policy, EnabledCheck]] = []
+    for policy in POLICIES if policies is None else policies:
         check = policy.mutate if phase == "mutate" else policy.validate
         if check is not None and (mode := policy.mode(config)) != "off":
-            enabled.append(EnabledCheck(policy.name, mode, check))
-    return tuple(enabled)
+            nothing_found = PolicyResult(policy.name, mode, NOTHING_FOUND, OUTCOME_ALLOWED)
+            enabled.append((policy, EnabledCheck(policy.name, mode, check, nothing_found)))
+    named = {kind for policy, _ in enabled for kind in policy.kinds or ()}
+    by_kind = {kind: tuple(check for policy, check in enabled
+                           if policy.kinds is None or kind in policy.kinds) for kind in named}
+    other_kinds = tuple(check for policy, check in enabled if policy.kinds is None)
+    return EnabledChecks(tuple(check for _, check in enabled), by_kind, other_kinds)
 
 
 def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext,
              checks: EnabledChecks | None = None) -> Evaluation:
-    """Run every enabled policy of this phase (checks: enabled_checks(phase, context.config),
-    worked out here when not given); ObjectShapeError propagates (it means HTTP 400)."""
+    """Run every enabled policy of this phase that can apply to the request's kind (checks:
+    enabled_checks(phase, context.config), worked out here when not given); ObjectShapeError
+    propagates (it means HTTP 400)."""
     if checks is None:
         checks = enabled_checks(phase, context.config)
     answers: list[Decision] = []
     results: list[PolicyResult] = []
-    for policy, mode, check in checks:
+    for policy, mode, check, nothing_found in checks.for_kind(request.kind.group,
+                                                               request.kind.kind):
         verdict = check(request, context)
         if verdict is None:
+            continue
+        if verdict is NOTHING_FOUND:  # allowed, and adds nothing to the combined answer
+            results.append(nothing_found)
             continue
         answer, outcome = apply_mode(policy, mode, verdict)
         answers.append(answer)
         results.append(PolicyResult(policy, mode, verdict, outcome))
     if not answers:
-        return Evaluation(decisions.allowed(), ())
+        return Evaluation(_ALLOWED, tuple(results))
     return Evaluation(decisions.combine(answers), tuple(results))
+
+
+_ALLOWED = decisions.allowed()

@@ -44,6 +44,7 @@ class PolicyContext(NamedTuple):
 
 
 Check = Callable[[AdmissionRequest, PolicyContext], Verdict | None]
+Kind = tuple[str, str]  # a request's (API group, kind), as in request.kind
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class Policy:
     mode: Callable[[Config], Mode]
     mutate: Check | None = None
     validate: Check | None = None
+    # The request kinds its checks can apply to (they answer None to any other), so that
+    # evaluate() need not call them for the rest; None: any kind.
+    kinds: frozenset[Kind] | None = None
 
 
 # Per-policy outcome label, as counted in volcano_guard_admission_requests_total{decision}.

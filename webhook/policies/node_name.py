@@ -21,6 +21,7 @@ from volcano_guard.jsonbody import object_at
 from webhook.config import Config, NodeNameConfig
 from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
+from webhook.workloads import POD
 
 NAME = "nodeName"
 BINDING_NAME = "bindingGuard"
@@ -107,9 +108,10 @@ def validate_binding(request: AdmissionRequest, context: PolicyContext) -> Verdi
 
 
 POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
-                validate=validate)
+                validate=validate, kinds=frozenset({POD}))
+_BINDING = ("", "Binding")  # the kind of both pods/binding and the bindings resource
 BINDING_POLICY = Policy(name=BINDING_NAME, mode=lambda config: settings(config).bindingGuard.mode,
-                        validate=validate_binding)
+                        validate=validate_binding, kinds=frozenset({_BINDING}))
 
 
 def pin_to_node(affinity: Any, node: str) -> dict[str, Any]:
@@ -169,9 +171,11 @@ def _owned_by_daemonset(metadata: dict[str, Any]) -> bool:
 
 
 def _is_binding(request: AdmissionRequest) -> bool:
-    if request.resource.resource == "pods" and request.sub_resource == "binding":
-        return True
-    return request.resource.resource == "bindings" and request.kind.kind == "Binding"
+    """A core Binding, sent as the pods/binding subresource or the bindings resource."""
+    if (request.kind.group, request.kind.kind) != _BINDING:
+        return False
+    resource = request.resource.resource
+    return resource == "bindings" or (resource == "pods" and request.sub_resource == "binding")
 
 
 def _reason_text(reason: str) -> str:

@@ -19,6 +19,7 @@ from volcano_guard.jsonbody import object_at
 from webhook.config import Config, PodGroupsConfig
 from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
+from webhook.workloads import POD
 
 NAME = "podGroups"
 DELETE_GUARD = "deleteGuard"
@@ -148,12 +149,12 @@ def podgroup_generation(obj: dict[str, Any]) -> str:
 
 STAMP_POLICY = Policy(
     name=NAME, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
-    mutate=mutate)
+    mutate=mutate, kinds=frozenset({POD_GROUP}))
 ENRICH_POLICY = Policy(
     name=ENRICH, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
-    mutate=annotate_pod)
+    mutate=annotate_pod, kinds=frozenset({POD}))
 DELETE_POLICY = Policy(name=DELETE_GUARD, mode=lambda config: settings(config).deleteGuard.mode,
-                       validate=validate_delete)
+                       validate=validate_delete, kinds=frozenset({POD_GROUP}))
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, Any] | None:

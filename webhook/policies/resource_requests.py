@@ -24,6 +24,8 @@ from webhook.config import Config, ResourceRequestsConfig
 from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
 from webhook.workloads import (
+    POD,
+    SUPPORTED_KINDS,
     Container,
     PodTemplate,
     containers,
@@ -60,9 +62,8 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     return Verdict(patch=tuple(patch), changes=tuple(changes))
 
 
-POLICY = Policy(
-    name=NAME, mode=lambda config: settings(config).mode, mutate=mutate, validate=validate
-)
+POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
+                validate=validate, kinds=SUPPORTED_KINDS)
 
 
 def volcano_templates(group: str, kind: str, obj: dict[str, Any], config: Config) -> list[
@@ -119,7 +120,7 @@ def _volcano_templates(request: AdmissionRequest, config: Config) -> list[PodTem
     group, kind = request.kind.group, request.kind.kind
     if request.sub_resource or request.object is None:
         return None
-    if (group, kind) == ("", "Pod"):
+    if (group, kind) == POD:
         if request.operation != "CREATE":  # a pod's requests are fixed once it exists
             return None
     elif not is_supported(group, kind) or request.operation not in ("CREATE", "UPDATE"):

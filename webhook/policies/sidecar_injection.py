@@ -19,7 +19,7 @@ from volcano_guard.jsonbody import object_at, shown
 from webhook.config import Config, SidecarInjectionConfig
 from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
-from webhook.workloads import Container, PodTemplate, containers
+from webhook.workloads import POD, Container, PodTemplate, containers
 
 NAME = "sidecarInjection"
 INJECT_LABEL = "volcano-guard.io/inject"
@@ -69,7 +69,8 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
         f"inject the volcano-guard sidecar into {request.describe()} and point {names} at it",))
 
 
-POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate)
+POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
+                kinds=frozenset({POD}))
 
 
 def sidecar_container(config: SidecarInjectionConfig, options: dict[str, Any],
