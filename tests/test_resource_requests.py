@@ -1,12 +1,17 @@
 """Policy resourceRequests, called as the server calls it: evaluate(phase, request, context)."""
 
+import copy
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.builders import container, pod, review, volcano_job
 from volcano_guard.jsonpatch import apply_patch
 from webhook.config import config_from_dict
-from webhook.policies import evaluate
-from webhook.policies.base import PolicyContext
+from webhook.policies import evaluate, resource_requests
+from webhook.policies.base import NOTHING_FOUND, PolicyContext
 from webhook.review import parse
 from webhook.workloads import ObjectShapeError
 
@@ -273,3 +278,123 @@ def test_warn_mode_mutate_describes_instead_of_patching():
 def test_off_mode_skips_the_policy():
     result = validate(pod(container()), ctx=context(mode="off"))
     assert result.decision.allowed and result.results == ()
+
+
+# The fast path: plainly_compliant_pod() may only ever say yes where the full path finds nothing.
+
+GUARANTEED = {"cpu": "4", "memory": "16Gi"}
+
+
+@pytest.mark.parametrize("obj", [
+    pod(container(requests=GUARANTEED, limits=GUARANTEED)),
+    pod(container(requests=FULL, limits={"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1"})),
+    pod(container(requests=FULL)),
+    pod(container("a", requests=FULL), init=(container("setup", requests=FULL),)),
+], ids=["guaranteed", "burstable-with-extra-limit", "no-limits", "init-container"])
+def test_fast_path_says_yes_to_usual_volcano_pods(obj):
+    assert resource_requests.plainly_compliant_pod(parse(review(obj)), config_from_dict({}))
+    assert validate(obj).results[0].outcome == "allowed"
+
+
+@pytest.mark.parametrize(("obj", "operation"), [
+    (pod(container(requests=FULL), scheduler="default-scheduler"), "CREATE"),
+    (pod(container(requests=FULL)), "UPDATE"),
+    (pod(container(limits=FULL)), "CREATE"),  # allowed, but only the full path knows why
+    (pod(container(requests={"cpu": "2", "memory": "1Gi"}, limits={"cpu": "1"})), "CREATE"),
+    (pod(container(requests={"cpu": "-1", "memory": "1Gi"})), "CREATE"),
+    (pod(container(requests={"cpu": 1, "memory": "1Gi"})), "CREATE"),
+    (pod(container(requests=FULL, limits={"memory": "lots"})), "CREATE"),
+    (volcano_job({"worker": [container(requests=FULL)]}), "CREATE"),
+], ids=["not-volcano", "update", "limits-only", "over-limit", "negative", "number",
+        "bad-limit", "volcano-job"])
+def test_fast_path_leaves_everything_else_to_the_full_path(obj, operation):
+    request = parse(review(obj, operation))
+    assert not resource_requests.plainly_compliant_pod(request, config_from_dict({}))
+
+
+GOOD_QUANTITIES = st.sampled_from(["1", "500m", "2", "16Gi", "1Gi", "0", "1e3", "2.5"])
+HOSTILE: st.SearchStrategy[Any] = st.sampled_from(
+    [None, "x", "", "-1", "1Gb", "1.5 cores", 1, 1.5, True, [], {}, "0", "64Gi", "volcano"])
+
+
+@st.composite
+def pod_specs(draw) -> dict:
+    """A compliant Volcano pod's spec, then up to three of its fields set to hostile values or
+    removed: near misses of every kind, and plenty of pods that pass."""
+    def resources() -> dict:
+        made = resources_of_a_kind()
+        if draw(st.integers(0, 7)) == 0:  # requests or limits of the wrong type
+            made[draw(st.sampled_from(["requests", "limits"]))] = draw(HOSTILE)
+        return made
+
+    def resources_of_a_kind() -> dict:
+        requests = {"cpu": draw(GOOD_QUANTITIES), "memory": draw(GOOD_QUANTITIES)}
+        if draw(st.booleans()):
+            requests["nvidia.com/gpu"] = draw(GOOD_QUANTITIES)
+        limits = draw(st.sampled_from(["same", "copy", "none", "other", "extra"]))
+        if limits == "none":
+            return {"requests": requests}
+        if limits == "other":
+            return {"requests": requests, "limits": {name: draw(GOOD_QUANTITIES)
+                                                     for name in requests}}
+        if limits == "extra":  # a limit without a request
+            extra = draw(st.one_of(GOOD_QUANTITIES, HOSTILE))
+            return {"requests": requests, "limits": {**requests, "ephemeral-storage": extra}}
+        return {"requests": requests,
+                "limits": requests if limits == "same" else copy.copy(requests)}
+
+    def containers() -> list:
+        return [{"name": f"c{index}", "resources": resources()}
+                for index in range(draw(st.integers(0, 2)))]
+
+    spec: dict = {"schedulerName": "volcano", "containers": containers()}
+    if draw(st.booleans()):
+        spec["initContainers"] = containers()
+    places = [(spec, None)]  # (holder, key): every value in the spec, and the spec itself
+    pending = [spec]
+    while pending:
+        holder = pending.pop()
+        for key in (holder if isinstance(holder, dict) else range(len(holder))):
+            places.append((holder, key))
+            if isinstance(holder[key], dict | list):
+                pending.append(holder[key])
+    for _ in range(draw(st.integers(0, 3))):
+        holder, key = draw(st.sampled_from(places))
+        if key is None:
+            return draw(HOSTILE)
+        if isinstance(holder, dict) and draw(st.booleans()):
+            holder.pop(key, None)
+        elif isinstance(holder, dict) or key < len(holder):
+            holder[key] = draw(HOSTILE)
+    return spec
+
+
+CONFIGS = st.sampled_from([{}, {"volcanoSchedulerNames": ["volcano", "kube-batch"],
+                                "policies": {"resourceRequests": {
+                                    "resources": ["cpu", "memory", "nvidia.com/gpu"]}}}])
+
+
+def _full_path(request, ctx):
+    try:
+        return resource_requests.validate_fully(request, ctx)
+    except ObjectShapeError as exc:
+        return exc
+
+
+@settings(max_examples=1000, deadline=None)
+@given(spec=pod_specs(), operation=st.sampled_from(["CREATE", "CREATE", "UPDATE"]),
+       config=CONFIGS)
+def test_fast_path_never_says_yes_where_the_full_path_objects(spec, operation, config):
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+           "spec": spec}
+    request, ctx = parse(review(obj, operation)), PolicyContext(config=config_from_dict(config))
+    if resource_requests.plainly_compliant_pod(request, ctx.config):
+        assert _full_path(request, ctx) is NOTHING_FOUND
+        assert resource_requests.validate(request, ctx) is NOTHING_FOUND
+    else:
+        full = _full_path(request, ctx)
+        if isinstance(full, ObjectShapeError):
+            with pytest.raises(ObjectShapeError):
+                resource_requests.validate(request, ctx)
+        else:
+            assert resource_requests.validate(request, ctx) == full

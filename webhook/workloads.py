@@ -126,7 +126,9 @@ def containers(template: PodTemplate) -> list[Container]:
     return found
 
 
-_CONTAINER_LISTS = (("initContainers", "init container"), ("containers", "container"))
+# The pod spec fields holding containers, in the order they run; and what messages call them.
+CONTAINER_FIELDS = ("initContainers", "containers")
+_CONTAINER_LISTS = tuple(zip(CONTAINER_FIELDS, ("init container", "container"), strict=True))
 
 
 def requests_and_limits(container: Container) -> tuple[dict[str, Any], dict[str, Any]]:

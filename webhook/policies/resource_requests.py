@@ -24,6 +24,7 @@ from webhook.config import Config, ResourceRequestsConfig
 from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
 from webhook.workloads import (
+    CONTAINER_FIELDS,
     POD,
     SUPPORTED_KINDS,
     Container,
@@ -44,6 +45,13 @@ def settings(config: Config) -> ResourceRequestsConfig:
 
 
 def validate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    if plainly_compliant_pod(request, context.config):  # the usual answer, found quickly
+        return NOTHING_FOUND
+    return validate_fully(request, context)
+
+
+def validate_fully(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    """validate() without its fast path: every template and container, explained."""
     templates = _volcano_templates(request, context.config)
     if templates is None:
         return None
@@ -127,6 +135,66 @@ def _volcano_templates(request: AdmissionRequest, config: Config) -> list[PodTem
         return None
     templates = volcano_templates(group, kind, request.object, config)
     return templates or None
+
+
+def plainly_compliant_pod(request: AdmissionRequest, config: Config) -> bool:
+    """True for the usual admission: a Volcano pod being created whose every container
+    requests every required resource, in well-formed quantities, within its limits. Only
+    plain shapes (JSON objects, lists, strings) are accepted; anything else, however valid,
+    gets False, which means only "not sure": validate() then takes the full path, which also
+    finds what is wrong and says where. It must never say yes where the full path would find
+    a problem or a wrong shape: the tests fuzz the two against each other. Under half the
+    full path's cost on a pod (17,000 instructions against 38,000): no records, no paths."""
+    if (request.kind.kind != "Pod" or request.kind.group or request.operation != "CREATE"
+            or request.sub_resource):
+        return False
+    spec = request.object.get("spec") if request.object is not None else None
+    if type(spec) is not dict or spec.get("schedulerName") not in config.volcanoSchedulerNames:
+        return False
+    required = settings(config).resources
+    for field in CONTAINER_FIELDS:
+        items = spec.get(field)
+        if items is None:
+            continue
+        if type(items) is not list:
+            return False
+        for container in items:
+            if type(container) is not dict or type(container.get("name")) is not str:
+                return False
+            resources = container.get("resources")
+            if type(resources) is not dict:
+                return False
+            requests, limits = resources.get("requests"), resources.get("limits")
+            if type(requests) is not dict or not (limits is None or type(limits) is dict):
+                return False
+            for resource in required:
+                if resource not in requests:
+                    return False
+            if not _within(requests, limits or _NO_LIMITS):
+                return False
+    return True
+
+
+_NO_LIMITS: dict[str, Any] = {}
+
+
+def _within(requests: dict[str, Any], limits: dict[str, Any]) -> bool:
+    """Every request and limit a plain, non-negative quantity string, no request over its
+    limit."""
+    try:
+        for resource, value in requests.items():
+            if type(value) is not str or (quantity := parse_quantity(value)) < _ZERO:
+                return False
+            limit = limits.get(resource, value)
+            if limit != value and (type(limit) is not str or quantity > parse_quantity(limit)):
+                return False
+        for resource, value in limits.items():
+            if resource not in requests and (type(value) is not str
+                                             or parse_quantity(value) < _ZERO):
+                return False
+    except QuantityError:
+        return False
+    return True
 
 
 def _container_problems(container: Container, required: tuple[str, ...]) -> list[str]:
