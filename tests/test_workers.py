@@ -4,6 +4,7 @@ metrics and readiness, passes SIGTERM on, and stops when a worker dies."""
 import json
 import os
 import signal
+import time
 import urllib.error
 import urllib.request
 
@@ -81,6 +82,18 @@ def test_a_dead_worker_stops_the_parent_with_status_1(pool):
     assert proc.wait(40) == 1
     assert not _alive(survivor)
     assert "exited; stopping the other workers" in proc.stderr.read()
+
+
+def test_a_killed_parent_takes_its_workers_with_it(pool):
+    proc, _, _, _ = pool
+    workers = _worker_pids(proc.pid)
+    assert len(workers) == 2
+    proc.kill()  # no SIGTERM to pass on: the kernel tells the workers (SIGTERM, a drain)
+    proc.wait(10)
+    deadline = time.monotonic() + 40
+    while [pid for pid in workers if _alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if _alive(pid)], "workers outlived their parent"
 
 
 def test_workers_must_be_a_positive_number(certs):

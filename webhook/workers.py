@@ -6,16 +6,20 @@ reloader and metrics, on a loopback port). The parent owns the metrics port: /me
 workers' counters and histograms (gauges: the highest value), /readyz is ready when every worker
 is, /healthz when every worker is alive. SIGTERM is passed on and each worker drains its own
 requests. A worker that dies takes the parent down with it (exit 1), so the kubelet restarts
-the pod instead of it running on with fewer workers than configured.
+the pod instead of it running on with fewer workers than configured; a parent that dies
+(even by SIGKILL) takes its workers with it, so none serves on without one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import multiprocessing
+import os
 import signal
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,7 +69,7 @@ def start_workers(count: int, target: WorkerMain, args: Any) -> list[Worker]:
     started = []
     for index in range(count):
         reader, writer = context.Pipe(duplex=False)
-        process = context.Process(target=target, args=(args, writer),
+        process = context.Process(target=_worker, args=(target, args, writer, os.getpid()),
                                   name=f"webhook-worker-{index}")
         process.start()
         writer.close()
@@ -86,6 +90,27 @@ def start_workers(count: int, target: WorkerMain, args: Any) -> list[Worker]:
         stop_workers([process for process, _ in started], timeout=5)
         raise
     return workers
+
+
+def _worker(target: WorkerMain, args: Any, report: Connection, parent: int) -> None:
+    stop_with_parent(parent)
+    target(args, report)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def stop_with_parent(parent: int) -> None:
+    """Have the kernel send this process SIGTERM (a graceful drain) when its parent dies, however
+    it dies; if it already has, drain now. Linux only: elsewhere a SIGKILLed parent leaves its
+    workers running, as it would without this."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("cannot ask to stop with the parent: %s", os.strerror(ctypes.get_errno()))
+    elif os.getppid() != parent:  # it died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def stop_workers(processes: list[BaseProcess], timeout: float) -> None:
