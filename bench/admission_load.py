@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -271,11 +272,9 @@ def measure(hey: str, targets: dict[str, str], body: Path, seconds: float, round
     return runs
 
 
-def measure_server_bound(hey: str, stack: ExitStack, made, kubeconfig: Path, body: Path,
-                         seconds: float, rounds: int) -> Runs:
-    """The floor and volcano-guard (one process each) alone on CPU 1, hey on CPU 0: the server
-    is the bottleneck, so throughput is the inverse of its CPU time a request, also recorded.
-    Interleaved closed-loop rounds, as measure()."""
+def start_pinned(stack: ExitStack, made, kubeconfig: Path) -> tuple[dict[str, str],
+                                                                     dict[str, int]]:
+    """The floor and volcano-guard (one process each) on CPU 1 only: their URLs and pids."""
     targets, pids = {}, {}
     for name, command in (("floor", floor_command),
                           ("volcano-guard", functools.partial(guard_command,
@@ -284,8 +283,38 @@ def measure_server_bound(hey: str, stack: ExitStack, made, kubeconfig: Path, bod
         proc = start(stack, ["taskset", "-c", PINNED_SERVER_CPU, *command(made, port=port)],
                      port)
         targets[name], pids[name] = f"https://127.0.0.1:{port}/validate", proc.pid
+    return targets, pids
+
+
+def measure_server_bound(hey: str, targets: dict[str, str], pids: dict[str, int], body: Path,
+                         seconds: float, rounds: int) -> Runs:
+    """Each pinned server alone on CPU 1, hey on CPU 0: the server is the bottleneck, so
+    throughput is the inverse of its CPU time a request, also recorded. Interleaved
+    closed-loop rounds, as measure()."""
     return measure(hey, targets, body, seconds, rounds, open_loop=False,
                    hey_cpus=PINNED_HEY_CPU, pids=pids)
+
+
+def measure_together(hey: str, targets: dict[str, str], pids: dict[str, int], body: Path,
+                     seconds: float, rounds: int) -> Runs:
+    """The pinned servers at the same time, each driven closed-loop by its own hey on CPU 0:
+    the kernel shares CPU 1 between them, so a change in the machine's speed (a fixed loop's
+    CPU time swings by half here between runs seconds apart) falls on both alike, where
+    interleaved rounds catch each in a different moment. Each server's CPU time a request is
+    its cost; "cpu_share" is the part of CPU 1 it used."""
+    runs: Runs = {name: [] for name in targets}
+    with ThreadPoolExecutor(len(targets)) as pool:
+        for _ in range(rounds):
+            used = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            running = {name: pool.submit(run_hey, hey, url, body, seconds, 50, None,
+                                         cpus=PINNED_HEY_CPU) for name, url in targets.items()}
+            results = {name: future.result() for name, future in running.items()}
+            for name, closed in results.items():
+                spent = cpu_seconds(pids[name]) - used[name]
+                closed["cpu_us"] = spent / closed["total"] * 1e6
+                closed["cpu_share"] = spent / seconds
+                runs[name].append({"closed": closed})
+    return runs
 
 
 def print_server_bound(runs: Runs) -> None:
@@ -300,6 +329,22 @@ def print_server_bound(runs: Runs) -> None:
               f"{ratio(rounds, floor, 'closed', 'rps'):>18}"
               f"{median(rounds, 'closed', 'cpu_us'):>12.1f}"
               f"{ratio(floor, rounds, 'closed', 'cpu_us'):>22}")  # floor's over this one's
+        report_failures(name, rounds)
+
+
+def print_together(runs: Runs) -> None:
+    print(f"\nPod CREATE, together: both servers on CPU {PINNED_SERVER_CPU} at the same time, "
+          f"each with its own hey on CPU {PINNED_HEY_CPU}, closed loop; medians of "
+          f"{len(runs['floor'])} rounds, ratios per round (range)")
+    print(f"{'server':<18}{'req/s':>10}{'x floor':>18}{'CPU us/req':>12}"
+          f"{'floor CPU / CPU':>22}{'CPU 1 share':>13}")
+    floor = runs["floor"]
+    for name, rounds in runs.items():
+        print(f"{name:<18}{median(rounds, 'closed', 'rps'):>10,.0f}"
+              f"{ratio(rounds, floor, 'closed', 'rps'):>18}"
+              f"{median(rounds, 'closed', 'cpu_us'):>12.1f}"
+              f"{ratio(floor, rounds, 'closed', 'cpu_us'):>22}"
+              f"{median(rounds, 'closed', 'cpu_share'):>13.2f}")
         report_failures(name, rounds)
 
 
@@ -365,8 +410,11 @@ def main() -> None:
               f"{ratio(runs['volcano-guard'], runs['kopf'], 'closed', 'rps')}")
 
         if (os.cpu_count() or 1) >= 2:
-            print_server_bound(measure_server_bound(hey, stack, made, kubeconfig, bodies["pod"],
+            targets, pids = start_pinned(stack, made, kubeconfig)
+            print_server_bound(measure_server_bound(hey, targets, pids, bodies["pod"],
                                                     args.seconds, args.rounds))
+            print_together(measure_together(hey, targets, pids, bodies["pod"], args.seconds,
+                                            args.rounds))
         else:
             print("\n(server-bound runs skipped: they need two CPUs)")
 
