@@ -5,7 +5,15 @@ import pytest
 
 from tests.builders import pod, review
 from webhook import decision
-from webhook.review import ReviewError, parse, respond
+from webhook.review import (
+    AdmissionRequest,
+    GroupVersionKind,
+    GroupVersionResource,
+    ReviewError,
+    UserInfo,
+    parse,
+    respond,
+)
 
 
 def test_parses_the_fields_policies_need():
@@ -21,6 +29,19 @@ def test_parses_the_fields_policies_need():
     assert request.user.groups == ("system:authenticated",)
     assert request.object["metadata"]["name"] == "train-0"
     assert request.dry_run is True
+
+
+def test_parsed_records_equal_ones_built_by_their_constructors():
+    """parse() builds its records with tuple.__new__, which checks no field count."""
+    body = review(pod(), uid="abc")
+    body["request"]["subResource"] = "status"
+    request = parse(body)
+    assert request == AdmissionRequest(
+        "abc", GroupVersionKind("", "v1", "Pod"), GroupVersionResource("", "v1", "pods"),
+        "CREATE", "status", "team-a", "train-0", UserInfo("alice", ("system:authenticated",)),
+        body["request"]["object"], None, None, False)
+    for record in (request, request.kind, request.resource, request.user):
+        assert len(record) == len(type(record)._fields)
 
 
 @pytest.mark.parametrize(
