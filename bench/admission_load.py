@@ -12,8 +12,10 @@ Each gets a closed-loop maximum (50 connections, no rate limit) and an open-loop
 requests/s with a ~4 KB Volcano pod, hey sharing the two cores with the server (the issue's
 setup). Then the floor and volcano-guard run server-bound: each alone on CPU 1 with hey on CPU 0
 (taskset), so throughput measures the server's own CPU time a request, also read from
-/proc; this ratio is stable where the shared-core one swings with the machine. Then the floor
-and volcano-guard get closed-loop runs with
+/proc. Then the same two pinned servers run together, each driven by its own hey on CPU 0:
+sharing CPU 1 at the same moments, they meet the same machine speed, and the ratio of their
+throughputs (of their CPU costs) stays within a few hundredths from round to round where the
+interleaved ones swing by half. Then the floor and volcano-guard get closed-loop runs with
 a Volcano Job and a PodGroup DELETE (the guarded path: no UID precondition, so the webhook lists
 the namespace's pods from the sandbox). `hey` (Debian package) and kopf (`pip install
 '.[bench]'`) are installed if missing; per-request latencies come from hey's CSV output.
