@@ -319,34 +319,20 @@ def measure_together(hey: str, targets: dict[str, str], pids: dict[str, int], bo
     return runs
 
 
-def print_server_bound(runs: Runs) -> None:
-    print(f"\nPod CREATE, server-bound: each server alone on CPU {PINNED_SERVER_CPU}, hey on CPU "
-          f"{PINNED_HEY_CPU}, closed loop; medians of {len(runs['floor'])} rounds, ratios per "
-          "round (range)")
-    print(f"{'server':<18}{'max req/s':>10}{'x floor':>18}{'CPU us/req':>12}"
-          f"{'floor CPU / CPU':>22}")
+def print_pinned(title: str, runs: Runs, rps_label: str = "max req/s",
+                 share: bool = False) -> None:
+    """A table of the pinned servers: throughput and CPU time a request, each as a ratio to the
+    floor's; with share, the part of CPU 1 each used."""
+    print(f"\n{title}; medians of {len(runs['floor'])} rounds, ratios per round (range)")
+    print(f"{'server':<18}{rps_label:>10}{'x floor':>18}{'CPU us/req':>12}"
+          f"{'floor CPU / CPU':>22}" + (f"{'CPU 1 share':>13}" if share else ""))
     floor = runs["floor"]
     for name, rounds in runs.items():
         print(f"{name:<18}{median(rounds, 'closed', 'rps'):>10,.0f}"
               f"{ratio(rounds, floor, 'closed', 'rps'):>18}"
               f"{median(rounds, 'closed', 'cpu_us'):>12.1f}"
-              f"{ratio(floor, rounds, 'closed', 'cpu_us'):>22}")  # floor's over this one's
-        report_failures(name, rounds)
-
-
-def print_together(runs: Runs) -> None:
-    print(f"\nPod CREATE, together: both servers on CPU {PINNED_SERVER_CPU} at the same time, "
-          f"each with its own hey on CPU {PINNED_HEY_CPU}, closed loop; medians of "
-          f"{len(runs['floor'])} rounds, ratios per round (range)")
-    print(f"{'server':<18}{'req/s':>10}{'x floor':>18}{'CPU us/req':>12}"
-          f"{'floor CPU / CPU':>22}{'CPU 1 share':>13}")
-    floor = runs["floor"]
-    for name, rounds in runs.items():
-        print(f"{name:<18}{median(rounds, 'closed', 'rps'):>10,.0f}"
-              f"{ratio(rounds, floor, 'closed', 'rps'):>18}"
-              f"{median(rounds, 'closed', 'cpu_us'):>12.1f}"
-              f"{ratio(floor, rounds, 'closed', 'cpu_us'):>22}"
-              f"{median(rounds, 'closed', 'cpu_share'):>13.2f}")
+              f"{ratio(floor, rounds, 'closed', 'cpu_us'):>22}"  # floor's over this one's
+              + (f"{median(rounds, 'closed', 'cpu_share'):>13.2f}" if share else ""))
         report_failures(name, rounds)
 
 
@@ -413,10 +399,14 @@ def main() -> None:
 
         if (os.cpu_count() or 1) >= 2:
             targets, pids = start_pinned(stack, made, kubeconfig)
-            print_server_bound(measure_server_bound(hey, targets, pids, bodies["pod"],
-                                                    args.seconds, args.rounds))
-            print_together(measure_together(hey, targets, pids, bodies["pod"], args.seconds,
-                                            args.rounds))
+            print_pinned(f"Pod CREATE, server-bound: each server alone on CPU {PINNED_SERVER_CPU}"
+                         f", hey on CPU {PINNED_HEY_CPU}, closed loop",
+                         measure_server_bound(hey, targets, pids, bodies["pod"], args.seconds,
+                                              args.rounds))
+            print_pinned(f"Pod CREATE, together: both servers on CPU {PINNED_SERVER_CPU} at the "
+                         f"same time, each with its own hey on CPU {PINNED_HEY_CPU}, closed loop",
+                         measure_together(hey, targets, pids, bodies["pod"], args.seconds,
+                                          args.rounds), rps_label="req/s", share=True)
         else:
             print("\n(server-bound runs skipped: they need two CPUs)")
 
