@@ -75,7 +75,7 @@ def pod_templates(group: str, kind: str, obj: dict[str, Any], volcano_default: s
     PodTemplate
 ]:
     """Every pod spec in obj; volcano_default is the scheduler Volcano gives a Job without one."""
-    if (group, kind) == ("", "Pod"):
+    if (group, kind) == POD:
         spec = _mapping(obj.get("spec"), ("spec",))
         return [PodTemplate(("spec",), spec, _scheduler(spec, ("spec",)) or DEFAULT_SCHEDULER)]
     if is_volcano_job(group, kind):

@@ -112,8 +112,6 @@ def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext,
         answers.append(answer)
         results.append(PolicyResult(policy, mode, verdict, outcome))
     if not answers:
-        return Evaluation(_ALLOWED, tuple(results))
+        return Evaluation(decisions.allowed(), tuple(results))
     return Evaluation(decisions.combine(answers), tuple(results))
 
-
-_ALLOWED = decisions.allowed()

@@ -139,7 +139,7 @@ def pin_to_node(affinity: Any, node: str) -> dict[str, Any]:
 
 def _bound_node(request: AdmissionRequest, context: PolicyContext) -> str | None:
     """The node a pod CREATE names, unless the pod or its creator is exempt."""
-    pod = request.created("", "Pod")
+    pod = request.created(*POD)
     if pod is None:
         return None
     spec = pod.get("spec")

@@ -125,7 +125,7 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
 
 def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     """Pod CREATE naming a PodGroup: record the generation of the incarnation it joins."""
-    pod = request.created("", "Pod")
+    pod = request.created(*POD)
     if pod is None:
         return None
     annotations = _annotations(pod)

@@ -39,7 +39,7 @@ def settings(config: Config) -> SidecarInjectionConfig:
 
 
 def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
-    pod = request.created("", "Pod")
+    pod = request.created(*POD)
     if pod is None:
         return None
     metadata = object_at(pod, "metadata")
