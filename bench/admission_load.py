@@ -10,14 +10,15 @@ In one run, side by side:
 
 Each gets a closed-loop maximum (50 connections, no rate limit) and an open-loop 1,000
 requests/s with a ~4 KB Volcano pod, hey sharing the two cores with the server (the issue's
-setup). Then the floor and volcano-guard run server-bound: each alone on CPU 1 with hey on CPU 0
-(taskset), so throughput measures the server's own CPU time a request, also read from
-/proc. Then the same two pinned servers run together, each driven by its own hey on CPU 0:
-sharing CPU 1 at the same moments, they meet the same machine speed, and the ratio of their
-throughputs (of their CPU costs) stays within a few hundredths from round to round where the
-interleaved ones swing by half. Then the floor and volcano-guard get closed-loop runs with
-a Volcano Job and a PodGroup DELETE (the guarded path: no UID precondition, so the webhook lists
-the namespace's pods from the sandbox). `hey` (Debian package) and kopf (`pip install
+setup). The closed loops run in turns (bench/hey.py run_hey_in_turns): a paused hey per server,
+each let run a quarter second at a time while the others wait, so every server is measured
+alone yet in the same moments: this machine's speed swings by a third for seconds at a time,
+and back-to-back runs of seconds each put one server in a fast spell, the next in a slow one.
+Then the floor and volcano-guard run server-bound: each alone on CPU 1 with hey on CPU 0
+(taskset), so throughput measures the server's own CPU time a request, also read from /proc.
+Then the floor and volcano-guard get closed-loop runs with a Volcano Job and a PodGroup DELETE
+(the guarded path: no UID precondition, so the webhook lists the namespace's pods from the
+sandbox). `hey` (Debian package) and kopf (`pip install
 '.[bench]'`) are installed if missing; per-request latencies come from hey's CSV output.
 
     .venv/bin/python bench/admission_load.py [--seconds 5] [--rounds 3] [--workers 2]
@@ -34,13 +35,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.hey import ensure_hey, run_hey
+from bench.hey import ensure_hey, run_hey, run_hey_in_turns
 from certs.generate import generate
 from volcano_guard.kubeconfig import write_kubeconfig
 from volcano_guard.processes import cpu_seconds, free_port, wait_for_port
@@ -254,23 +254,21 @@ PINNED_SERVER_CPU, PINNED_HEY_CPU = "1", "0"  # the server-bound runs' CPUs (tas
 def measure(hey: str, targets: dict[str, str], body: Path, seconds: float, rounds: int, *,
             open_loop: bool = True, hey_cpus: str | None = None,
             pids: dict[str, int] | None = None) -> Runs:
-    """Interleaved rounds (server A, B, C, then again), so that a slow patch of the machine
-    lands on every server; each round a closed loop and, if asked, the 1,000 req/s open loop.
-    hey runs on hey_cpus if given; with the servers' pids, each closed loop also records the
+    """Each round: the closed-loop maxima, measured in turns (run_hey_in_turns: every server
+    alone, yet in the same moments of the machine, `seconds` of turns each), then if asked
+    the 1,000 req/s open loop of each server in turn (interleaved rounds: at a fifth of the
+    floor's capacity the machine's swings move latency far less than they move throughput).
+    hey runs on hey_cpus if given; with the servers' pids, closed loops also record each
     server's CPU time a request ("cpu_us")."""
     for url in targets.values():
         run_hey(hey, url, body, 2, 10, None, cpus=hey_cpus)  # warm up
-    runs: Runs = {name: [] for name in targets}
-    for _ in range(rounds):
+    cpu_time = (lambda name: cpu_seconds(pids[name])) if pids else None
+    closed = run_hey_in_turns(hey, targets, body, rounds, seconds, cpus=hey_cpus,
+                              cpu_time=cpu_time)
+    runs: Runs = {name: [{"closed": result} for result in closed[name]] for name in targets}
+    for index in range(rounds if open_loop else 0):
         for name, url in targets.items():
-            used = cpu_seconds(pids[name]) if pids else 0.0
-            closed = run_hey(hey, url, body, seconds, 50, None, cpus=hey_cpus)
-            if pids:
-                closed["cpu_us"] = (cpu_seconds(pids[name]) - used) / closed["total"] * 1e6
-            result = {"closed": closed}
-            if open_loop:
-                result["open"] = run_hey(hey, url, body, seconds, 10, 100, cpus=hey_cpus)
-            runs[name].append(result)
+            runs[name][index]["open"] = run_hey(hey, url, body, seconds, 10, 100, cpus=hey_cpus)
     return runs
 
 
@@ -291,48 +289,24 @@ def start_pinned(stack: ExitStack, made, kubeconfig: Path) -> tuple[dict[str, st
 def measure_server_bound(hey: str, targets: dict[str, str], pids: dict[str, int], body: Path,
                          seconds: float, rounds: int) -> Runs:
     """Each pinned server alone on CPU 1, hey on CPU 0: the server is the bottleneck, so
-    throughput is the inverse of its CPU time a request, also recorded. Interleaved
-    closed-loop rounds, as measure()."""
+    throughput is the inverse of its CPU time a request, also recorded. Closed loops in
+    turns, as measure()."""
     return measure(hey, targets, body, seconds, rounds, open_loop=False,
                    hey_cpus=PINNED_HEY_CPU, pids=pids)
 
 
-def measure_together(hey: str, targets: dict[str, str], pids: dict[str, int], body: Path,
-                     seconds: float, rounds: int) -> Runs:
-    """The pinned servers at the same time, each driven closed-loop by its own hey on CPU 0:
-    the kernel shares CPU 1 between them, so a change in the machine's speed (a fixed loop's
-    CPU time swings by half here between runs seconds apart) falls on both alike, where
-    interleaved rounds catch each in a different moment. Each server's CPU time a request is
-    its cost; "cpu_share" is the part of CPU 1 it used."""
-    runs: Runs = {name: [] for name in targets}
-    with ThreadPoolExecutor(len(targets)) as pool:
-        for _ in range(rounds):
-            used = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            running = {name: pool.submit(run_hey, hey, url, body, seconds, 50, None,
-                                         cpus=PINNED_HEY_CPU) for name, url in targets.items()}
-            results = {name: future.result() for name, future in running.items()}
-            for name, closed in results.items():
-                spent = cpu_seconds(pids[name]) - used[name]
-                closed["cpu_us"] = spent / closed["total"] * 1e6
-                closed["cpu_share"] = spent / seconds
-                runs[name].append({"closed": closed})
-    return runs
-
-
-def print_pinned(title: str, runs: Runs, rps_label: str = "max req/s",
-                 share: bool = False) -> None:
+def print_pinned(title: str, runs: Runs) -> None:
     """A table of the pinned servers: throughput and CPU time a request, each as a ratio to the
-    floor's; with share, the part of CPU 1 each used."""
+    floor's."""
     print(f"\n{title}; medians of {len(runs['floor'])} rounds, ratios per round (range)")
-    print(f"{'server':<18}{rps_label:>10}{'x floor':>18}{'CPU us/req':>12}"
-          f"{'floor CPU / CPU':>22}" + (f"{'CPU 1 share':>13}" if share else ""))
+    print(f"{'server':<18}{'max req/s':>10}{'x floor':>18}{'CPU us/req':>12}"
+          f"{'floor CPU / CPU':>22}")
     floor = runs["floor"]
     for name, rounds in runs.items():
         print(f"{name:<18}{median(rounds, 'closed', 'rps'):>10,.0f}"
               f"{ratio(rounds, floor, 'closed', 'rps'):>18}"
               f"{median(rounds, 'closed', 'cpu_us'):>12.1f}"
-              f"{ratio(floor, rounds, 'closed', 'cpu_us'):>22}"  # floor's over this one's
-              + (f"{median(rounds, 'closed', 'cpu_share'):>13.2f}" if share else ""))
+              f"{ratio(floor, rounds, 'closed', 'cpu_us'):>22}")  # floor's over this one's
         report_failures(name, rounds)
 
 
@@ -371,7 +345,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per run (default 5)")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="interleaved rounds; medians are reported (default 3)")
+                        help="rounds; medians and per-round ratios are reported (default 3)")
     parser.add_argument("--workers", type=int, default=2,
                         help="also run volcano-guard with this many worker processes, next to "
                         "as many floor processes (1: skip)")
@@ -403,10 +377,6 @@ def main() -> None:
                          f", hey on CPU {PINNED_HEY_CPU}, closed loop",
                          measure_server_bound(hey, targets, pids, bodies["pod"], args.seconds,
                                               args.rounds))
-            print_pinned(f"Pod CREATE, together: both servers on CPU {PINNED_SERVER_CPU} at the "
-                         f"same time, each with its own hey on CPU {PINNED_HEY_CPU}, closed loop",
-                         measure_together(hey, targets, pids, bodies["pod"], args.seconds,
-                                          args.rounds), rps_label="req/s", share=True)
         else:
             print("\n(server-bound runs skipped: they need two CPUs)")
 
