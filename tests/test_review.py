@@ -2,6 +2,8 @@ import base64
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.builders import pod, review
 from webhook import decision
@@ -91,6 +93,44 @@ def test_the_first_wrong_optional_field_is_the_one_named():
     body["request"].update(name=1, dryRun="no")
     with pytest.raises(ReviewError, match=r"request\.name must be a string"):
         parse(body)
+
+
+json_values = st.none() | st.booleans() | st.integers() | st.text(max_size=3) | st.lists(
+    st.integers(), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+ENVELOPE_FIELDS = ["uid", "operation", "subResource", "namespace", "name", "object",
+                   "oldObject", "options", "dryRun"]
+OPTIONAL_TYPES = {"subResource": str, "namespace": str, "name": str, "object": dict,
+                  "oldObject": dict, "options": dict, "dryRun": bool}
+
+
+@settings(max_examples=500, deadline=None)
+@given(changes=st.dictionaries(st.sampled_from(ENVELOPE_FIELDS), json_values | st.just(...),
+                               max_size=4))
+def test_any_mix_of_field_types_is_parsed_or_refused_naming_the_first_wrong_field(changes):
+    """parse() checks the fields in one expression and _refusal() explains a refusal: the two
+    must agree on every value (a disagreement would raise AssertionError, an HTTP 500)."""
+    body = review(pod())
+    for key, value in changes.items():
+        if value is ...:
+            body["request"].pop(key, None)
+        else:
+            body["request"][key] = value
+    try:
+        request = parse(body)
+    except ReviewError as exc:
+        wrong = next(key for key in ENVELOPE_FIELDS if f"request.{key} " in str(exc))
+        # Every field before the one named is fine on its own.
+        for key in ENVELOPE_FIELDS[:ENVELOPE_FIELDS.index(wrong)]:
+            alone = review(pod())
+            if key in changes:
+                alone["request"][key] = body["request"].get(key)
+            parse(alone)
+    else:
+        fields = body["request"]
+        assert isinstance(fields["uid"], str) and fields["uid"] == request.uid
+        assert fields["operation"] in ("CREATE", "UPDATE", "DELETE", "CONNECT")
+        for key, kind in OPTIONAL_TYPES.items():
+            assert fields.get(key) is None or isinstance(fields[key], kind), key
 
 
 def test_optional_fields_may_be_null_or_absent():

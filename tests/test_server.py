@@ -13,6 +13,7 @@ from tests.builders import container, pod, review
 from tests.conftest import HOSTNAME, start_webhook
 from volcano_guard.jsonpatch import apply_patch
 from webhook.config import config_from_dict
+from webhook.server import InFlight
 
 FULL = {"cpu": "1", "memory": "1Gi"}
 
@@ -211,3 +212,21 @@ async def test_concurrent_admissions_each_get_their_own_uid(webhook):
     for i, response in results:
         assert response["uid"] == f"c-{i}"
         assert response["allowed"] is bool(i % 2)
+
+
+async def test_in_flight_wait_ends_with_the_last_request_or_at_the_timeout():
+    in_flight = InFlight()
+    assert await in_flight.wait_idle(0.01)  # nothing started: at once
+    in_flight.enter()
+    in_flight.enter()
+    waiting = asyncio.ensure_future(in_flight.wait_idle(5))
+    await asyncio.sleep(0.01)
+    in_flight.leave()
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # one is still in flight
+    in_flight.leave()
+    assert await asyncio.wait_for(waiting, 1)
+    in_flight.enter()
+    assert not await in_flight.wait_idle(0.05)  # never finishes: the wait gives up
+    in_flight.leave()  # after a timed-out wait, leaving still works
+    assert in_flight.count == 0

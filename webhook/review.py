@@ -97,33 +97,54 @@ def parse(document: Any) -> AdmissionRequest:
     request = document.get("request")
     if not isinstance(request, dict):
         raise ReviewError("request is missing or not an object")
-    uid = request.get("uid")
-    if not isinstance(uid, str) or not uid:
-        raise ReviewError("request.uid is missing or not a non-empty string")
-    operation = request.get("operation")
-    if operation not in OPERATIONS:
-        raise ReviewError(f"request.operation {shown(operation)} is not one of "
-                          f"{', '.join(OPERATIONS)}")
-    for key, kind, expected in _OPTIONAL_FIELDS:
-        value = request.get(key)
-        if value is not None and not isinstance(value, kind):
-            raise ReviewError(f"request.{key} must be {expected}")
+    # Every field read once and checked in one expression, no loop: this runs on every
+    # admission. _refusal() says which field is wrong.
+    get = request.get
+    uid, operation = get("uid"), get("operation")
+    sub_resource, namespace, name = get("subResource"), get("namespace"), get("name")
+    obj, old_object, options, dry_run = get("object"), get("oldObject"), get("options"), get(
+        "dryRun")
+    if not (isinstance(uid, str) and uid and operation in OPERATIONS
+            and (sub_resource is None or isinstance(sub_resource, str))
+            and (namespace is None or isinstance(namespace, str))
+            and (name is None or isinstance(name, str))
+            and (obj is None or isinstance(obj, dict))
+            and (old_object is None or isinstance(old_object, dict))
+            and (options is None or isinstance(options, dict))
+            and (dry_run is None or isinstance(dry_run, bool))):
+        raise _refusal(request)
     # Records built with tuple.__new__, skipping the NamedTuples' own __new__ (a Python call,
     # ~1,300 instructions each); positional, no helper calls: this runs on every admission.
     return _new(AdmissionRequest, (
         uid,
-        _new(GroupVersionKind, _names(request, "kind", "kind")),
-        _new(GroupVersionResource, _names(request, "resource", "resource")),
+        _new(GroupVersionKind, _names(get("kind"), "kind", "kind")),
+        _new(GroupVersionResource, _names(get("resource"), "resource", "resource")),
         operation,
-        request.get("subResource") or "",
-        request.get("namespace") or "",
-        request.get("name") or "",
-        _user(request.get("userInfo")),
-        request.get("object"),
-        request.get("oldObject"),
-        request.get("options"),
-        request.get("dryRun") or False,
+        sub_resource or "",
+        namespace or "",
+        name or "",
+        _user(get("userInfo")),
+        obj,
+        old_object,
+        options,
+        dry_run or False,
     ))
+
+
+def _refusal(request: dict[str, Any]) -> ReviewError:
+    """What is wrong with a request whose fields parse() refused, the first wrong one named."""
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return ReviewError("request.uid is missing or not a non-empty string")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        return ReviewError(f"request.operation {shown(operation)} is not one of "
+                           f"{', '.join(OPERATIONS)}")
+    for key, kind, expected in _OPTIONAL_FIELDS:
+        value = request.get(key)
+        if value is not None and not isinstance(value, kind):
+            return ReviewError(f"request.{key} must be {expected}")
+    raise AssertionError(f"parse() refused a well-formed request: {shown(request)}")
 
 
 _new = tuple.__new__
@@ -173,9 +194,8 @@ def _metadata(obj: dict[str, Any] | None) -> dict[str, Any]:
     return object_at(obj or {}, "metadata")
 
 
-def _names(request: dict[str, Any], key: str, last: str) -> tuple[str, str, str]:
-    """request[key]'s (group, version, <last>): strings, non-empty except the group."""
-    value = request.get(key)
+def _names(value: Any, key: str, last: str) -> tuple[str, str, str]:
+    """request[key] (value)'s (group, version, <last>): strings, non-empty except the group."""
     if not isinstance(value, dict):
         raise ReviewError(f"request.{key} is missing or not an object")
     group, version, name = value.get("group", ""), value.get("version"), value.get(last)

@@ -43,28 +43,32 @@ SHUTDOWN_TIMEOUT = 30.0  # seconds SIGTERM waits for started requests
 class InFlight:
     """Requests being handled now. aiohttp stops reading a connection once shutdown begins, so
     graceful shutdown first closes the listener, then waits here for every started request,
-    its body included, before handing over to aiohttp's cleanup. Event-loop owned: no lock."""
+    its body included, before handing over to aiohttp's cleanup. Event-loop owned: no lock.
+    Only a waiter gets a future to wake: a request's count costs two additions."""
 
     def __init__(self) -> None:
         self.count = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle: asyncio.Future[None] | None = None
 
     def enter(self) -> None:
         self.count += 1
-        self._idle.clear()
 
     def leave(self) -> None:
         self.count -= 1
-        if self.count == 0:
-            self._idle.set()
+        if self.count == 0 and self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
 
     async def wait_idle(self, timeout: float) -> bool:
+        if self.count == 0:
+            return True
+        self._idle = asyncio.get_running_loop().create_future()
         try:
             async with asyncio.timeout(timeout):
-                await self._idle.wait()
+                await self._idle
         except TimeoutError:
             return False
+        finally:
+            self._idle = None
         return True
 
 
