@@ -78,12 +78,14 @@ def run_hey_in_turns(hey: str, urls: dict[str, str], body: Path, rounds: int, se
     completed in the round over the time of its turns), "total", "ok", p50/p99/p99.9 of the
     requests sent and answered within one turn, and with cpu_time (name -> the server's CPU
     seconds so far) "cpu_us", its CPU time a request."""
-    paused = {name: _start_paused([*_hey_args(hey, body, concurrency, cpus), "-z", "24h", url])
-              for name, url in urls.items()}
     names = list(urls)
     cycles = max(1, round(seconds / turn))
     results: dict[str, list[dict]] = {name: [] for name in names}
+    paused: dict[str, _Paused] = {}
     try:
+        for name, url in urls.items():
+            paused[name] = _start_paused([*_hey_args(hey, body, concurrency, cpus), "-z", "24h",
+                                          url])
         begins, spent = [], []
         for _ in range(rounds):
             used = {name: cpu_time(name) for name in names} if cpu_time else {}
@@ -121,6 +123,8 @@ def _start_paused(args: list[str]) -> _Paused:
     process = subprocess.Popen(["sh", "-c", 'kill -STOP $$; exec "$@"', "sh", *args],
                                stdout=subprocess.PIPE, text=True)
     while _state(process.pid) != "T":
+        if process.poll() is not None:
+            raise RuntimeError(f"{args[0]} exited before its first turn")
         time.sleep(0.001)
     return _Paused(process)
 
@@ -135,6 +139,8 @@ def _run_turn(paused: _Paused, seconds: float) -> None:
     time.sleep(seconds)
     os.kill(paused.process.pid, signal.SIGSTOP)
     paused.turns.append((begun, time.time()))
+    if paused.process.poll() is not None:
+        raise RuntimeError(f"hey exited during its turn (exit status {paused.process.returncode})")
 
 
 def _stop_and_read(paused: dict[str, _Paused]) -> dict[str, list[tuple[float, float, bool]]]:

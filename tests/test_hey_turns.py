@@ -80,3 +80,11 @@ def test_servers_take_turns_and_each_answer_is_counted(hey: str, tmp_path: Path)
             # Its rate counts its own turns only (`seconds` of them), not the round's others.
             assert result["rps"] > result["total"] / seconds * 0.8
             assert 0 < result["p50"] <= result["p99"] <= result["p999"]
+
+
+def test_a_load_generator_that_cannot_run_is_reported_not_waited_for(tmp_path: Path) -> None:
+    body = tmp_path / "body.json"
+    body.write_text("{}")
+    with pytest.raises(RuntimeError, match="exit status 127"):
+        run_hey_in_turns(str(tmp_path / "no-such-hey"), {"a": "http://127.0.0.1:1/"}, body,
+                         rounds=1, seconds=0.2, turn=0.1)
