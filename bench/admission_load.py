@@ -343,7 +343,8 @@ def report_failures(name: str, rounds: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="per run (default 5)")
+    parser.add_argument("--seconds", type=float, default=5.0,
+                        help="per server and round: of turns, and of each open loop (default 5)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds; medians and per-round ratios are reported (default 3)")
     parser.add_argument("--workers", type=int, default=2,
