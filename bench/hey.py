@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from volcano_guard.processes import stat_fields
+
 
 def find_hey(install: bool = True) -> str | None:
     """hey's path, installing the Debian package when missing (and allowed); None if absent."""
@@ -122,15 +124,11 @@ def _start_paused(args: list[str]) -> _Paused:
     # The shell stops itself before it execs hey, so not one request leaves before its turn.
     process = subprocess.Popen(["sh", "-c", 'kill -STOP $$; exec "$@"', "sh", *args],
                                stdout=subprocess.PIPE, text=True)
-    while _state(process.pid) != "T":
+    while stat_fields(process.pid)[0] != "T":
         if process.poll() is not None:
             raise RuntimeError(f"{args[0]} exited before its first turn")
         time.sleep(0.001)
     return _Paused(process)
-
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def _run_turn(paused: _Paused, seconds: float) -> None:
@@ -140,7 +138,8 @@ def _run_turn(paused: _Paused, seconds: float) -> None:
     os.kill(paused.process.pid, signal.SIGSTOP)
     paused.turns.append((begun, time.time()))
     if paused.process.poll() is not None:
-        raise RuntimeError(f"hey exited during its turn (exit status {paused.process.returncode})")
+        raise RuntimeError("the load generator exited during its turn (exit status "
+                           f"{paused.process.returncode})")
 
 
 def _stop_and_read(paused: dict[str, _Paused]) -> dict[str, list[tuple[float, float, bool]]]:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.builders import container, pod, review
 from tests.processes import post_once, start_cli, wait_for_log
+from volcano_guard.processes import stat_fields
 from webhook.workers import merge_metrics
 
 NO_CLUSTER = ("policies: {nodeName: {mode: off, bindingGuard: {mode: off}}, podGroups: "
@@ -147,8 +148,7 @@ def _worker_pids(pid: int) -> list[int]:
 
 def _alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
+        return stat_fields(pid)[0] != "Z"
     except FileNotFoundError:
         return False
 

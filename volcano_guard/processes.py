@@ -38,5 +38,11 @@ def memory_kib(pid: int | str = "self", field: str = "VmRSS") -> int:
 
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU time the process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (which may hold spaces and parentheses):
+    [0] the state (R, S, T stopped, Z zombie...), [11] and [12] user and system CPU ticks."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
