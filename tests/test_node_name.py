@@ -8,10 +8,11 @@ import pytest
 from tests.builders import container, pod, review
 from volcano_guard.informer import empty_snapshot, static_snapshot
 from volcano_guard.jsonpatch import apply_patch
+from volcano_guard.node_selectors import is_managed, selector_set
 from webhook.config import config_from_dict
 from webhook.policies import evaluate
 from webhook.policies.base import PolicyContext
-from webhook.policies.node_name import is_managed, pin_to_node
+from webhook.policies.node_name import pin_to_node
 from webhook.review import parse
 
 NODES = static_snapshot({
@@ -52,7 +53,7 @@ def run(phase, obj, ctx, user="alice", groups=("system:authenticated",), namespa
     ],
 )
 def test_managed_nodes_follow_volcanos_node_selector_rule(labels, selectors, managed):
-    assert is_managed(labels, selectors) is managed
+    assert is_managed(labels, selector_set(selectors)) is managed
 
 
 def test_denies_node_name_on_a_managed_node_naming_pod_node_and_fix():

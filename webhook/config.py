@@ -8,14 +8,15 @@ ConfigError naming its full path (`policies.resourceRequests.mode`).
 from __future__ import annotations
 
 import dataclasses
-import re
 import typing
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
+from volcano_guard.node_selectors import kept_selector, selector_set
 from volcano_guard.quantity import QuantityError, parse_quantity
 
 Mode = Literal["enforce", "warn", "audit", "off"]
@@ -54,6 +55,11 @@ class NodeNameConfig:
     exemptGroups: tuple[str, ...] = ()
     allowDaemonSets: bool = True
     bindingGuard: BindingGuardConfig = field(default_factory=BindingGuardConfig)
+
+    @cached_property
+    def managed_selectors(self) -> frozenset[str]:
+        """managedNodeSelectors as Volcano's scheduler holds them (node_selectors)."""
+        return selector_set(self.managedNodeSelectors)
 
 
 @dataclass(frozen=True)
@@ -208,15 +214,19 @@ def _check_semantics(config: Config) -> None:
             if quantity < 0:
                 raise ConfigError(f"{where}.{name}: {text!r} is negative")
     for i, selector in enumerate(config.policies.nodeName.managedNodeSelectors):
-        if not _NODE_SELECTOR.fullmatch(selector):
-            raise ConfigError(
-                f"policies.nodeName.managedNodeSelectors[{i}]: {selector!r} is not in the "
-                "Volcano scheduler's --node-selector format key:value"
-            )
+        _check_node_selector(selector, f"policies.nodeName.managedNodeSelectors[{i}]")
 
 
-# Volcano splits each --node-selector on ':' and needs exactly a key and a value.
-_NODE_SELECTOR = re.compile(r"[^:\s]+:[^:\s]*")
+def _check_node_selector(selector: str, where: str) -> None:
+    # Volcano's scheduler silently ignores such an entry; refusing it keeps both lists equal in
+    # effect instead of leaving an operator to wonder which nodes are protected.
+    if "," in selector:
+        raise ConfigError(f"{where}: {selector!r} holds a comma; the scheduler's --node-selector "
+                          "splits on commas, so write one key:value a list item")
+    if kept_selector(selector) is None:
+        raise ConfigError(f"{where}: {selector!r} is not in the Volcano scheduler's "
+                          "--node-selector format key:value (a ':' followed by a value); "
+                          "the scheduler ignores such an entry")
 
 
 def _join(where: str, key: str) -> str:

@@ -8,16 +8,17 @@ does, and hands the pod to Volcano. The binding guard refuses `pods/binding` ont
 by anyone but the configured Volcano scheduler identities.
 
 Managed nodes are chosen as the Volcano scheduler's `--node-selector key:value` flags choose
-them: a node is managed if any selector matches one of its labels; no selectors, every node.
+them (volcano_guard.node_selectors): a node is managed if any selector matches one of its labels;
+no selectors, every node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from volcano_guard import jsonpatch
 from volcano_guard.jsonbody import object_at
+from volcano_guard.node_selectors import is_managed
 from webhook.config import Config, NodeNameConfig
 from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
 from webhook.review import AdmissionRequest
@@ -33,17 +34,6 @@ def settings(config: Config) -> NodeNameConfig:
     return config.policies.nodeName
 
 
-def is_managed(labels: Mapping[str, str], selectors: tuple[str, ...]) -> bool:
-    """Volcano's --node-selector rule: any key:value matches, or no selectors at all."""
-    if not selectors:
-        return True
-    for selector in selectors:
-        key, _, value = selector.partition(":")
-        if labels.get(key) == value:
-            return True
-    return False
-
-
 def node_decision(node: str, context: PolicyContext) -> str | None:
     """Why the pod may not go to node ('managed', 'unknown', 'not synced'), or None."""
     config = settings(context.config)
@@ -53,7 +43,7 @@ def node_decision(node: str, context: PolicyContext) -> str | None:
     labels = nodes.items.get(node)
     if labels is None:
         return "unknown" if config.unknownNodes == "deny" else None
-    return "managed" if is_managed(labels, config.managedNodeSelectors) else None
+    return "managed" if is_managed(labels, config.managed_selectors) else None
 
 
 def validate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
