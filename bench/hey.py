@@ -35,28 +35,61 @@ def ensure_hey() -> str:
     return path
 
 
+# hey's report keeps at most this many results (requester.go maxResult); its CSV lists no more.
+HEY_MAX_RESULTS = 1_000_000
+_REQUESTS_A_RUN = HEY_MAX_RESULTS // 2
+
+
 def run_hey(hey: str, url: str, body: Path, seconds: float, concurrency: int,
             rate_per_worker: float | None, *, requests: int | None = None,
             cpus: str | None = None) -> dict:
     """POST body to url for `seconds` (or exactly `requests` times) from concurrency workers,
     each at rate_per_worker requests/s if given; hey runs on the given CPUs (taskset list) if
     any. hey's CSV lists only the requests that got an HTTP answer, so throughput counts
-    answers; with `requests`, "lost" counts the rest (connection errors and timeouts)."""
-    if requests:
-        requests -= requests % concurrency  # hey sends requests // concurrency per worker
+    answers; with `requests`, "lost" counts the rest (connection errors and timeouts). Many
+    requests are sent as consecutive hey runs that each stay below hey's result limit, so the
+    count never depends on how fast the machine is."""
     args = _hey_args(hey, body, concurrency, cpus)
-    args += ["-n", str(requests)] if requests else ["-z", f"{seconds}s"]
     if rate_per_worker:
         args += ["-q", str(rate_per_worker)]
-    out = subprocess.run([*args, url], capture_output=True, text=True, check=True).stdout
-    rows = list(csv.DictReader(io.StringIO(out)))
-    if not rows:
+    if requests:
+        requests -= requests % concurrency  # hey sends requests // concurrency per worker
+        step = _REQUESTS_A_RUN - _REQUESTS_A_RUN % concurrency
+        runs = [_answers([*args, "-n", str(min(step, requests - sent)), url])
+                for sent in range(0, requests, step)]
+    else:
+        runs = [_answers([*args, "-z", f"{seconds}s", url])]
+    times = [taken for run in runs for taken in run.times]
+    if not times:
         raise RuntimeError(f"hey got no answer from {url}")
-    elapsed = max(float(r["offset"]) + float(r["response-time"]) for r in rows)
-    return {"rps": len(rows) / (elapsed if requests else seconds), "total": len(rows),
-            "ok": sum(1 for r in rows if r["status-code"] == "200"),
-            "lost": (requests - len(rows)) if requests else 0,
-            **_quantiles(float(r["response-time"]) for r in rows)}
+    elapsed = sum(run.elapsed for run in runs) if requests else seconds
+    return {"rps": len(times) / elapsed, "total": len(times),
+            "ok": sum(run.ok for run in runs), "lost": (requests - len(times)) if requests else 0,
+            **_quantiles(times)}
+
+
+@dataclass
+class _Answers:
+    """One hey run's answered requests: response times (s), how many were 200, and the time
+    from its first request to its last answer."""
+
+    times: list[float]
+    ok: int
+    elapsed: float
+
+
+def _answers(command: list[str]) -> _Answers:
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    answers = _Answers([], 0, 0.0)
+    for row in csv.DictReader(io.StringIO(out)):
+        taken = float(row["response-time"])
+        answers.times.append(taken)
+        answers.ok += row["status-code"] == "200"
+        answers.elapsed = max(answers.elapsed, float(row["offset"]) + taken)
+    if len(answers.times) >= HEY_MAX_RESULTS:
+        raise RuntimeError(f"hey kept only its first {HEY_MAX_RESULTS:,} results; run it for "
+                           "fewer requests or seconds")
+    return answers
 
 
 @dataclass

@@ -15,6 +15,14 @@ from certs.tls import client_context
 from tests.conftest import HOSTNAME
 
 
+def admissions_counted(metrics: str) -> float:
+    """How many admissions a webhook answered, read from its /metrics text."""
+    for line in metrics.splitlines():
+        if line.startswith("volcano_guard_admission_duration_seconds_count"):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def start_cli(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", *args],
                             stderr=subprocess.PIPE, text=True)

@@ -1,5 +1,6 @@
-"""bench/hey.py's closed loops in turns: while one server's hey runs, the others' send nothing,
-and what it reports matches what the servers saw. Needs `hey` (Debian package; .ci/run
+"""bench/hey.py: its closed loops in turns (while one server's hey runs, the others' send
+nothing, and what it reports matches what the servers saw) and its counted runs (more requests
+than one hey run can report, all counted). Needs `hey` (Debian package; .ci/run
 installs it): skipped, saying so, without it."""
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from bench.hey import find_hey, run_hey_in_turns
+from bench import hey as hey_module
+from bench.hey import find_hey, run_hey, run_hey_in_turns
 from tests.threaded import on_thread
 
 Arrivals = list[tuple[float, str]]  # (time.time(), server name), in order
@@ -88,3 +90,26 @@ def test_a_load_generator_that_cannot_run_is_reported_not_waited_for(tmp_path: P
     with pytest.raises(RuntimeError, match="exit status 127"):
         run_hey_in_turns(str(tmp_path / "no-such-hey"), {"a": "http://127.0.0.1:1/"}, body,
                          rounds=1, seconds=0.2, turn=0.1)
+
+
+def test_more_requests_than_one_hey_run_reports_are_sent_in_runs_and_all_counted(
+        hey: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # hey reports at most HEY_MAX_RESULTS answers; a smaller limit stands in for it here.
+    monkeypatch.setattr(hey_module, "_REQUESTS_A_RUN", 100)
+    counts: list[int] = []
+    answers = hey_module._answers
+
+    def counted(command: list[str]) -> hey_module._Answers:
+        counts.append(int(command[command.index("-n") + 1]))
+        return answers(command)
+
+    monkeypatch.setattr(hey_module, "_answers", counted)
+    body = tmp_path / "body.json"
+    body.write_text("{}")
+    arrivals: Arrivals = []
+    with on_thread(lambda: recording_servers(["a"], arrivals)) as urls:
+        result = run_hey(hey, urls["a"], body, 0, 4, None, requests=350)
+    assert counts == [100, 100, 100, 48]  # runs of a multiple of the 4 workers
+    assert len(arrivals) == 348
+    assert result["total"] == result["ok"] == 348
+    assert result["lost"] == 0

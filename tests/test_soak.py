@@ -1,20 +1,22 @@
 """Soak: the webhook process (every policy on, caches fed by a sandbox) for two minutes at 70%
-of the maximum throughput measured just before, with hey. No request may fail and its RSS may
-not grow by 10% or more. Needs `hey` (Debian package; .ci/run installs it): skipped, saying so,
-without it. SOAK_SECONDS shortens it for a quick local run."""
+of the maximum throughput measured just before, with hey. No request may fail, the webhook's own
+count of admissions must equal what hey sent, and its RSS may not grow by 10% or more. Needs
+`hey` (Debian package; .ci/run installs it): skipped, saying so, without it. SOAK_SECONDS
+shortens it for a quick local run."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
+import urllib.request
 
 import pytest
 
 from bench.hey import find_hey, run_hey
 from sandbox.runner import SandboxThread
 from tests.builders import container, pod, review
-from tests.processes import start_cli, wait_for_log
+from tests.processes import admissions_counted, start_cli, wait_for_log
 from volcano_guard.kubeconfig import write_kubeconfig
 from volcano_guard.processes import memory_kib
 
@@ -30,6 +32,11 @@ def soak_body() -> dict:
     obj = pod(worker)
     obj["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "mnist"}
     return review(obj)
+
+
+def answered(metrics_port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as got:
+        return admissions_counted(got.read().decode())
 
 
 class RssSampler(threading.Thread):
@@ -59,7 +66,8 @@ def test_two_minutes_at_70_percent_of_max_throughput_fail_nothing_and_rss_stays_
                          "127.0.0.1:0", "--tls-cert", str(certs.cert_file), "--tls-key",
                          str(certs.key_file), "--kubeconfig", str(kubeconfig))
         try:
-            port = int(wait_for_log(proc, r"https://[^:]+:(\d+), metrics")[1])
+            ports = wait_for_log(proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)")
+            port, metrics_port = int(ports[1]), int(ports[2])
             url = f"https://127.0.0.1:{port}/validate"
             # hey does not verify the certificate; the TLS tests verify it.
             run_hey(hey, url, body, 3, CONNECTIONS, None)  # warm up
@@ -70,10 +78,12 @@ def test_two_minutes_at_70_percent_of_max_throughput_fail_nothing_and_rss_stays_
             sampler = RssSampler(proc.pid)
             sampler.start()
             start_rss = memory_kib(proc.pid)
+            answered_before = answered(metrics_port)
             soak = run_hey(hey, url, body, SOAK_SECONDS, CONNECTIONS, rate / CONNECTIONS,
                            requests=int(rate * SOAK_SECONDS))
             sampler.done.set()
             end_rss = memory_kib(proc.pid)
+            answered_during = answered(metrics_port) - answered_before
         finally:
             proc.terminate()
             proc.wait(30)
@@ -82,6 +92,7 @@ def test_two_minutes_at_70_percent_of_max_throughput_fail_nothing_and_rss_stays_
           f"{start_rss / 1024:.1f} -> {end_rss / 1024:.1f} MiB (peak "
           f"{max(sampler.samples, default=end_rss) / 1024:.1f})")
     assert soak["lost"] == 0 and soak["ok"] == soak["total"], soak
+    assert answered_during == soak["total"], "the webhook's count differs from hey's"
     # hey falls behind the rate when the server slows down; 80% of 70% is still a soak at more
     # than half the measured maximum.
     assert soak["rps"] >= 0.8 * rate, "the load generator did not keep the rate"

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 
 from tests.builders import container, pod, review
-from tests.processes import post_once, start_cli, wait_for_log
+from tests.processes import admissions_counted, post_once, start_cli, wait_for_log
 from volcano_guard.processes import stat_fields
 from webhook.workers import merge_metrics
 
@@ -44,25 +44,18 @@ def get(port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def counted(text: str) -> float:
-    for line in text.splitlines():
-        if line.startswith("volcano_guard_admission_duration_seconds_count"):
-            return float(line.split()[-1])
-    return 0.0
-
-
 def test_workers_share_the_port_and_the_parent_sums_their_metrics(pool, certs):
     _, port, worker_metrics, parent_metrics = pool
     body = json.dumps(review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"})))).encode()
     for _ in range(40):  # a connection each, so that the kernel picks a worker each time
         status, answer = post_once(certs.ca_file, port, "/validate", body)
         assert (status, answer["response"]["allowed"]) == (200, True)
-    per_worker = [counted(get(p, "/metrics")[1]) for p in worker_metrics]
+    per_worker = [admissions_counted(get(p, "/metrics")[1]) for p in worker_metrics]
     assert sum(per_worker) == 40
     assert all(n > 0 for n in per_worker), f"one worker took every connection: {per_worker}"
     status, merged = get(parent_metrics, "/metrics")
     assert status == 200
-    assert counted(merged) == 40
+    assert admissions_counted(merged) == 40
     assert get(parent_metrics, "/readyz") == (200, "ok")
     assert get(parent_metrics, "/healthz") == (200, "ok")
 
