@@ -1,11 +1,13 @@
-"""The loop-owned metric types expose exactly what prometheus_client's own types would."""
+"""The loop-owned metric types expose exactly what prometheus_client's own types would, and
+the metrics port serves what Prometheus's own lint accepts."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from volcano_guard.metrics import OwnedCounter, OwnedHistogram
+from tests.promtool import check_metrics
+from volcano_guard.metrics import OwnedCounter, OwnedHistogram, metrics_app
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
 # Below, on and above every bound, zero and a value past the last bound.
@@ -44,3 +46,17 @@ def _samples(registry: CollectorRegistry) -> list:
     text = generate_latest(registry).decode()
     return sorted((s for family in text_string_to_metric_families(text) for s in family.samples
                    if not s.name.endswith("_created")), key=repr)
+
+
+async def test_metrics_port_serves_process_metrics_and_passes_promtools_lint(aiohttp_client):
+    import sidecar.metrics  # noqa: F401 - both processes' families, as one registry holds them
+    import webhook.metrics  # noqa: F401
+
+    client = await aiohttp_client(metrics_app())
+    response = await client.get("/metrics")
+    text = await response.text()
+    names = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    assert {"process_resident_memory_bytes", "process_cpu_seconds_total",
+            "process_start_time_seconds", "process_open_fds"} <= names
+    checked = check_metrics(text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

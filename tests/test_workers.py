@@ -9,9 +9,19 @@ import urllib.error
 import urllib.request
 
 import pytest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.builders import container, pod, review
 from tests.processes import admissions_counted, post_once, start_cli, wait_for_log
+from tests.promtool import check_metrics
 from volcano_guard.processes import stat_fields
 from webhook.workers import merge_metrics
 
@@ -56,8 +66,17 @@ def test_workers_share_the_port_and_the_parent_sums_their_metrics(pool, certs):
     status, merged = get(parent_metrics, "/metrics")
     assert status == 200
     assert admissions_counted(merged) == 40
+    memory = [resident_memory(get(p, "/metrics")[1]) for p in worker_metrics]
+    assert resident_memory(merged) > sum(memory)  # the workers' and the parent's own
+    checked = check_metrics(merged)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     assert get(parent_metrics, "/readyz") == (200, "ok")
     assert get(parent_metrics, "/healthz") == (200, "ok")
+
+
+def resident_memory(metrics: str) -> float:
+    return next(s.value for family in text_string_to_metric_families(metrics)
+                for s in family.samples if s.name == "process_resident_memory_bytes")
 
 
 def test_sigterm_stops_every_worker_and_exits_0(pool):
@@ -97,31 +116,50 @@ def test_workers_must_be_a_positive_number(certs):
     assert "argument --workers: 0 is not a positive integer" in proc.stderr.read()
 
 
+def worker_exposition(requests: int, durations: list[float], expiry: float) -> str:
+    """One worker's /metrics as prometheus_client writes it (a counter's `_created` is a gauge
+    family of its own there)."""
+    registry = CollectorRegistry()
+    counter = Counter("x_total", "Requests.", ["policy"], registry=registry)
+    counter.labels("a").inc(requests)
+    histogram = Histogram("latency_seconds", "Durations.", buckets=(0.1,), registry=registry)
+    for duration in durations:
+        histogram.observe(duration)
+    Gauge("expiry_timestamp_seconds", "Expiry.", registry=registry).set(expiry)
+    return generate_latest(registry).decode()
+
+
 def test_merged_metrics_sum_counters_and_histograms_and_keep_the_highest_gauge():
-    worker = """# HELP x_total Requests.
-# TYPE x_total counter
-x_total{policy="a"} %d
-x_created{policy="a"} %d
-# HELP d_seconds Durations.
-# TYPE d_seconds histogram
-d_seconds_bucket{le="0.1"} %d
-d_seconds_bucket{le="+Inf"} %d
-d_seconds_count %d
-d_seconds_sum 0.5
-# HELP g Expiry.
-# TYPE g gauge
-g %d
-"""
-    families = {f.name: f for f in merge_metrics([worker % (3, 100, 1, 2, 2, 7),
-                                                  worker % (4, 50, 2, 5, 5, 9)])}
+    first = worker_exposition(3, [0.05, 0.2], 7)
+    time.sleep(0.01)  # the second worker's series begin later
+    second = worker_exposition(4, [0.05, 0.05, 0.2, 0.2, 0.2], 9)
+    created = [s.value for text in (first, second)
+               for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == "x_created"]
+    assert created[0] < created[1]
+    families = merge_metrics([first, second])
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in families.values() for s in family.samples}
+               for family in families for s in family.samples}
     assert samples[("x_total", (("policy", "a"),))] == 7
-    assert samples[("x_created", (("policy", "a"),))] == 50
-    assert samples[("d_seconds_bucket", (("le", "0.1"),))] == 3
-    assert samples[("d_seconds_count", ())] == 7
-    assert samples[("d_seconds_sum", ())] == 1.0
-    assert samples[("g", ())] == 9
+    assert samples[("x_created", (("policy", "a"),))] == created[0]  # the earliest
+    assert samples[("latency_seconds_bucket", (("le", "0.1"),))] == 3
+    assert samples[("latency_seconds_count", ())] == 7
+    assert samples[("latency_seconds_sum", ())] == pytest.approx(0.95)
+    assert samples[("expiry_timestamp_seconds", ())] == 9
+
+
+def test_merged_process_memory_is_the_sum_and_start_time_the_earliest():
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    text = generate_latest(registry).decode()
+    samples = {s.name: s.value for family in merge_metrics([text, text])
+               for s in family.samples}
+    alone = {s.name: s.value for family in text_string_to_metric_families(text)
+             for s in family.samples}
+    assert samples["process_resident_memory_bytes"] == 2 * alone["process_resident_memory_bytes"]
+    assert samples["process_open_fds"] == 2 * alone["process_open_fds"]
+    assert samples["process_start_time_seconds"] == alone["process_start_time_seconds"]
+    assert samples["process_max_fds"] == alone["process_max_fds"]
 
 
 def _children(pid: int) -> list[int]:

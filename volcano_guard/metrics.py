@@ -6,7 +6,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -17,6 +17,9 @@ from prometheus_client.utils import floatToGoString
 
 PREFIX = "volcano_guard_"
 REGISTRY = CollectorRegistry(auto_describe=True)
+# process_resident_memory_bytes and the rest (Linux /proc): the sidecar's memory is the Queue
+# status storm's whole concern, and a fail-closed webhook's OOM kill stops pod creation.
+ProcessCollector(registry=REGISTRY)
 
 
 class OwnedCounter:

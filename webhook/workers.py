@@ -1,13 +1,13 @@
 """`webhook --workers N`: N webhook processes share the admission port, under one parent.
 
-One Python process uses one core; the kernel spreads connections over processes that listen on
-the same port with SO_REUSEPORT. Each worker is a whole webhook (its own caches, certificate
-reloader and metrics, on a loopback port). The parent owns the metrics port: /metrics sums the
-workers' counters and histograms (gauges: the highest value), /readyz is ready when every worker
-is, /healthz when every worker is alive. SIGTERM is passed on and each worker drains its own
-requests. A worker that dies takes the parent down with it (exit 1), so the kubelet restarts
-the pod instead of it running on with fewer workers than configured; a parent that dies
-(even by SIGKILL) takes its workers with it, so none serves on without one.
+One Python process uses one core; the kernel spreads connections over processes that listen on the
+same port with SO_REUSEPORT. Each worker is a whole webhook (its own caches, certificate reloader
+and metrics, on a loopback port). The parent owns the metrics port: /metrics sums the workers'
+counters and histograms (gauges: the highest value; process memory: the sum, its own included),
+/readyz is ready when every worker is, /healthz when every worker is alive. SIGTERM is passed on
+and each worker drains its own requests. A worker that dies takes the parent down with it (exit 1),
+so the kubelet restarts the pod instead of it running on with fewer workers than configured; a
+parent that dies (even by SIGKILL) takes its workers with it, so none serves on without one.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -41,6 +41,9 @@ log = logging.getLogger("volcano_guard.webhook.workers")
 WorkerMain = Callable[[Any, Connection], None]
 START_TIMEOUT = 60.0  # a worker imports everything and starts its caches' threads
 SCRAPE_TIMEOUT = 5.0
+# The parent's own process metrics, merged with its workers' (so memory counts the whole pod).
+_PARENT = CollectorRegistry()
+ProcessCollector(registry=_PARENT)
 
 
 class WorkerError(RuntimeError):
@@ -174,7 +177,8 @@ def aggregator_app(workers: list[Worker]) -> web.Application:
         failed = [text for status, text in answers if status != 200]
         if failed:
             return web.Response(status=503, text="; ".join(failed))
-        body = generate_latest(_Families(merge_metrics([text for _, text in answers])))
+        texts = [text for _, text in answers] + [generate_latest(_PARENT).decode()]
+        body = generate_latest(_Families(merge_metrics(texts)))
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def readyz(_: web.Request) -> web.Response:
@@ -203,9 +207,19 @@ def _session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT))
 
 
+# How the parent merges one sample that several processes export (anything else is summed):
+# when a series began is its earliest start, a gauge its highest value, but for the process
+# gauges that add up over the pod's processes (its memory, its open files).
+_EARLIEST = ("_created", "process_start_time_seconds")
+_SUMMED_GAUGES = frozenset({"process_resident_memory_bytes", "process_virtual_memory_bytes",
+                            "process_open_fds"})
+
+
 def merge_metrics(texts: list[str]) -> list[Metric]:
-    """Workers' exposition texts -> one set of families: samples with the same name and labels
-    are summed, except gauges (the highest) and `_created` timestamps (the earliest)."""
+    """Processes' exposition texts -> one set of families: samples with the same name and
+    labels are summed, except `_created` and start times (the earliest) and gauges (the
+    highest, or the sum for memory and open files). prometheus_client exposes a counter's
+    `_created` as a gauge family of its own, so the name is looked at before the type."""
     merged: dict[str, Metric] = {}
     values: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
     for text in texts:
@@ -216,10 +230,10 @@ def merge_metrics(texts: list[str]) -> list[Metric]:
                 key = (family.name, sample.name, tuple(sorted(sample.labels.items())))
                 if key not in values:
                     values[key] = sample.value
-                elif family.type == "gauge":
-                    values[key] = max(values[key], sample.value)
-                elif sample.name.endswith("_created"):
+                elif sample.name.endswith(_EARLIEST):
                     values[key] = min(values[key], sample.value)
+                elif family.type == "gauge" and sample.name not in _SUMMED_GAUGES:
+                    values[key] = max(values[key], sample.value)
                 else:
                     values[key] += sample.value
     for (family_name, sample_name, labels), value in values.items():
