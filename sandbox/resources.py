@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CORE, SCHEDULING, BATCH = "", "scheduling.volcano.sh", "batch.volcano.sh"
+FLOW = "flow.volcano.sh"
 ADMISSION = "admissionregistration.k8s.io"
 
 
@@ -63,6 +64,11 @@ RESOURCES: tuple[ResourceType, ...] = (
     # Volcano's PodGroup CRD has no status subresource: status is written with the object.
     ResourceType(SCHEDULING, "v1beta1", "podgroups", "PodGroup", True, ("pg", "podgroup-v1beta1")),
     ResourceType(BATCH, "v1alpha1", "jobs", "Job", True, ("vcjob", "vj"), status_subresource=True),
+    # The Volcano kinds whose controllers make Jobs from the Job spec they carry.
+    ResourceType(BATCH, "v1alpha1", "cronjobs", "CronJob", True, ("cronvcjob", "cronvj"),
+                 status_subresource=True),
+    ResourceType(FLOW, "v1alpha1", "jobtemplates", "JobTemplate", True, ("jt",),
+                 status_subresource=True),
 )
 
 

@@ -11,6 +11,8 @@ KINDS = {
     "ConfigMap": ("", "v1", "configmaps"),
     "Deployment": ("apps", "v1", "deployments"),
     "Job": ("batch.volcano.sh", "v1alpha1", "jobs"),
+    "CronJob": ("batch.volcano.sh", "v1alpha1", "cronjobs"),
+    "JobTemplate": ("flow.volcano.sh", "v1alpha1", "jobtemplates"),
     "PodGroup": ("scheduling.volcano.sh", "v1beta1", "podgroups"),
     "Binding": ("", "v1", "pods"),  # as pods/binding: set request.subResource too
 }
@@ -52,6 +54,21 @@ def volcano_job(tasks: dict[str, list[dict]], scheduler: str | None = "volcano",
         spec["schedulerName"] = scheduler
     return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
             "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def volcano_cronjob(tasks: dict[str, list[dict]], name: str = "nightly") -> dict[str, Any]:
+    """A Volcano CronJob (batch.volcano.sh/v1alpha1) whose jobTemplate carries these tasks."""
+    job = volcano_job(tasks)
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "CronJob",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"schedule": "0 2 * * *", "jobTemplate": {"spec": job["spec"]}}}
+
+
+def job_template(tasks: dict[str, list[dict]], name: str = "train") -> dict[str, Any]:
+    """A JobFlow JobTemplate (flow.volcano.sh/v1alpha1): its spec is a Volcano Job spec."""
+    job = volcano_job(tasks)
+    return {"apiVersion": "flow.volcano.sh/v1alpha1", "kind": "JobTemplate",
+            "metadata": {"name": name, "namespace": "team-a"}, "spec": job["spec"]}
 
 
 def review(obj: dict[str, Any], operation: str = "CREATE", uid: str | None = None,

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from tests.builders import container, pod, review, volcano_job
+from tests.builders import container, job_template, pod, review, volcano_cronjob, volcano_job
 from tests.conftest import REPO
 from volcano_guard.cli import main
 
@@ -29,6 +29,19 @@ def test_violations_exit_1_one_line_each_as_file_doc_kind_name(capsys):
     assert violation_lines[0].startswith(f"{path}:0 Job/pytorch-ddp: ")
     assert any(line.startswith(f"{path}:1 Deployment/inference: ") for line in violation_lines)
     assert not any("plain-web" in line for line in violation_lines)
+
+
+def test_volcano_cronjobs_and_jobflow_job_templates_are_checked_like_jobs(tmp_path, capsys):
+    tasks = {"worker": [container("tf", requests={"cpu": "1"})]}
+    manifests = write(tmp_path, "flows.yaml", "\n---\n".join(
+        json.dumps(obj) for obj in (volcano_cronjob(tasks), job_template(tasks))))
+    assert main(["check", "-f", str(manifests)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith(f"{manifests}:0 CronJob/nightly: ") and "spec.jobTemplate.spec."
+               "tasks[0].template.spec.containers[0].resources.requests.memory" in line
+               for line in lines), lines
+    assert any(line.startswith(f"{manifests}:1 JobTemplate/train: ") and 'task "worker"' in line
+               for line in lines), lines
 
 
 def test_json_output_for_pipelines(capsys):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import container, pod, review, volcano_job
+from tests.builders import container, job_template, pod, review, volcano_cronjob, volcano_job
 from volcano_guard.jsonpatch import apply_patch
 from webhook.config import config_from_dict
 from webhook.policies import evaluate, resource_requests
@@ -152,6 +152,25 @@ def test_volcano_job_denial_names_the_task_and_its_path():
     assert 'Job "team-a/mnist" task "worker": container "tf" has no memory request' in message
     assert "spec.tasks[1].template.spec.containers[0].resources.requests.memory" in message
     assert 'task "ps"' not in message
+
+
+@pytest.mark.parametrize(
+    ("build", "subject", "path"),
+    [(volcano_cronjob, 'CronJob "team-a/nightly"',
+      "spec.jobTemplate.spec.tasks[1].template.spec.containers[0].resources.requests.memory"),
+     (job_template, 'JobTemplate "team-a/train"',
+      "spec.tasks[1].template.spec.containers[0].resources.requests.memory")])
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_kinds_volcano_makes_jobs_from_are_denied_naming_task_container_and_path(
+        build, subject, path, operation):
+    obj = build({"ps": [container("tf", requests=FULL)],
+                 "worker": [container("tf", requests={"cpu": "2"})]})
+    message = validate(obj, operation).decision.message
+    assert f'{subject} task "worker": container "tf" has no memory request' in message
+    assert path in message
+    assert 'task "ps"' not in message
+    complete = build({"worker": [container("tf", requests=FULL)]})
+    assert validate(complete, operation).decision.allowed
 
 
 def test_volcano_job_update_is_checked():

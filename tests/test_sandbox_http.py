@@ -40,6 +40,7 @@ async def test_discovery_lists_groups_resources_and_subresources(box):
     status, groups = await call(box, "GET", "/apis")
     assert status == 200
     assert {g["name"] for g in groups["groups"]} == {"scheduling.volcano.sh", "batch.volcano.sh",
+                                                     "flow.volcano.sh",
                                                      "admissionregistration.k8s.io"}
     _, core = await call(box, "GET", "/api/v1")
     names = {r["name"]: r for r in core["resources"]}

@@ -4,6 +4,7 @@ import json
 import subprocess
 import time
 
+from tests.builders import container, job_template, volcano_cronjob
 from tests.sandbox_fixtures import KUBECTL
 
 QUEUE = """apiVersion: scheduling.volcano.sh/v1beta1
@@ -30,6 +31,15 @@ def test_create_get_and_list_across_groups(kubectl):
     assert as_json(kubectl("get", "queue", "research", "-o", "json"))["spec"] == {"weight": 1}
     listed = kubectl("get", "pods", "-A").stdout
     assert "team-a" in listed and "p1" in listed
+
+
+def test_volcano_cronjobs_and_job_templates_are_served(kubectl):
+    tasks = {"worker": [container("tf", requests={"cpu": "1", "memory": "1Gi"})]}
+    for obj in (volcano_cronjob(tasks), job_template(tasks)):
+        kubectl("create", "-f", "-", stdin=json.dumps(obj))
+    cronjob = as_json(kubectl("get", "cronvj", "nightly", "-n", "team-a", "-o", "json"))
+    assert cronjob["spec"]["jobTemplate"]["spec"]["tasks"][0]["name"] == "worker"
+    assert "train" in kubectl("get", "jobtemplates.flow.volcano.sh", "-n", "team-a").stdout
 
 
 def test_create_of_an_existing_object_fails_with_already_exists(kubectl):

@@ -1,7 +1,9 @@
 """Where pod specs live inside the objects the guard sees, and who will schedule them.
 
 A Pod is its own spec; Deployments, StatefulSets, DaemonSets, ReplicaSets and batch Jobs carry
-one template, CronJobs one a level deeper, and Volcano Jobs one per task. Each is returned as a
+one template, CronJobs one a level deeper, and Volcano Jobs one per task, as do the Volcano kinds
+whose controllers make Volcano Jobs from a Job spec they carry: a Volcano CronJob
+(spec.jobTemplate.spec) and a JobFlow's JobTemplate (spec). Each is returned as a
 PodTemplate with the JSON path to its spec (for messages and JSON patches) and the scheduler
 that will place its pods. A spec of the wrong shape raises ObjectShapeError naming the path.
 """
@@ -15,6 +17,7 @@ Path = tuple[str | int, ...]
 
 DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults an empty name to
 VOLCANO_JOB_GROUP = "batch.volcano.sh"
+VOLCANO_FLOW_GROUP = "flow.volcano.sh"
 
 # (API group, kind) -> path from the object to its pod template's spec.
 _TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -28,9 +31,18 @@ _TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+# (API group, kind) -> path from the object to the Volcano Job spec (spec.tasks[].template) it
+# carries. Volcano's API: batch.volcano.sh/v1alpha1 Job and CronJob (its jobTemplate is a
+# JobTemplateSpec), flow.volcano.sh/v1alpha1 JobTemplate (its spec is a JobSpec).
+VOLCANO_JOB_SPEC_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
+    (VOLCANO_JOB_GROUP, "Job"): ("spec",),
+    (VOLCANO_JOB_GROUP, "CronJob"): ("spec", "jobTemplate", "spec"),
+    (VOLCANO_FLOW_GROUP, "JobTemplate"): ("spec",),
+}
+
 POD: tuple[str, str] = ("", "Pod")
 # Every kind whose pod templates pod_templates() finds.
-SUPPORTED_KINDS = frozenset({*_TEMPLATE_PATHS, POD, (VOLCANO_JOB_GROUP, "Job")})
+SUPPORTED_KINDS = frozenset({*_TEMPLATE_PATHS, POD, *VOLCANO_JOB_SPEC_PATHS})
 
 
 class ObjectShapeError(ValueError):
@@ -63,10 +75,6 @@ def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0]
 
 
-def is_volcano_job(group: str, kind: str) -> bool:
-    return group == VOLCANO_JOB_GROUP and kind == "Job"
-
-
 def is_supported(group: str, kind: str) -> bool:
     return (group, kind) in SUPPORTED_KINDS
 
@@ -78,8 +86,9 @@ def pod_templates(group: str, kind: str, obj: dict[str, Any], volcano_default: s
     if (group, kind) == POD:
         spec = _mapping(obj.get("spec"), ("spec",))
         return [PodTemplate(("spec",), spec, _scheduler(spec, ("spec",)) or DEFAULT_SCHEDULER)]
-    if is_volcano_job(group, kind):
-        return list(_volcano_job_templates(obj, volcano_default))
+    job_spec_path = VOLCANO_JOB_SPEC_PATHS.get((group, kind))
+    if job_spec_path is not None:
+        return list(_volcano_job_templates(obj, job_spec_path, volcano_default))
     path = _TEMPLATE_PATHS.get((group, kind))
     if path is None:
         return []
@@ -87,16 +96,17 @@ def pod_templates(group: str, kind: str, obj: dict[str, Any], volcano_default: s
     return [PodTemplate(path, spec, _scheduler(spec, path) or DEFAULT_SCHEDULER)]
 
 
-def _volcano_job_templates(obj: dict[str, Any], volcano_default: str) -> Iterator[PodTemplate]:
-    job_spec = _mapping(obj.get("spec"), ("spec",))
+def _volcano_job_templates(obj: dict[str, Any], job_spec_path: tuple[str, ...],
+                           volcano_default: str) -> Iterator[PodTemplate]:
+    job_spec = _lookup(obj, job_spec_path)
     # Volcano's job controller: a template without schedulerName inherits the job's, and
     # Volcano's own admission defaults the job's to its scheduler.
-    job_scheduler = _scheduler(job_spec, ("spec",)) or volcano_default
+    job_scheduler = _scheduler(job_spec, job_spec_path) or volcano_default
     tasks = job_spec.get("tasks") or []
     if not isinstance(tasks, list):
-        raise ObjectShapeError("spec.tasks must be a list")
+        raise ObjectShapeError(f"{format_path((*job_spec_path, 'tasks'))} must be a list")
     for index, task in enumerate(tasks):
-        task_path: Path = ("spec", "tasks", index)
+        task_path: Path = (*job_spec_path, "tasks", index)
         task = _mapping(task, task_path)
         name = task.get("name")
         label = name if isinstance(name, str) and name else f"#{index}"

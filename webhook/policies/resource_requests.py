@@ -2,10 +2,11 @@
 
 Volcano's scheduler subtracts pod requests from node idle resources; a container without them
 makes the accounting wrong (design.md, problem 2). Applies to Pod CREATE of pods whose
-schedulerName is a Volcano scheduler, and to CREATE/UPDATE of Volcano Jobs (every task template)
-and of workloads whose pod template names a Volcano scheduler (Deployment, StatefulSet, DaemonSet,
-ReplicaSet, ReplicationController, batch Job, CronJob), which `check` and an operator who
-registers those kinds get for free.
+schedulerName is a Volcano scheduler, and to CREATE/UPDATE of Volcano Jobs (every task
+template), of the Volcano kinds that become Jobs (CronJob, JobFlow JobTemplate) and of workloads
+whose pod template names a Volcano scheduler (Deployment, StatefulSet, DaemonSet, ReplicaSet,
+ReplicationController, batch Job, CronJob), which `check` and an operator who registers those
+kinds get for free.
 
 Kubernetes copies a container's limits into its missing requests before admission, so a
 resource with a limit and no request counts as requested (at that limit).
