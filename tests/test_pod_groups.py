@@ -3,6 +3,7 @@ against the sandbox with real objects and the webhook over HTTPS."""
 
 import asyncio
 import base64
+import copy
 import json
 import time
 import uuid
@@ -25,7 +26,7 @@ from webhook.caches import Caches
 from webhook.config import config_from_dict
 from webhook.policies import evaluate
 from webhook.policies.base import PolicyContext
-from webhook.policies.pod_groups import GENERATION_ID, live_members
+from webhook.policies.pod_groups import GENERATION_ID, POD_GENERATION, live_members
 from webhook.review import parse
 from webhook.server import running
 
@@ -324,6 +325,91 @@ def test_pod_naming_an_uncached_podgroup_is_admitted_and_counted():
     assert result.decision.allowed and result.decision.patch == ()
     assert ("podGroupGeneration", "podgroup_not_cached") in [
         (r.policy, r.outcome) for r in result.results]
+
+
+def deployment_pod(annotations=None):
+    """A pod as a ReplicaSet of a Deployment creates it for Volcano: no group name yet."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-7d9f-x2k", "namespace": "team-a",
+                         "annotations": dict(annotations or {}), "labels": {"app": "web"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                              "name": "web-7d9f", "uid": RS_UID,
+                                              "controller": True}]},
+            "spec": {"schedulerName": "volcano",
+                     "containers": [{"name": "c", "image": "x",
+                                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}
+
+
+def volcano_patch(pod, group):
+    """The pod after the strategic merge patch Volcano's PodGroup controller sends
+    (pg_controller_handler.go updatePodAnnotations: metadataForMergePatch)."""
+    from sandbox.patch import apply_strategic_merge_patch
+
+    return apply_strategic_merge_patch(
+        copy.deepcopy(pod), {"metadata": {"annotations": {"scheduling.k8s.io/group-name": group}}})
+
+
+def pod_update(old, new):
+    return parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u", "operation": "UPDATE", "namespace": "team-a", "name": new["metadata"]["name"],
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "userInfo": {"username": "system:serviceaccount:volcano-system:volcano-controllers"},
+        "object": new, "oldObject": old}})
+
+
+def generation_context():
+    from volcano_guard.informer import static_snapshot
+
+    return PolicyContext(config=config_from_dict({}), podgroups=static_snapshot(
+        {f"team-a/podgroup-{RS_UID}": "0190-gen"}))
+
+
+@pytest.mark.parametrize("old_annotations", [{}, {"scheduling.k8s.io/group-name": ""}])
+def test_the_update_volcano_sends_to_name_a_deployment_pods_group_records_its_generation(
+        old_annotations):
+    old = deployment_pod(old_annotations)
+    new = volcano_patch(old, f"podgroup-{RS_UID}")
+    result = evaluate("mutate", pod_update(old, new), generation_context())
+    patched = apply_patch(new, list(result.decision.patch))
+    assert patched["metadata"]["annotations"][POD_GENERATION] == "0190-gen"
+    assert patched["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == \
+        f"podgroup-{RS_UID}"
+
+
+@pytest.mark.parametrize(
+    ("old_annotations", "new_annotations"),
+    [
+        # It had joined already: a later update (a label, a status) changes nothing.
+        ({"scheduling.k8s.io/group-name": f"podgroup-{RS_UID}"},
+         {"scheduling.k8s.io/group-name": f"podgroup-{RS_UID}", "note": "x"}),
+        # A generation already recorded is kept.
+        ({POD_GENERATION: "0180-old"},
+         {POD_GENERATION: "0180-old", "scheduling.k8s.io/group-name": f"podgroup-{RS_UID}"}),
+        # An update that does not name a group.
+        ({}, {"note": "x"}),
+    ],
+)
+def test_other_pod_updates_are_left_alone(old_annotations, new_annotations):
+    result = evaluate("mutate", pod_update(deployment_pod(old_annotations),
+                                           deployment_pod(new_annotations)), generation_context())
+    assert result.decision.patch == ()
+    assert "podGroupGeneration" not in [r.policy for r in result.results]
+
+
+def test_volcanos_source_still_names_deployment_pods_groups_by_a_patch():
+    from tests.volcano_source import go_function, volcano_file
+
+    handler = volcano_file("pkg/controllers/podgroup/pg_controller_handler.go")
+    update = go_function(handler, "updatePodAnnotations")
+    assert "if pod.Annotations[scheduling.KubeGroupNameAnnotationKey] == \"\" {" in update
+    assert "types.StrategicMergePatchType" in update
+    assert 'Metadata annotationForMergePatch `json:"metadata"`' in handler
+    assert 'Annotations map[string]string `json:"annotations"`' in handler
+    labels = volcano_file("staging/src/volcano.sh/apis/pkg/apis/batch/v1alpha1/labels.go")
+    assert 'PodgroupNamePrefix = "podgroup-"' in labels
+    keys = volcano_file("staging/src/volcano.sh/apis/pkg/apis/scheduling/v1beta1/labels.go")
+    assert 'KubeGroupNameAnnotationKey = "scheduling.k8s.io/group-name"' in keys
 
 
 async def test_the_podgroup_cache_feeds_pod_annotations_end_to_end(certs):

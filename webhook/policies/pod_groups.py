@@ -124,13 +124,16 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
 
 
 def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
-    """Pod CREATE naming a PodGroup: record the generation of the incarnation it joins."""
-    pod = request.created(*POD)
+    """A pod joining a PodGroup: record the generation of the incarnation it joins. It joins
+    on CREATE when it names the group (Volcano Job pods), or on the UPDATE that adds the name:
+    Volcano's PodGroup controller patches it onto a Deployment's pods after they exist
+    (pkg/controllers/podgroup `updatePodAnnotations`). A recorded generation is kept."""
+    pod = joining_pod(request)
     if pod is None:
         return None
-    annotations = _annotations(pod)
-    group = (annotations or {}).get(GROUP_NAME)
-    if not isinstance(group, str) or not group or (annotations or {}).get(POD_GENERATION):
+    annotations = _annotations(pod) or {}
+    group = annotations[GROUP_NAME]
+    if annotations.get(POD_GENERATION):
         return None
     namespace = request.namespace or _text(object_at(pod, "metadata").get("namespace"))
     generation = context.podgroups.items.get(f"{namespace}/{group}") if context.podgroups else None
@@ -140,6 +143,22 @@ def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict |
                           generation)
     return Verdict(patch=(patch,), changes=(
         f"annotate {request.describe()} {POD_GENERATION}={generation}",))
+
+
+def joining_pod(request: AdmissionRequest) -> dict[str, Any] | None:
+    """The pod of a CREATE naming a PodGroup, or of an UPDATE that adds the name (an empty name
+    counts as none, as Volcano's controller reads it); else None."""
+    if (request.kind.group, request.kind.kind) != POD or request.sub_resource:
+        return None
+    if request.operation not in ("CREATE", "UPDATE") or request.object is None:
+        return None
+    group = (_annotations(request.object) or {}).get(GROUP_NAME)
+    if not isinstance(group, str) or not group:
+        return None
+    if request.operation == "UPDATE" and (_annotations(request.old_object or {}) or {}).get(
+            GROUP_NAME):
+        return None  # it had joined already
+    return request.object
 
 
 def podgroup_generation(obj: dict[str, Any]) -> str:
