@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint bench clean
+.PHONY: test demo lint bench clean manifests
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/volcano-guard demo
+
+# deploy/base/webhooks.yaml from the config shipped in deploy/base/config.yaml (a test checks it).
+manifests: $(STAMP)
+	$(BIN)/python -c 'import yaml; print(yaml.safe_load(open("deploy/base/config.yaml"))["data"]["config.yaml"])' > $(VENV)/shipped-config.yaml
+	$(BIN)/volcano-guard manifests --config $(VENV)/shipped-config.yaml > deploy/base/webhooks.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

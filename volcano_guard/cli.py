@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_webhook(commands)
     _add_certs(commands)
     _add_check(commands)
+    _add_manifests(commands)
     _add_sidecar(commands)
     _add_sandbox(commands)
     _add_demo(commands)
@@ -157,6 +158,17 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
+
+
+def _add_manifests(commands: argparse._SubParsersAction) -> None:
+    manifests = commands.add_parser(
+        "manifests", help="print the webhook configurations that match a config")
+    manifests.add_argument("--config", help="YAML config file (default: every default)")
+    manifests.add_argument("--namespace", default="volcano-guard",
+                           help="the guard's namespace (default %(default)s)")
+    manifests.add_argument("--service", default="volcano-guard",
+                           help="the webhook's Service (default %(default)s)")
+    manifests.set_defaults(run=run_manifests)
 
 
 def _add_sandbox(commands: argparse._SubParsersAction) -> None:
@@ -336,6 +348,14 @@ def run_check(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     print(format_report(report, args.output))
     return report.exit_code
+
+
+def run_manifests(args: argparse.Namespace) -> int:
+    from webhook.registrations import render, webhook_configurations
+
+    config = _load_config_or_exit(args.config)
+    print(render(webhook_configurations(config, args.namespace, args.service)), end="")
+    return 0
 
 
 def run_sidecar(args: argparse.Namespace) -> int:

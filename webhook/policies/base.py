@@ -46,6 +46,36 @@ class PolicyContext(NamedTuple):
 Check = Callable[[AdmissionRequest, PolicyContext], Verdict | None]
 Kind = tuple[str, str]  # a request's (API group, kind), as in request.kind
 
+# The webhook registrations (webhook.registrations builds them; names as the API server shows
+# them in a denial): fail-closed mutation and validation, and two that fail open.
+MUTATE, VALIDATE = "mutate.volcano-guard.io", "validate.volcano-guard.io"
+INJECT, BINDINGS = "inject.volcano-guard.io", "bindings.volcano-guard.io"
+
+
+class Rule(NamedTuple):
+    """One rule of a webhook registration (admissionregistration.k8s.io/v1 RuleWithOperations)."""
+
+    api_group: str
+    api_version: str
+    resources: tuple[str, ...]
+    operations: tuple[str, ...]
+
+
+class Scope(NamedTuple):
+    """The requests one check can act on, for the registration `webhook`: its rules, and a CEL
+    condition (webhook.cel) over the API server's variables that is false for every request the
+    check would allow untouched ("" : every request the rules match)."""
+
+    webhook: str
+    rules: tuple[Rule, ...]
+    condition: str = ""
+    # Labels the object must carry (the registration's objectSelector matchLabels).
+    object_labels: tuple[tuple[str, str], ...] = ()
+
+
+def no_scopes(config: Config) -> tuple[Scope, ...]:
+    return ()
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -56,6 +86,8 @@ class Policy:
     # The request kinds its checks can apply to (they answer None to any other), so that
     # evaluate() need not call them for the rest; None: any kind.
     kinds: frozenset[Kind] | None = None
+    # What its registrations must send it under this config (asked only when it is not off).
+    scopes: Callable[[Config], tuple[Scope, ...]] = no_scopes
 
 
 # Per-policy outcome label, as counted in volcano_guard_admission_requests_total{decision}.

@@ -19,8 +19,28 @@ from typing import Any
 from volcano_guard import jsonpatch
 from volcano_guard.jsonbody import object_at
 from volcano_guard.node_selectors import is_managed
+from webhook.cel import (
+    all_of,
+    field_set,
+    kind_is,
+    namespace_in,
+    negate,
+    operation_is,
+    string,
+    user_in,
+)
 from webhook.config import Config, NodeNameConfig
-from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
+from webhook.policies.base import (
+    BINDINGS,
+    MUTATE,
+    NOTHING_FOUND,
+    VALIDATE,
+    Policy,
+    PolicyContext,
+    Rule,
+    Scope,
+    Verdict,
+)
 from webhook.review import AdmissionRequest
 from webhook.workloads import POD
 
@@ -97,11 +117,39 @@ def validate_binding(request: AdmissionRequest, context: PolicyContext) -> Verdi
     ))
 
 
+def scopes(config: Config) -> tuple[Scope, ...]:
+    """Pod CREATEs naming a node, but for the exempt (as _exempt decides). Which nodes are
+    managed is not known to the API server: every such pod is sent."""
+    node_name = settings(config)
+    condition = all_of(
+        kind_is(*POD), operation_is("CREATE"), field_set("object.spec.nodeName"),
+        negate(namespace_in(node_name.exemptNamespaces)),
+        negate(user_in(node_name.exemptUsers, node_name.exemptGroups)),
+        negate(f"has(object.metadata.annotations) && {string(MIRROR_ANNOTATION)} in "
+               "object.metadata.annotations"),
+        negate("has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists("
+               "o, o.kind == 'DaemonSet' && has(o.controller) && o.controller == true)"
+               if node_name.allowDaemonSets else ""))
+    rules = (Rule("", "v1", ("pods",), ("CREATE",)),)
+    validating = Scope(VALIDATE, rules, condition)
+    return (Scope(MUTATE, rules, condition), validating) if node_name.action == "rewrite" else (
+        validating,)
+
+
+def binding_scopes(config: Config) -> tuple[Scope, ...]:
+    """Bindings (pods/binding or the bindings resource) by anyone but the allowed binders."""
+    binders = settings(config).bindingGuard.allowedBinders
+    condition = all_of(kind_is(*_BINDING), operation_is("CREATE"), negate(user_in(binders, ())))
+    rules = (Rule("", "v1", ("pods/binding", "bindings"), ("CREATE",)),)
+    return (Scope(BINDINGS, rules, condition),)
+
+
 POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
-                validate=validate, kinds=frozenset({POD}))
+                validate=validate, kinds=frozenset({POD}), scopes=scopes)
 _BINDING = ("", "Binding")  # the kind of both pods/binding and the bindings resource
 BINDING_POLICY = Policy(name=BINDING_NAME, mode=lambda config: settings(config).bindingGuard.mode,
-                        validate=validate_binding, kinds=frozenset({_BINDING}))
+                        validate=validate_binding, kinds=frozenset({_BINDING}),
+                        scopes=binding_scopes)
 
 
 def pin_to_node(affinity: Any, node: str) -> dict[str, Any]:

@@ -16,8 +16,27 @@ from typing import Any
 
 from volcano_guard import jsonpatch
 from volcano_guard.jsonbody import object_at
+from webhook.cel import (
+    all_of,
+    annotation_set,
+    any_of,
+    kind_is,
+    negate,
+    operation_is,
+    string,
+    user_in,
+)
 from webhook.config import Config, PodGroupsConfig
-from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
+from webhook.policies.base import (
+    MUTATE,
+    NOTHING_FOUND,
+    VALIDATE,
+    Policy,
+    PolicyContext,
+    Rule,
+    Scope,
+    Verdict,
+)
 from webhook.review import AdmissionRequest
 from webhook.workloads import POD
 
@@ -166,14 +185,53 @@ def podgroup_generation(obj: dict[str, Any]) -> str:
     return _text((_annotations(obj) or {}).get(GENERATION_ID))
 
 
+def stamp_scopes(config: Config) -> tuple[Scope, ...]:
+    """PodGroup CREATEs without an id; UPDATEs that drop or change the id they had."""
+    id_now, id_before = annotation_set("object", GENERATION_ID), annotation_set(
+        "oldObject", GENERATION_ID)
+    changed = (f"object.metadata.annotations[{string(GENERATION_ID)}] != "
+               f"oldObject.metadata.annotations[{string(GENERATION_ID)}]")
+    condition = all_of(kind_is(*POD_GROUP), any_of(
+        all_of(operation_is("CREATE"), negate(id_now)),
+        all_of(operation_is("UPDATE"), id_before, any_of(negate(id_now), changed))))
+    return (Scope(MUTATE, (_podgroups("CREATE", "UPDATE"),), condition),)
+
+
+def enrich_scopes(config: Config) -> tuple[Scope, ...]:
+    """Pods joining a PodGroup (joining_pod) that have no generation recorded: not every pod
+    UPDATE, only the one that adds the group name."""
+    condition = all_of(
+        kind_is(*POD), annotation_set("object", GROUP_NAME),
+        negate(annotation_set("object", POD_GENERATION)),
+        any_of(operation_is("CREATE"),
+               all_of(operation_is("UPDATE"), negate(annotation_set("oldObject", GROUP_NAME)))))
+    return (Scope(MUTATE, (Rule("", "v1", ("pods",), ("CREATE", "UPDATE")),), condition),)
+
+
+def delete_scopes(config: Config) -> tuple[Scope, ...]:
+    """PodGroup DELETEs without a UID precondition by users the guard does not exempt."""
+    guard = settings(config).deleteGuard
+    uid_precondition = ("has(request.options) && has(request.options.preconditions) && "
+                        "has(request.options.preconditions.uid) && "
+                        "request.options.preconditions.uid != ''")
+    condition = all_of(kind_is(*POD_GROUP), operation_is("DELETE"), negate(uid_precondition),
+                       negate(user_in(guard.exemptUsers, guard.exemptGroups)))
+    return (Scope(VALIDATE, (_podgroups("DELETE"),), condition),)
+
+
+def _podgroups(*operations: str) -> Rule:
+    return Rule(POD_GROUP[0], "v1beta1", ("podgroups",), operations)
+
+
 STAMP_POLICY = Policy(
     name=NAME, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
-    mutate=mutate, kinds=frozenset({POD_GROUP}))
+    mutate=mutate, kinds=frozenset({POD_GROUP}), scopes=stamp_scopes)
 ENRICH_POLICY = Policy(
     name=ENRICH, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
-    mutate=annotate_pod, kinds=frozenset({POD}))
+    mutate=annotate_pod, kinds=frozenset({POD}), scopes=enrich_scopes)
 DELETE_POLICY = Policy(name=DELETE_GUARD, mode=lambda config: settings(config).deleteGuard.mode,
-                       validate=validate_delete, kinds=frozenset({POD_GROUP}))
+                       validate=validate_delete, kinds=frozenset({POD_GROUP}),
+                       scopes=delete_scopes)
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, Any] | None:

@@ -21,13 +21,24 @@ from typing import Any
 from volcano_guard import jsonpatch
 from volcano_guard.jsonbody import shown
 from volcano_guard.quantity import QuantityError, parse_quantity
+from webhook.cel import all_of, any_of, kind_is, operation_is, strings
 from webhook.config import Config, ResourceRequestsConfig
-from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
+from webhook.policies.base import (
+    MUTATE,
+    NOTHING_FOUND,
+    VALIDATE,
+    Policy,
+    PolicyContext,
+    Rule,
+    Scope,
+    Verdict,
+)
 from webhook.review import AdmissionRequest
 from webhook.workloads import (
     CONTAINER_FIELDS,
     POD,
     SUPPORTED_KINDS,
+    VOLCANO_JOB_SPEC_PATHS,
     Container,
     PodTemplate,
     containers,
@@ -71,8 +82,27 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     return Verdict(patch=tuple(patch), changes=tuple(changes))
 
 
+def scopes(config: Config) -> tuple[Scope, ...]:
+    """Pods a Volcano scheduler places, on CREATE; the Volcano kinds that carry task templates,
+    on CREATE and UPDATE (their templates may name other schedulers: the policy decides). The
+    workload kinds `check` reads are not registered: their pods are checked when created."""
+    pods = all_of(kind_is(*POD), operation_is("CREATE"), "has(object.spec.schedulerName)",
+                  f"object.spec.schedulerName in {strings(config.volcanoSchedulerNames)}")
+    volcano = (kind_is(group, kind) for group, kind in VOLCANO_JOB_SPEC_PATHS)
+    rules = (Rule("", "v1", ("pods",), ("CREATE",)),
+             *(Rule(group, "v1alpha1", (plural,), ("CREATE", "UPDATE"))
+               for group, plural in _VOLCANO_PLURALS))
+    condition = any_of(pods, *volcano)
+    validating = Scope(VALIDATE, rules, condition)
+    return (Scope(MUTATE, rules, condition), validating) if settings(config).defaults else (
+        validating,)
+
+
+# The resources of the kinds in VOLCANO_JOB_SPEC_PATHS, as registrations name them.
+_VOLCANO_PLURALS = (("batch.volcano.sh", "jobs"), ("batch.volcano.sh", "cronjobs"),
+                    ("flow.volcano.sh", "jobtemplates"))
 POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
-                validate=validate, kinds=SUPPORTED_KINDS)
+                validate=validate, kinds=SUPPORTED_KINDS, scopes=scopes)
 
 
 def volcano_templates(group: str, kind: str, obj: dict[str, Any], config: Config) -> list[

@@ -16,8 +16,9 @@ from typing import Any
 
 from volcano_guard import jsonpatch
 from volcano_guard.jsonbody import object_at, shown
+from webhook.cel import all_of, kind_is, operation_is
 from webhook.config import Config, SidecarInjectionConfig
-from webhook.policies.base import NOTHING_FOUND, Policy, PolicyContext, Verdict
+from webhook.policies.base import INJECT, NOTHING_FOUND, Policy, PolicyContext, Rule, Scope, Verdict
 from webhook.review import AdmissionRequest
 from webhook.workloads import POD, Container, PodTemplate, containers
 
@@ -69,8 +70,14 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
         f"inject the volcano-guard sidecar into {request.describe()} and point {names} at it",))
 
 
+def scopes(config: Config) -> tuple[Scope, ...]:
+    """Pod CREATEs labelled for injection, in a registration of their own that fails open."""
+    return (Scope(INJECT, (Rule("", "v1", ("pods",), ("CREATE",)),),
+                  all_of(kind_is(*POD), operation_is("CREATE")), ((INJECT_LABEL, "true"),)),)
+
+
 POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
-                kinds=frozenset({POD}))
+                kinds=frozenset({POD}), scopes=scopes)
 
 
 def sidecar_container(config: SidecarInjectionConfig, options: dict[str, Any],

@@ -1,0 +1,405 @@
+"""The webhook registrations (`volcano-guard manifests`): which webhooks the API server calls
+for each request and what it meets while no guard replica answers, with matchConditions run by
+a real CEL implementation; the registrations never leave out a request a policy acts on; no
+cycle with Volcano's own pod webhooks; deploy/ holds the output for the shipped config."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.admission_model import Request, called, during_outage
+from tests.conftest import REPO
+from tests.volcano_fixtures import (
+    CONTROL_PLANE,
+    VOLCANO_CONFIGURATIONS,
+    VOLCANO_NAMESPACE,
+    control_plane_pod,
+)
+from tests.volcano_source import volcano_file
+from volcano_guard.cli import main
+from volcano_guard.informer import Snapshot, static_snapshot
+from webhook.config import Config, config_from_dict
+from webhook.policies import evaluate
+from webhook.policies.base import PolicyContext
+from webhook.registrations import webhook_configurations
+from webhook.review import parse
+
+SHIPPED_CONFIG = REPO / "deploy" / "base" / "config.yaml"
+WEBHOOKS = REPO / "deploy" / "base" / "webhooks.yaml"
+GROUP_NAME, GENERATION = "scheduling.k8s.io/group-name", "volcano-guard.io/podgroup-generation"
+SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
+CONTROLLERS = "system:serviceaccount:volcano-system:volcano-controllers"
+
+
+def shipped_config_text() -> str:
+    return yaml.safe_load(SHIPPED_CONFIG.read_text())["data"]["config.yaml"]
+
+
+def shipped() -> list[dict[str, Any]]:
+    return webhook_configurations(config_from_dict(yaml.safe_load(shipped_config_text())))
+
+
+def test_deploy_holds_what_manifests_prints_for_the_shipped_config(tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text(shipped_config_text())
+    assert main(["manifests", "--config", str(config)]) == 0
+    assert capsys.readouterr().out == WEBHOOKS.read_text(), "run `make manifests`"
+
+
+def test_kustomize_renders_the_generated_registrations():
+    rendered = subprocess.run(["kubectl", "kustomize", str(REPO / "deploy" / "base")],
+                              capture_output=True, text=True, check=True).stdout
+    kinds = {d["kind"]: d for d in yaml.safe_load_all(rendered) if d}
+    assert [w["name"] for w in kinds["MutatingWebhookConfiguration"]["webhooks"]] == [
+        "mutate.volcano-guard.io", "inject.volcano-guard.io"]
+    assert [w["name"] for w in kinds["ValidatingWebhookConfiguration"]["webhooks"]] == [
+        "validate.volcano-guard.io", "bindings.volcano-guard.io"]
+
+
+# --- requests, as the API server sees them ---------------------------------------------------
+
+def pod(name: str = "p", *, scheduler: str = "default-scheduler", node: str = "",
+        annotations: dict | None = None, labels: dict | None = None,
+        owner: str | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": "team-a"}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if labels:
+        metadata["labels"] = dict(labels)
+    if owner:
+        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner, "name": "o",
+                                        "uid": "owner-uid", "controller": True}]
+    spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [
+        {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def create_pod(obj: dict[str, Any], namespace: str = "team-a", user: str = "alice") -> Request:
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["namespace"] = namespace
+    return Request("CREATE", "", "v1", "pods", "Pod", namespace, obj["metadata"].get("name", ""),
+                   object=obj, username=user,
+                   options={"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"})
+
+
+def update_pod(old: dict[str, Any], new: dict[str, Any], user: str = CONTROLLERS) -> Request:
+    return Request("UPDATE", "", "v1", "pods", "Pod", "team-a", new["metadata"]["name"],
+                   object=new, old_object=old, username=user,
+                   options={"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"})
+
+
+def podgroup(annotations: dict | None = None) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "podgroup-rs", "namespace": "team-a", "uid": "pg-uid",
+                         "annotations": dict(annotations or {})},
+            "spec": {"minMember": 1}}
+
+
+def podgroup_request(operation: str, obj: dict | None, old: dict | None = None,
+                     options: dict | None = None, user: str = CONTROLLERS) -> Request:
+    return Request(operation, "scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup",
+                   "team-a", "podgroup-rs", object=obj, old_object=old, username=user,
+                   options=options)
+
+
+def binding(user: str) -> Request:
+    obj = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p", "namespace": "team-a"},
+           "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-1"}}
+    return Request("CREATE", "", "v1", "pods", "Binding", "team-a", "p", object=obj,
+                   sub_resource="binding", username=user)
+
+
+def volcano_job() -> Request:
+    obj = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "mnist", "namespace": "team-a"},
+           "spec": {"schedulerName": "volcano", "tasks": []}}
+    return Request("CREATE", "batch.volcano.sh", "v1alpha1", "jobs", "Job", "team-a", "mnist",
+                   object=obj)
+
+
+def config_map() -> Request:
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    return Request("CREATE", "", "v1", "configmaps", "ConfigMap", "team-a", "c", object=obj)
+
+
+DELETE_OPTIONS = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}
+GUARDED = "refused by validate.volcano-guard.io"
+MUTATED = "refused by mutate.volcano-guard.io"
+JOINED = pod("w", scheduler="volcano", owner="ReplicaSet")
+JOINED_PATCHED = copy.deepcopy(JOINED)
+JOINED_PATCHED["metadata"]["annotations"] = {GROUP_NAME: "podgroup-rs"}
+
+# (what, request, webhooks called, what it meets while no guard replica answers)
+TABLE = [
+    ("a plain Deployment's pod", create_pod(pod(owner="ReplicaSet")), [], "admitted"),
+    ("a ConfigMap", config_map(), [], "admitted"),
+    ("a Volcano pod", create_pod(pod(scheduler="volcano")), ["validate.volcano-guard.io"],
+     GUARDED),
+    ("a Volcano Job's pod (names its PodGroup)",
+     create_pod(pod(scheduler="volcano", annotations={GROUP_NAME: "mnist"})),
+     ["mutate.volcano-guard.io", "validate.volcano-guard.io"], MUTATED),
+    ("a pod naming a node", create_pod(pod(node="gpu-1")), ["validate.volcano-guard.io"],
+     GUARDED),
+    ("a mirror pod naming its node",
+     create_pod(pod(node="gpu-1", annotations={"kubernetes.io/config.mirror": "x"})), [],
+     "admitted"),
+    ("a DaemonSet pod naming a node", create_pod(pod(node="gpu-1", owner="DaemonSet")), [],
+     "admitted"),
+    ("a pod naming a node in kube-system", create_pod(pod(node="gpu-1"), "kube-system"), [],
+     "admitted"),
+    ("a pod labelled for injection",
+     create_pod(pod(labels={"volcano-guard.io/inject": "true"})), ["inject.volcano-guard.io"],
+     "admitted"),
+    ("the UPDATE naming a Deployment pod's PodGroup", update_pod(JOINED, JOINED_PATCHED),
+     ["mutate.volcano-guard.io"], MUTATED),
+    ("a later pod UPDATE", update_pod(JOINED_PATCHED, JOINED_PATCHED), [], "admitted"),
+    ("a Volcano Job", volcano_job(), ["validate.volcano-guard.io"], GUARDED),
+    ("a PodGroup CREATE", podgroup_request("CREATE", podgroup()), ["mutate.volcano-guard.io"],
+     MUTATED),
+    ("a PodGroup UPDATE keeping its id",
+     podgroup_request("UPDATE", podgroup({"volcano-guard.io/generation-id": "g"}),
+                      podgroup({"volcano-guard.io/generation-id": "g"})), [], "admitted"),
+    ("a PodGroup DELETE by name",
+     podgroup_request("DELETE", None, podgroup(), DELETE_OPTIONS),
+     ["validate.volcano-guard.io"], GUARDED),
+    ("a PodGroup DELETE with a UID precondition (the garbage collector's)",
+     podgroup_request("DELETE", None, podgroup(),
+                      {**DELETE_OPTIONS, "preconditions": {"uid": "pg-uid"}}), [], "admitted"),
+    ("pods/binding by Volcano's scheduler", binding(SCHEDULER), [], "admitted"),
+    ("pods/binding by another scheduler", binding("system:kube-scheduler"),
+     ["bindings.volcano-guard.io"], "admitted"),
+]
+
+
+@pytest.mark.parametrize(("what", "request_", "webhooks", "outage"), TABLE,
+                         ids=[row[0] for row in TABLE])
+def test_which_webhooks_a_request_meets_and_what_an_outage_does_to_it(what, request_, webhooks,
+                                                                      outage):
+    configurations = shipped()
+    assert [w["name"] for w in called(configurations, request_)] == webhooks
+    assert during_outage(configurations, request_) == outage
+
+
+@pytest.mark.parametrize("workload", CONTROL_PLANE, ids=[w[1] for w in CONTROL_PLANE])
+def test_volcanos_control_plane_pods_are_never_sent_to_the_guard(workload):
+    request = create_pod(control_plane_pod(*workload), VOLCANO_NAMESPACE,
+                         user=f"system:serviceaccount:{VOLCANO_NAMESPACE}:replicaset-controller")
+    assert called(shipped(), request) == []
+    assert during_outage(shipped(), request) == "admitted"
+
+
+def guard_pods() -> list[Request]:
+    """The CREATEs of the guard's own pods (its Deployment's and certs Job's), from
+    `kubectl kustomize`, after the API server's defaulting."""
+    rendered = subprocess.run(["kubectl", "kustomize", str(REPO / "deploy" / "base")],
+                              capture_output=True, text=True, check=True).stdout
+    creates = []
+    for document in yaml.safe_load_all(rendered):
+        if document and document["kind"] in ("Deployment", "Job"):
+            template = copy.deepcopy(document["spec"]["template"])
+            template.setdefault("metadata", {})["name"] = document["metadata"]["name"]
+            template["spec"].setdefault("schedulerName", "default-scheduler")
+            creates.append(create_pod({"apiVersion": "v1", "kind": "Pod", **template},
+                                      document["metadata"]["namespace"]))
+    return creates
+
+
+@pytest.mark.parametrize("volcano", list(VOLCANO_CONFIGURATIONS))
+def test_no_cycle_with_volcanos_pod_webhooks_in_either_configuration(volcano):
+    """Each side's pods must come back while the other side is down: the guard never gates
+    Volcano's control plane, whatever Volcano gates."""
+    volcano_webhooks = VOLCANO_CONFIGURATIONS[volcano]
+    volcano_needs_guard = any(
+        during_outage(shipped(), create_pod(control_plane_pod(*w), VOLCANO_NAMESPACE))
+        != "admitted" for w in CONTROL_PLANE)
+    guard_needs_volcano = any(during_outage(volcano_webhooks, create) != "admitted"
+                              for create in guard_pods())
+    assert not (volcano_needs_guard and guard_needs_volcano)
+    assert not volcano_needs_guard
+    assert guard_needs_volcano is (volcano == "e2e setup")  # the model sees Volcano's gate
+
+
+def test_injection_alone_fails_open_and_only_for_labelled_pods():
+    [mutating, _] = shipped()
+    inject = next(w for w in mutating["webhooks"] if w["name"] == "inject.volcano-guard.io")
+    assert inject["failurePolicy"] == "Ignore"
+    assert inject["objectSelector"] == {"matchLabels": {"volcano-guard.io/inject": "true"}}
+
+
+def test_policies_turned_off_drop_their_registrations():
+    config = config_from_dict({"policies": {
+        "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
+        "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+        "sidecarInjection": {"mode": "off"}}})
+    mutating, validating = webhook_configurations(config)
+    assert mutating["webhooks"] == []
+    assert [w["name"] for w in validating["webhooks"]] == ["validate.volcano-guard.io"]
+    volcano_pod_on_a_node = create_pod(pod(node="gpu-1"))
+    assert called([mutating, validating], volcano_pod_on_a_node) == []
+
+
+def test_registrations_follow_the_scheduler_names_and_exemptions_of_the_config():
+    config = config_from_dict({"volcanoSchedulerNames": ["volcano", "it's-batch"], "policies": {
+        "nodeName": {"exemptNamespaces": ["ops"], "exemptUsers": ["bob"]}}})
+    configurations = webhook_configurations(config, namespace="guard")
+    assert called(configurations, create_pod(pod(scheduler="it's-batch")))
+    assert not called(configurations, create_pod(pod(node="n1"), "ops"))
+    assert not called(configurations, create_pod(pod(node="n1"), user="bob"))
+    assert not called(configurations, create_pod(pod(scheduler="volcano"), "guard"))
+
+
+# --- soundness: a request no registration sends is one every policy allows untouched ---------
+
+EXEMPTING = config_from_dict({
+    "volcanoSchedulerNames": ["volcano", "batch"],
+    "policies": {
+        "resourceRequests": {"defaults": {"cpu": "100m"}},
+        "nodeName": {"action": "rewrite", "exemptNamespaces": ["ops"], "exemptUsers": ["bob"],
+                     "exemptGroups": ["admins"], "bindingGuard": {"mode": "enforce"}},
+        "podGroups": {"deleteGuard": {"exemptUsers": ["carol"], "exemptGroups": ["admins"]}},
+    }})
+NODES: Snapshot[Mapping[str, str]] = static_snapshot({"gpu-1": {}, "n2": {}})
+
+
+def worst_case_context(config: Config) -> PolicyContext:
+    """Every node managed, every PodGroup cached, every PodGroup with a live member pod: the
+    context in which each policy finds the most to say."""
+    member = pod("m", annotations={GROUP_NAME: "podgroup-rs"})
+
+    class Everything(dict):
+        def get(self, key, default=None):
+            return "0190-gen"
+
+    return PolicyContext(config=config, nodes=NODES,
+                         podgroups=static_snapshot(Everything()), namespace_pods=(member,))
+
+
+def untouched(config: Config, request: Request) -> bool:
+    review = parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "request": request.admission_request()})
+    context = worst_case_context(config)
+    for phase in ("mutate", "validate"):
+        decision = evaluate(phase, review, context).decision
+        if (not decision.allowed or decision.patch or decision.warnings
+                or decision.audit_annotations):
+            return False
+    return True
+
+
+annotation_values = st.sampled_from(["", "podgroup-rs"])
+pods = st.builds(
+    lambda scheduler, node, group, generation, mirror, inject, owner, cpu: _varied_pod(
+        scheduler, node, group, generation, mirror, inject, owner, cpu),
+    st.sampled_from(["volcano", "batch", "default-scheduler"]),
+    st.sampled_from(["", "gpu-1"]), st.one_of(st.none(), annotation_values),
+    st.one_of(st.none(), st.just("0180-old")), st.booleans(), st.booleans(),
+    st.sampled_from([None, "ReplicaSet", "DaemonSet"]), st.booleans())
+
+
+def _varied_pod(scheduler, node, group, generation, mirror, inject, owner, cpu) -> dict:
+    annotations = {}
+    if group is not None:
+        annotations[GROUP_NAME] = group
+    if generation:
+        annotations[GENERATION] = generation
+    if mirror:
+        annotations["kubernetes.io/config.mirror"] = "x"
+    obj = pod(scheduler=scheduler, node=node, annotations=annotations,
+              labels={"volcano-guard.io/inject": "true"} if inject else None, owner=owner)
+    if not cpu:
+        del obj["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    return obj
+
+
+users = st.sampled_from([("alice", ()), ("bob", ()), ("dave", ("admins",)), (SCHEDULER, ()),
+                         ("carol", ())])
+
+
+@st.composite
+def requests(draw) -> Request:
+    user, groups = draw(users)
+    namespace = draw(st.sampled_from(["team-a", "ops"]))
+    which = draw(st.sampled_from(["pod create", "pod update", "podgroup", "binding", "job"]))
+    if which in ("pod create", "pod update"):
+        new = draw(pods)
+        old = draw(pods) if which == "pod update" else None
+        new["metadata"]["namespace"] = namespace
+        return Request("UPDATE" if old else "CREATE", "", "v1", "pods", "Pod", namespace, "p",
+                       object=new, old_object=old, username=user, groups=groups)
+    if which == "podgroup":
+        operation = draw(st.sampled_from(["CREATE", "UPDATE", "DELETE"]))
+        ids = st.sampled_from([{}, {"volcano-guard.io/generation-id": "g1"},
+                               {"volcano-guard.io/generation-id": "g2"},
+                               {"volcano-guard.io/generation-id": ""}])
+        new = None if operation == "DELETE" else podgroup(draw(ids))
+        old = None if operation == "CREATE" else podgroup(draw(ids))
+        options = {**DELETE_OPTIONS, **draw(st.sampled_from(
+            [{}, {"preconditions": {"uid": "pg-uid"}}, {"preconditions": {}}]))}
+        return Request(operation, "scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup",
+                       namespace, "podgroup-rs", object=new, old_object=old, username=user,
+                       groups=groups, options=options if operation == "DELETE" else None)
+    if which == "binding":
+        request = binding(user)
+        return Request(**{**request.__dict__, "groups": groups, "namespace": namespace})
+    job = volcano_job()
+    return Request(**{**job.__dict__, "username": user, "namespace": namespace})
+
+
+@pytest.mark.parametrize("config", [EXEMPTING, config_from_dict({})], ids=["exempting", "default"])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request=requests())
+def test_a_request_no_registration_sends_is_one_every_policy_allows_untouched(config, request):
+    if not called(webhook_configurations(config), request):
+        assert untouched(config, request), request
+
+
+@pytest.mark.parametrize(("what", "request_", "webhooks", "outage"), TABLE,
+                         ids=[row[0] for row in TABLE])
+def test_the_table_agrees_with_the_policies(what, request_, webhooks, outage):
+    """The model is not vacuous: what is sent is what a policy acts on in the worst case."""
+    config = config_from_dict(yaml.safe_load(shipped_config_text()))
+    if not webhooks:
+        assert untouched(config, request_)
+
+
+# --- the fixtures are Volcano's own ----------------------------------------------------------
+
+def test_the_control_plane_fixtures_are_volcanos_installer():
+    installer = [d for d in yaml.safe_load_all(volcano_file("installer/volcano-development.yaml"))
+                 if d and d.get("kind") in ("Deployment", "Job", "DaemonSet", "StatefulSet")]
+    found = []
+    for workload in installer:
+        spec = workload["spec"]["template"]["spec"]
+        assert "schedulerName" not in spec and "nodeName" not in spec, workload["metadata"]
+        found.append((workload["kind"], workload["metadata"]["name"],
+                      workload["spec"]["template"].get("metadata", {}).get("labels") or {},
+                      spec.get("serviceAccountName") or spec.get("serviceAccount")))
+        assert workload["metadata"]["namespace"] == VOLCANO_NAMESPACE
+    assert sorted(found) == sorted(CONTROL_PLANE)
+
+
+def test_the_pod_webhook_fixtures_are_volcanos_chart():
+    chart = volcano_file("installer/helm/chart/volcano/templates/webhooks.yaml")
+    for name, path in (("mutatepod.volcano.sh", "/pods/mutate"),
+                       ("validatepod.volcano.sh", "/pods/validate")):
+        start = chart.index(f"name: {name}")
+        block = chart[chart.rindex("webhooks:", 0, start):chart.index("timeoutSeconds", start)]
+        for line in (f"path: {path}", "failurePolicy: Fail", "- {{ .Release.Namespace }}",
+                     "- kube-system", "objectSelector: {}", "- pods", "- CREATE"):
+            assert line in block, (name, line)
+        assert "matchConditions" not in block
+    values = volcano_file("installer/helm/chart/volcano/values.yaml")
+    defaults = next(line for line in values.splitlines() if "enabled_admissions:" in line)
+    assert "/pods/" not in defaults
+    e2e = volcano_file("hack/run-e2e-kind.sh")
+    assert "/pods/mutate" in e2e and "/pods/validate" in e2e

@@ -1,0 +1,79 @@
+"""Small builders for the CEL expressions of webhook `matchConditions`.
+
+The API server evaluates them before calling a webhook, with the variables `object`, `oldObject`
+(null on CREATE; `object` is null on DELETE) and `request` (the AdmissionRequest). An expression
+that fails to evaluate counts against the webhook's failurePolicy, so every expression built
+here guards each field with has() before it reads it and short-circuits on the request's kind
+and operation first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def string(value: str) -> str:
+    """A CEL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def strings(values: Iterable[str]) -> str:
+    """A CEL list of string literals."""
+    return "[" + ", ".join(string(value) for value in values) + "]"
+
+
+def all_of(*conditions: str) -> str:
+    kept = [c for c in conditions if c]
+    return " && ".join(f"({c})" if " || " in c else c for c in kept) or "true"
+
+
+def any_of(*conditions: str) -> str:
+    kept = [c for c in conditions if c]
+    return " || ".join(f"({c})" if " && " in c or " || " in c else c for c in kept)
+
+
+def negate(condition: str) -> str:
+    """Not condition; "" (no condition) stays "", so all_of drops it."""
+    return f"!({condition})" if condition else ""
+
+
+def kind_is(group: str, *kinds: str) -> str:
+    """The request is for one of these kinds of this API group (request.kind)."""
+    kind = (f"request.kind.kind == {string(kinds[0])}" if len(kinds) == 1
+            else f"request.kind.kind in {strings(kinds)}")
+    return f"request.kind.group == {string(group)} && {kind}"
+
+
+def operation_is(*operations: str) -> str:
+    if len(operations) == 1:
+        return f"request.operation == {string(operations[0])}"
+    return f"request.operation in {strings(operations)}"
+
+
+def annotation_set(obj: str, key: str) -> str:
+    """obj (object or oldObject) has annotation key with a non-empty value."""
+    annotations = f"{obj}.metadata.annotations"
+    return (f"has({obj}.metadata.annotations) && {string(key)} in {annotations} && "
+            f"{annotations}[{string(key)}] != ''")
+
+
+def field_set(path: str) -> str:
+    """A string field (e.g. object.spec.nodeName) that is present and not empty."""
+    return f"has({path}) && {path} != ''"
+
+
+def user_in(users: Iterable[str], groups: Iterable[str]) -> str:
+    """The requesting user is one of users or in one of groups; "" when both are empty."""
+    users, groups = tuple(users), tuple(groups)
+    tests = []
+    if users:
+        tests.append(f"request.userInfo.username in {strings(users)}")
+    if groups:
+        tests.append("has(request.userInfo.groups) && "
+                     f"request.userInfo.groups.exists(g, g in {strings(groups)})")
+    return any_of(*tests) if tests else ""
+
+
+def namespace_in(namespaces: Iterable[str]) -> str:
+    namespaces = tuple(namespaces)
+    return f"request.namespace in {strings(namespaces)}" if namespaces else ""

@@ -1,0 +1,142 @@
+"""The Mutating/ValidatingWebhookConfigurations that match a config (`volcano-guard manifests`).
+
+Each enabled policy declares the requests it can act on (Policy.scopes: rules and a CEL
+condition); a registration sends the union of its policies' rules, narrowed by one matchCondition
+that is the OR of their conditions. So a pod that every policy would allow untouched is never
+sent, and an outage of the guard stops only the requests it exists to judge. Injection fails open
+in a registration of its own, selected by the inject label; the binding guard fails open too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import yaml
+
+from webhook.config import Config
+from webhook.policies import POLICIES
+from webhook.policies.base import BINDINGS, INJECT, MUTATE, VALIDATE, Scope
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+TIMEOUT_SECONDS = 5
+MATCH_CONDITION = "requests-its-policies-act-on"
+
+
+@dataclass(frozen=True)
+class Registration:
+    name: str
+    kind: Literal["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+    path: str
+    failure_policy: Literal["Fail", "Ignore"]
+
+
+# In the order the API server calls them (it orders a configuration's webhooks as listed).
+REGISTRATIONS = (
+    # Defaults, the nodeName rewrite and the PodGroup stamps must not be skipped.
+    Registration(MUTATE, "MutatingWebhookConfiguration", "/mutate", "Fail"),
+    # A guard outage starts a labelled pod without the sidecar, not never.
+    Registration(INJECT, "MutatingWebhookConfiguration", "/mutate", "Ignore"),
+    # The guard's point: no unaccounted pod, no stale PodGroup delete.
+    Registration(VALIDATE, "ValidatingWebhookConfiguration", "/validate", "Fail"),
+    # While the guard is down, every scheduler must still be able to bind.
+    Registration(BINDINGS, "ValidatingWebhookConfiguration", "/validate", "Ignore"),
+)
+
+
+def enabled_scopes(config: Config) -> list[Scope]:
+    """Every scope of every policy the config turns on, in policy order."""
+    return [scope for policy in POLICIES if policy.mode(config) != "off"
+            for scope in policy.scopes(config)]
+
+
+def webhook_configurations(config: Config, namespace: str = "volcano-guard",
+                           service: str = "volcano-guard",
+                           name: str = "volcano-guard") -> list[dict[str, Any]]:
+    """The two configurations, each named `name`, calling service `namespace/service`:443."""
+    scopes = enabled_scopes(config)
+    configurations = []
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        webhooks = []
+        for registration in REGISTRATIONS:
+            mine = [scope for scope in scopes if scope.webhook == registration.name]
+            if registration.kind == kind and mine:
+                webhooks.append(_webhook(registration, mine, namespace, service))
+        configurations.append({"apiVersion": API_VERSION, "kind": kind,
+                               "metadata": {"name": name}, "webhooks": webhooks})
+    return configurations
+
+
+def _webhook(registration: Registration, scopes: list[Scope], namespace: str,
+             service: str) -> dict[str, Any]:
+    webhook: dict[str, Any] = {
+        "name": registration.name,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "failurePolicy": registration.failure_policy,
+        "matchPolicy": "Equivalent",
+        "clientConfig": {"service": {"name": service, "namespace": namespace,
+                                     "path": registration.path, "port": 443}},
+        # kube-system and the guard's own namespace are never sent: the guard can always be
+        # repaired. Webhook configurations themselves are never sent to webhooks.
+        "namespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+             "values": sorted({"kube-system", namespace})}]},
+        "rules": _rules(scope.rules for scope in scopes),
+    }
+    labels = {key: value for scope in scopes for key, value in scope.object_labels}
+    if labels:
+        webhook["objectSelector"] = {"matchLabels": labels}
+    if registration.kind == "MutatingWebhookConfiguration":
+        webhook["reinvocationPolicy"] = "IfNeeded"  # see what later webhooks changed
+    if all(scope.condition for scope in scopes):  # one without a condition takes every request
+        conditions = [scope.condition for scope in scopes]
+        expression = conditions[0] if len(conditions) == 1 else "\n|| ".join(
+            f"({condition})" for condition in conditions)
+        webhook["matchConditions"] = [{"name": MATCH_CONDITION, "expression": expression}]
+    return webhook
+
+
+def _rules(rule_sets: Any) -> list[dict[str, Any]]:
+    """The union of rules: operations merged per resource, resources with the same operations
+    listed in one rule."""
+    operations: dict[tuple[str, str, str], set[str]] = {}
+    for rules in rule_sets:
+        for rule in rules:
+            for resource in rule.resources:
+                key = (rule.api_group, rule.api_version, resource)
+                operations.setdefault(key, set()).update(rule.operations)
+    merged: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
+    for (group, version, resource), ops in operations.items():
+        merged.setdefault((group, version, tuple(sorted(ops))), []).append(resource)
+    return [{"apiGroups": [group], "apiVersions": [version], "operations": list(ops),
+             "resources": resources, "scope": "Namespaced"}
+            for (group, version, ops), resources in merged.items()]
+
+
+HEADER = """\
+# Generated by `volcano-guard manifests --config CONFIG` from the config in config.yaml
+# (`make manifests` regenerates it; tests/test_registrations.py checks it is current).
+# Each webhook covers only the requests its policies act on (matchConditions), so a guard outage
+# never stops a pod the guard would have allowed untouched. caBundle is set by
+# `volcano-guard certs inject` (the certs Job) or by cert-manager's cainjector.
+"""
+
+
+def render(configurations: list[dict[str, Any]]) -> str:
+    """YAML documents, expressions as literal blocks, behind HEADER."""
+    return HEADER + "---\n".join(yaml.dump(c, Dumper=_Dumper, sort_keys=False, width=100)
+                                 for c in configurations)
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _string)
