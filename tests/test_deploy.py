@@ -106,7 +106,10 @@ def test_the_deployment_is_highly_available_and_restricted(base):
 def test_monitoring_objects_render_with_the_contract_metric_names():
     docs = render("deploy/monitoring")
     kinds = {d["kind"] for d in docs}
-    assert kinds == {"ServiceMonitor", "PrometheusRule", "ConfigMap"}
+    assert kinds == {"ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap"}
+    # The label kube-prometheus-stack's Prometheus selects these objects by.
+    assert all(d["metadata"]["labels"]["release"] == "kube-prometheus-stack" for d in docs
+               if d["kind"] != "ConfigMap")
     rules = yaml.safe_dump(docs)
     for metric in ("admission_errors_total", "cert_expiry_timestamp_seconds",
                    "sidecar_pending_objects", "sidecar_conflicts_total"):
