@@ -284,3 +284,64 @@ async def test_server_side_apply_of_status_is_coalesced_newest_per_manager(make_
     await env.settle()
     _, final, _ = await env.direct("GET", f"{Q}/q1")
     assert final["status"] == {"pending": 4}  # running dropped by the newer apply
+
+
+async def test_volcano_1_11_writers_the_schedulers_stale_put_and_the_controllers_apply_both_land(
+        make_env):
+    """Volcano >= 1.11, each writer in its own pod with its own sidecar: the scheduler PUTs its
+    whole, possibly stale, Queue to /status with a new `allocated` (pkg/scheduler/cache/cache.go
+    UpdateQueueStatus); the queue controller server-side applies `status.state` alone as field
+    manager queue-controller (pkg/controllers/queue/queue_controller_action.go, ApplyStatus of
+    QueueStatus().WithState)."""
+    env = await make_env()  # the scheduler's sidecar
+    await env.direct("PUT", f"{Q}/q1/status", {**queue_body("q1"), "status": {"state": "Open"}})
+    _, stale, _ = await env.via("GET", f"{Q}/q1")  # the scheduler's cached copy: Open
+    apply = {"kind": "Queue", "apiVersion": "scheduling.volcano.sh/v1beta1",
+             "metadata": {"name": "q1"}, "status": {"state": "Closed"}}
+    async with sidecar_running(Cluster(env.sandbox.url), settings()) as controllers:
+        await env.request("GET", f"{controllers.url}{Q}/q1")  # its informer's copy
+        async with env.session.patch(
+                f"{controllers.url}{Q}/q1/status?fieldManager=queue-controller",
+                headers={"Content-Type": "application/apply-patch+yaml"},
+                data=json.dumps(apply)) as response:
+            assert response.status == 200
+        for cpu in ("1", "2", "3"):
+            status, _, _ = await env.via("PUT", f"{Q}/q1/status", {
+                **stale, "status": {**stale["status"], "allocated": {"cpu": cpu}}})
+            assert status == 200
+        await env.settle()
+    _, final, _ = await env.direct("GET", f"{Q}/q1")
+    assert final["status"]["state"] == "Closed"  # the stale copy's state never lands
+    assert final["status"]["allocated"] == {"cpu": "3"}
+    assert env.sandbox.stats.conflicts.get("queues/status", 0) == 0
+    assert env.sandbox.stats.writes.get("queues/status", 0) <= 3  # the seed, one each
+
+
+def test_volcano_1_10_and_older_writes_queue_counts_with_put():
+    """The storm's shape: up to 1.10 the queue controller PUTs state and the counts with the
+    resourceVersion it read (UpdateStatus) on every sync; the other tests replay it."""
+    from tests.volcano_source import volcano_file
+
+    controller = volcano_file("pkg/controllers/queue/queue_controller_action.go", "v1.10.0")
+    assert "queueStatus.Pending++" in controller
+    assert "Queues().UpdateStatus(context.TODO(), newQueue, metav1.UpdateOptions{})" in controller
+    assert "ApplyStatus" not in controller
+    in_1_11 = volcano_file("pkg/controllers/queue/queue_controller_action.go", "v1.11.0")
+    assert "ApplyStatus" in in_1_11 and "Queues().UpdateStatus(" not in in_1_11
+
+
+def test_volcanos_source_still_writes_queue_status_these_ways():
+    from tests.volcano_source import go_function, volcano_file
+
+    controller = volcano_file("pkg/controllers/queue/queue_controller_action.go")
+    assert "v1beta1apply.QueueStatus().WithState(" in controller
+    assert ("Queues().ApplyStatus(context.TODO(), queueApply, metav1.ApplyOptions{FieldManager: "
+            "controllerName})") in controller
+    assert 'controllerName = "queue-controller"' in volcano_file(
+        "pkg/controllers/queue/queue_controller_util.go")
+    scheduler = go_function(volcano_file("pkg/scheduler/cache/cache.go"), "UpdateQueueStatus")
+    assert "Queues().UpdateStatus(context.TODO(), newQueue, metav1.UpdateOptions{})" in scheduler
+    # ... only for a queue whose allocated changed (framework/session.go, updateQueueStatus).
+    session = volcano_file("pkg/scheduler/framework/session.go")
+    assert "equality.Semantic.DeepEqual(ssn.Queues[queueID].Queue.Status.Allocated, " \
+        "queueStatus)" in session

@@ -19,12 +19,13 @@ VOLCANO_COMMIT = "ed72c7c815a9fd547a787134676f73d42e9d049c"
 _DEFAULT_CLONE = Path("/work/.mirror/volcano-sh+volcano/repo")
 
 
-def volcano_file(path: str) -> str:
-    """The text of path in Volcano's source at VOLCANO_COMMIT (or HEAD); skips when absent."""
+def volcano_file(path: str, release: str | None = None) -> str:
+    """The text of path in Volcano's source at VOLCANO_COMMIT (or HEAD), or at a release tag
+    (e.g. "v1.10.0"); skips when the source is absent."""
     clone = Path(os.environ.get("VOLCANO_SRC", _DEFAULT_CLONE))
     if not clone.exists():
         pytest.skip(f"Volcano's source is not on this machine (set VOLCANO_SRC): {path}")
-    for revision in (VOLCANO_COMMIT, "HEAD"):
+    for revision in (release,) if release else (VOLCANO_COMMIT, "HEAD"):
         shown = subprocess.run(["git", "-C", str(clone), "show", f"{revision}:{path}"],
                                capture_output=True, text=True, check=False)
         if shown.returncode == 0:
