@@ -9,6 +9,7 @@ in a registration of its own, selected by the inject label; the binding guard fa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -16,7 +17,7 @@ import yaml
 
 from webhook.config import Config
 from webhook.policies import POLICIES
-from webhook.policies.base import BINDINGS, INJECT, MUTATE, VALIDATE, Scope
+from webhook.policies.base import BINDINGS, INJECT, MUTATE, VALIDATE, Rule, Scope
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 TIMEOUT_SECONDS = 5
@@ -98,7 +99,7 @@ def _webhook(registration: Registration, scopes: list[Scope], namespace: str,
     return webhook
 
 
-def _rules(rule_sets: Any) -> list[dict[str, Any]]:
+def _rules(rule_sets: Iterable[tuple[Rule, ...]]) -> list[dict[str, Any]]:
     """The union of rules: operations merged per resource, resources with the same operations
     listed in one rule."""
     operations: dict[tuple[str, str, str], set[str]] = {}

@@ -73,6 +73,11 @@ class Scope(NamedTuple):
     object_labels: tuple[tuple[str, str], ...] = ()
 
 
+def pods_rule(*operations: str) -> Rule:
+    """The rule for core v1 pods (not their subresources) on these operations."""
+    return Rule("", "v1", ("pods",), operations)
+
+
 def no_scopes(config: Config) -> tuple[Scope, ...]:
     return ()
 

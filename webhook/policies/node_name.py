@@ -40,6 +40,7 @@ from webhook.policies.base import (
     Rule,
     Scope,
     Verdict,
+    pods_rule,
 )
 from webhook.review import AdmissionRequest
 from webhook.workloads import POD
@@ -130,7 +131,7 @@ def scopes(config: Config) -> tuple[Scope, ...]:
         negate("has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists("
                "o, o.kind == 'DaemonSet' && has(o.controller) && o.controller == true)"
                if node_name.allowDaemonSets else ""))
-    rules = (Rule("", "v1", ("pods",), ("CREATE",)),)
+    rules = (pods_rule("CREATE"),)
     validating = Scope(VALIDATE, rules, condition)
     return (Scope(MUTATE, rules, condition), validating) if node_name.action == "rewrite" else (
         validating,)

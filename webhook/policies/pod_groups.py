@@ -36,6 +36,7 @@ from webhook.policies.base import (
     Rule,
     Scope,
     Verdict,
+    pods_rule,
 )
 from webhook.review import AdmissionRequest
 from webhook.workloads import POD
@@ -205,7 +206,7 @@ def enrich_scopes(config: Config) -> tuple[Scope, ...]:
         negate(annotation_set("object", POD_GENERATION)),
         any_of(operation_is("CREATE"),
                all_of(operation_is("UPDATE"), negate(annotation_set("oldObject", GROUP_NAME)))))
-    return (Scope(MUTATE, (Rule("", "v1", ("pods",), ("CREATE", "UPDATE")),), condition),)
+    return (Scope(MUTATE, (pods_rule("CREATE", "UPDATE"),), condition),)
 
 
 def delete_scopes(config: Config) -> tuple[Scope, ...]:

@@ -32,6 +32,7 @@ from webhook.policies.base import (
     Rule,
     Scope,
     Verdict,
+    pods_rule,
 )
 from webhook.review import AdmissionRequest
 from webhook.workloads import (
@@ -89,7 +90,7 @@ def scopes(config: Config) -> tuple[Scope, ...]:
     pods = all_of(kind_is(*POD), operation_is("CREATE"), "has(object.spec.schedulerName)",
                   f"object.spec.schedulerName in {strings(config.volcanoSchedulerNames)}")
     volcano = (kind_is(group, kind) for group, kind in VOLCANO_JOB_SPEC_PATHS)
-    rules = (Rule("", "v1", ("pods",), ("CREATE",)),
+    rules = (pods_rule("CREATE"),
              *(Rule(group, "v1alpha1", (plural,), ("CREATE", "UPDATE"))
                for group, plural in _VOLCANO_PLURALS))
     condition = any_of(pods, *volcano)

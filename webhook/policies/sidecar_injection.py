@@ -18,7 +18,15 @@ from volcano_guard import jsonpatch
 from volcano_guard.jsonbody import object_at, shown
 from webhook.cel import all_of, kind_is, operation_is
 from webhook.config import Config, SidecarInjectionConfig
-from webhook.policies.base import INJECT, NOTHING_FOUND, Policy, PolicyContext, Rule, Scope, Verdict
+from webhook.policies.base import (
+    INJECT,
+    NOTHING_FOUND,
+    Policy,
+    PolicyContext,
+    Scope,
+    Verdict,
+    pods_rule,
+)
 from webhook.review import AdmissionRequest
 from webhook.workloads import POD, Container, PodTemplate, containers
 
@@ -72,7 +80,7 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
 
 def scopes(config: Config) -> tuple[Scope, ...]:
     """Pod CREATEs labelled for injection, in a registration of their own that fails open."""
-    return (Scope(INJECT, (Rule("", "v1", ("pods",), ("CREATE",)),),
+    return (Scope(INJECT, (pods_rule("CREATE"),),
                   all_of(kind_is(*POD), operation_is("CREATE")), ((INJECT_LABEL, "true"),)),)
 
 
