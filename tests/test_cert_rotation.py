@@ -105,3 +105,75 @@ async def test_a_renewed_cert_is_served_without_restart_and_no_handshake_fails(t
     expiry = REGISTRY.get_sample_value("volcano_guard_cert_expiry_timestamp_seconds")
     leaf = x509.load_pem_x509_certificate(made.cert_file.read_bytes())
     assert expiry == pytest.approx(leaf.not_valid_after_utc.timestamp())
+
+
+def staged_renewal(served, staging):
+    """A renewed leaf (same CA) made beside the served files, not yet written over them."""
+    staging.mkdir()
+    for name in ("ca.crt", "ca.key", "tls.crt", "tls.key"):
+        (staging / name).write_bytes((served / name).read_bytes())
+    rotate(staging, force_leaf=True)
+    return (staging / "tls.crt").read_bytes(), (staging / "tls.key").read_bytes()
+
+
+def other_key(tmp_path):
+    return generate(SERVICE, NAMESPACE, tmp_path / "unrelated").key_file.read_bytes()
+
+
+# How the new pair reaches the served files: (file, bytes) writes with a pause between, as
+# cert-manager, a kubelet secret update or an operator's cp may do it. new: the renewed pair.
+WRITE_ORDERS = {
+    "cert first": lambda new, tmp: [("tls.crt", new[0]), ("tls.key", new[1])],
+    "key first": lambda new, tmp: [("tls.key", new[1]), ("tls.crt", new[0])],
+    "garbage cert, then the pair": lambda new, tmp: [
+        ("tls.crt", b"-----BEGIN CERTIFICATE-----\nnot base64\n"), ("tls.key", new[1]),
+        ("tls.crt", new[0])],
+    "empty key, then the pair": lambda new, tmp: [("tls.key", b""), ("tls.crt", new[0]),
+                                                  ("tls.key", new[1])],
+    "truncated cert, then the rest": lambda new, tmp: [
+        ("tls.key", new[1]), ("tls.crt", new[0][:len(new[0]) // 2]), ("tls.crt", new[0])],
+    "a key of another certificate": lambda new, tmp: [("tls.crt", new[0]),
+                                                      ("tls.key", other_key(tmp))],
+}
+
+
+@pytest.mark.parametrize("order", list(WRITE_ORDERS))
+async def test_no_write_order_or_garbage_breaks_a_single_handshake(tmp_path, order):
+    served = tmp_path / "served"
+    made = generate(SERVICE, NAMESPACE, served, days=365)  # the CA stays; the leaf renews
+    old_serial = serial(made.cert_file)
+    new = staged_renewal(served, tmp_path / "staging")
+    new_serial = x509.load_pem_x509_certificate(new[0]).serial_number
+    writes = WRITE_ORDERS[order](new, tmp_path)
+    usable_at_end = order != "a key of another certificate"
+    tls = server_context(made.cert_file, made.key_file)
+    reloader = CertReloader(tls, made.cert_file, made.key_file)
+    errors_before = REGISTRY.get_sample_value("volcano_guard_cert_reload_errors_total") or 0
+    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
+                                                          "bindingGuard": {"mode": "off"}}}})
+    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls) as (port, _):
+        watcher = asyncio.create_task(reloader.watch(interval=0.01))
+        seen, failures = [], []
+        stop = asyncio.Event()
+
+        async def client():
+            while not stop.is_set():
+                try:
+                    seen.append(await asyncio.to_thread(handshake_serial, port, made.ca_file))
+                except (ssl.SSLError, OSError) as exc:
+                    failures.append(repr(exc))
+
+        clients = [asyncio.create_task(client()) for _ in range(4)]
+        for name, data in writes:
+            await asyncio.sleep(0.15)  # many checks and handshakes see each partial state
+            (served / name).write_bytes(data)
+        await asyncio.sleep(0.3)
+        stop.set()
+        await asyncio.gather(*clients)
+        watcher.cancel()
+    assert failures == []
+    assert len(seen) > 20
+    assert seen[-1] == (new_serial if usable_at_end else old_serial)
+    assert reloader.reloads == (1 if usable_at_end else 0)
+    errors = REGISTRY.get_sample_value("volcano_guard_cert_reload_errors_total") - errors_before
+    assert errors == len(writes) - 1 if usable_at_end else errors >= 1
