@@ -55,7 +55,9 @@ async def running(host: str = "127.0.0.1", port: int = 0, *,
                   event_window: int = 10_000) -> AsyncIterator[Sandbox]:
     """Serve a fresh sandbox inside the block; port 0 picks a free one."""
     app = create_app(Store(event_window), faults, settings)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2)
+    # handler_cancellation: a client that leaves ends its watch at once, as kube-apiserver's
+    # request context does.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2, handler_cancellation=True)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

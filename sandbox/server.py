@@ -162,6 +162,7 @@ async def _stats(request: web.Request) -> web.Response:
     body = request.app[STATS_KEY].as_dict()
     body["objects"] = {r.plural: store.count(r) for r in RESOURCES}
     body["resourceVersion"] = str(store.resource_version)
+    body["openWatches"] = store.open_watches
     return web.json_response(body)
 
 

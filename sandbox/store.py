@@ -280,6 +280,10 @@ class Store:
         self._watchers.discard(watcher)
         watcher.close()
 
+    @property
+    def open_watches(self) -> int:
+        return len(self._watchers)
+
     def close_all_watches(self) -> None:
         for watcher in list(self._watchers):
             self.stop_watch(watcher)

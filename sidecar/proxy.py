@@ -42,6 +42,10 @@ HOP_BY_HOP = frozenset({
 })
 MAX_WRITE_BODY = 3 * 1024 * 1024
 MAX_OBSERVED_BODY = 64 * 1024 * 1024  # larger coalesced-resource lists pass unobserved
+# Seconds an upstream answer that is not long-running may go without a byte: kube-apiserver
+# itself ends such requests at 60 s (--request-timeout). Watches, followed logs and proxies
+# are long-running and have none.
+UPSTREAM_READ_TIMEOUT = 60.0
 PATCH_KINDS = {
     "application/merge-patch+json": "merge",
     "application/json-patch+json": "json",
@@ -64,6 +68,7 @@ class Proxy:
     draining: bool = False
     clock: Any = field(default=time.monotonic)
     streams: set[aiohttp.ClientResponse] = field(default_factory=set)
+    read_timeout: float = UPSTREAM_READ_TIMEOUT
 
     def close_streams(self) -> None:
         """End every relayed response (watches never end by themselves); clients re-watch."""
@@ -139,12 +144,18 @@ async def forward(request: web.Request, proxy: Proxy, route: Route | None,
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
     headers.update(proxy.tokens.authorization())
     data: Any = body if body is not None else (request.content if request.body_exists else None)
+    timeout = None if _long_running(request) else aiohttp.ClientTimeout(
+        total=None, sock_connect=10, sock_read=proxy.read_timeout)
     started = time.perf_counter()
     try:
         upstream = await proxy.session.request(  # encoded=True: the path goes as it came
             request.method, URL(proxy.upstream + request.raw_path, encoded=True),
-            headers=headers, data=data, allow_redirects=False)
-    except (aiohttp.ClientError, TimeoutError) as exc:
+            headers=headers, data=data, allow_redirects=False, timeout=timeout)
+    except TimeoutError:
+        metrics.PROXIED.labels(method=request.method, code="0").inc()
+        return status_response(504, "the upstream API server did not answer within "
+                               f"{proxy.read_timeout:g}s")
+    except aiohttp.ClientError as exc:
         metrics.PROXIED.labels(method=request.method, code="0").inc()
         return status_response(503, f"the upstream API server is unreachable: {exc}")
     response: web.StreamResponse | None = None
@@ -168,15 +179,31 @@ async def forward(request: web.Request, proxy: Proxy, route: Route | None,
             observer.close()
         await response.write_eof()
         return response
-    except (ConnectionResetError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
-        # One side went away mid-stream: the client sees its connection end, as it would
-        # if the API server had dropped it.
+    except (ConnectionResetError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
+            TimeoutError):
+        # One side went away (or went silent) mid-stream: the client sees its connection end,
+        # as it would if the API server had dropped it.
+        upstream.close()
         if response is not None and response.prepared:
             return response
         return status_response(502, "the upstream API server closed the connection")
+    except asyncio.CancelledError:
+        upstream.close()  # the client left (handler cancellation): end the upstream request now
+        raise
     finally:
         proxy.streams.discard(upstream)
         upstream.release()
+
+
+def _long_running(request: web.Request) -> bool:
+    """Requests kube-apiserver keeps open as long as they last: watches, followed logs and
+    proxied connections (exec, attach and port-forward are refused before this)."""
+    query = request.query
+    if query.get("watch") in ("1", "true", "True"):
+        return True
+    if request.path.endswith("/log") and query.get("follow") in ("1", "true", "True"):
+        return True
+    return "/proxy/" in request.path or request.path.endswith("/proxy")
 
 
 def _observer(proxy: Proxy, route: Route | None, request: web.Request,

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from sidecar.coalescer import Coalescer
 from sidecar.flusher import Flusher
-from sidecar.proxy import Proxy, create_app
+from sidecar.proxy import UPSTREAM_READ_TIMEOUT, Proxy, create_app
 from sidecar.routes import DEFAULT_COALESCED
 from volcano_guard.kubeconfig import Cluster, TokenSource, write_kubeconfig
 from volcano_guard.metrics import metrics_app
@@ -37,6 +37,7 @@ class SidecarSettings:
     drain_timeout: float = 20.0
     coalesce: tuple[str, ...] = DEFAULT_COALESCED
     write_kubeconfig: str | None = None  # where to write a kubeconfig that points at the proxy
+    upstream_read_timeout: float = UPSTREAM_READ_TIMEOUT  # for requests that are not long-running
 
 
 @dataclass
@@ -56,10 +57,13 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
     coalescer = Coalescer(settings.flush_interval, settings.max_pending)
     flusher = Flusher(coalescer, session, cluster.url, tokens, settings.max_upstream_qps)
     proxy = Proxy(cluster.url, session, tokens, coalescer, flusher,
-                  frozenset(settings.coalesce), settings.ack, clock=time.monotonic)
+                  frozenset(settings.coalesce), settings.ack, clock=time.monotonic,
+                  read_timeout=settings.upstream_read_timeout)
     # auto_decompress=False: a gzip request body is relayed compressed, as the client sent it.
+    # handler_cancellation: a client that leaves cancels its handler, which ends the upstream
+    # request at once; a watch would otherwise stay open upstream until its next event.
     api = web.AppRunner(create_app(proxy), access_log=None, shutdown_timeout=2,
-                        auto_decompress=False)
+                        auto_decompress=False, handler_cancellation=True)
     probes = web.AppRunner(metrics_app(), access_log=None)
     await api.setup()
     await probes.setup()

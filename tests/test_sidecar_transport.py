@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -22,6 +23,7 @@ from sidecar.service import running as sidecar_running
 from tests.processes import start_cli, wait_for_log
 from tests.threaded import on_thread
 from volcano_guard.kubeconfig import Cluster, TokenSource
+from volcano_guard.processes import memory_kib
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
@@ -211,3 +213,86 @@ async def test_unreachable_upstream_is_a_503_status():
         assert response.status == 503
         assert "unreachable" in (await response.json())["message"]
     await asyncio.sleep(0)
+
+
+# --- nothing held for a client that left -----------------------------------------------------
+
+async def test_watches_whose_clients_left_end_upstream_within_a_second():
+    from sandbox.runner import running as sandbox_running
+
+    async with sandbox_running() as box, \
+            sidecar_running(Cluster(box.url), settings()) as proxy:
+        box.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                   "metadata": {"name": "q1"}, "spec": {"weight": 1}}])
+        session = aiohttp.ClientSession()
+        responses = [await session.get(f"{proxy.url}{Q}?watch=true") for _ in range(50)]
+        for response in responses:
+            assert (await response.content.readline()).startswith(b'{"type":"ADDED"')
+        assert box.store.open_watches == 50
+        await session.close()  # every client goes away; no event follows
+        left = time.monotonic()
+        while box.store.open_watches and time.monotonic() - left < 1.0:
+            await asyncio.sleep(0.02)
+        assert box.store.open_watches == 0, "watches stayed open upstream"
+
+
+def test_a_stalled_watch_client_costs_the_sidecar_no_memory_and_ends_upstream_when_it_leaves():
+    """60 MB of watch events pass a client that reads nothing: the sidecar process waits for
+    its client instead of buffering them (what is not taken stays in the kernel's socket
+    buffers and the API server's bounded watch buffer), and ends the watch once it leaves."""
+    queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+             "metadata": {"name": "q1"}, "spec": {"weight": 1}, "status": {"note": "x" * 100_000}}
+    resource = find("scheduling.volcano.sh", "v1beta1", "queues")
+    with SandboxThread() as sandbox:
+        sandbox.seed([queue])
+        proc = start_cli("sidecar", "--upstream", sandbox.url, "--listen", "127.0.0.1:0",
+                         "--metrics-listen", "127.0.0.1:0")
+        try:
+            host, port = wait_for_log(proc, r"sidecar proxy on http://([^:]+):(\d+) ").groups()
+            stalled = socket.create_connection((host, int(port)))
+            stalled.sendall(f"GET {Q}?watch=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            while not sandbox.call(lambda box: box.store.open_watches):
+                time.sleep(0.01)
+            before = memory_kib(proc.pid)
+            for n in range(600):
+                sandbox.call(lambda box, n=n: box.store.update(
+                    resource, "", "q1", {**queue, "spec": {"weight": n + 2}}, None))
+            time.sleep(0.5)
+            grown = memory_kib(proc.pid) - before
+            assert grown < 16 * 1024, f"the sidecar grew {grown} KiB for a stalled client"
+            stalled.close()
+            left = time.monotonic()
+            while sandbox.call(lambda box: box.store.open_watches) and \
+                    time.monotonic() - left < 1.0:
+                time.sleep(0.02)
+            assert sandbox.call(lambda box: box.store.open_watches) == 0
+        finally:
+            proc.kill()
+            proc.wait(10)
+
+
+async def test_a_hung_api_server_answers_504_after_the_read_timeout_but_watches_wait():
+    async def hang(_: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", hang)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    upstream = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        quick = settings(upstream_read_timeout=0.5)
+        async with sidecar_running(Cluster(upstream), quick) as proxy, \
+                aiohttp.ClientSession() as session:
+            started = time.monotonic()
+            async with session.get(f"{proxy.url}{Q}/q1") as response:
+                assert response.status == 504
+                assert "did not answer within 0.5s" in (await response.json())["message"]
+            assert time.monotonic() - started < 2.0
+            with pytest.raises(TimeoutError):  # a watch is long-running: no read timeout
+                async with asyncio.timeout(1.5):
+                    await session.get(f"{proxy.url}{Q}?watch=true")
+    finally:
+        await runner.cleanup()

@@ -137,6 +137,10 @@ def _add_sidecar(commands: argparse._SubParsersAction) -> None:
                          help="cap on upstream status writes per second")
     sidecar.add_argument("--drain-timeout", type=_positive_float, default=20.0,
                          help="seconds to flush pending writes on SIGTERM")
+    sidecar.add_argument("--upstream-read-timeout", type=_positive_float, default=60.0,
+                         help="seconds an upstream answer may go without a byte (not for "
+                         "watches, followed logs and proxies; default 60, as kube-apiserver's "
+                         "--request-timeout)")
     sidecar.add_argument("--coalesce", action="append", metavar="GROUP/VERSION/RESOURCE",
                          help="resource whose /status writes are coalesced (repeatable; "
                          "default scheduling.volcano.sh/v1beta1/queues)")
@@ -374,7 +378,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
     settings = SidecarSettings(
         listen.host, listen.port, metrics_listen.host, metrics_listen.port,
         args.flush_interval, args.ack, args.max_pending, args.max_upstream_qps,
-        args.drain_timeout, coalesce, args.write_kubeconfig,
+        args.drain_timeout, coalesce, args.write_kubeconfig, args.upstream_read_timeout,
     )
     return asyncio.run(serve(cluster, settings))
 
