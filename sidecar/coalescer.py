@@ -312,6 +312,7 @@ class Coalescer:
         if 200 <= code < 300:
             self.observe(plan.key, obj)
             self._last_flush[plan.key] = now
+            self._retry_backed_off(now)  # the upstream answers again
             if pending is not None and pending.version == plan.version:
                 del self._pending[plan.key]
             elif pending is not None:  # newer intent arrived while this flush was in flight
@@ -339,8 +340,21 @@ class Coalescer:
         del self._pending[plan.key]  # another client error (e.g. 422): it will not heal
         return Settled(plan.waiters + tuple(pending.waiters), code, obj, "failed")
 
+    def backing_off(self) -> list[ObjectKey]:
+        """Objects waiting out a backoff after failed writes, oldest pending first."""
+        waiting = [(p.first_at, key) for key, p in self._pending.items()
+                   if p.attempts and not p.in_flight]
+        return [key for _, key in sorted(waiting, key=lambda item: item[0])]
+
+    def _retry_backed_off(self, now: float) -> None:
+        for pending in self._pending.values():
+            if pending.attempts and not pending.in_flight:
+                pending.attempts = 0
+                pending.next_at = min(pending.next_at, now)
+
     def backoff(self, attempts: int, retry_after: float | None = None) -> float:
-        """Exponential backoff with full jitter, at least Retry-After when the server says."""
+        """Exponential backoff with equal jitter (a delay drawn from the upper half of the
+        ceiling), at least Retry-After when the server says."""
         ceiling = min(self.flush_interval * 2 ** attempts, 30.0)
         delay = self._rng.uniform(ceiling / 2, ceiling)
         return max(delay, retry_after or 0.0)

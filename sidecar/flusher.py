@@ -23,6 +23,10 @@ from volcano_guard.kubeconfig import TokenSource
 log = logging.getLogger("volcano_guard.sidecar")
 MERGE_PATCH = "application/merge-patch+json"
 WRITE_TIMEOUT = 10.0
+# While writes are backing off and nothing else is sent, the oldest one is tried this often:
+# when it lands, every backed-off write is retried at once, so they land within a few seconds
+# of the upstream's return however long the outage was (their own backoff reaches 30 s).
+PROBE_INTERVAL = 2.0
 
 
 class TokenBucket:
@@ -53,6 +57,7 @@ class Flusher:
         self._wakeup = asyncio.Event()
         self._flights: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
+        self._last_sent = clock()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="flusher")
@@ -81,19 +86,29 @@ class Flusher:
 
     async def _run(self) -> None:
         while True:
-            for key in self.coalescer.due(self.clock(), all_pending=self.draining):
+            for key in self.coalescer.due(self.clock(), all_pending=self.draining) or \
+                    self._probe():
                 while (wait := self.bucket.wait_time()) > 0:
                     await asyncio.sleep(wait)
                 self._start(key)
             metrics.PENDING_OBJECTS.set(self.coalescer.pending_count)
             self._wakeup.clear()
-            next_at = self.coalescer.next_due_at()
+            wake_times = [self.coalescer.next_due_at()]
+            if self.coalescer.backing_off():
+                wake_times.append(self._last_sent + PROBE_INTERVAL)
+            next_at = min((t for t in wake_times if t is not None), default=None)
             timeout = None if next_at is None else max(0.0, next_at - self.clock())
             if self.draining:
                 timeout = 0.05 if timeout is None else min(timeout, 0.05)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._wakeup.wait()
+
+    def _probe(self) -> list[ObjectKey]:
+        """The oldest backed-off write, when nothing has been sent for PROBE_INTERVAL."""
+        if self._flights or self.clock() - self._last_sent < PROBE_INTERVAL:
+            return []
+        return self.coalescer.backing_off()[:1]
 
     def _start(self, key: ObjectKey) -> None:
         if not self.coalescer.is_pending(key):
@@ -103,6 +118,7 @@ class Flusher:
             metrics.NOOP_SKIPPED.inc()
             resolve(plan)
             return
+        self._last_sent = self.clock()
         flight = asyncio.create_task(self._send(plan))
         self._flights.add(flight)
         flight.add_done_callback(self._flights.discard)

@@ -210,6 +210,37 @@ def test_backoff_grows_exponentially_with_jitter_and_is_capped(c):
     assert all(d <= 30.0 for d in delays)
 
 
+def test_backoff_draws_from_the_upper_half_of_its_ceiling_as_documented(c):
+    for attempts in range(1, 10):
+        ceiling = min(1.0 * 2 ** attempts, 30.0)
+        for _ in range(50):
+            assert ceiling / 2 <= c.backoff(attempts) <= ceiling
+
+
+def test_a_write_that_lands_makes_every_backed_off_write_due_at_once():
+    """After a long outage each object's backoff nears 30 s; the first write that lands (a
+    probe) says the upstream is back, and every other backed-off write goes now."""
+    c = Coalescer(flush_interval=1.0, max_pending=100)
+    keys = [ObjectKey(KEY.resource, "", f"q{n}") for n in range(3)]
+    for key in keys:
+        c.observe(key, {**queue(10, {}), "metadata": {"name": key.name, "uid": "u",
+                                                      "resourceVersion": "10"}})
+        c.absorb(StatusWrite(key, "merge", {"status": {"pending": 1}}), now=0)
+    now = 0.0
+    for _ in range(8):  # an outage: every attempt fails
+        for key in keys:
+            c.complete(c.plan(key), 503, None, now)
+        now += 40.0
+    assert c.backing_off() == keys
+    assert c.next_due_at() > now - 40.0 + 10.0  # far in the future
+    probe = c.plan(keys[0])
+    c.complete(probe, 200, {**queue(11, {"pending": 1}),
+                            "metadata": {"name": "q0", "uid": "u", "resourceVersion": "11"}},
+               now)
+    assert c.backing_off() == []
+    assert c.due(now) == keys[1:]
+
+
 def test_backpressure_beyond_max_pending_objects():
     c = Coalescer(flush_interval=1.0, max_pending=2)
     for name in ("a", "b", "c"):

@@ -71,6 +71,62 @@ async def test_pending_writes_survive_an_api_server_outage_and_converge_after_it
         await outage.down()
 
 
+async def converge_after_outage(outage_seconds: float, queues: int = 5) -> float:
+    """Seconds from the API server's return until every queue's last write has landed, after
+    an outage of outage_seconds during which the writer kept writing."""
+    async with sandbox_running() as sandbox:
+        sandbox.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                       "metadata": {"name": f"q{n}"}, "spec": {"weight": 1}}
+                      for n in range(queues)])
+        outage = Outage(int(sandbox.url.rsplit(":", 1)[1]))
+        await outage.up()
+        settings = SidecarSettings(listen_port=0, metrics_port=0, flush_interval=0.5)
+        async with sidecar_running(Cluster(f"http://127.0.0.1:{outage.port}"), settings) as sc, \
+                aiohttp.ClientSession() as session:
+            bases = []
+            for n in range(queues):
+                async with session.get(f"{sc.url}{Q}/q{n}") as response:
+                    bases.append(await response.json())
+            await outage.down()
+            loop = asyncio.get_running_loop()
+            ends = loop.time() + outage_seconds
+            count = 0
+            while loop.time() < ends:  # the writer keeps writing while the API server is gone
+                for n, base in enumerate(bases):
+                    body = {**base, "status": {"pending": count}}
+                    async with session.put(f"{sc.url}{Q}/q{n}/status", json=body) as response:
+                        assert response.status == 200
+                count += 1
+                await asyncio.sleep(0.25)
+            await outage.up()
+            back = loop.time()
+            wanted = {"pending": count - 1}
+            while any(sandbox.store.get(QUEUES, "", f"q{n}").object().get("status") != wanted
+                      for n in range(queues)):
+                assert loop.time() - back < 60, "pending writes never landed"
+                await asyncio.sleep(0.05)
+            landed = loop.time() - back
+        await outage.down()
+    return landed
+
+
+async def test_pending_writes_land_within_5_s_of_the_api_servers_return():
+    landed = await converge_after_outage(8.0)
+    print(f"\nafter an 8 s outage, every pending write landed {landed:.2f} s after the return")
+    assert landed < 5.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("outage_seconds", [15.0, 40.0])
+async def test_pending_writes_land_within_5_s_of_the_return_however_long_the_outage(
+        outage_seconds):
+    """By then each object's own backoff has grown to 8-30 s; the probe finds the return."""
+    landed = await converge_after_outage(outage_seconds)
+    print(f"\nafter a {outage_seconds:.0f} s outage, every pending write landed {landed:.2f} s "
+          "after the return")
+    assert landed < 5.0
+
+
 def write_pair(directory, now, not_before_days, not_after_days, names):
     start = now + datetime.timedelta(days=not_before_days)
     end = now + datetime.timedelta(days=not_after_days)
