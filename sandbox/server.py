@@ -388,7 +388,7 @@ async def _watch(request: web.Request, info: RequestInfo) -> web.StreamResponse:
                 wait = remaining if wait is None else min(wait, remaining)
             try:
                 async with asyncio.timeout(wait):
-                    data = await watcher.queue.get()
+                    data = await watcher.next()
             except TimeoutError:
                 if bookmarks and (deadline is None or loop.time() < deadline):
                     await response.write(_bookmark(info.resource, store.resource_version))

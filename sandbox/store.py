@@ -72,6 +72,12 @@ class Event:
     old: Stored | None = None
 
 
+# A watcher further behind than this is dropped, as the apiserver drops a watcher that does not
+# keep up (it re-lists): a stalled client must not hold the server's memory.
+MAX_QUEUED_EVENTS = 10_000
+MAX_QUEUED_BYTES = 16 * 1024 * 1024
+
+
 @dataclass(eq=False)
 class Watcher:
     """One open watch: its filter and the queue of encoded events the server streams."""
@@ -80,8 +86,10 @@ class Watcher:
     namespace: str
     labels: tuple[Requirement, ...]
     fields: tuple[Requirement, ...]
-    queue: asyncio.Queue[bytes | None] = field(default_factory=lambda: asyncio.Queue(10_000))
+    queue: asyncio.Queue[bytes | None] = field(
+        default_factory=lambda: asyncio.Queue(MAX_QUEUED_EVENTS))
     closed: bool = False
+    queued_bytes: int = 0
 
     def offer(self, event: Event) -> None:
         """Queue the event as this watcher sees it: moving out of its selector is a DELETED,
@@ -102,18 +110,29 @@ class Watcher:
         self.put(encode_event(kind, event.new.raw))
 
     def put(self, data: bytes | None) -> None:
+        size = len(data) if data else 0
+        if self.queued_bytes + size > MAX_QUEUED_BYTES:
+            self.close()
+            return
         try:
             self.queue.put_nowait(data)
         except asyncio.QueueFull:
-            # A client this far behind would hold memory without bound: end its watch, as the
-            # apiserver does; it re-lists.
             self.close()
+            return
+        self.queued_bytes += size
+
+    async def next(self) -> bytes | None:
+        """The next encoded event to stream; None when the watch has ended."""
+        data = await self.queue.get()
+        self.queued_bytes -= len(data) if data else 0
+        return data
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
             while not self.queue.empty():
                 self.queue.get_nowait()
+            self.queued_bytes = 0
             self.queue.put_nowait(None)
 
     def _matches(self, stored: Stored) -> bool:

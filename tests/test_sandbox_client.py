@@ -304,3 +304,36 @@ def test_stats_count_requests_writes_and_conflicts(custom, sandbox):
     assert stats["requests"]["update queues/status"] == 2
     assert stats["writes"] == {"queues": 1, "queues/status": 1}  # seeding bypasses HTTP
     assert stats["conflicts"] == {"queues/status": 1}
+
+
+def test_a_watcher_that_stops_reading_is_dropped_past_its_buffer_bound():
+    """As the apiserver drops a watcher that does not keep up: its backlog of events must not
+    hold the server's memory (MAX_QUEUED_BYTES), and other clients carry on."""
+    import socket
+
+    from sandbox.resources import find
+    from sandbox.runner import SandboxThread
+    from sandbox.store import MAX_QUEUED_BYTES
+
+    queues = find("scheduling.volcano.sh", "v1beta1", "queues")
+    big = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+           "metadata": {"name": "q1", "annotations": {"note": "x" * 100_000}},
+           "spec": {"weight": 1}}
+    with SandboxThread() as sandbox:
+        sandbox.seed([big])
+        host, port = sandbox.url.removeprefix("http://").split(":")
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # no 32 MB autotuning
+        stalled.connect((host, int(port)))
+        stalled.sendall(b"GET /apis/scheduling.volcano.sh/v1beta1/queues?watch=true "
+                        b"HTTP/1.1\r\nHost: x\r\n\r\n")
+        while not sandbox.call(lambda box: box.store.open_watches):
+            time.sleep(0.01)
+        sent = 0
+        while sandbox.call(lambda box: box.store.open_watches) and sent < 4 * MAX_QUEUED_BYTES:
+            sandbox.call(lambda box, n=sent: box.store.update(
+                queues, "", "q1", {**big, "spec": {"weight": n + 2}}, None))
+            sent += 100_000
+        assert sandbox.call(lambda box: box.store.open_watches) == 0, "the watcher was kept"
+        assert sent < 2 * MAX_QUEUED_BYTES  # dropped near its bound, not long after
+        stalled.close()
