@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.builders import container, pod, review
 from tests.processes import admissions_counted, post_once, start_cli, wait_for_log
 from tests.promtool import check_metrics
-from volcano_guard.processes import stat_fields
+from volcano_guard.processes import children, stat_fields
 from webhook.workers import merge_metrics
 
 NO_CLUSTER = ("policies: {nodeName: {mode: off, bindingGuard: {mode: off}}, podGroups: "
@@ -162,15 +162,10 @@ def test_merged_process_memory_is_the_sum_and_start_time_the_earliest():
     assert samples["process_max_fds"] == alone["process_max_fds"]
 
 
-def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(p) for p in f.read().split()]
-
-
 def _worker_pids(pid: int) -> list[int]:
     """Children running a webhook worker (not multiprocessing's resource tracker)."""
     out = []
-    for child in _children(pid):
+    for child in children(pid):
         with open(f"/proc/{child}/cmdline", "rb") as f:
             if b"resource_tracker" not in f.read():
                 out.append(child)

@@ -36,6 +36,16 @@ def memory_kib(pid: int | str = "self", field: str = "VmRSS") -> int:
     return 0
 
 
+def children(pid: int) -> list[int]:
+    """The process's child pids."""
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def tree_memory_kib(pid: int) -> int:
+    """VmRSS of the process and all its descendants, in KiB."""
+    return memory_kib(pid) + sum(tree_memory_kib(child) for child in children(pid))
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU time the process has used."""
     fields = stat_fields(pid)

@@ -107,6 +107,9 @@ class Config:
     # Larger admission bodies get 413 without being read whole (the apiserver caps at 3 MiB
     # for etcd objects; 7 MiB leaves room for oldObject on UPDATE).
     maxRequestBytes: int = DEFAULT_MAX_REQUEST_BYTES
+    # Connections one webhook process holds open; past it new ones are closed on arrival and
+    # those open keep being served (an idle TLS connection costs tens of KiB).
+    maxConnections: int = 1000
     policies: PoliciesConfig = field(default_factory=PoliciesConfig)
 
 

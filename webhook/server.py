@@ -14,12 +14,14 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import get_args
 
 import orjson
 from aiohttp import web
 
 from certs.reload import CertReloader
+from volcano_guard.connections import BoundedTLSSite, ConnectionLimits, request_answered
 from volcano_guard.jsonbody import BodyError, decode
 from volcano_guard.listen import Listen
 from volcano_guard.metrics import add_probes, metrics_app
@@ -38,6 +40,9 @@ log = logging.getLogger("volcano_guard.webhook")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _READ_CHUNK = 64 * 1024
 SHUTDOWN_TIMEOUT = 30.0  # seconds SIGTERM waits for started requests
+# Handshake and request deadlines of 10 s: the API server's webhook calls time out after at most
+# 30 s (timeoutSeconds; deploy/ sets 5), and it sends a request at once.
+CONNECTION_LIMITS = ConnectionLimits(handshake_timeout=10.0, request_timeout=10.0)
 
 
 class InFlight:
@@ -88,6 +93,7 @@ def create_app(config: Config, caches: Caches | None = None) -> web.Application:
     the caches have synced)."""
     caches = caches or Caches()
     app = web.Application(client_max_size=config.maxRequestBytes + 1)
+    app.on_response_prepare.append(request_answered)  # the connection's request deadline is met
     in_flight = app[IN_FLIGHT_KEY] = InFlight()
     for phase in get_args(Phase):
         app.router.add_post(f"/{phase}", _handler(phase, config, caches, in_flight))
@@ -206,21 +212,25 @@ async def running(
     shutdown_timeout: float = SHUTDOWN_TIMEOUT,
     caches: Caches | None = None,
     reuse_port: bool = False,
+    limits: ConnectionLimits | None = None,
 ) -> AsyncIterator[tuple[int, int]]:
     """Serve inside the block; yields the bound (admission, metrics) ports (0 picks free ones).
     Leaving the block stops accepting and waits up to shutdown_timeout for in-flight requests.
-    reuse_port lets several worker processes share the admission port (SO_REUSEPORT)."""
+    reuse_port lets several worker processes share the admission port (SO_REUSEPORT); limits
+    (default CONNECTION_LIMITS with the config's maxConnections) bound each connection."""
     caches = caches or Caches()
     app = create_app(config, caches)
     # No access log: a line per admission costs more than the decision (bench/admission_load.py);
     # decisions are counted in the metrics instead.
-    admission = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None)
+    limits = limits or replace(CONNECTION_LIMITS, max_connections=config.maxConnections)
+    admission = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None,
+                              keepalive_timeout=limits.idle_timeout)
     metrics = web.AppRunner(metrics_app(caches.ready), access_log=None)
     await admission.setup()
     await metrics.setup()
     try:
-        await web.TCPSite(admission, listen.host, listen.port, ssl_context=tls,
-                          reuse_port=reuse_port or None).start()
+        await BoundedTLSSite(admission, listen.host, listen.port, tls, limits,
+                             reuse_port=reuse_port or None).start()
         await web.TCPSite(metrics, metrics_listen.host, metrics_listen.port).start()
         yield _bound_port(admission), _bound_port(metrics)
     finally:

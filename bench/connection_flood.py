@@ -1,0 +1,156 @@
+"""A flood of hostile connections against the webhook process, while the API server's own
+kept-alive connection goes on asking: its latency, and the webhook's memory during and after.
+
+The flood (--hostile, default 2,000, in waves): a third of the connections never send a
+ClientHello, a third finish the handshake and stay idle, a third send their headers a byte a
+second (slowloris). The real client sends a pod review every 20 ms on one connection opened
+before the flood. Printed: the real client's p50/p99 and failures, the process tree's RSS before,
+at its peak and 5 s after the flood, and how many hostile connections were refused or cut off.
+
+    .venv/bin/python bench/connection_flood.py [--workers 2] [--hostile 2000] [--seconds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from certs.generate import generate
+from certs.tls import client_context
+from tests.builders import container, pod, review
+from tests.processes import start_cli, wait_for_log
+from volcano_guard.processes import tree_memory_kib
+
+HOSTNAME = "volcano-guard.volcano-guard.svc"
+NO_CLUSTER = {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
+                           "podGroups": {"stampGenerationId": False,
+                                         "deleteGuard": {"mode": "off"}}}}
+LIMIT_MIB = 512  # the Deployment's memory limit
+
+
+async def real_client(port: int, ca: Path, stop: asyncio.Event, latencies: list[float],
+                      failures: list[str]) -> None:
+    body = json.dumps(review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"}))))
+    request = (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               + f"Content-Length: {len(body)}\r\n\r\n".encode() + body.encode())
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context(ca),
+                                                   server_hostname=HOSTNAME)
+    while not stop.is_set():
+        started = time.perf_counter()
+        try:
+            writer.write(request)
+            status = int((await reader.readline()).split()[1])
+            length = 0
+            while (line := await reader.readline()) != b"\r\n":
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            if status != 200:
+                failures.append(f"HTTP {status}")
+        except (OSError, ValueError, IndexError, asyncio.IncompleteReadError) as exc:
+            failures.append(repr(exc))
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=client_context(ca), server_hostname=HOSTNAME)
+        latencies.append(time.perf_counter() - started)
+        await asyncio.sleep(0.02)
+    writer.close()
+
+
+async def hostile(port: int, ca: Path, kind: int, until: float, outcome: dict[str, int]) -> None:
+    """Keep one hostile connection open (reopening when cut off) until `until`."""
+    while time.monotonic() < until:
+        try:
+            if kind == 0:  # no ClientHello
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            else:
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=client_context(ca), server_hostname=HOSTNAME)
+                if kind == 2:  # slowloris: headers a byte a second
+                    for byte in b"POST /validate HTTP/1.1\r\nHost: x\r\n":
+                        writer.write(bytes([byte]))
+                        await asyncio.sleep(1.0)
+                        if time.monotonic() > until:
+                            break
+            await asyncio.wait_for(reader.read(1), timeout=max(0.1, until - time.monotonic()))
+            outcome["cut off"] += 1
+            writer.close()
+        except TimeoutError:
+            outcome["held to the end"] += 1
+            return
+        except (OSError, asyncio.IncompleteReadError):
+            outcome["refused or reset"] += 1
+            await asyncio.sleep(0.5)
+
+
+async def flood(port: int, pid: int, ca: Path, hostile_count: int, seconds: float) -> None:
+    latencies: list[float] = []
+    failures: list[str] = []
+    stop = asyncio.Event()
+    client = asyncio.create_task(real_client(port, ca, stop, latencies, failures))
+    await asyncio.sleep(1.0)
+    baseline = latencies[:]
+    before = tree_memory_kib(pid)
+    outcome = {"cut off": 0, "refused or reset": 0, "held to the end": 0}
+    until = time.monotonic() + seconds
+    tasks = []
+    for n in range(hostile_count):  # in waves of 200, as a botnet ramps up
+        tasks.append(asyncio.create_task(hostile(port, ca, n % 3, until, outcome)))
+        if n % 200 == 199:
+            await asyncio.sleep(0.2)
+    peak = before
+    while time.monotonic() < until:
+        peak = max(peak, tree_memory_kib(pid))
+        await asyncio.sleep(0.25)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    during = latencies[len(baseline):]
+    await asyncio.sleep(5.0)
+    after = tree_memory_kib(pid)
+    stop.set()
+    await client
+
+    def ms(values: list[float], q: int) -> float:
+        return statistics.quantiles(values, n=100)[q - 1] * 1000
+
+    print(f"real client before the flood: {len(baseline)} requests, p50 {ms(baseline, 50):.1f} "
+          f"ms, p99 {ms(baseline, 99):.1f} ms")
+    print(f"real client during the flood: {len(during)} requests, p50 {ms(during, 50):.1f} ms, "
+          f"p99 {ms(during, 99):.1f} ms, {len(failures)} failed {failures[:3]}")
+    print(f"hostile connections: {outcome}")
+    print(f"RSS of the webhook's process tree: {before / 1024:.0f} MiB before, peak "
+          f"{peak / 1024:.0f} MiB, {after / 1024:.0f} MiB 5 s after (limit {LIMIT_MIB} MiB)")
+    print(f"  targets: p99 < 100 ms {'meets' if ms(during, 99) < 100 else 'MISSES'}; "
+          f"peak < {LIMIT_MIB // 2} MiB {'meets' if peak / 1024 < LIMIT_MIB / 2 else 'MISSES'}; "
+          f"back down {'meets' if after - before < (peak - before) / 2 else 'MISSES'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--hostile", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=15.0)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="flood-"))
+    made = generate("volcano-guard", "volcano-guard", work)
+    config = work / "config.yaml"
+    config.write_text(json.dumps(NO_CLUSTER))
+    proc = start_cli("webhook", "--config", str(config), "--listen", "127.0.0.1:0",
+                     "--metrics-listen", "127.0.0.1:0", "--tls-cert", str(made.cert_file),
+                     "--tls-key", str(made.key_file), "--workers", str(args.workers))
+    try:
+        port = int(wait_for_log(proc, r"https://[^:]+:(\d+), metrics", timeout=60)[1])
+        time.sleep(1.0 if args.workers == 1 else 3.0)
+        print(f"webhook, {args.workers} process(es); {args.hostile} hostile connections for "
+              f"{args.seconds:.0f} s")
+        asyncio.run(flood(port, proc.pid, made.ca_file, args.hostile, args.seconds))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()

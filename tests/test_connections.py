@@ -1,0 +1,164 @@
+"""The webhook's connections: a cap refused fast, deadlines for the handshake, a request and idle
+keep-alive, and the memory an idle TLS connection costs (and gives back)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from certs.tls import client_context, server_context
+from tests.builders import container, pod, review
+from tests.conftest import HOSTNAME
+from tests.processes import start_cli, wait_for_log
+from volcano_guard.connections import ConnectionLimits
+from volcano_guard.listen import Listen
+from volcano_guard.metrics import REGISTRY
+from volcano_guard.processes import memory_kib
+from webhook.config import config_from_dict
+from webhook.server import running
+
+pytestmark = pytest.mark.reliability
+NO_CLUSTER = {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
+                           "podGroups": {"stampGenerationId": False,
+                                         "deleteGuard": {"mode": "off"}}}}
+BODY = json.dumps(review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"})))).encode()
+QUICK = ConnectionLimits(max_connections=1000, handshake_timeout=0.5, request_timeout=0.5,
+                         idle_timeout=0.8)
+
+
+@asynccontextmanager
+async def webhook(certs, limits: ConnectionLimits = QUICK) -> AsyncIterator[int]:
+    config = config_from_dict({**NO_CLUSTER, "maxConnections": limits.max_connections})
+    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0),
+                       server_context(certs.cert_file, certs.key_file), limits=limits) as (port, _):
+        yield port
+
+
+async def tls_connect(certs, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port, ssl=client_context(certs.ca_file),
+                                         server_hostname=HOSTNAME)
+
+
+async def post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int:
+    """One keep-alive POST /validate; the status code."""
+    writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Content-Length: {len(BODY)}\r\n\r\n".encode() + BODY)
+    await writer.drain()
+    status = int((await reader.readline()).split()[1])
+    length = 0
+    while (line := await reader.readline()) != b"\r\n":
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    await reader.readexactly(length)
+    return status
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float) -> float:
+    """Seconds until the server closes the connection (fails after `seconds`)."""
+    started = time.monotonic()
+    async with asyncio.timeout(seconds):
+        while True:
+            try:
+                if not await reader.read(1024):
+                    break
+            except (ConnectionError, OSError):
+                break
+    return time.monotonic() - started
+
+
+async def test_past_max_connections_new_ones_are_refused_at_once_and_open_ones_served(certs):
+    limits = ConnectionLimits(max_connections=20)
+    refused_before = REGISTRY.get_sample_value("volcano_guard_connections_refused_total") or 0
+    async with webhook(certs, limits) as port:
+        real = await tls_connect(certs, port)  # the API server's kept-alive connection
+        others = [await tls_connect(certs, port) for _ in range(19)]
+        started = time.monotonic()
+        with pytest.raises((ConnectionError, OSError, asyncio.IncompleteReadError)):
+            await tls_connect(certs, port)
+        assert time.monotonic() - started < 1.0, "not refused fast"
+        for _ in range(3):
+            assert await post(*real) == 200
+        for _, writer in others:
+            writer.close()
+        await asyncio.sleep(0.1)
+        later = await tls_connect(certs, port)  # room again
+        assert await post(*later) == 200
+    refused = REGISTRY.get_sample_value("volcano_guard_connections_refused_total")
+    assert refused - refused_before == 1
+
+
+async def test_a_peer_that_never_sends_a_client_hello_is_closed_at_the_handshake_deadline(certs):
+    async with webhook(certs) as port:
+        reader, _ = await asyncio.open_connection("127.0.0.1", port)
+        assert 0.4 < await closed_within(reader, 3.0) < 1.5
+
+
+@pytest.mark.parametrize("headers_first", [False, True], ids=["slow headers", "slow body"])
+async def test_a_request_dribbled_past_its_deadline_is_cut_off(certs, headers_first):
+    timed_out = REGISTRY.get_sample_value("volcano_guard_connections_timed_out_total") or 0
+    async with webhook(certs) as port:
+        reader, writer = await tls_connect(certs, port)
+        head = (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(BODY)}\r\n\r\n".encode())
+        if headers_first:
+            writer.write(head)
+        dribble = BODY if headers_first else head
+
+        async def slowly() -> None:
+            for byte in dribble:
+                writer.write(bytes([byte]))
+                await asyncio.sleep(0.1)
+
+        sender = asyncio.create_task(slowly())
+        try:
+            assert 0.4 < await closed_within(reader, 3.0) < 1.5
+        finally:
+            sender.cancel()
+    assert REGISTRY.get_sample_value("volcano_guard_connections_timed_out_total") > timed_out
+
+
+async def test_keep_alive_serves_request_after_request_and_closes_when_idle(certs):
+    async with webhook(certs) as port:
+        reader, writer = await tls_connect(certs, port)
+        for _ in range(5):  # 1.2 s in all: longer than a request deadline, each idle < 0.8 s
+            await asyncio.sleep(0.3)
+            assert await post(reader, writer) == 200
+        assert 0.6 < await closed_within(reader, 3.0) < 1.5  # idle for 0.8 s
+
+
+def test_an_idle_tls_connection_costs_at_most_64_kib_and_the_memory_comes_back(certs,
+                                                                               tmp_path: Path):
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(NO_CLUSTER))
+    proc = start_cli("webhook", "--config", str(config), "--listen", "127.0.0.1:0",
+                     "--metrics-listen", "127.0.0.1:0", "--tls-cert", str(certs.cert_file),
+                     "--tls-key", str(certs.key_file))
+    try:
+        port = int(wait_for_log(proc, r"https://[^:]+:(\d+), metrics")[1])
+
+        async def hold(count: int) -> tuple[int, int, int]:
+            before = memory_kib(proc.pid)
+            connections = [await tls_connect(certs, port) for _ in range(count)]
+            await asyncio.sleep(0.5)
+            held = memory_kib(proc.pid)
+            for _, writer in connections:
+                writer.close()
+            await asyncio.sleep(1.0)
+            return before, held, memory_kib(proc.pid)
+
+        count = 600
+        before, held, after = asyncio.run(hold(count))
+    finally:
+        proc.kill()
+        proc.wait(10)
+    each = (held - before) / count
+    print(f"\n{count} idle TLS connections: RSS {before / 1024:.1f} -> {held / 1024:.1f} MiB "
+          f"({each:.1f} KiB each), {after / 1024:.1f} MiB once they closed")
+    assert each <= 64
+    assert after - before < (held - before) / 2, "the memory stayed after they closed"
