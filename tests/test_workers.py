@@ -162,6 +162,14 @@ def test_merged_process_memory_is_the_sum_and_start_time_the_earliest():
     assert samples["process_max_fds"] == alone["process_max_fds"]
 
 
+def test_merged_open_connections_are_the_sum_over_the_workers():
+    registry = CollectorRegistry()
+    Gauge("volcano_guard_connections_open", "Open.", registry=registry).set(7)
+    text = generate_latest(registry).decode()
+    [family] = merge_metrics([text, text, text])
+    assert [s.value for s in family.samples] == [21]
+
+
 def _worker_pids(pid: int) -> list[int]:
     """Children running a webhook worker (not multiprocessing's resource tracker)."""
     out = []

@@ -208,11 +208,11 @@ def _session() -> aiohttp.ClientSession:
 
 
 # How the parent merges one sample that several processes export (anything else is summed):
-# when a series began is its earliest start, a gauge its highest value, but for the process
-# gauges that add up over the pod's processes (its memory, its open files).
+# when a series began is its earliest start, a gauge its highest value, but for the gauges
+# that add up over the pod's processes (its memory, its open files, its open connections).
 _EARLIEST = ("_created", "process_start_time_seconds")
 _SUMMED_GAUGES = frozenset({"process_resident_memory_bytes", "process_virtual_memory_bytes",
-                            "process_open_fds"})
+                            "process_open_fds", "volcano_guard_connections_open"})
 
 
 def merge_metrics(texts: list[str]) -> list[Metric]:
