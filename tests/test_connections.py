@@ -132,6 +132,7 @@ async def test_keep_alive_serves_request_after_request_and_closes_when_idle(cert
         assert 0.6 < await closed_within(reader, 3.0) < 1.5  # idle for 0.8 s
 
 
+@pytest.mark.slow  # 600 connections to a process of its own
 def test_an_idle_tls_connection_costs_at_most_64_kib_and_the_memory_comes_back(certs,
                                                                                tmp_path: Path):
     config = tmp_path / "config.yaml"

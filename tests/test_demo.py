@@ -1,5 +1,11 @@
+"""`volcano-guard demo` end to end, as `make demo` runs it (half a minute: the slow suite)."""
+
 import subprocess
 import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
 
 
 def test_demo_replays_the_examples_over_tls_and_prints_the_decisions():

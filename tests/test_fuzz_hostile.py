@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,9 +281,10 @@ def test_sidecar_still_coalesces_after_the_fuzz(sidecar):
     current["status"] = {"pending": 42}
     response = session.put(f"{url}{QUEUE}/status", json=current, timeout=10)
     assert response.status_code == 200
-    for _ in range(100):
+    for _ in range(100):  # up to 5 s: a write flushes within one 0.05 s interval, or backs off
         if session.get(f"{url}{QUEUE}", timeout=10).json().get("status", {}).get("pending") == 42:
             break
+        time.sleep(0.05)
     assert session.get(f"{url}{QUEUE}", timeout=10).json()["status"]["pending"] == 42
 
 

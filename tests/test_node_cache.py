@@ -168,6 +168,7 @@ async def test_webhook_is_ready_only_after_the_first_list_and_denies_from_the_ca
                     caches.stop()
 
 
+@pytest.mark.slow
 def test_an_unavailable_api_server_is_retried_with_backoff_until_it_answers(cluster):
     from sandbox.faults import FaultRule
 

@@ -356,7 +356,7 @@ def requests(draw) -> Request:
 
 
 @pytest.mark.parametrize("config", [EXEMPTING, config_from_dict({})], ids=["exempting", "default"])
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(request=requests())
 def test_a_request_no_registration_sends_is_one_every_policy_allows_untouched(config, request):
     if not called(webhook_configurations(config), request):

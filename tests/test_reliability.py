@@ -110,6 +110,7 @@ async def converge_after_outage(outage_seconds: float, queues: int = 5) -> float
     return landed
 
 
+@pytest.mark.slow
 async def test_pending_writes_land_within_5_s_of_the_api_servers_return():
     landed = await converge_after_outage(8.0)
     print(f"\nafter an 8 s outage, every pending write landed {landed:.2f} s after the return")
@@ -282,6 +283,7 @@ async def _write_through_a_fault(fault: str) -> None:
         await outage.down()
 
 
+@pytest.mark.slow
 async def test_no_pending_write_is_lost_through_upstream_errors_throttling_slowness_or_outage():
     # The four faults run side by side, each on its own sandbox, to keep the suite short.
     await asyncio.gather(*(_write_through_a_fault(fault)

@@ -356,6 +356,7 @@ def write_until_killed(ack: str, flush_interval: float, seconds: float) -> dict:
             "oldest_lost_age": killed_at - acked[lost[0]] if lost else 0.0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seconds", [2.3, 3.7])
 def test_async_ack_loses_at_most_one_flush_interval_of_writes_on_sigkill(seconds):
     flush = 1.0
@@ -367,6 +368,7 @@ def test_async_ack_loses_at_most_one_flush_interval_of_writes_on_sigkill(seconds
     assert result["oldest_lost_age"] <= flush + 0.25, result
 
 
+@pytest.mark.slow
 def test_sync_ack_loses_no_acknowledged_write_on_sigkill():
     result = write_until_killed("sync", 0.2, 2.5)
     print(f"\nsync ack, SIGKILL after 2.5 s: {result}")

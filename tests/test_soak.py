@@ -20,7 +20,7 @@ from tests.processes import admissions_counted, start_cli, wait_for_log
 from volcano_guard.kubeconfig import write_kubeconfig
 from volcano_guard.processes import memory_kib
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "120"))
 CONNECTIONS = 10
 
