@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from certs.generate import generate
 from certs.tls import client_context
 from tests.builders import container, pod, review
-from tests.processes import start_cli, wait_for_log
+from tests.processes import post_review, start_cli, wait_for_log
 from volcano_guard.processes import tree_memory_kib
 
 HOSTNAME = "volcano-guard.volcano-guard.svc"
@@ -43,21 +43,13 @@ def memory_limit_mib(workers: int) -> int:
 
 async def real_client(port: int, ca: Path, stop: asyncio.Event, latencies: list[float],
                       failures: list[str]) -> None:
-    body = json.dumps(review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"}))))
-    request = (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               + f"Content-Length: {len(body)}\r\n\r\n".encode() + body.encode())
+    body = json.dumps(review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"})))).encode()
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context(ca),
                                                    server_hostname=HOSTNAME)
     while not stop.is_set():
         started = time.perf_counter()
         try:
-            writer.write(request)
-            status = int((await reader.readline()).split()[1])
-            length = 0
-            while (line := await reader.readline()) != b"\r\n":
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            await reader.readexactly(length)
+            status = await post_review(reader, writer, body)
             if status != 200:
                 failures.append(f"HTTP {status}")
         except (OSError, ValueError, IndexError, asyncio.IncompleteReadError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -21,6 +22,21 @@ def admissions_counted(metrics: str) -> float:
         if line.startswith("volcano_guard_admission_duration_seconds_count"):
             return float(line.split()[-1])
     return 0.0
+
+
+async def post_review(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      body: bytes) -> int:
+    """One POST /validate of body on a kept-alive connection; the answer's status code."""
+    writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    await writer.drain()
+    status = int((await reader.readline()).split()[1])
+    length = 0
+    while (line := await reader.readline()) != b"\r\n":
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    await reader.readexactly(length)
+    return status
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:

@@ -15,7 +15,7 @@ import pytest
 from certs.tls import client_context, server_context
 from tests.builders import container, pod, review
 from tests.conftest import HOSTNAME
-from tests.processes import start_cli, wait_for_log
+from tests.processes import post_review, start_cli, wait_for_log
 from volcano_guard.connections import ConnectionLimits
 from volcano_guard.listen import Listen
 from volcano_guard.metrics import REGISTRY
@@ -46,17 +46,7 @@ async def tls_connect(certs, port: int) -> tuple[asyncio.StreamReader, asyncio.S
 
 
 async def post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int:
-    """One keep-alive POST /validate; the status code."""
-    writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 + f"Content-Length: {len(BODY)}\r\n\r\n".encode() + BODY)
-    await writer.drain()
-    status = int((await reader.readline()).split()[1])
-    length = 0
-    while (line := await reader.readline()) != b"\r\n":
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":")[1])
-    await reader.readexactly(length)
-    return status
+    return await post_review(reader, writer, BODY)
 
 
 async def closed_within(reader: asyncio.StreamReader, seconds: float) -> float:
