@@ -89,8 +89,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return status_response(501, "the volcano-guard sidecar does not proxy upgraded "
                                "connections (exec, attach, port-forward); use the API server "
                                "directly for those")
-    query_watch = request.query.get("watch") in ("1", "true", "True")
-    route = classify(request.path, query_watch, proxy.coalesced)
+    route = classify(request.path, _flag(request, "watch"), proxy.coalesced)
     if (route is not None and route.name and route.subresource == "status"
             and request.method in ("PUT", "PATCH") and "dryRun" not in request.query):
         return await coalesce_write(request, proxy, route)
@@ -198,12 +197,14 @@ async def forward(request: web.Request, proxy: Proxy, route: Route | None,
 def _long_running(request: web.Request) -> bool:
     """Requests kube-apiserver keeps open as long as they last: watches, followed logs and
     proxied connections (exec, attach and port-forward are refused before this)."""
-    query = request.query
-    if query.get("watch") in ("1", "true", "True"):
-        return True
-    if request.path.endswith("/log") and query.get("follow") in ("1", "true", "True"):
+    if _flag(request, "watch") or (request.path.endswith("/log") and _flag(request, "follow")):
         return True
     return "/proxy/" in request.path or request.path.endswith("/proxy")
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    """A boolean query parameter as the API server reads it (watch=true, follow=1...)."""
+    return request.query.get(name) in ("1", "true", "True")
 
 
 def _observer(proxy: Proxy, route: Route | None, request: web.Request,

@@ -52,6 +52,8 @@ TRIM_AFTER = 100  # connections gone since the peak before memory is handed back
 @dataclass(frozen=True)
 class ConnectionLimits:
     max_connections: int = 1000
+    # The API server times a webhook call out after at most 30 s (timeoutSeconds) and sends its
+    # request at once, so 10 s cuts off no real caller.
     handshake_timeout: float = 10.0
     request_timeout: float = 10.0
     # Above the 90 s for which the API server's webhook client keeps an idle connection, so the
@@ -75,10 +77,6 @@ class BoundedTLSSite(web.TCPSite):
         self._server = await loop.create_server(
             self._accept, self._host, self._port, backlog=self._backlog,
             reuse_address=self._reuse_address, reuse_port=self._reuse_port)
-
-    @property
-    def open_connections(self) -> int:
-        return self._open
 
     def _accept(self) -> asyncio.BaseProtocol:
         if self._open >= self._limits.max_connections:

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
+from volcano_guard.connections import ConnectionLimits
 from volcano_guard.node_selectors import kept_selector, selector_set
 from volcano_guard.quantity import QuantityError, parse_quantity
 
@@ -109,7 +110,7 @@ class Config:
     maxRequestBytes: int = DEFAULT_MAX_REQUEST_BYTES
     # Connections one webhook process holds open; past it new ones are closed on arrival and
     # those open keep being served (an idle TLS connection costs tens of KiB).
-    maxConnections: int = 1000
+    maxConnections: int = ConnectionLimits.max_connections
     policies: PoliciesConfig = field(default_factory=PoliciesConfig)
 
 

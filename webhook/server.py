@@ -14,7 +14,6 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import get_args
 
 import orjson
@@ -40,9 +39,6 @@ log = logging.getLogger("volcano_guard.webhook")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _READ_CHUNK = 64 * 1024
 SHUTDOWN_TIMEOUT = 30.0  # seconds SIGTERM waits for started requests
-# Handshake and request deadlines of 10 s: the API server's webhook calls time out after at most
-# 30 s (timeoutSeconds; deploy/ sets 5), and it sends a request at once.
-CONNECTION_LIMITS = ConnectionLimits(handshake_timeout=10.0, request_timeout=10.0)
 
 
 class InFlight:
@@ -217,12 +213,12 @@ async def running(
     """Serve inside the block; yields the bound (admission, metrics) ports (0 picks free ones).
     Leaving the block stops accepting and waits up to shutdown_timeout for in-flight requests.
     reuse_port lets several worker processes share the admission port (SO_REUSEPORT); limits
-    (default CONNECTION_LIMITS with the config's maxConnections) bound each connection."""
+    (default ConnectionLimits with the config's maxConnections) bound each connection."""
     caches = caches or Caches()
     app = create_app(config, caches)
     # No access log: a line per admission costs more than the decision (bench/admission_load.py);
     # decisions are counted in the metrics instead.
-    limits = limits or replace(CONNECTION_LIMITS, max_connections=config.maxConnections)
+    limits = limits or ConnectionLimits(max_connections=config.maxConnections)
     admission = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None,
                               keepalive_timeout=limits.idle_timeout)
     metrics = web.AppRunner(metrics_app(caches.ready), access_log=None)
