@@ -12,9 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-test: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/mypy
+test: lint
 	$(BIN)/pytest -q
 
 demo: $(STAMP)
@@ -25,9 +23,11 @@ manifests: $(STAMP)
 	$(BIN)/python -c 'import yaml; print(yaml.safe_load(open("deploy/base/config.yaml"))["data"]["config.yaml"])' > $(VENV)/shipped-config.yaml
 	$(BIN)/volcano-guard manifests --config $(VENV)/shipped-config.yaml > deploy/base/webhooks.yaml
 
+# ruff, mypy, and the layer contracts in pyproject.toml (import-linter).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache build *.egg-info

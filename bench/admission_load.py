@@ -41,9 +41,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.hey import ensure_hey, run_hey, run_hey_in_turns
-from certs.generate import generate
-from volcano_guard.kubeconfig import write_kubeconfig
-from volcano_guard.processes import cpu_seconds, free_port, wait_for_port
+from volcano_guard.base.kubeconfig import write_kubeconfig
+from volcano_guard.base.processes import cpu_seconds, free_port, wait_for_port
+from volcano_guard.certs.generate import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 

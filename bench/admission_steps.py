@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.admission_load import pod_review, start
 from bench.hey import ensure_hey, run_hey
-from certs.generate import generate
-from volcano_guard.processes import cpu_seconds, free_port
+from volcano_guard.base.processes import cpu_seconds, free_port
+from volcano_guard.certs.generate import generate
 
 STEPS = {
     "floor": "floor (orjson decode, constant answer)",
@@ -35,11 +35,11 @@ SERVER = r"""
 import ssl, sys
 import orjson
 from aiohttp import web
-from volcano_guard.informer import static_snapshot
-from webhook.caches import Caches
-from webhook.config import config_from_dict
-from webhook.policies.base import PolicyContext
-from webhook.server import admit, parse_review
+from volcano_guard.base.informer import static_snapshot
+from volcano_guard.webhook.caches import Caches
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.server import admit, parse_review
 
 step = sys.argv[4]
 nodes = Caches.fixed({f"node-{i}": {} for i in range(100)}).nodes()

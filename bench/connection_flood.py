@@ -26,11 +26,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from certs.generate import generate
-from certs.tls import client_context
 from tests.builders import container, pod, review
 from tests.processes import post_review, start_cli, wait_for_log
-from volcano_guard.processes import tree_memory_kib
+from volcano_guard.base.processes import tree_memory_kib
+from volcano_guard.base.tls import client_context
+from volcano_guard.certs.generate import generate
 
 HOSTNAME = "volcano-guard.volcano-guard.svc"
 NO_CLUSTER = {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},

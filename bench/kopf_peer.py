@@ -19,7 +19,7 @@ import kopf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from volcano_guard.quantity import QuantityError, parse_quantity
+from volcano_guard.base.quantity import QuantityError, parse_quantity
 
 REQUIRED = ("cpu", "memory")
 VOLCANO_SCHEDULERS = ("volcano",)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from volcano_guard.informer import node_labels, static_snapshot
-from webhook.config import config_from_dict
-from webhook.policies.base import PolicyContext
-from webhook.server import admit
+from volcano_guard.base.informer import node_labels, static_snapshot
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.server import admit
 
 
 def make_node(i: int) -> dict:

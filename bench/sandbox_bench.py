@@ -25,7 +25,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from volcano_guard.processes import free_port, memory_kib, wait_for_port
+from volcano_guard.base.processes import free_port, memory_kib, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
@@ -131,8 +131,8 @@ async def throughput(seconds: float) -> None:
 
 
 def seed_pods(count: int, result: multiprocessing.Queue) -> None:
-    from sandbox.runner import seed
-    from sandbox.store import Store
+    from volcano_guard.sandbox.runner import seed
+    from volcano_guard.sandbox.store import Store
 
     store = Store()
     before = memory_kib()

@@ -23,7 +23,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from volcano_guard.processes import (
+from volcano_guard.base.processes import (
     cpu_seconds,
     free_port,
     memory_kib,

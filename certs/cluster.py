@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from certs.generate import CA_FILE, CERT_FILE, KEY_FILE, CertsError
+from volcano_guard.certs.generate import CA_FILE, CERT_FILE, KEY_FILE, CertsError
 
 
 def inject_ca_bundle(api_client: Any, ca_file: str | Path, mutating: list[str],

@@ -23,7 +23,7 @@ from pathlib import Path
 from cryptography import x509
 from prometheus_client import Counter, Gauge
 
-from volcano_guard.metrics import PREFIX, REGISTRY
+from volcano_guard.base.metrics import PREFIX, REGISTRY
 
 log = logging.getLogger("volcano_guard.certs")
 CERT_EXPIRY = Gauge(f"{PREFIX}cert_expiry_timestamp_seconds",

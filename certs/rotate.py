@@ -18,7 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from certs.generate import (
+from volcano_guard.certs.generate import (
     CA_FILE,
     CA_KEY_FILE,
     CERT_FILE,

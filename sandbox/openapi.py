@@ -14,8 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
-from sandbox.resources import ResourceType, group_versions
-from volcano_guard.status import status_response
+from volcano_guard.base.status import status_response
+from volcano_guard.sandbox.resources import ResourceType, group_versions
 
 _FIELD_VALIDATION = {
     "name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True},

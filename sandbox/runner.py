@@ -18,10 +18,16 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
-from sandbox.faults import FaultRule, Faults, Stats
-from sandbox.resources import RESOURCES, ResourceType
-from sandbox.server import FAULTS_KEY, STATS_KEY, STORE_KEY, SandboxSettings, create_app
-from sandbox.store import Store, Stored
+from volcano_guard.sandbox.faults import FaultRule, Faults, Stats
+from volcano_guard.sandbox.resources import RESOURCES, ResourceType
+from volcano_guard.sandbox.server import (
+    FAULTS_KEY,
+    STATS_KEY,
+    STORE_KEY,
+    SandboxSettings,
+    create_app,
+)
+from volcano_guard.sandbox.store import Store, Stored
 
 T = TypeVar("T")
 
@@ -166,7 +172,7 @@ async def serve_forever(host: str, port: int, files: list[str]) -> int:
     import logging
     import signal
 
-    from sandbox.store import ApiError
+    from volcano_guard.sandbox.store import ApiError
 
     log = logging.getLogger("volcano_guard.sandbox")
     try:

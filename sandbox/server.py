@@ -16,19 +16,23 @@ from typing import Any
 
 from aiohttp import web
 
-from sandbox import openapi
-from sandbox.faults import FaultRule, Faults, Stats
-from sandbox.resources import RESOURCES, ResourceType, find, group_versions
-from sandbox.selectors import SelectorError, parse_field_selector, parse_label_selector
-from sandbox.store import (
+from volcano_guard.base.jsonbody import BodyError, decode
+from volcano_guard.base.status import status_body, status_response
+from volcano_guard.sandbox import openapi
+from volcano_guard.sandbox.faults import FaultRule, Faults, Stats
+from volcano_guard.sandbox.resources import RESOURCES, ResourceType, find, group_versions
+from volcano_guard.sandbox.selectors import (
+    SelectorError,
+    parse_field_selector,
+    parse_label_selector,
+)
+from volcano_guard.sandbox.store import (
     SELECTABLE_FIELDS,
     ApiError,
     Store,
     Stored,
     encode_event,
 )
-from volcano_guard.jsonbody import BodyError, decode
-from volcano_guard.status import status_body, status_response
 
 log = logging.getLogger("volcano_guard.sandbox")
 STORE_KEY = web.AppKey("store", Store)

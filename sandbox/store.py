@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.patch import StrategicPatchError, apply_strategic_merge_patch
-from sandbox.resources import RESOURCES, ResourceType
-from sandbox.selectors import Requirement, matches
-from volcano_guard.jsonpatch import JsonPatchError, apply_patch
-from volcano_guard.mergepatch import apply_merge_patch
+from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard.base.mergepatch import apply_merge_patch
+from volcano_guard.sandbox.patch import StrategicPatchError, apply_strategic_merge_patch
+from volcano_guard.sandbox.resources import RESOURCES, ResourceType
+from volcano_guard.sandbox.selectors import Requirement, matches
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

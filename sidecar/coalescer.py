@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from volcano_guard.jsonbody import object_at
-from volcano_guard.jsonpatch import JsonPatchError, apply_patch
-from volcano_guard.mergepatch import apply_merge_patch
+from volcano_guard.base.jsonbody import object_at
+from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard.base.mergepatch import apply_merge_patch
 
 HISTORY_SIZE = 32  # versions remembered per object: a writer's base is rarely older
 

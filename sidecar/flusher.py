@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import aiohttp
 
-from sidecar import metrics
-from sidecar.coalescer import Coalescer, FlushPlan, ObjectKey, Settled
-from sidecar.routes import object_path
-from volcano_guard.kubeconfig import TokenSource
+from volcano_guard.base.kubeconfig import TokenSource
+from volcano_guard.sidecar import metrics
+from volcano_guard.sidecar.coalescer import Coalescer, FlushPlan, ObjectKey, Settled
+from volcano_guard.sidecar.routes import object_path
 
 log = logging.getLogger("volcano_guard.sidecar")
 MERGE_PATCH = "application/merge-patch+json"

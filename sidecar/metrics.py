@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from volcano_guard.metrics import PREFIX, REGISTRY
+from volcano_guard.base.metrics import PREFIX, REGISTRY
 
 WRITES_RECEIVED = Counter(f"{PREFIX}sidecar_writes_received_total",
                           "Status writes of coalesced resources received from clients.",

@@ -20,8 +20,11 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from sidecar import metrics
-from sidecar.coalescer import (
+from volcano_guard.base.jsonbody import BodyError, decode, decode_yaml
+from volcano_guard.base.kubeconfig import TokenSource
+from volcano_guard.base.status import status_response
+from volcano_guard.sidecar import metrics
+from volcano_guard.sidecar.coalescer import (
     Backpressure,
     BadWrite,
     Coalescer,
@@ -29,11 +32,8 @@ from sidecar.coalescer import (
     Passthrough,
     StatusWrite,
 )
-from sidecar.flusher import Flusher
-from sidecar.routes import Route, classify
-from volcano_guard.jsonbody import BodyError, decode, decode_yaml
-from volcano_guard.kubeconfig import TokenSource
-from volcano_guard.status import status_response
+from volcano_guard.sidecar.flusher import Flusher
+from volcano_guard.sidecar.routes import Route, classify
 
 log = logging.getLogger("volcano_guard.sidecar")
 HOP_BY_HOP = frozenset({

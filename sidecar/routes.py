@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.coalescer import ObjectKey
+from volcano_guard.sidecar.coalescer import ObjectKey
 
 DEFAULT_COALESCED = ("scheduling.volcano.sh/v1beta1/queues",)
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from sidecar.coalescer import Coalescer
-from sidecar.flusher import Flusher
-from sidecar.proxy import UPSTREAM_READ_TIMEOUT, Proxy, create_app
-from sidecar.routes import DEFAULT_COALESCED
-from volcano_guard.kubeconfig import Cluster, TokenSource, write_kubeconfig
-from volcano_guard.metrics import metrics_app
+from volcano_guard.base.kubeconfig import Cluster, TokenSource, write_kubeconfig
+from volcano_guard.base.metrics import metrics_app
+from volcano_guard.sidecar.coalescer import Coalescer
+from volcano_guard.sidecar.flusher import Flusher
+from volcano_guard.sidecar.proxy import UPSTREAM_READ_TIMEOUT, Proxy, create_app
+from volcano_guard.sidecar.routes import DEFAULT_COALESCED
 
 log = logging.getLogger("volcano_guard.sidecar")
 

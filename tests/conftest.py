@@ -7,12 +7,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from certs.generate import GeneratedCerts, generate
-from certs.tls import client_context, server_context
-from volcano_guard.listen import Listen
-from webhook.caches import Caches
-from webhook.config import Config, config_from_dict
-from webhook.server import running
+from volcano_guard.base.listen import Listen
+from volcano_guard.base.tls import client_context, server_context
+from volcano_guard.certs.generate import GeneratedCerts, generate
+from volcano_guard.webhook.caches import Caches
+from volcano_guard.webhook.config import Config, config_from_dict
+from volcano_guard.webhook.server import running
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICE, NAMESPACE = "volcano-guard", "volcano-system"

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from certs.tls import client_context
 from tests.conftest import HOSTNAME
+from volcano_guard.base.tls import client_context
 
 
 def admissions_counted(metrics: str) -> float:

@@ -8,16 +8,16 @@ import ssl
 import pytest
 from cryptography import x509
 
-from certs.generate import generate
-from certs.reload import CertReloader
-from certs.rotate import parse_duration, rotate
-from certs.tls import client_context, server_context
 from tests.conftest import HOSTNAME, NAMESPACE, SERVICE
+from volcano_guard.base.listen import Listen
+from volcano_guard.base.metrics import REGISTRY
+from volcano_guard.base.tls import client_context, server_context
+from volcano_guard.certs.generate import generate
+from volcano_guard.certs.reload import CertReloader
+from volcano_guard.certs.rotate import parse_duration, rotate
 from volcano_guard.cli import main
-from volcano_guard.listen import Listen
-from volcano_guard.metrics import REGISTRY
-from webhook.config import config_from_dict
-from webhook.server import running
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.server import running
 
 
 def serial(path):

@@ -6,7 +6,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from certs.generate import CertsError, generate
+from volcano_guard.certs.generate import CertsError, generate
 from volcano_guard.cli import main
 
 

@@ -6,11 +6,11 @@ import base64
 import pytest
 from kubernetes import client
 
-from certs.generate import generate
-from sandbox.runner import SandboxThread
 from tests.conftest import NAMESPACE, SERVICE
+from volcano_guard.base.kubeconfig import write_kubeconfig
+from volcano_guard.certs.generate import generate
 from volcano_guard.cli import main
-from volcano_guard.kubeconfig import write_kubeconfig
+from volcano_guard.sandbox.runner import SandboxThread
 
 
 def webhook_configuration(kind, name, hooks):

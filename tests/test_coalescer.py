@@ -2,7 +2,7 @@
 
 import pytest
 
-from sidecar.coalescer import (
+from volcano_guard.sidecar.coalescer import (
     DELETE,
     Backpressure,
     BadWrite,

@@ -1,7 +1,7 @@
 import pytest
 
 from volcano_guard.cli import main
-from webhook.config import Config, ConfigError, config_from_dict, load_config
+from volcano_guard.webhook.config import Config, ConfigError, config_from_dict, load_config
 
 
 def test_no_file_means_every_safe_default():
@@ -117,7 +117,7 @@ def test_unquoted_off_is_the_mode_off_not_a_boolean(tmp_path):
 
 
 def test_the_guards_own_namespace_is_exempt_from_node_name():
-    from webhook.config import exempt_own_namespace
+    from volcano_guard.webhook.config import exempt_own_namespace
 
     config = exempt_own_namespace(config_from_dict({}), "volcano-guard")
     assert config.policies.nodeName.exemptNamespaces == ("kube-system", "volcano-guard")
@@ -126,7 +126,7 @@ def test_the_guards_own_namespace_is_exempt_from_node_name():
 
 
 def test_own_namespace_comes_from_pod_namespace(monkeypatch):
-    from volcano_guard.kubeconfig import own_namespace
+    from volcano_guard.base.kubeconfig import own_namespace
 
     monkeypatch.setenv("POD_NAMESPACE", "guard-ns")
     assert own_namespace() == "guard-ns"

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from certs.tls import client_context, server_context
 from tests.builders import container, pod, review
 from tests.conftest import HOSTNAME
 from tests.processes import post_review, start_cli, wait_for_log
-from volcano_guard.connections import ConnectionLimits
-from volcano_guard.listen import Listen
-from volcano_guard.metrics import REGISTRY
-from volcano_guard.processes import memory_kib
-from webhook.config import config_from_dict
-from webhook.server import running
+from volcano_guard.base.connections import ConnectionLimits
+from volcano_guard.base.listen import Listen
+from volcano_guard.base.metrics import REGISTRY
+from volcano_guard.base.processes import memory_kib
+from volcano_guard.base.tls import client_context, server_context
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.server import running
 
 pytestmark = pytest.mark.reliability
 NO_CLUSTER = {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},

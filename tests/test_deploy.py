@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from webhook.config import config_from_dict
+from volcano_guard.webhook.config import config_from_dict
 
 SERVED_PATHS = {"/mutate", "/validate"}
 

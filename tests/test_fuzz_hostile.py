@@ -17,16 +17,16 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandbox.runner import SandboxThread
-from sidecar.service import SidecarSettings
-from sidecar.service import running as sidecar_running
 from tests.builders import container, pod, review, volcano_job
 from tests.conftest import SyncWebhook
 from tests.threaded import on_thread
-from volcano_guard.jsonbody import MAX_DEPTH, PARSER_MAX_DEPTH
-from volcano_guard.kubeconfig import Cluster
-from webhook.caches import Caches
-from webhook.config import config_from_dict
+from volcano_guard.base.jsonbody import MAX_DEPTH, PARSER_MAX_DEPTH
+from volcano_guard.base.kubeconfig import Cluster
+from volcano_guard.sandbox.runner import SandboxThread
+from volcano_guard.sidecar.service import SidecarSettings
+from volcano_guard.sidecar.service import running as sidecar_running
+from volcano_guard.webhook.caches import Caches
+from volcano_guard.webhook.config import config_from_dict
 
 pytestmark = pytest.mark.reliability
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from volcano_guard.jsonbody import MAX_DEPTH, BodyError, decode, decode_yaml, nesting_depth
+from volcano_guard.base.jsonbody import MAX_DEPTH, BodyError, decode, decode_yaml, nesting_depth
 
 
 def test_decodes_a_json_object():

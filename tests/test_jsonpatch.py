@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from volcano_guard import jsonpatch
-from volcano_guard.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard.base import jsonpatch
+from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
 
 
 def test_pointer_escapes_slash_and_tilde():

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.promtool import check_metrics
-from volcano_guard.metrics import OwnedCounter, OwnedHistogram, metrics_app
+from volcano_guard.base.metrics import OwnedCounter, OwnedHistogram, metrics_app
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
 # Below, on and above every bound, zero and a value past the last bound.
@@ -49,8 +49,8 @@ def _samples(registry: CollectorRegistry) -> list:
 
 
 async def test_metrics_port_serves_process_metrics_and_passes_promtools_lint(aiohttp_client):
-    import sidecar.metrics  # noqa: F401 - both processes' families, as one registry holds them
-    import webhook.metrics  # noqa: F401
+    import volcano_guard.sidecar.metrics
+    import volcano_guard.webhook.metrics  # noqa: F401
 
     client = await aiohttp_client(metrics_app())
     response = await client.get("/metrics")

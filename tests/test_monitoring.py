@@ -15,9 +15,13 @@ import yaml
 
 from tests.conftest import REPO
 from tests.promtool import check_rules, run_rule_tests
-from volcano_guard.metrics import metrics_app
-from webhook.config import SidecarInjectionConfig
-from webhook.policies.sidecar_injection import CONTAINER_NAME, INJECT_LABEL, sidecar_container
+from volcano_guard.base.metrics import metrics_app
+from volcano_guard.webhook.config import SidecarInjectionConfig
+from volcano_guard.webhook.policies.sidecar_injection import (
+    CONTAINER_NAME,
+    INJECT_LABEL,
+    sidecar_container,
+)
 
 MONITORING = REPO / "deploy" / "monitoring"
 MIB = 1024 * 1024
@@ -160,9 +164,9 @@ def test_the_dashboards_queries_parse_with_its_variables_filled_in(tmp_path: Pat
 
 async def exposed_names(aiohttp_client) -> set[str]:
     """Every sample name the webhook's and the sidecar's metrics port can expose."""
-    import certs.reload  # noqa: F401 - the families of both processes, in one registry
-    import sidecar.metrics  # noqa: F401
-    import webhook.metrics  # noqa: F401
+    import volcano_guard.certs.reload
+    import volcano_guard.sidecar.metrics
+    import volcano_guard.webhook.metrics  # noqa: F401
 
     client = await aiohttp_client(metrics_app())
     text = await (await client.get("/metrics")).text()

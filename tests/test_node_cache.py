@@ -10,22 +10,22 @@ import aiohttp
 import pytest
 from kubernetes import client
 
-from certs.tls import client_context, server_context
-from sandbox.resources import find
-from sandbox.runner import SandboxThread
-from sandbox.store import MERGE_PATCH
 from tests.builders import container, pod, review
 from tests.conftest import HOSTNAME
 from tests.sandbox_fixtures import pod as sandbox_pod
-from volcano_guard.informer import Informer, node_labels, wait_synced
-from volcano_guard.kubeconfig import Cluster
-from volcano_guard.listen import Listen
-from webhook.caches import Caches
-from webhook.config import config_from_dict
-from webhook.policies import evaluate
-from webhook.policies.base import PolicyContext
-from webhook.review import parse
-from webhook.server import running
+from volcano_guard.base.informer import Informer, node_labels, wait_synced
+from volcano_guard.base.kubeconfig import Cluster
+from volcano_guard.base.listen import Listen
+from volcano_guard.base.tls import client_context, server_context
+from volcano_guard.sandbox.resources import find
+from volcano_guard.sandbox.runner import SandboxThread
+from volcano_guard.sandbox.store import MERGE_PATCH
+from volcano_guard.webhook.caches import Caches
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.review import parse
+from volcano_guard.webhook.server import running
 
 NODES = find("", "v1", "nodes")
 
@@ -170,7 +170,7 @@ async def test_webhook_is_ready_only_after_the_first_list_and_denies_from_the_ca
 
 @pytest.mark.slow
 def test_an_unavailable_api_server_is_retried_with_backoff_until_it_answers(cluster):
-    from sandbox.faults import FaultRule
+    from volcano_guard.sandbox.faults import FaultRule
 
     cluster.set_faults(FaultRule(verbs=frozenset({"list"}), error_rate=1.0, error_code=503))
     api = client.CoreV1Api(client.ApiClient(client.Configuration(host=cluster.url)))

@@ -6,14 +6,14 @@ from typing import Any
 import pytest
 
 from tests.builders import container, pod, review
-from volcano_guard.informer import empty_snapshot, static_snapshot
-from volcano_guard.jsonpatch import apply_patch
-from volcano_guard.node_selectors import is_managed, selector_set
-from webhook.config import config_from_dict
-from webhook.policies import evaluate
-from webhook.policies.base import PolicyContext
-from webhook.policies.node_name import pin_to_node
-from webhook.review import parse
+from volcano_guard.base.informer import empty_snapshot, static_snapshot
+from volcano_guard.base.jsonpatch import apply_patch
+from volcano_guard.base.node_selectors import is_managed, selector_set
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.node_name import pin_to_node
+from volcano_guard.webhook.review import parse
 
 NODES = static_snapshot({
     "gpu-1": {"volcano.sh/role": "train", "kubernetes.io/hostname": "gpu-1"},

@@ -12,23 +12,23 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from certs.tls import client_context, server_context
-from sandbox.faults import FaultRule
-from sandbox.resources import find
-from sandbox.runner import SandboxThread
-from sandbox.store import ApiError
 from tests.conftest import HOSTNAME
-from volcano_guard.jsonpatch import apply_patch
-from volcano_guard.kubeconfig import Cluster
-from volcano_guard.listen import Listen
-from volcano_guard.uuid7 import UUIDv7, new_uuid7, timestamp_ms
-from webhook.caches import Caches
-from webhook.config import config_from_dict
-from webhook.policies import evaluate
-from webhook.policies.base import PolicyContext
-from webhook.policies.pod_groups import GENERATION_ID, POD_GENERATION, live_members
-from webhook.review import parse
-from webhook.server import running
+from volcano_guard.base.jsonpatch import apply_patch
+from volcano_guard.base.kubeconfig import Cluster
+from volcano_guard.base.listen import Listen
+from volcano_guard.base.tls import client_context, server_context
+from volcano_guard.base.uuid7 import UUIDv7, new_uuid7, timestamp_ms
+from volcano_guard.sandbox.faults import FaultRule
+from volcano_guard.sandbox.resources import find
+from volcano_guard.sandbox.runner import SandboxThread
+from volcano_guard.sandbox.store import ApiError
+from volcano_guard.webhook.caches import Caches
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.pod_groups import GENERATION_ID, POD_GENERATION, live_members
+from volcano_guard.webhook.review import parse
+from volcano_guard.webhook.server import running
 
 PG = find("scheduling.volcano.sh", "v1beta1", "podgroups")
 PODS = find("", "v1", "pods")
@@ -305,7 +305,7 @@ def pod_review(annotations):
 
 
 def test_pod_naming_a_cached_podgroup_gets_its_generation():
-    from volcano_guard.informer import static_snapshot
+    from volcano_guard.base.informer import static_snapshot
 
     request, obj = pod_review({"scheduling.k8s.io/group-name": "podgroup-rs"})
     ctx = PolicyContext(config=config_from_dict({}),
@@ -317,7 +317,7 @@ def test_pod_naming_a_cached_podgroup_gets_its_generation():
 
 
 def test_pod_naming_an_uncached_podgroup_is_admitted_and_counted():
-    from volcano_guard.informer import static_snapshot
+    from volcano_guard.base.informer import static_snapshot
 
     request, _ = pod_review({"scheduling.k8s.io/group-name": "not-yet"})
     ctx = PolicyContext(config=config_from_dict({}), podgroups=static_snapshot({}))
@@ -343,7 +343,7 @@ def deployment_pod(annotations=None):
 def volcano_patch(pod, group):
     """The pod after the strategic merge patch Volcano's PodGroup controller sends
     (pg_controller_handler.go updatePodAnnotations: metadataForMergePatch)."""
-    from sandbox.patch import apply_strategic_merge_patch
+    from volcano_guard.sandbox.patch import apply_strategic_merge_patch
 
     return apply_strategic_merge_patch(
         copy.deepcopy(pod), {"metadata": {"annotations": {"scheduling.k8s.io/group-name": group}}})
@@ -359,7 +359,7 @@ def pod_update(old, new):
 
 
 def generation_context():
-    from volcano_guard.informer import static_snapshot
+    from volcano_guard.base.informer import static_snapshot
 
     return PolicyContext(config=config_from_dict({}), podgroups=static_snapshot(
         {f"team-a/podgroup-{RS_UID}": "0190-gen"}))

@@ -6,11 +6,11 @@ import dataclasses
 import pytest
 
 from tests.builders import container, pod, review, volcano_job
-from webhook.config import config_from_dict
-from webhook.policies import POLICIES, enabled_checks, evaluate
-from webhook.policies.base import PolicyContext
-from webhook.review import AdmissionRequest, parse
-from webhook.workloads import POD
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.policies import POLICIES, enabled_checks, evaluate
+from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.review import AdmissionRequest, parse
+from volcano_guard.webhook.workloads import POD
 
 EVERYTHING_ON = {"policies": {"resourceRequests": {"defaults": {"cpu": "1"}},
                               "nodeName": {"action": "rewrite", "bindingGuard": {

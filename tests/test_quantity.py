@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from volcano_guard.quantity import QuantityError, parse_quantity
+from volcano_guard.base.quantity import QuantityError, parse_quantity
 
 
 @pytest.mark.parametrize(

@@ -24,13 +24,13 @@ from tests.volcano_fixtures import (
     control_plane_pod,
 )
 from tests.volcano_source import volcano_file
+from volcano_guard.base.informer import Snapshot, static_snapshot
 from volcano_guard.cli import main
-from volcano_guard.informer import Snapshot, static_snapshot
-from webhook.config import Config, config_from_dict
-from webhook.policies import evaluate
-from webhook.policies.base import PolicyContext
-from webhook.registrations import webhook_configurations
-from webhook.review import parse
+from volcano_guard.webhook.config import Config, config_from_dict
+from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.registrations import webhook_configurations
+from volcano_guard.webhook.review import parse
 
 SHIPPED_CONFIG = REPO / "deploy" / "base" / "config.yaml"
 WEBHOOKS = REPO / "deploy" / "base" / "webhooks.yaml"

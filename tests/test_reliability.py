@@ -11,23 +11,30 @@ import aiohttp
 import pytest
 from cryptography import x509
 
-from certs.generate import cert_pem, generate, issue_ca, issue_leaf, key_pem, write_pem
-from certs.reload import CertReloader
-from certs.rotate import rotate
-from certs.tls import client_context, server_context
-from sandbox.faults import FaultRule
-from sandbox.resources import ResourceType, find
-from sandbox.runner import running as sandbox_running
-from sidecar.service import SidecarSettings
-from sidecar.service import running as sidecar_running
 from tests.builders import container, pod, review
 from tests.conftest import HOSTNAME, NAMESPACE, SERVICE
 from tests.outage import Outage
-from volcano_guard.kubeconfig import Cluster
-from volcano_guard.listen import Listen
-from webhook.caches import Caches
-from webhook.config import config_from_dict
-from webhook.server import running
+from volcano_guard.base.kubeconfig import Cluster
+from volcano_guard.base.listen import Listen
+from volcano_guard.base.tls import client_context, server_context
+from volcano_guard.certs.generate import (
+    cert_pem,
+    generate,
+    issue_ca,
+    issue_leaf,
+    key_pem,
+    write_pem,
+)
+from volcano_guard.certs.reload import CertReloader
+from volcano_guard.certs.rotate import rotate
+from volcano_guard.sandbox.faults import FaultRule
+from volcano_guard.sandbox.resources import ResourceType, find
+from volcano_guard.sandbox.runner import running as sandbox_running
+from volcano_guard.sidecar.service import SidecarSettings
+from volcano_guard.sidecar.service import running as sidecar_running
+from volcano_guard.webhook.caches import Caches
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.server import running
 
 pytestmark = pytest.mark.reliability
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"

@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import container, job_template, pod, review, volcano_cronjob, volcano_job
-from volcano_guard.jsonpatch import apply_patch
-from webhook.config import config_from_dict
-from webhook.policies import evaluate, resource_requests
-from webhook.policies.base import NOTHING_FOUND, PolicyContext
-from webhook.review import parse
-from webhook.workloads import ObjectShapeError
+from volcano_guard.base.jsonpatch import apply_patch
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.policies import evaluate, resource_requests
+from volcano_guard.webhook.policies.base import NOTHING_FOUND, PolicyContext
+from volcano_guard.webhook.review import parse
+from volcano_guard.webhook.workloads import ObjectShapeError
 
 FULL = {"cpu": "500m", "memory": "1Gi"}
 
@@ -192,7 +192,7 @@ def test_volcano_job_task_template_scheduler_overrides_the_jobs():
 
 def test_volcanos_example_job_shape_passes(tmp_path):
     from tests.conftest import REPO
-    from webhook.check import load_documents
+    from volcano_guard.webhook.check import load_documents
 
     [job] = load_documents(REPO / "examples" / "manifests" / "volcano-job-ok.yaml")
     assert validate(job).decision.allowed

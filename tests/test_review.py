@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import pod, review
-from webhook import decision
-from webhook.review import (
+from volcano_guard.webhook import decision
+from volcano_guard.webhook.review import (
     AdmissionRequest,
     GroupVersionKind,
     GroupVersionResource,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandbox.runner import running
-from sandbox.server import SandboxSettings
+from volcano_guard.sandbox.runner import running
+from volcano_guard.sandbox.server import SandboxSettings
 
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
 PODS = "/api/v1/namespaces/team-a/pods"

@@ -8,12 +8,12 @@ import ssl
 import aiohttp
 import pytest
 
-from certs.tls import client_context, server_context
 from tests.builders import container, pod, review
 from tests.conftest import HOSTNAME, start_webhook
-from volcano_guard.jsonpatch import apply_patch
-from webhook.config import config_from_dict
-from webhook.server import InFlight
+from volcano_guard.base.jsonpatch import apply_patch
+from volcano_guard.base.tls import client_context, server_context
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.server import InFlight
 
 FULL = {"cpu": "1", "memory": "1Gi"}
 
@@ -61,7 +61,7 @@ async def test_request_no_policy_handles_is_allowed_untouched(webhook):
 
 
 async def test_client_that_does_not_trust_the_ca_is_refused(webhook, tmp_path):
-    from certs.generate import generate
+    from volcano_guard.certs.generate import generate
 
     other = generate("other", "ns", tmp_path)
     connector = aiohttp.TCPConnector(ssl=client_context(other.ca_file))
@@ -164,7 +164,7 @@ async def test_metrics_count_decisions_and_errors(webhook):
 
 
 async def test_each_admission_is_counted_once_per_policy_that_applied(webhook):
-    from webhook.metrics import ADMISSION_DURATION, ADMISSION_REQUESTS
+    from volcano_guard.webhook.metrics import ADMISSION_DURATION, ADMISSION_REQUESTS
 
     def counts() -> tuple[int, int, float]:
         return (ADMISSION_REQUESTS.value("CREATE", "Pod", "resourceRequests", "denied"),
@@ -188,7 +188,7 @@ async def test_content_type_with_parameters_is_json_too(webhook):
 async def test_policy_bug_fails_closed_without_a_500(certs, monkeypatch):
     import dataclasses
 
-    from webhook import policies
+    from volcano_guard.webhook import policies
 
     def explode(*_):
         raise RuntimeError("boom")

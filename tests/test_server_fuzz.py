@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tests.builders import container, pod, review
 from tests.conftest import SyncWebhook
-from webhook.config import config_from_dict
+from volcano_guard.webhook.config import config_from_dict
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

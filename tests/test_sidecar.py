@@ -7,11 +7,11 @@ import json
 import aiohttp
 import pytest
 
-from sandbox.faults import FaultRule
-from sandbox.runner import running as sandbox_running
-from sidecar.service import SidecarSettings
-from sidecar.service import running as sidecar_running
-from volcano_guard.kubeconfig import Cluster
+from volcano_guard.base.kubeconfig import Cluster
+from volcano_guard.sandbox.faults import FaultRule
+from volcano_guard.sandbox.runner import running as sandbox_running
+from volcano_guard.sidecar.service import SidecarSettings
+from volcano_guard.sidecar.service import running as sidecar_running
 
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
 

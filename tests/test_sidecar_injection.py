@@ -6,13 +6,13 @@ import copy
 import kubernetes_validate
 import pytest
 
-from volcano_guard.jsonpatch import apply_patch
-from webhook.config import config_from_dict
-from webhook.policies import evaluate
-from webhook.policies.base import PolicyContext
-from webhook.policies.sidecar_injection import CONTAINER_NAME, KUBECONFIG
-from webhook.review import parse
-from webhook.workloads import ObjectShapeError
+from volcano_guard.base.jsonpatch import apply_patch
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.sidecar_injection import CONTAINER_NAME, KUBECONFIG
+from volcano_guard.webhook.review import parse
+from volcano_guard.webhook.workloads import ObjectShapeError
 
 SCHEMA_VERSION = "1.30.0"
 
@@ -161,7 +161,7 @@ def test_the_injected_pod_passes_the_resource_requests_policy():
 def test_the_sidecar_writes_a_kubeconfig_that_points_at_itself(tmp_path):
     import json
 
-    from volcano_guard.kubeconfig import write_kubeconfig
+    from volcano_guard.base.kubeconfig import write_kubeconfig
 
     path = tmp_path / "sub" / "kubeconfig"
     write_kubeconfig(str(path), "http://127.0.0.1:8001")

@@ -17,14 +17,14 @@ from aiohttp import web
 from kubernetes import client, watch
 from yarl import URL
 
-from sandbox.resources import find
-from sandbox.runner import SandboxThread
-from sidecar.service import SidecarSettings
-from sidecar.service import running as sidecar_running
 from tests.processes import start_cli, wait_for_log
 from tests.threaded import on_thread
-from volcano_guard.kubeconfig import Cluster, TokenSource
-from volcano_guard.processes import memory_kib
+from volcano_guard.base.kubeconfig import Cluster, TokenSource
+from volcano_guard.base.processes import memory_kib
+from volcano_guard.sandbox.resources import find
+from volcano_guard.sandbox.runner import SandboxThread
+from volcano_guard.sidecar.service import SidecarSettings
+from volcano_guard.sidecar.service import running as sidecar_running
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
@@ -219,7 +219,7 @@ async def test_unreachable_upstream_is_a_503_status():
 # --- nothing held for a client that left -----------------------------------------------------
 
 async def test_watches_whose_clients_left_end_upstream_within_a_second():
-    from sandbox.runner import running as sandbox_running
+    from volcano_guard.sandbox.runner import running as sandbox_running
 
     async with sandbox_running() as box, \
             sidecar_running(Cluster(box.url), settings()) as proxy:

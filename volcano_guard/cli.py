@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from volcano_guard import __version__
 
 if TYPE_CHECKING:
-    from certs.reload import CertReloader
-    from volcano_guard.listen import Listen
-    from webhook.caches import Caches
-    from webhook.config import Config
+    from volcano_guard.base.listen import Listen
+    from volcano_guard.certs.reload import CertReloader
+    from volcano_guard.webhook.caches import Caches
+    from volcano_guard.webhook.config import Config
 
 EXIT_USAGE = 2
 
@@ -216,7 +216,7 @@ class _WebhookParts:
     reloader: CertReloader
 
     async def serve(self, **options: Any) -> None:
-        from webhook.server import serve
+        from volcano_guard.webhook.server import serve
 
         await serve(self.config, self.listen, self.metrics_listen, self.tls,
                     caches=self.caches, reloader=self.reloader, **options)
@@ -224,12 +224,12 @@ class _WebhookParts:
 
 def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     """ValueError/OSError naming the problem (bad listen address, certificate, cluster)."""
-    from certs.reload import CertReloader
-    from certs.tls import server_context
-    from volcano_guard.kubeconfig import KubeconfigError, own_namespace, resolve
-    from volcano_guard.listen import parse_listen
-    from webhook.caches import Caches, needs_cluster
-    from webhook.config import exempt_own_namespace
+    from volcano_guard.base.kubeconfig import KubeconfigError, own_namespace, resolve
+    from volcano_guard.base.listen import parse_listen
+    from volcano_guard.base.tls import server_context
+    from volcano_guard.certs.reload import CertReloader
+    from volcano_guard.webhook.caches import Caches, needs_cluster
+    from volcano_guard.webhook.config import exempt_own_namespace
 
     config = exempt_own_namespace(_load_config_or_exit(args.config), own_namespace())
     listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
@@ -244,8 +244,8 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
 
 
 def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
-    from webhook.server import SHUTDOWN_TIMEOUT
-    from webhook.workers import WorkerError, reserved_port, start_workers, supervise
+    from volcano_guard.webhook.server import SHUTDOWN_TIMEOUT
+    from volcano_guard.webhook.workers import WorkerError, reserved_port, start_workers, supervise
 
     with reserved_port(parts.listen) as port:
         host = parts.listen.host
@@ -261,7 +261,7 @@ def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
 
 def _webhook_worker(args: argparse.Namespace, report: Any) -> None:
     """One of --workers: a whole webhook on the shared admission port, metrics on loopback."""
-    from volcano_guard.listen import Listen
+    from volcano_guard.base.listen import Listen
 
     _configure_logging()
     parts = _webhook_parts(args)
@@ -270,7 +270,7 @@ def _webhook_worker(args: argparse.Namespace, report: Any) -> None:
 
 
 def run_certs_generate(args: argparse.Namespace) -> int:
-    from certs.generate import CertsError, generate
+    from volcano_guard.certs.generate import CertsError, generate
 
     try:
         made = generate(args.service, args.namespace, args.out, days=args.days, force=args.force)
@@ -283,8 +283,8 @@ def run_certs_generate(args: argparse.Namespace) -> int:
 
 
 def run_certs_rotate(args: argparse.Namespace) -> int:
-    from certs.generate import CertsError
-    from certs.rotate import parse_duration, rotate
+    from volcano_guard.certs.generate import CertsError
+    from volcano_guard.certs.rotate import parse_duration, rotate
 
     try:
         done = rotate(args.dir, parse_duration(args.renew_before), force_leaf=args.force)
@@ -298,8 +298,8 @@ def run_certs_rotate(args: argparse.Namespace) -> int:
 
 
 def run_certs_inject(args: argparse.Namespace) -> int:
-    from certs.cluster import inject_ca_bundle
-    from certs.generate import CertsError
+    from volcano_guard.certs.cluster import inject_ca_bundle
+    from volcano_guard.certs.generate import CertsError
 
     if not args.mutating and not args.validating:
         print("volcano-guard certs inject: name at least one --mutating or --validating "
@@ -316,8 +316,8 @@ def run_certs_inject(args: argparse.Namespace) -> int:
 
 
 def run_certs_secret(args: argparse.Namespace) -> int:
-    from certs.cluster import write_secret
-    from certs.generate import CertsError
+    from volcano_guard.certs.cluster import write_secret
+    from volcano_guard.certs.generate import CertsError
 
     try:
         done = write_secret(_api_client(args.kubeconfig), args.dir, args.namespace, args.name)
@@ -331,7 +331,7 @@ def run_certs_secret(args: argparse.Namespace) -> int:
 def _api_client(kubeconfig: str | None) -> object:
     from kubernetes import client
 
-    from volcano_guard.kubeconfig import KubeconfigError, kubernetes_configuration, resolve
+    from volcano_guard.base.kubeconfig import KubeconfigError, kubernetes_configuration, resolve
 
     try:
         return client.ApiClient(kubernetes_configuration(resolve(kubeconfig=kubeconfig)))
@@ -341,8 +341,8 @@ def _api_client(kubeconfig: str | None) -> object:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from webhook.check import EXIT_UNUSABLE, UnusableInput, format_report
-    from webhook.check import run_check as check
+    from volcano_guard.webhook.check import EXIT_UNUSABLE, UnusableInput, format_report
+    from volcano_guard.webhook.check import run_check as check
 
     config = _load_config_or_exit(args.config)
     try:
@@ -355,7 +355,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_manifests(args: argparse.Namespace) -> int:
-    from webhook.registrations import render, webhook_configurations
+    from volcano_guard.webhook.registrations import render, webhook_configurations
 
     config = _load_config_or_exit(args.config)
     print(render(webhook_configurations(config, args.namespace, args.service)), end="")
@@ -363,10 +363,10 @@ def run_manifests(args: argparse.Namespace) -> int:
 
 
 def run_sidecar(args: argparse.Namespace) -> int:
-    from sidecar.routes import DEFAULT_COALESCED, parse_resource
-    from sidecar.service import SidecarSettings, serve
-    from volcano_guard.kubeconfig import KubeconfigError, resolve
-    from volcano_guard.listen import parse_listen
+    from volcano_guard.base.kubeconfig import KubeconfigError, resolve
+    from volcano_guard.base.listen import parse_listen
+    from volcano_guard.sidecar.routes import DEFAULT_COALESCED, parse_resource
+    from volcano_guard.sidecar.service import SidecarSettings, serve
 
     try:
         listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
@@ -384,8 +384,8 @@ def run_sidecar(args: argparse.Namespace) -> int:
 
 
 def run_sandbox(args: argparse.Namespace) -> int:
-    from sandbox.runner import serve_forever
-    from volcano_guard.listen import parse_listen
+    from volcano_guard.base.listen import parse_listen
+    from volcano_guard.sandbox.runner import serve_forever
 
     try:
         listen = parse_listen(args.listen)
@@ -403,7 +403,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _load_config_or_exit(path: str | None) -> Config:
-    from webhook.config import ConfigError, load_config
+    from volcano_guard.webhook.config import ConfigError, load_config
 
     try:
         return load_config(path)

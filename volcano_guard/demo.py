@@ -21,14 +21,14 @@ from typing import Any
 import aiohttp
 import yaml
 
-from certs.generate import generate
-from certs.tls import client_context, server_context
-from volcano_guard.jsonpatch import apply_patch
-from volcano_guard.listen import Listen
+from volcano_guard.base.jsonpatch import apply_patch
+from volcano_guard.base.listen import Listen
+from volcano_guard.base.tls import client_context, server_context
+from volcano_guard.certs.generate import generate
 from volcano_guard.storm import StormSettings, format_results, run_storm
-from webhook.caches import Caches
-from webhook.config import load_config
-from webhook.server import running
+from volcano_guard.webhook.caches import Caches
+from volcano_guard.webhook.config import load_config
+from volcano_guard.webhook.server import running
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO_ROOT / "examples"

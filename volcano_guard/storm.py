@@ -35,7 +35,7 @@ from typing import Any
 
 import aiohttp
 
-from volcano_guard.processes import cpu_seconds, free_port, memory_kib, wait_for_port
+from volcano_guard.base.processes import cpu_seconds, free_port, memory_kib, wait_for_port
 
 Q_PATH = "/apis/scheduling.volcano.sh/v1beta1/queues"
 

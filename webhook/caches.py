@@ -12,11 +12,11 @@ from urllib.parse import quote
 
 import aiohttp
 
-from volcano_guard.informer import Informer, Snapshot, node_labels, static_snapshot
-from volcano_guard.jsonbody import decode
-from volcano_guard.kubeconfig import Cluster, TokenSource, kubernetes_configuration
-from webhook.config import Config
-from webhook.policies.pod_groups import podgroup_generation
+from volcano_guard.base.informer import Informer, Snapshot, node_labels, static_snapshot
+from volcano_guard.base.jsonbody import decode
+from volcano_guard.base.kubeconfig import Cluster, TokenSource, kubernetes_configuration
+from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.policies.pod_groups import podgroup_generation
 
 log = logging.getLogger("volcano_guard.webhook")
 _UNFINISHED = {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}

@@ -15,16 +15,20 @@ from typing import Any
 
 import yaml
 
-from volcano_guard.informer import Snapshot, node_labels, static_snapshot
-from volcano_guard.jsonbody import object_at
-from volcano_guard.jsonpatch import JsonPatchError, apply_patch
-from webhook import review
-from webhook.config import Config
-from webhook.policies import evaluate
-from webhook.policies.base import PolicyContext
-from webhook.policies.pod_groups import GENERATION_ID, is_pod_group, podgroup_generation
-from webhook.review import AdmissionRequest, GroupVersionKind, GroupVersionResource
-from webhook.workloads import ObjectShapeError, group_of
+from volcano_guard.base.informer import Snapshot, node_labels, static_snapshot
+from volcano_guard.base.jsonbody import object_at
+from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard.webhook import review
+from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.pod_groups import (
+    GENERATION_ID,
+    is_pod_group,
+    podgroup_generation,
+)
+from volcano_guard.webhook.review import AdmissionRequest, GroupVersionKind, GroupVersionResource
+from volcano_guard.webhook.workloads import ObjectShapeError, group_of
 
 EXIT_CLEAN, EXIT_VIOLATIONS, EXIT_UNUSABLE = 0, 1, 2
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")

@@ -16,9 +16,9 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from volcano_guard.connections import ConnectionLimits
-from volcano_guard.node_selectors import kept_selector, selector_set
-from volcano_guard.quantity import QuantityError, parse_quantity
+from volcano_guard.base.connections import ConnectionLimits
+from volcano_guard.base.node_selectors import kept_selector, selector_set
+from volcano_guard.base.quantity import QuantityError, parse_quantity
 
 Mode = Literal["enforce", "warn", "audit", "off"]
 MODES: tuple[str, ...] = get_args(Mode)

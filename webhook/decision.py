@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from volcano_guard.jsonpatch import Operation
+from volcano_guard.base.jsonpatch import Operation
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
-from volcano_guard.metrics import PREFIX, REGISTRY, OwnedCounter, OwnedHistogram
+from volcano_guard.base.metrics import PREFIX, REGISTRY, OwnedCounter, OwnedHistogram
 
 # The two metrics every admission updates are owned by the event loop (no lock per update).
 ADMISSION_REQUESTS = OwnedCounter(

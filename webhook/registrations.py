@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 import yaml
 
-from webhook.config import Config
-from webhook.policies import POLICIES
-from webhook.policies.base import BINDINGS, INJECT, MUTATE, VALIDATE, Rule, Scope
+from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.policies import POLICIES
+from volcano_guard.webhook.policies.base import BINDINGS, INJECT, MUTATE, VALIDATE, Rule, Scope
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 TIMEOUT_SECONDS = 5

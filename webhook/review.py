@@ -13,10 +13,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from volcano_guard.jsonbody import object_at, shown
-from volcano_guard.jsonpatch import Operation
-from volcano_guard.status import REASONS
-from webhook.decision import Decision
+from volcano_guard.base.jsonbody import object_at, shown
+from volcano_guard.base.jsonpatch import Operation
+from volcano_guard.base.status import REASONS
+from volcano_guard.webhook.decision import Decision
 
 API_VERSION = "admission.k8s.io/v1"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")

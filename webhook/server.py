@@ -19,21 +19,21 @@ from typing import get_args
 import orjson
 from aiohttp import web
 
-from certs.reload import CertReloader
-from volcano_guard.connections import BoundedTLSSite, ConnectionLimits, request_answered
-from volcano_guard.jsonbody import BodyError, decode
-from volcano_guard.listen import Listen
-from volcano_guard.metrics import add_probes, metrics_app
-from volcano_guard.status import status_response
-from webhook import decision as decisions
-from webhook import review
-from webhook.caches import Caches
-from webhook.config import Config
-from webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, ADMISSION_REQUESTS
-from webhook.policies import NO_POLICY, EnabledChecks, Phase, enabled_checks, evaluate
-from webhook.policies.base import PolicyContext
-from webhook.policies.pod_groups import needs_namespace_pods
-from webhook.workloads import ObjectShapeError
+from volcano_guard.base.connections import BoundedTLSSite, ConnectionLimits, request_answered
+from volcano_guard.base.jsonbody import BodyError, decode
+from volcano_guard.base.listen import Listen
+from volcano_guard.base.metrics import add_probes, metrics_app
+from volcano_guard.base.status import status_response
+from volcano_guard.certs.reload import CertReloader
+from volcano_guard.webhook import decision as decisions
+from volcano_guard.webhook import review
+from volcano_guard.webhook.caches import Caches
+from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, ADMISSION_REQUESTS
+from volcano_guard.webhook.policies import NO_POLICY, EnabledChecks, Phase, enabled_checks, evaluate
+from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.pod_groups import needs_namespace_pods
+from volcano_guard.webhook.workloads import ObjectShapeError
 
 log = logging.getLogger("volcano_guard.webhook")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -34,7 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from volcano_guard.listen import Listen
+from volcano_guard.base.listen import Listen
 
 log = logging.getLogger("volcano_guard.webhook.workers")
 # A worker's entry point: (its arguments, the pipe to report its bound ports on).

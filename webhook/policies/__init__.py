@@ -11,11 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from webhook import decision as decisions
-from webhook.config import Config, Mode
-from webhook.decision import Decision
-from webhook.policies import node_name, pod_groups, resource_requests, sidecar_injection
-from webhook.policies.base import (
+from volcano_guard.webhook import decision as decisions
+from volcano_guard.webhook.config import Config, Mode
+from volcano_guard.webhook.decision import Decision
+from volcano_guard.webhook.policies import (
+    node_name,
+    pod_groups,
+    resource_requests,
+    sidecar_injection,
+)
+from volcano_guard.webhook.policies.base import (
     NOTHING_FOUND,
     OUTCOME_ALLOWED,
     Check,
@@ -25,7 +30,7 @@ from webhook.policies.base import (
     Verdict,
     apply_mode,
 )
-from webhook.review import AdmissionRequest
+from volcano_guard.webhook.review import AdmissionRequest
 
 Phase = Literal["mutate", "validate"]
 NO_POLICY = "none"  # the metrics label when no policy handled a request

@@ -9,12 +9,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from volcano_guard.informer import Snapshot
-from volcano_guard.uuid7 import new_uuid7
-from webhook import decision as decisions
-from webhook.config import Config, Mode
-from webhook.decision import Decision, Operation
-from webhook.review import AdmissionRequest
+from volcano_guard.base.informer import Snapshot
+from volcano_guard.base.uuid7 import new_uuid7
+from volcano_guard.webhook import decision as decisions
+from volcano_guard.webhook.config import Config, Mode
+from volcano_guard.webhook.decision import Decision, Operation
+from volcano_guard.webhook.review import AdmissionRequest
 
 
 class Verdict(NamedTuple):

@@ -8,18 +8,18 @@ does, and hands the pod to Volcano. The binding guard refuses `pods/binding` ont
 by anyone but the configured Volcano scheduler identities.
 
 Managed nodes are chosen as the Volcano scheduler's `--node-selector key:value` flags choose
-them (volcano_guard.node_selectors): a node is managed if any selector matches one of its labels;
-no selectors, every node.
+them (volcano_guard.base.node_selectors): a node is managed if any selector matches one of its
+labels; no selectors, every node.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from volcano_guard import jsonpatch
-from volcano_guard.jsonbody import object_at
-from volcano_guard.node_selectors import is_managed
-from webhook.cel import (
+from volcano_guard.base import jsonpatch
+from volcano_guard.base.jsonbody import object_at
+from volcano_guard.base.node_selectors import is_managed
+from volcano_guard.webhook.cel import (
     all_of,
     field_set,
     kind_is,
@@ -29,8 +29,8 @@ from webhook.cel import (
     string,
     user_in,
 )
-from webhook.config import Config, NodeNameConfig
-from webhook.policies.base import (
+from volcano_guard.webhook.config import Config, NodeNameConfig
+from volcano_guard.webhook.policies.base import (
     BINDINGS,
     MUTATE,
     NOTHING_FOUND,
@@ -42,8 +42,8 @@ from webhook.policies.base import (
     Verdict,
     pods_rule,
 )
-from webhook.review import AdmissionRequest
-from webhook.workloads import POD
+from volcano_guard.webhook.review import AdmissionRequest
+from volcano_guard.webhook.workloads import POD
 
 NAME = "nodeName"
 BINDING_NAME = "bindingGuard"

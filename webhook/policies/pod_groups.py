@@ -14,9 +14,9 @@ import datetime
 from collections.abc import Iterable
 from typing import Any
 
-from volcano_guard import jsonpatch
-from volcano_guard.jsonbody import object_at
-from webhook.cel import (
+from volcano_guard.base import jsonpatch
+from volcano_guard.base.jsonbody import object_at
+from volcano_guard.webhook.cel import (
     all_of,
     annotation_set,
     any_of,
@@ -26,8 +26,8 @@ from webhook.cel import (
     string,
     user_in,
 )
-from webhook.config import Config, PodGroupsConfig
-from webhook.policies.base import (
+from volcano_guard.webhook.config import Config, PodGroupsConfig
+from volcano_guard.webhook.policies.base import (
     MUTATE,
     NOTHING_FOUND,
     VALIDATE,
@@ -38,8 +38,8 @@ from webhook.policies.base import (
     Verdict,
     pods_rule,
 )
-from webhook.review import AdmissionRequest
-from webhook.workloads import POD
+from volcano_guard.webhook.review import AdmissionRequest
+from volcano_guard.webhook.workloads import POD
 
 NAME = "podGroups"
 DELETE_GUARD = "deleteGuard"

@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
-from volcano_guard import jsonpatch
-from volcano_guard.jsonbody import shown
-from volcano_guard.quantity import QuantityError, parse_quantity
-from webhook.cel import all_of, any_of, kind_is, operation_is, strings
-from webhook.config import Config, ResourceRequestsConfig
-from webhook.policies.base import (
+from volcano_guard.base import jsonpatch
+from volcano_guard.base.jsonbody import shown
+from volcano_guard.base.quantity import QuantityError, parse_quantity
+from volcano_guard.webhook.cel import all_of, any_of, kind_is, operation_is, strings
+from volcano_guard.webhook.config import Config, ResourceRequestsConfig
+from volcano_guard.webhook.policies.base import (
     MUTATE,
     NOTHING_FOUND,
     VALIDATE,
@@ -34,8 +34,8 @@ from webhook.policies.base import (
     Verdict,
     pods_rule,
 )
-from webhook.review import AdmissionRequest
-from webhook.workloads import (
+from volcano_guard.webhook.review import AdmissionRequest
+from volcano_guard.webhook.workloads import (
     CONTAINER_FIELDS,
     POD,
     SUPPORTED_KINDS,

@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from volcano_guard import jsonpatch
-from volcano_guard.jsonbody import object_at, shown
-from webhook.cel import all_of, kind_is, operation_is
-from webhook.config import Config, SidecarInjectionConfig
-from webhook.policies.base import (
+from volcano_guard.base import jsonpatch
+from volcano_guard.base.jsonbody import object_at, shown
+from volcano_guard.webhook.cel import all_of, kind_is, operation_is
+from volcano_guard.webhook.config import Config, SidecarInjectionConfig
+from volcano_guard.webhook.policies.base import (
     INJECT,
     NOTHING_FOUND,
     Policy,
@@ -27,8 +27,8 @@ from webhook.policies.base import (
     Verdict,
     pods_rule,
 )
-from webhook.review import AdmissionRequest
-from webhook.workloads import POD, Container, PodTemplate, containers
+from volcano_guard.webhook.review import AdmissionRequest
+from volcano_guard.webhook.workloads import POD, Container, PodTemplate, containers
 
 NAME = "sidecarInjection"
 INJECT_LABEL = "volcano-guard.io/inject"

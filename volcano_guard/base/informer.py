@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-log = logging.getLogger("volcano_guard.informer")
+log = logging.getLogger("volcano_guard.base.informer")
 T = TypeVar("T")
 WATCH_SECONDS = 300  # restart watches now and then, as client-go's reflector does
 

@@ -34,7 +34,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter, Gauge
 
-from volcano_guard.metrics import PREFIX, REGISTRY
+from volcano_guard.base.metrics import PREFIX, REGISTRY
 
 REFUSED = Counter(f"{PREFIX}connections_refused_total",
                   "Connections closed on arrival because the process had max_connections open.",
