@@ -35,16 +35,16 @@ SERVER = r"""
 import ssl, sys
 import orjson
 from aiohttp import web
-from volcano_guard.base.informer import static_snapshot
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.node_name import NODES
+from volcano_guard.webhook.policies.pod_groups import PODGROUPS
 from volcano_guard.webhook.server import admit, parse_review
 
 step = sys.argv[4]
-nodes = Caches.fixed({f"node-{i}": {} for i in range(100)}).nodes()
-context = PolicyContext(config=config_from_dict({}), nodes=nodes,
-                        podgroups=static_snapshot({}))
+caches = Caches.fixed({NODES: {f"node-{i}": {} for i in range(100)}, PODGROUPS: {}})
+context = PolicyContext(config_from_dict({}), caches.snapshots())
 
 async def handle(request):
     body = await request.read()

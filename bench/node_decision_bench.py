@@ -18,9 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from volcano_guard.base.informer import node_labels, static_snapshot
+from volcano_guard.base.informer import static_snapshot
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.node_name import NODES, node_labels
 from volcano_guard.webhook.server import admit
 
 
@@ -76,7 +77,7 @@ def main() -> None:
     tracemalloc.stop()
     config = config_from_dict({"policies": {"nodeName": {
         "managedNodeSelectors": ["volcano.sh/role:train"]}}})
-    context = PolicyContext(config=config, nodes=snapshot)
+    context = PolicyContext(config, {NODES: snapshot})
     bound = [review(f"node-{i % args.nodes}", i) for i in range(args.decisions)]
     plain = [review(None, i) for i in range(args.decisions)]
     timings(context, bound[:1000])  # warm up

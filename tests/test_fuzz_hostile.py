@@ -27,6 +27,7 @@ from volcano_guard.sidecar.service import SidecarSettings
 from volcano_guard.sidecar.service import running as sidecar_running
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.policies.node_name import NODES
 
 pytestmark = pytest.mark.reliability
 
@@ -148,7 +149,7 @@ def server(certs):
     config = config_from_dict({"policies": {
         "resourceRequests": {"defaults": {"cpu": "100m"}},
         "nodeName": {"action": "rewrite", "bindingGuard": {"mode": "enforce"}}}})
-    caches = Caches.fixed({"node-1": {"volcano.sh/role": "train"}})
+    caches = Caches.fixed({NODES: {"node-1": {"volcano.sh/role": "train"}}})
     with SyncWebhook(config, certs, caches) as served:
         yield served
 

@@ -13,7 +13,7 @@ from kubernetes import client
 from tests.builders import container, pod, review
 from tests.conftest import HOSTNAME
 from tests.sandbox_fixtures import pod as sandbox_pod
-from volcano_guard.base.informer import Informer, node_labels, wait_synced
+from volcano_guard.base.informer import Informer, wait_synced
 from volcano_guard.base.kubeconfig import Cluster
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.tls import client_context, server_context
@@ -24,6 +24,8 @@ from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.node_name import NODES as NODE_CACHE
+from volcano_guard.webhook.policies.node_name import node_labels
 from volcano_guard.webhook.review import parse
 from volcano_guard.webhook.server import running
 
@@ -121,7 +123,7 @@ def test_decisions_see_consistent_snapshots_under_a_thousand_node_events_a_secon
             snapshot = informer.snapshot
             labels = snapshot.items["web-1"]
             assert labels.get("pool") == labels.get("twin", labels.get("pool"))  # no torn view
-            result = evaluate("validate", request, PolicyContext(config=config, nodes=snapshot))
+            result = evaluate("validate", request, PolicyContext(config, {NODE_CACHE: snapshot}))
             assert result.decision.allowed is (labels.get("pool") != "a")
             decisions += 1
             time.sleep(0)  # let the other threads have the GIL between decisions

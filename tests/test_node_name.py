@@ -11,6 +11,7 @@ from volcano_guard.base.jsonpatch import apply_patch
 from volcano_guard.base.node_selectors import is_managed, selector_set
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.policies import node_name as node_name_policy
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.node_name import pin_to_node
 from volcano_guard.webhook.review import parse
@@ -23,7 +24,8 @@ NODES = static_snapshot({
 
 def context(nodes=NODES, fail_closed=True, **node_name):
     data = {"failClosed": fail_closed, "policies": {"nodeName": node_name}}
-    return PolicyContext(config=config_from_dict(data), nodes=nodes)
+    snapshots = {} if nodes is None else {node_name_policy.NODES: nodes}
+    return PolicyContext(config_from_dict(data), snapshots)
 
 
 def bound(node="gpu-1", **extra):

@@ -26,7 +26,13 @@ from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
-from volcano_guard.webhook.policies.pod_groups import GENERATION_ID, POD_GENERATION, live_members
+from volcano_guard.webhook.policies.pod_groups import (
+    GENERATION_ID,
+    POD_GENERATION,
+    PODGROUPS,
+    UNFINISHED_PODS,
+    live_members,
+)
 from volcano_guard.webhook.review import parse
 from volcano_guard.webhook.server import running
 
@@ -88,8 +94,8 @@ def pg_review(operation, obj=None, old=None, options=None, user="system:servicea
 
 def context(pods=(), **pod_groups):
     config = config_from_dict({"policies": {"podGroups": pod_groups}} if pod_groups else {})
-    return PolicyContext(config=config, namespace_pods=None if pods is None else tuple(pods),
-                         new_generation_id=lambda: "0190-fixed-id")
+    listed = {UNFINISHED_PODS: None if pods is None else tuple(pods)}
+    return PolicyContext(config, listed=listed, new_generation_id=lambda: "0190-fixed-id")
 
 
 @pytest.mark.parametrize("annotations", [None, {}, {"other": "x"}])
@@ -206,7 +212,7 @@ def test_deletes_that_pass():
 def test_unknown_members_follow_fail_closed():
     pg = podgroup()
     assert not delete(pg, context(None)).decision.allowed
-    relaxed = PolicyContext(config=config_from_dict({"failClosed": False}), namespace_pods=None)
+    relaxed = PolicyContext(config_from_dict({"failClosed": False}), listed={UNFINISHED_PODS: None})
     assert delete(pg, relaxed).decision.allowed
 
 
@@ -308,8 +314,8 @@ def test_pod_naming_a_cached_podgroup_gets_its_generation():
     from volcano_guard.base.informer import static_snapshot
 
     request, obj = pod_review({"scheduling.k8s.io/group-name": "podgroup-rs"})
-    ctx = PolicyContext(config=config_from_dict({}),
-                        podgroups=static_snapshot({"team-a/podgroup-rs": "0190-gen"}))
+    ctx = PolicyContext(config_from_dict({}),
+                        {PODGROUPS: static_snapshot({"team-a/podgroup-rs": "0190-gen"})})
     result = evaluate("mutate", request, ctx)
     patched = apply_patch(obj, list(result.decision.patch))
     assert patched["metadata"]["annotations"]["volcano-guard.io/podgroup-generation"] == \
@@ -320,7 +326,7 @@ def test_pod_naming_an_uncached_podgroup_is_admitted_and_counted():
     from volcano_guard.base.informer import static_snapshot
 
     request, _ = pod_review({"scheduling.k8s.io/group-name": "not-yet"})
-    ctx = PolicyContext(config=config_from_dict({}), podgroups=static_snapshot({}))
+    ctx = PolicyContext(config_from_dict({}), {PODGROUPS: static_snapshot({})})
     result = evaluate("mutate", request, ctx)
     assert result.decision.allowed and result.decision.patch == ()
     assert ("podGroupGeneration", "podgroup_not_cached") in [
@@ -361,8 +367,8 @@ def pod_update(old, new):
 def generation_context():
     from volcano_guard.base.informer import static_snapshot
 
-    return PolicyContext(config=config_from_dict({}), podgroups=static_snapshot(
-        {f"team-a/podgroup-{RS_UID}": "0190-gen"}))
+    return PolicyContext(config_from_dict({}), {PODGROUPS: static_snapshot(
+        {f"team-a/podgroup-{RS_UID}": "0190-gen"})})
 
 
 @pytest.mark.parametrize("old_annotations", [{}, {"scheduling.k8s.io/group-name": ""}])
@@ -472,9 +478,9 @@ async def test_member_pods_are_listed_with_the_token_the_selector_and_only_objec
     port = runner.addresses[0][1]
     caches = Caches(cluster=Cluster(f"http://127.0.0.1:{port}", token_file=str(token)))
     try:
-        listed = await caches.namespace_pods("team-a")
+        listed = await caches.live_list(UNFINISHED_PODS, "team-a")
         assert listed is not None and [p["metadata"]["name"] for p in listed] == ["w0"]
-        assert await caches.namespace_pods("forbidden") is None  # the policy decides
+        assert await caches.live_list(UNFINISHED_PODS, "forbidden") is None  # the policy decides
     finally:
         await caches.close()
         await runner.cleanup()

@@ -27,7 +27,7 @@ from tests.volcano_source import volcano_file
 from volcano_guard.base.informer import Snapshot, static_snapshot
 from volcano_guard.cli import main
 from volcano_guard.webhook.config import Config, config_from_dict
-from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.policies import evaluate, node_name, pod_groups
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.registrations import webhook_configurations
 from volcano_guard.webhook.review import parse
@@ -280,8 +280,9 @@ def worst_case_context(config: Config) -> PolicyContext:
         def get(self, key, default=None):
             return "0190-gen"
 
-    return PolicyContext(config=config, nodes=NODES,
-                         podgroups=static_snapshot(Everything()), namespace_pods=(member,))
+    return PolicyContext(config, {
+        node_name.NODES: NODES, pod_groups.PODGROUPS: static_snapshot(Everything())},
+        {pod_groups.UNFINISHED_PODS: (member,)})
 
 
 def untouched(config: Config, request: Request) -> bool:

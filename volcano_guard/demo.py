@@ -28,6 +28,7 @@ from volcano_guard.certs.generate import generate
 from volcano_guard.storm import StormSettings, format_results, run_storm
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import load_config
+from volcano_guard.webhook.policies.node_name import NODES
 from volcano_guard.webhook.server import running
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +58,7 @@ async def run(examples_dir: str | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="volcano-guard-demo-") as tmp:
         made = generate(SERVICE, NAMESPACE, tmp, days=1)
         tls = server_context(made.cert_file, made.key_file)
-        caches = Caches.fixed(DEMO_NODES)
+        caches = Caches.fixed({NODES: DEMO_NODES})
         async with running(config, Listen(LOOPBACK, 0), Listen(LOOPBACK, 0), tls,
                            caches=caches) as ports:
             print(f"webhook up on https://{LOOPBACK}:{ports[0]} (certificate for "

@@ -6,54 +6,47 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
-from volcano_guard.base.informer import Informer, Snapshot, node_labels, static_snapshot
+from volcano_guard.base.informer import Informer, Snapshot, static_snapshot
 from volcano_guard.base.jsonbody import decode
 from volcano_guard.base.kubeconfig import Cluster, TokenSource, kubernetes_configuration
 from volcano_guard.webhook.config import Config
-from volcano_guard.webhook.policies.pod_groups import podgroup_generation
+from volcano_guard.webhook.policies import enabled_policies, live_lookups, watched_data
+from volcano_guard.webhook.policies.base import LiveList, WatchedList
 
 log = logging.getLogger("volcano_guard.webhook")
-_UNFINISHED = {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
-LOOKUP_TIMEOUT = 2.0  # seconds a PodGroup delete may wait for its member list
-
-
-def needs_nodes(config: Config) -> bool:
-    node_name = config.policies.nodeName
-    return node_name.mode != "off" or node_name.bindingGuard.mode != "off"
-
-
-def needs_podgroups(config: Config) -> bool:
-    return config.policies.podGroups.stampGenerationId
+LOOKUP_TIMEOUT = 2.0  # seconds a rare-path lookup (LiveList) may hold its request
 
 
 def needs_cluster(config: Config) -> bool:
-    return (needs_nodes(config) or needs_podgroups(config)
-            or config.policies.podGroups.deleteGuard.mode != "off")
+    return bool(watched_data(config) or live_lookups(config))
 
 
 class Caches:
-    """Informers the enabled policies need; `ready` once every one has applied its first list."""
+    """The cluster data the enabled policies declare: an informer for each WatchedList, live
+    lists for each LiveList; `ready` once every informer has applied its first list."""
 
-    def __init__(self, nodes: Informer[Mapping[str, str]] | None = None,
-                 fixed_nodes: Snapshot[Mapping[str, str]] | None = None,
-                 cluster: Cluster | None = None, lookup_timeout: float = LOOKUP_TIMEOUT,
-                 podgroups: Informer[str] | None = None) -> None:
-        self._nodes, self._fixed_nodes = nodes, fixed_nodes
+    def __init__(self, informers: Mapping[WatchedList[Any], Informer[Any]] | None = None,
+                 fixed: Mapping[WatchedList[Any], Snapshot[Any]] | None = None,
+                 cluster: Cluster | None = None,
+                 lookup_timeout: float = LOOKUP_TIMEOUT) -> None:
+        self._informers = dict(informers or {})
+        self._fixed = MappingProxyType(dict(fixed or {}))
         self._cluster, self._lookup_timeout = cluster, lookup_timeout
         self._tokens = TokenSource(cluster) if cluster is not None else None
         self._session: aiohttp.ClientSession | None = None  # made on first use, on the loop
-        self._podgroups = podgroups
 
     @classmethod
-    def fixed(cls, nodes: Mapping[str, Mapping[str, str]]) -> Caches:
-        """Caches that never change (the demo): these nodes, synced."""
-        return cls(fixed_nodes=static_snapshot(nodes))
+    def fixed(cls, snapshots: Mapping[WatchedList[Any], Mapping[str, Any]]) -> Caches:
+        """Caches that never change (the demo): these items, synced."""
+        return cls(fixed={data: static_snapshot(items) for data, items in snapshots.items()})
 
     @classmethod
     def for_config(cls, config: Config, cluster: Cluster | None,
@@ -62,61 +55,52 @@ class Caches:
         if not needs_cluster(config):
             return cls()
         if cluster is None:
-            raise ValueError("policies.nodeName and policies.podGroups.deleteGuard need the "
-                             "cluster: pass --kubeconfig, run in a cluster, or set their modes "
-                             "(nodeName.mode, nodeName.bindingGuard.mode, "
-                             "podGroups.deleteGuard.mode) to off")
+            needing = [p.name for p in enabled_policies(config) if p.watches or p.lookups]
+            raise ValueError(f"policies {', '.join(needing)} read the cluster: pass "
+                             "--kubeconfig, run in a cluster, or set their modes to off")
         from kubernetes import client
 
         api_client = client.ApiClient(kubernetes_configuration(cluster))
-        api = client.CoreV1Api(api_client)
-        nodes = Informer("nodes", api.list_node, node_labels) if needs_nodes(config) else None
-        podgroups = None
-        if needs_podgroups(config):
-            custom = client.CustomObjectsApi(api_client)
-            list_podgroups = functools.partial(custom.list_cluster_custom_object,
-                                               "scheduling.volcano.sh", "v1beta1", "podgroups")
-            podgroups = Informer("podgroups", list_podgroups, podgroup_generation)
-        return cls(nodes, cluster=cluster, lookup_timeout=lookup_timeout, podgroups=podgroups)
-
-    def _informers(self) -> list[Informer[Any]]:
-        return [i for i in (self._nodes, self._podgroups) if i is not None]
+        informers = {data: Informer(data.resource, _lister(api_client, data), data.keep)
+                     for data in watched_data(config)}
+        return cls(informers, cluster=cluster, lookup_timeout=lookup_timeout)
 
     def start(self) -> None:
-        for informer in self._informers():
+        for informer in self._informers.values():
             informer.start()
 
     def stop(self) -> None:
-        for informer in self._informers():
+        for informer in self._informers.values():
             informer.stop()
 
-    def podgroups(self) -> Snapshot[str] | None:
-        return self._podgroups.snapshot if self._podgroups is not None else None
+    def snapshots(self) -> Mapping[WatchedList[Any], Snapshot[Any]]:
+        """Every cache's current snapshot: what one decision reads, unchanging."""
+        if not self._informers:
+            return self._fixed
+        return {data: informer.snapshot for data, informer in self._informers.items()}
 
-    def nodes(self) -> Snapshot[Mapping[str, str]] | None:
-        return self._nodes.snapshot if self._nodes is not None else self._fixed_nodes
-
-    async def namespace_pods(self, namespace: str) -> tuple[dict[str, Any], ...] | None:
-        """The namespace's pods that have not finished, listed live (a rare path: PodGroup
-        deletes) on the event loop over one kept-alive connection; None when there is no
-        cluster or no answer within the lookup timeout."""
+    async def live_list(self, data: LiveList, namespace: str) -> tuple[dict[str, Any], ...] | None:
+        """The data's objects in namespace, listed now on the event loop over one kept-alive
+        connection; None when there is no cluster or no answer within the lookup timeout."""
         if self._cluster is None or self._tokens is None:
             return None
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=self._cluster.ssl_context())
             self._session = aiohttp.ClientSession(connector=connector)
         headers = {"Accept": "application/json", **self._tokens.authorization()}
-        url = f"{self._cluster.url}/api/v1/namespaces/{quote(namespace, safe='')}/pods"
+        url = f"{self._cluster.url}{_group_path(data.group, data.version)}/namespaces/" \
+              f"{quote(namespace, safe='')}/{data.resource}"
+        params = {"fieldSelector": data.field_selector} if data.field_selector else {}
         try:
             async with asyncio.timeout(self._lookup_timeout):
-                async with self._session.get(url, params=_UNFINISHED, headers=headers) as response:
+                async with self._session.get(url, params=params, headers=headers) as response:
                     response.raise_for_status()
                     # Policies read fixed paths of these pods: the parser's depth limit will do.
                     listed = decode(await response.read(), max_depth=None)
             items = listed.get("items") if isinstance(listed, dict) else None
             return tuple(i for i in items if isinstance(i, dict)) if isinstance(items, list) else ()
         except Exception as exc:  # timeouts, API errors, bad bodies: the policy decides
-            log.warning("listing pods in %s for a PodGroup delete failed: %r", namespace, exc)
+            log.warning("listing %s in %s failed: %r", data.resource, namespace, exc)
             return None
 
     async def close(self) -> None:
@@ -126,4 +110,22 @@ class Caches:
             self._session = None
 
     def ready(self) -> bool:
-        return all(informer.snapshot.synced for informer in self._informers())
+        return all(informer.snapshot.synced for informer in self._informers.values())
+
+
+def _group_path(group: str, version: str) -> str:
+    return f"/apis/{group}/{version}" if group else f"/api/{version}"
+
+
+def _lister(api_client: Any, data: WatchedList[Any]) -> Callable[..., Any]:
+    """The kubernetes client's list call for data, cluster-wide (what Informer lists and
+    watches with)."""
+    from kubernetes import client
+
+    if not data.group:  # the client names core calls after the kind: list_pod_for_all_namespaces
+        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", data.kind).lower()
+        suffix = "_for_all_namespaces" if data.namespaced else ""
+        return getattr(client.CoreV1Api(api_client), f"list_{snake}{suffix}")  # type: ignore[no-any-return]
+    custom = client.CustomObjectsApi(api_client)
+    return functools.partial(custom.list_cluster_custom_object, data.group, data.version,
+                             data.resource)

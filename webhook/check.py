@@ -15,13 +15,14 @@ from typing import Any
 
 import yaml
 
-from volcano_guard.base.informer import Snapshot, node_labels, static_snapshot
+from volcano_guard.base.informer import Snapshot, static_snapshot
 from volcano_guard.base.jsonbody import object_at
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
 from volcano_guard.webhook import review
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.node_name import NODES, node_labels
 from volcano_guard.webhook.policies.pod_groups import (
     GENERATION_ID,
     is_pod_group,
@@ -84,7 +85,7 @@ def offline_context(config: Config, nodes_file: str | None) -> PolicyContext:
     if nodes_file is None:
         node_name = replace(config.policies.nodeName, managedNodeSelectors=())
         config = replace(config, policies=replace(config.policies, nodeName=node_name))
-        return PolicyContext(config=config, nodes=Snapshot(_EveryNode(), synced=True))
+        return PolicyContext(config, {NODES: Snapshot(_EveryNode(), synced=True)})
     nodes: dict[str, Mapping[str, str]] = {}
     for document in load_documents(Path(nodes_file)):
         items = document.get("items") if isinstance(document, dict) else None
@@ -95,7 +96,7 @@ def offline_context(config: Config, nodes_file: str | None) -> PolicyContext:
                 nodes[obj["metadata"]["name"]] = node_labels(obj)
             except (KeyError, TypeError, AttributeError):
                 raise UnusableInput(f"{nodes_file}: a Node without metadata.name") from None
-    return PolicyContext(config=config, nodes=static_snapshot(nodes))
+    return PolicyContext(config, {NODES: static_snapshot(nodes)})
 
 
 class _EveryNode(Mapping[str, Mapping[str, str]]):

@@ -32,7 +32,6 @@ from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, ADMISSION_REQUESTS
 from volcano_guard.webhook.policies import NO_POLICY, EnabledChecks, Phase, enabled_checks, evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
-from volcano_guard.webhook.policies.pod_groups import needs_namespace_pods
 from volcano_guard.webhook.workloads import ObjectShapeError
 
 log = logging.getLogger("volcano_guard.webhook")
@@ -118,11 +117,12 @@ async def _answer(request: web.Request, phase: Phase, config: Config, caches: Ca
         body = await read_body(request, config.maxRequestBytes)
         started = time.perf_counter()
         review_request = parse_review(body)
-        pods = None
-        if phase == "validate" and needs_namespace_pods(review_request, config):
-            pods = await caches.namespace_pods(review_request.namespace)
+        listed = {}
+        for lookup in checks.lookups:  # the rare requests whose policy needs a live list
+            if lookup.wanted(review_request):
+                listed[lookup] = await caches.live_list(lookup, review_request.namespace)
         # One snapshot per decision: every policy sees the same, unchanging cluster view.
-        context = PolicyContext(config, caches.nodes(), caches.podgroups(), pods)
+        context = PolicyContext(config, caches.snapshots(), listed)
         answer = decide(phase, review_request, context, checks)
         ADMISSION_DURATION.observe(time.perf_counter() - started)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")

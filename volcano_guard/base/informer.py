@@ -1,4 +1,4 @@
-"""One list+watch informer type (nodes now, PodGroups next), through the `kubernetes` client.
+"""The list+watch informer, through the `kubernetes` client.
 
 The informer's thread owns its working state; after every change it publishes an immutable
 Snapshot by swapping one reference. Readers (the admission path) take `informer.snapshot` once
@@ -141,12 +141,6 @@ def _name_key(obj: dict[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
     namespace = metadata.get("namespace")
     return f"{namespace}/{metadata['name']}" if namespace else metadata["name"]
-
-
-def node_labels(node: dict[str, Any]) -> Mapping[str, str]:
-    """What the nodeName policy keeps of a node: its labels (a few hundred bytes)."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    return MappingProxyType({str(k): str(v) for k, v in labels.items()})
 
 
 def wait_synced(informer: Informer[Any], timeout: float) -> bool:

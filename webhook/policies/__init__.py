@@ -1,15 +1,16 @@
 """All admission policies, and evaluate(): one request -> one Decision plus per-policy outcomes.
 
 Adding a policy: write a module with pure `mutate`/`validate` functions returning a Verdict,
-export a `POLICY` (naming the request kinds it can apply to, if it knows them), and list it in
-POLICIES. Modes are applied here, never inside a policy.
+export a `POLICY` (naming the request kinds it can apply to, if it knows them, and the cluster
+data it reads), and list it in POLICIES. Modes are applied here, never inside a policy; the
+caches and the server start and fetch what the enabled policies declare.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from volcano_guard.webhook import decision as decisions
 from volcano_guard.webhook.config import Config, Mode
@@ -25,9 +26,11 @@ from volcano_guard.webhook.policies.base import (
     OUTCOME_ALLOWED,
     Check,
     Kind,
+    LiveList,
     Policy,
     PolicyContext,
     Verdict,
+    WatchedList,
     apply_mode,
 )
 from volcano_guard.webhook.review import AdmissionRequest
@@ -44,6 +47,20 @@ POLICIES: tuple[Policy, ...] = (
     pod_groups.DELETE_POLICY,
     sidecar_injection.POLICY,  # last: its inserts shift indexes other patches address
 )
+
+
+def enabled_policies(config: Config) -> tuple[Policy, ...]:
+    return tuple(policy for policy in POLICIES if policy.mode(config) != "off")
+
+
+def watched_data(config: Config) -> tuple[WatchedList[Any], ...]:
+    """The cluster data the enabled policies read on every request, each once."""
+    return tuple(dict.fromkeys(w for p in enabled_policies(config) for w in p.watches))
+
+
+def live_lookups(config: Config) -> tuple[LiveList, ...]:
+    """The cluster data the enabled policies list on their rare requests, each once."""
+    return tuple(dict.fromkeys(lookup for p in enabled_policies(config) for lookup in p.lookups))
 
 
 class PolicyResult(NamedTuple):
@@ -75,6 +92,7 @@ class EnabledChecks:
     checks: tuple[EnabledCheck, ...]
     by_kind: dict[Kind, tuple[EnabledCheck, ...]]
     other_kinds: tuple[EnabledCheck, ...]  # for kinds no policy names: those without `kinds`
+    lookups: tuple[LiveList, ...] = ()  # what these checks list live on their rare requests
 
     def for_kind(self, group: str, kind: str) -> tuple[EnabledCheck, ...]:
         return self.by_kind.get((group, kind), self.other_kinds)
@@ -93,7 +111,8 @@ def enabled_checks(phase: Phase, config: Config,
     by_kind = {kind: tuple(check for policy, check in enabled
                            if policy.kinds is None or kind in policy.kinds) for kind in named}
     other_kinds = tuple(check for policy, check in enabled if policy.kinds is None)
-    return EnabledChecks(tuple(check for _, check in enabled), by_kind, other_kinds)
+    lookups = tuple(dict.fromkeys(lookup for policy, _ in enabled for lookup in policy.lookups))
+    return EnabledChecks(tuple(check for _, check in enabled), by_kind, other_kinds, lookups)
 
 
 def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext,

@@ -1,13 +1,14 @@
-"""What every policy shares: its Verdict, its context, and how a mode turns a Verdict into a
-Decision. Policies are plain functions `(request, context) -> Verdict | None`; None means the
-policy does not apply to this request."""
+"""What every policy shares: its Verdict, its context, the cluster data it may declare, and how
+a mode turns a Verdict into a Decision. Policies are plain functions
+`(request, context) -> Verdict | None`; None means the policy does not apply to this request."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from types import MappingProxyType
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from volcano_guard.base.informer import Snapshot
 from volcano_guard.base.uuid7 import new_uuid7
@@ -29,18 +30,52 @@ class Verdict(NamedTuple):
 NOTHING_FOUND = Verdict()  # shared: building a NamedTuple costs more than the check itself
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, eq=False)
+class WatchedList(Generic[T]):
+    """Cluster data a policy reads on every request it checks: every object of one resource,
+    listed and watched in the background (webhook.caches), each kept as `keep` projects it
+    ("namespace/name" or "name" -> T), so a decision never waits on the network."""
+
+    resource: str  # as in the URL: "nodes"
+    kind: str
+    keep: Callable[[dict[str, Any]], T]
+    group: str = ""
+    version: str = "v1"
+    namespaced: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class LiveList:
+    """Cluster data a policy reads on a few rare requests only (`wanted`): the objects of one
+    resource in the request's namespace, listed while the request waits, within a timeout."""
+
+    resource: str
+    wanted: Callable[[AdmissionRequest], bool]
+    group: str = ""
+    version: str = "v1"
+    field_selector: str = ""
+
+
 class PolicyContext(NamedTuple):
-    """Everything a policy may read besides the request: the config and cache snapshots taken
-    once for this decision (None: no cache, e.g. the cluster is not reachable)."""
+    """Everything a policy may read besides the request: the config, and the cluster data the
+    enabled policies declare, taken once for this decision."""
 
     config: Config
-    nodes: Snapshot[Mapping[str, str]] | None = None
-    podgroups: Snapshot[str] | None = None  # "namespace/name" -> generation id ("" if none)
-    # Rare-path lookups, fetched by the server before evaluation (PodGroup DELETE only): the
-    # namespace's pods that are not finished; None when they could not be listed in time.
-    namespace_pods: tuple[dict[str, Any], ...] | None = None
+    snapshots: Mapping[WatchedList[Any], Snapshot[Any]] = MappingProxyType({})
+    # LiveList -> its objects; None when they could not be listed in time.
+    listed: Mapping[LiveList, tuple[dict[str, Any], ...] | None] = MappingProxyType({})
     new_generation_id: Callable[[], object] = new_uuid7
     clock: Callable[[], float] = time.time  # seconds since the epoch, for ages in messages
+
+    def snapshot(self, data: WatchedList[T]) -> Snapshot[T] | None:
+        """The data's snapshot; None when there is none (no cluster)."""
+        return self.snapshots.get(data)
+
+    def live(self, data: LiveList) -> tuple[dict[str, Any], ...] | None:
+        return self.listed.get(data)
 
 
 Check = Callable[[AdmissionRequest, PolicyContext], Verdict | None]
@@ -93,6 +128,9 @@ class Policy:
     kinds: frozenset[Kind] | None = None
     # What its registrations must send it under this config (asked only when it is not off).
     scopes: Callable[[Config], tuple[Scope, ...]] = no_scopes
+    # The cluster data it reads (webhook.caches starts what the enabled policies declare).
+    watches: tuple[WatchedList[Any], ...] = ()
+    lookups: tuple[LiveList, ...] = ()
 
 
 # Per-policy outcome label, as counted in volcano_guard_admission_requests_total{decision}.

@@ -14,6 +14,8 @@ labels; no selectors, every node.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from volcano_guard.base import jsonpatch
@@ -40,6 +42,7 @@ from volcano_guard.webhook.policies.base import (
     Rule,
     Scope,
     Verdict,
+    WatchedList,
     pods_rule,
 )
 from volcano_guard.webhook.review import AdmissionRequest
@@ -55,10 +58,19 @@ def settings(config: Config) -> NodeNameConfig:
     return config.policies.nodeName
 
 
+def node_labels(node: dict[str, Any]) -> Mapping[str, str]:
+    """What the policy keeps of a node: its labels (a few hundred bytes)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return MappingProxyType({str(k): str(v) for k, v in labels.items()})
+
+
+NODES = WatchedList("nodes", "Node", node_labels)
+
+
 def node_decision(node: str, context: PolicyContext) -> str | None:
     """Why the pod may not go to node ('managed', 'unknown', 'not synced'), or None."""
     config = settings(context.config)
-    nodes = context.nodes
+    nodes = context.snapshot(NODES)
     if nodes is None or not nodes.synced:
         return "not synced" if context.config.failClosed else None
     labels = nodes.items.get(node)
@@ -146,11 +158,11 @@ def binding_scopes(config: Config) -> tuple[Scope, ...]:
 
 
 POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
-                validate=validate, kinds=frozenset({POD}), scopes=scopes)
+                validate=validate, kinds=frozenset({POD}), scopes=scopes, watches=(NODES,))
 _BINDING = ("", "Binding")  # the kind of both pods/binding and the bindings resource
 BINDING_POLICY = Policy(name=BINDING_NAME, mode=lambda config: settings(config).bindingGuard.mode,
                         validate=validate_binding, kinds=frozenset({_BINDING}),
-                        scopes=binding_scopes)
+                        scopes=binding_scopes, watches=(NODES,))
 
 
 def pin_to_node(affinity: Any, node: str) -> dict[str, Any]:

@@ -31,11 +31,13 @@ from volcano_guard.webhook.policies.base import (
     MUTATE,
     NOTHING_FOUND,
     VALIDATE,
+    LiveList,
     Policy,
     PolicyContext,
     Rule,
     Scope,
     Verdict,
+    WatchedList,
     pods_rule,
 )
 from volcano_guard.webhook.review import AdmissionRequest
@@ -60,10 +62,13 @@ def is_pod_group(request: AdmissionRequest) -> bool:
     return (request.kind.group, request.kind.kind) == POD_GROUP and not request.sub_resource
 
 
-def needs_namespace_pods(request: AdmissionRequest, config: Config) -> bool:
-    """Whether /validate must list the namespace's pods before deciding (PodGroup DELETE)."""
-    return (is_pod_group(request) and request.operation == "DELETE"
-            and settings(config).deleteGuard.mode != "off")
+def is_delete(request: AdmissionRequest) -> bool:
+    return is_pod_group(request) and request.operation == "DELETE"
+
+
+# The namespace's pods that have not finished, listed for a PodGroup DELETE only (a rare path).
+UNFINISHED_PODS = LiveList("pods", wanted=is_delete,
+                           field_selector="status.phase!=Succeeded,status.phase!=Failed")
 
 
 def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
@@ -94,7 +99,7 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
 
 
 def validate_delete(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
-    if not is_pod_group(request) or request.operation != "DELETE":
+    if not is_delete(request):
         return None
     guard = settings(context.config).deleteGuard
     preconditions = (request.options or {}).get("preconditions")
@@ -104,13 +109,14 @@ def validate_delete(request: AdmissionRequest, context: PolicyContext) -> Verdic
             guard.exemptGroups):
         return NOTHING_FOUND
     podgroup = request.old_object or {}
-    if context.namespace_pods is None:
+    pods = context.live(UNFINISHED_PODS)
+    if pods is None:
         if not context.config.failClosed:
             return NOTHING_FOUND
         return Verdict(violations=(
             f"{request.describe()}: its member pods could not be listed in time, and "
             "failClosed is true; retry, or delete with a UID precondition",))
-    members = live_members(podgroup, context.namespace_pods)
+    members = live_members(podgroup, pods)
     if not members:
         return NOTHING_FOUND
     return Verdict(violations=(_message(request, podgroup, members, context),))
@@ -156,7 +162,8 @@ def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict |
     if annotations.get(POD_GENERATION):
         return None
     namespace = request.namespace or _text(object_at(pod, "metadata").get("namespace"))
-    generation = context.podgroups.items.get(f"{namespace}/{group}") if context.podgroups else None
+    podgroups = context.snapshot(PODGROUPS)
+    generation = podgroups.items.get(f"{namespace}/{group}") if podgroups else None
     if not generation:
         return Verdict(outcome=OUTCOME_UNKNOWN)  # not cached (yet) or never stamped
     patch = jsonpatch.add(jsonpatch.pointer("metadata", "annotations", POD_GENERATION),
@@ -184,6 +191,10 @@ def joining_pod(request: AdmissionRequest) -> dict[str, Any] | None:
 def podgroup_generation(obj: dict[str, Any]) -> str:
     """What the PodGroup cache keeps of a PodGroup: its generation id."""
     return _text((_annotations(obj) or {}).get(GENERATION_ID))
+
+
+PODGROUPS = WatchedList("podgroups", "PodGroup", podgroup_generation, "scheduling.volcano.sh",
+                        "v1beta1", namespaced=True)
 
 
 def stamp_scopes(config: Config) -> tuple[Scope, ...]:
@@ -229,10 +240,10 @@ STAMP_POLICY = Policy(
     mutate=mutate, kinds=frozenset({POD_GROUP}), scopes=stamp_scopes)
 ENRICH_POLICY = Policy(
     name=ENRICH, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
-    mutate=annotate_pod, kinds=frozenset({POD}), scopes=enrich_scopes)
+    mutate=annotate_pod, kinds=frozenset({POD}), scopes=enrich_scopes, watches=(PODGROUPS,))
 DELETE_POLICY = Policy(name=DELETE_GUARD, mode=lambda config: settings(config).deleteGuard.mode,
                        validate=validate_delete, kinds=frozenset({POD_GROUP}),
-                       scopes=delete_scopes)
+                       scopes=delete_scopes, lookups=(UNFINISHED_PODS,))
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, Any] | None:
