@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import heapq
 import itertools
 import json
@@ -28,13 +29,15 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from kubernetes import client
 
+from volcano_guard.base.informer import Informer, wait_synced
 from volcano_guard.base.processes import cpu_seconds, free_port, memory_kib, wait_for_port
 
 Q_PATH = "/apis/scheduling.volcano.sh/v1beta1/queues"
@@ -141,38 +144,27 @@ class RateLimitedQueue:
                     await self._wake.wait()
 
 
-class Informer:
-    """LIST + WATCH of queues through one endpoint; events applied after a lag."""
+def queue_informer(url: str) -> Informer[dict[str, Any]]:
+    """The project's one informer, listing and watching Queues through url."""
+    api = client.CustomObjectsApi(client.ApiClient(client.Configuration(host=url)))
+    list_queues = functools.partial(api.list_cluster_custom_object, "scheduling.volcano.sh",
+                                    "v1beta1", "queues")
+    return Informer(f"queues via {url}", list_queues, extract=lambda obj: obj)
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, lag: float) -> None:
-        self.session, self.url, self.lag = session, url, lag
-        self.cache: dict[str, dict[str, Any]] = {}
-        self.synced = asyncio.Event()
+
+class LaggedCache:
+    """A writer's cache: its informer's snapshot as it stood `lag` seconds ago (informers lag
+    under load; the lag is what makes writes stale)."""
+
+    def __init__(self, informer: Informer[dict[str, Any]], lag: float) -> None:
+        self.informer, self.lag = informer, lag
+        self.items: Mapping[str, dict[str, Any]] = {}
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            async with self.session.get(self.url + Q_PATH) as response:
-                listed = await response.json()
-            for obj in listed["items"]:
-                self.cache[obj["metadata"]["name"]] = obj
-            self.synced.set()
-            version = listed["metadata"]["resourceVersion"]
-            url = f"{self.url}{Q_PATH}?watch=1&resourceVersion={version}"
-            with contextlib.suppress(aiohttp.ClientError):
-                async with self.session.get(url, timeout=aiohttp.ClientTimeout()) as response:
-                    async for line in response.content:
-                        event = json.loads(line)
-                        if event["type"] in ("ADDED", "MODIFIED"):
-                            obj = event["object"]
-                            loop.call_later(self.lag, self._apply, obj)
-
-    def _apply(self, obj: dict[str, Any]) -> None:
-        name = obj["metadata"]["name"]
-        current = self.cache.get(name)
-        if current is None or int(obj["metadata"]["resourceVersion"]) > int(
-                current["metadata"]["resourceVersion"]):
-            self.cache[name] = obj
+            loop.call_later(self.lag, setattr, self, "items", self.informer.snapshot.items)
+            await asyncio.sleep(0.005)
 
 
 # -- the writers -------------------------------------------------------------------------------
@@ -197,9 +189,9 @@ async def put_status(session: aiohttp.ClientSession, url: str, obj: dict[str, An
 class Controller:
     """Volcano's queue controller, as far as its status writes go."""
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, informer: Informer,
+    def __init__(self, session: aiohttp.ClientSession, url: str, cache: LaggedCache,
                  churn: Churn, events: asyncio.Queue[str], workers: int) -> None:
-        self.session, self.url, self.informer, self.churn = session, url, informer, churn
+        self.session, self.url, self.cache, self.churn = session, url, cache, churn
         self.events, self.workers = events, workers
         self.queue = RateLimitedQueue()
         self.stats = WriterStats()
@@ -229,7 +221,7 @@ class Controller:
         while True:
             item = await self.queue.get()
             name = item[0]
-            cached = self.informer.cache.get(name)
+            cached = self.cache.items.get(name)
             if cached is None:
                 self.queue.add_rate_limited(item)
                 continue
@@ -249,13 +241,13 @@ class Controller:
                 self.queue.forget(item)
 
 
-async def scheduler(session: aiohttp.ClientSession, url: str, informer: Informer, churn: Churn,
+async def scheduler(session: aiohttp.ClientSession, url: str, cache: LaggedCache, churn: Churn,
                     stats: WriterStats, interval: float) -> None:
     last_sent: dict[str, dict[str, str]] = {}
     while True:
         started = time.monotonic()
         for name in churn.queues:
-            cached = informer.cache.get(name)
+            cached = cache.items.get(name)
             if cached is None:
                 continue
             obj = copy.deepcopy(cached)
@@ -355,21 +347,25 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
                     "metadata": {"name": name}, "spec": {"weight": 1}}) as response:
                 await response.read()
         churn = Churn(names, random.Random(settings.seed))
-        informers = [Informer(session, url, settings.informer_lag) for url in endpoints]
+        informers = [queue_informer(url) for url in endpoints]
+        for informer in informers:
+            informer.start()
+            stack.callback(informer.stop)
+            await asyncio.to_thread(wait_synced, informer, 10)
+        caches = [LaggedCache(informer, settings.informer_lag) for informer in informers]
         events: asyncio.Queue[str] = asyncio.Queue()
         scheduler_stats = WriterStats()
-        background = [asyncio.create_task(i.run()) for i in informers]
-        for informer in informers:
-            await informer.synced.wait()
+        background = [asyncio.create_task(cache.run()) for cache in caches]
+        await asyncio.sleep(settings.informer_lag * 2)  # the lagged caches have their first list
         loop = asyncio.get_running_loop()
         started = loop.time()
         stop_at = started + settings.seconds
-        the_controller = Controller(session, endpoints[0], informers[0], churn, events,
+        the_controller = Controller(session, endpoints[0], caches[0], churn, events,
                                     settings.controller_workers)
         controller_stats = the_controller.stats
         writers = [
             asyncio.create_task(the_controller.run()),
-            asyncio.create_task(scheduler(session, endpoints[1], informers[1], churn,
+            asyncio.create_task(scheduler(session, endpoints[1], caches[1], churn,
                                           scheduler_stats, settings.session_interval)),
         ]
         await simulate_churn(churn, settings, events, stop_at)
