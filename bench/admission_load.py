@@ -21,7 +21,12 @@ Then the floor and volcano-guard get closed-loop runs with a Volcano Job and a P
 sandbox). `hey` (Debian package) and kopf (`pip install
 '.[bench]'`) are installed if missing; per-request latencies come from hey's CSV output.
 
+With --baseline-rev REV, volcano-guard as of that git revision (checked out in a temporary
+worktree) runs beside the current one in the one-process table: a change measured before and
+after in the same run.
+
     .venv/bin/python bench/admission_load.py [--seconds 5] [--rounds 3] [--workers 2]
+                                             [--baseline-rev REV]
 """
 
 from __future__ import annotations
@@ -182,9 +187,10 @@ def ensure_kopf() -> None:
         sys.exit("kopf is not installed and could not be installed (pip install '.[bench]')")
 
 
-def start(stack: ExitStack, args: list[str], port: int, **options) -> subprocess.Popen:
+def start(stack: ExitStack, args: list[str], port: int, cwd: Path = ROOT,
+          **options) -> subprocess.Popen:
     """Start a server process, stopped when the stack closes; return it once port listens."""
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, **options)
     stack.callback(_stop, proc)
     wait_for_port(port, proc, timeout=60)
@@ -218,10 +224,23 @@ def start_floor(stack: ExitStack, made, processes: int) -> str:
     return f"https://127.0.0.1:{port}/validate"
 
 
-def start_guard(stack: ExitStack, made, kubeconfig: Path, workers: int) -> str:
+def start_guard(stack: ExitStack, made, kubeconfig: Path, workers: int,
+                root: Path = ROOT) -> str:
+    """volcano-guard's webhook from the source tree at root (`python -m` imports it from
+    there: the current tree, or a worktree of an earlier revision)."""
     port = free_port()
-    start(stack, guard_command(made, kubeconfig, port, workers), port)
+    start(stack, guard_command(made, kubeconfig, port, workers), port, cwd=root)
     return f"https://127.0.0.1:{port}/validate"
+
+
+def worktree(stack: ExitStack, rev: str, tmp: str) -> Path:
+    """A checkout of rev in tmp, removed when the stack closes."""
+    path = Path(tmp) / "baseline"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path),
+                    rev], check=True)
+    stack.callback(subprocess.run, ["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                    str(path)], check=False)
+    return path
 
 
 def start_sandbox(stack: ExitStack, tmp: str) -> tuple[str, Path]:
@@ -347,6 +366,9 @@ def main() -> None:
                         help="per server and round: of turns, and of each open loop (default 5)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds; medians and per-round ratios are reported (default 3)")
+    parser.add_argument("--baseline-rev", metavar="REV",
+                        help="also run volcano-guard as of this git revision in the "
+                        "one-process table")
     parser.add_argument("--workers", type=int, default=2,
                         help="also run volcano-guard with this many worker processes, next to "
                         "as many floor processes (1: skip)")
@@ -367,6 +389,9 @@ def main() -> None:
         one = {"floor": start_floor(stack, made, 1),
                "volcano-guard": start_guard(stack, made, kubeconfig, 1),
                "kopf": start_kopf(stack, made, sandbox_url)}
+        if args.baseline_rev:
+            one[f"volcano-guard @{args.baseline_rev}"] = start_guard(
+                stack, made, kubeconfig, 1, worktree(stack, args.baseline_rev, tmp))
         runs = measure(hey, one, bodies["pod"], args.seconds, args.rounds)
         print_table("Pod CREATE (4 KB), one process each", runs, "floor")
         print(f"volcano-guard / kopf throughput: "

@@ -164,12 +164,18 @@ async def test_metrics_count_decisions_and_errors(webhook):
 
 
 async def test_each_admission_is_counted_once_per_policy_that_applied(webhook):
-    from volcano_guard.webhook.metrics import ADMISSION_DURATION, ADMISSION_REQUESTS
+    from volcano_guard.base.metrics import REGISTRY
 
-    def counts() -> tuple[int, int, float]:
-        return (ADMISSION_REQUESTS.value("CREATE", "Pod", "resourceRequests", "denied"),
-                ADMISSION_REQUESTS.value("CREATE", "ConfigMap", "none", "allowed"),
-                ADMISSION_DURATION.count())
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(f"volcano_guard_{name}", labels) or 0.0
+
+    def counts() -> tuple[float, float, float]:
+        requests = "admission_requests_total"
+        return (sample(requests, operation="CREATE", kind="Pod", policy="resourceRequests",
+                       decision="denied"),
+                sample(requests, operation="CREATE", kind="ConfigMap", policy="none",
+                       decision="allowed"),
+                sample("admission_duration_seconds_count"))
 
     before = counts()
     await admission(webhook, "/validate", review(pod(container("x"))))

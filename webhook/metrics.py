@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
-from volcano_guard.base.metrics import PREFIX, REGISTRY, OwnedCounter, OwnedHistogram
+from volcano_guard.base.metrics import PREFIX, REGISTRY
 
-# The two metrics every admission updates are owned by the event loop (no lock per update).
-ADMISSION_REQUESTS = OwnedCounter(
+ADMISSION_REQUESTS = Counter(
     f"{PREFIX}admission_requests_total",
     "Admission requests by operation, kind, policy and per-policy decision.",
-    ("operation", "kind", "policy", "decision"),
+    ["operation", "kind", "policy", "decision"],
+    registry=REGISTRY,
 )
-ADMISSION_DURATION = OwnedHistogram(
+ADMISSION_DURATION = Histogram(
     f"{PREFIX}admission_duration_seconds",
     "Time from a complete admission body to its answer.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+    registry=REGISTRY,
 )
 ADMISSION_ERRORS = Counter(
     f"{PREFIX}admission_errors_total",
@@ -23,4 +24,3 @@ ADMISSION_ERRORS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
-

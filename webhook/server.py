@@ -185,9 +185,9 @@ def decide(phase: Phase, request: review.AdmissionRequest, context: PolicyContex
         raise RequestError(400, "bad_object", str(exc)) from None
     operation, kind = request.operation, request.kind.kind
     for result in evaluation.results:
-        ADMISSION_REQUESTS.inc(operation, kind, result.policy, result.outcome)
+        ADMISSION_REQUESTS.labels(operation, kind, result.policy, result.outcome).inc()
     if not evaluation.results:
-        ADMISSION_REQUESTS.inc(operation, kind, NO_POLICY, "allowed")
+        ADMISSION_REQUESTS.labels(operation, kind, NO_POLICY, "allowed").inc()
     return answer
 
 

@@ -116,8 +116,7 @@ def _volcano_job_templates(obj: dict[str, Any], job_spec_path: tuple[str, ...],
 
 
 def containers(template: PodTemplate) -> list[Container]:
-    """Init containers first (they run first), then app containers. A list built by plain loops,
-    not a generator: this runs on every admission, and a generator's frame costs more here."""
+    """Init containers first (they run first), then app containers."""
     found: list[Container] = []
     for field, kind in _CONTAINER_LISTS:
         items = template.spec.get(field)
