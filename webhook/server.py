@@ -29,7 +29,7 @@ from volcano_guard.webhook import decision as decisions
 from volcano_guard.webhook import review
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import Config
-from volcano_guard.webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, ADMISSION_REQUESTS
+from volcano_guard.webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, admission_counter
 from volcano_guard.webhook.policies import NO_POLICY, EnabledChecks, Phase, enabled_checks, evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.workloads import ObjectShapeError
@@ -185,9 +185,9 @@ def decide(phase: Phase, request: review.AdmissionRequest, context: PolicyContex
         raise RequestError(400, "bad_object", str(exc)) from None
     operation, kind = request.operation, request.kind.kind
     for result in evaluation.results:
-        ADMISSION_REQUESTS.labels(operation, kind, result.policy, result.outcome).inc()
+        admission_counter(operation, kind, result.policy, result.outcome).inc()
     if not evaluation.results:
-        ADMISSION_REQUESTS.labels(operation, kind, NO_POLICY, "allowed").inc()
+        admission_counter(operation, kind, NO_POLICY, "allowed").inc()
     return answer
 
 
