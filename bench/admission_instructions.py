@@ -9,7 +9,7 @@ counted) is that total over the requests; the ratio floor/guard is the instructi
 analogue of the load benchmark's throughput ratio. Callgrind counts instructions, not time:
 it cannot see cache misses, so the same ratio in seconds is lower (BENCHMARKS.md).
 
-    .venv/bin/python bench/admission_instructions.py [--requests 2000] [--baseline DIR]
+    .venv/bin/python -m bench.admission_instructions [--requests 2000] [--baseline DIR]
 
 --baseline DIR also measures the webhook of another checkout (say `git worktree add /tmp/old
 HEAD~3`) for a before/after of a change. valgrind (Debian package) is installed if missing.
@@ -27,8 +27,6 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.admission_load import (
     ROOT,

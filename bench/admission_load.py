@@ -25,7 +25,7 @@ With --baseline-rev REV, volcano-guard as of that git revision (checked out in a
 worktree) runs beside the current one in the one-process table: a change measured before and
 after in the same run.
 
-    .venv/bin/python bench/admission_load.py [--seconds 5] [--rounds 3] [--workers 2]
+    .venv/bin/python -m bench.admission_load [--seconds 5] [--rounds 3] [--workers 2]
                                              [--baseline-rev REV]
 """
 
@@ -42,8 +42,6 @@ import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.hey import ensure_hey, run_hey, run_hey_in_turns
 from volcano_guard.base.kubeconfig import write_kubeconfig

@@ -5,7 +5,7 @@ Steps: the floor (orjson decode, constant answer); + the AdmissionReview envelop
 webhook decodes (webhook.server.parse_review); + every policy, the answer and its encoding
 (webhook.server.admit, caches fixed). Prints requests/s and the server's CPU time per request.
 
-    .venv/bin/python bench/admission_steps.py [--seconds 5]
+    .venv/bin/python -m bench.admission_steps [--seconds 5]
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.admission_load import pod_review, start
 from bench.hey import ensure_hey, run_hey

@@ -7,7 +7,7 @@ second (slowloris). The real client sends a pod review every 20 ms on one connec
 before the flood. Printed: the real client's p50/p99 and failures, the process tree's RSS before,
 at its peak and 5 s after the flood, and how many hostile connections were refused or cut off.
 
-    .venv/bin/python bench/connection_flood.py [--workers 2] [--hostile 2000] [--seconds 15]
+    .venv/bin/python -m bench.connection_flood [--workers 2] [--hostile 2000] [--seconds 15]
 """
 
 from __future__ import annotations
@@ -18,13 +18,10 @@ import json
 import logging
 import multiprocessing
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.builders import container, pod, review
 from tests.processes import post_review, start_cli, wait_for_log

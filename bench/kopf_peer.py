@@ -11,13 +11,9 @@ no greater than their limits.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 from typing import Any
 
 import kopf
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from volcano_guard.base.quantity import QuantityError, parse_quantity
 

@@ -2,7 +2,7 @@
 memory that cache takes. In process: the full path from request bytes to answer bytes
 (webhook.server.admit), next to the same path for a pod without nodeName as the baseline.
 
-    .venv/bin/python bench/node_decision_bench.py [--nodes 5000] [--decisions 20000]
+    .venv/bin/python -m bench.node_decision_bench [--nodes 5000] [--decisions 20000]
 Targets (issue 5): p99 under 1 ms; 5,000 nodes well under 50 MiB.
 """
 
@@ -11,12 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 import tracemalloc
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from volcano_guard.base.informer import static_snapshot
 from volcano_guard.webhook.config import config_from_dict

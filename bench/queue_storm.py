@@ -1,7 +1,7 @@
 """The seed scenario (design.md problem 1): Queue status writes by Volcano's controller and
 scheduler, direct and through one coalescing sidecar per writer, against the sandbox.
 
-    .venv/bin/python bench/queue_storm.py [--seconds 30] [--queues 10 100] [--churn 1 10]
+    .venv/bin/python -m bench.queue_storm [--seconds 30] [--queues 10 100] [--churn 1 10]
 
 Prints, per run: upstream writes (and their ratio to the floor: one write per queue per flush
 window in which its intent changed), 409 conflicts, the controller's retry backlog (max and at
@@ -14,10 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from volcano_guard.storm import StormSettings, format_results, run_storm
 

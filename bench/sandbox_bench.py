@@ -6,7 +6,7 @@ pod and for status PUT of a queue, next to a baseline: a bare aiohttp server ans
 bytes from memory, measured by the same client in the same run. Then the memory 100k pods take
 in a fresh store (RSS growth of a child process).
 
-    .venv/bin/python bench/sandbox_bench.py [--seconds 5] [--pods 100000]
+    .venv/bin/python -m bench.sandbox_bench [--seconds 5] [--pods 100000]
 Target (issue 3): > 3,000 simple requests/s on one core; 100k pods well under 1 GiB.
 """
 
@@ -24,7 +24,6 @@ from pathlib import Path
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from volcano_guard.base.processes import free_port, memory_kib, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent

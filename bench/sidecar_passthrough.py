@@ -4,7 +4,7 @@ An upstream process serves a 200 MB protobuf-typed LIST body, a watch stream of 
 events and a small GET; a sidecar process relays them. The same client reads each directly
 (the baseline) and through the sidecar, in the same run, and prints both and the difference.
 
-    .venv/bin/python bench/sidecar_passthrough.py [--list-mb 200] [--events 2000] [--gets 2000]
+    .venv/bin/python -m bench.sidecar_passthrough [--list-mb 200] [--events 2000] [--gets 2000]
 Targets (issue 4): LIST >= 100 MB/s with < 50 MB sidecar RSS growth; < 1 ms added median delay
 at 2,000 watch events/s; < 1 ms added median GET latency.
 """
@@ -22,7 +22,6 @@ from pathlib import Path
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from volcano_guard.base.processes import (
     cpu_seconds,
     free_port,
