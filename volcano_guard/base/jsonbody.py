@@ -1,9 +1,9 @@
 """Decoding untrusted JSON bodies (and YAML apply patches): bounded nesting, clear errors.
 
-orjson parses (the webhook's throughput with it and with the standard library's json are in
-BENCHMARKS.md). It refuses NaN/Infinity, lone surrogates and documents
-nested over 1,024 levels by itself. Callers that recurse over what they decode in Python (merge
-patches) also need the tighter MAX_DEPTH, as Python's recursion limit is 1,000 frames.
+orjson parses (faster than the standard library; why it is a dependency: docs/decisions.md).
+It refuses NaN/Infinity, lone surrogates and documents nested over 1,024 levels by itself.
+Callers that recurse over what they decode in Python (merge patches) also need the tighter
+MAX_DEPTH, as Python's recursion limit is 1,000 frames.
 """
 
 from __future__ import annotations
