@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from volcano_guard.base.apipaths import group_version_path
+
 CORE, SCHEDULING, BATCH = "", "scheduling.volcano.sh", "batch.volcano.sh"
 FLOW = "flow.volcano.sh"
 ADMISSION = "admissionregistration.k8s.io"
@@ -43,7 +45,7 @@ class ResourceType:
         return f"{self.kind}List"
 
     def prefix(self) -> str:
-        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        return group_version_path(self.group, self.version)
 
 
 RESOURCES: tuple[ResourceType, ...] = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from volcano_guard.base.apipaths import group_version_path
 from volcano_guard.sidecar.coalescer import ObjectKey
 
 DEFAULT_COALESCED = ("scheduling.volcano.sh/v1beta1/queues",)
@@ -35,7 +36,7 @@ def parse_resource(text: str) -> str:
 
 def object_path(key: ObjectKey, subresource: str = "") -> str:
     group, version, plural = key.resource.split("/")
-    prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    prefix = group_version_path(group, version)
     scope = f"/namespaces/{key.namespace}" if key.namespace else ""
     tail = f"/{subresource}" if subresource else ""
     return f"{prefix}{scope}/{plural}/{key.name}{tail}"

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from volcano_guard.base.apipaths import group_version_path
 from volcano_guard.base.informer import Informer, Snapshot, static_snapshot
 from volcano_guard.base.jsonbody import decode
 from volcano_guard.base.kubeconfig import Cluster, TokenSource, kubernetes_configuration
@@ -88,8 +89,8 @@ class Caches:
             connector = aiohttp.TCPConnector(ssl=self._cluster.ssl_context())
             self._session = aiohttp.ClientSession(connector=connector)
         headers = {"Accept": "application/json", **self._tokens.authorization()}
-        url = f"{self._cluster.url}{_group_path(data.group, data.version)}/namespaces/" \
-              f"{quote(namespace, safe='')}/{data.resource}"
+        url = (f"{self._cluster.url}{group_version_path(data.group, data.version)}/namespaces/"
+               f"{quote(namespace, safe='')}/{data.resource}")
         params = {"fieldSelector": data.field_selector} if data.field_selector else {}
         try:
             async with asyncio.timeout(self._lookup_timeout):
@@ -111,10 +112,6 @@ class Caches:
 
     def ready(self) -> bool:
         return all(informer.snapshot.synced for informer in self._informers.values())
-
-
-def _group_path(group: str, version: str) -> str:
-    return f"/apis/{group}/{version}" if group else f"/api/{version}"
 
 
 def _lister(api_client: Any, data: WatchedList[Any]) -> Callable[..., Any]:
