@@ -11,7 +11,9 @@ kube-apiserver's own server do, holds each connection to:
   TLS work, and counted; the connections already open keep being served;
 - a handshake deadline (asyncio's own `ssl_handshake_timeout`);
 - a request deadline: from a request's first byte to its response, headers and body included
-  (a peer dribbling bytes is closed when it passes);
+  (a peer dribbling bytes is closed when it passes). One sweep a second (a quarter of the
+  deadline if shorter) closes the connections past it: a timer per request would cost more
+  than the rest of the connection layer together;
 - an idle keep-alive timeout (aiohttp's `keepalive_timeout`, set on the runner);
 - a 16 KiB TLS read buffer (one TLS record) instead of asyncio's 256 KiB;
 - and when a crowd of connections has gone (half the peak, at least TRIM_AFTER fewer), the
@@ -24,10 +26,12 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import math
 import socket
 import ssl
 import struct
 from asyncio import sslproto, transports
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,8 +72,10 @@ class BoundedTLSSite(web.TCPSite):
     def __init__(self, runner: web.BaseRunner, host: str, port: int, ssl_context: ssl.SSLContext,
                  limits: ConnectionLimits, *, reuse_port: bool | None = None) -> None:
         super().__init__(runner, host, port, reuse_port=reuse_port)
-        self._tls, self._limits, self._open = ssl_context, limits, 0
+        self._tls, self._limits = ssl_context, limits
+        self._connections: set[_Connection] = set()
         self._peak = 0  # most connections open since memory was last handed back
+        self._sweeper: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
@@ -77,27 +83,44 @@ class BoundedTLSSite(web.TCPSite):
         self._server = await loop.create_server(
             self._accept, self._host, self._port, backlog=self._backlog,
             reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+        self._sweep()
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        await super().stop()
 
     def _accept(self) -> asyncio.BaseProtocol:
-        if self._open >= self._limits.max_connections:
+        if len(self._connections) >= self._limits.max_connections:
             REFUSED.inc()
             return _Refused()
-        self._open += 1
-        self._peak = max(self._peak, self._open)
-        OPEN.inc()
-        handler = self._runner.server
+        handler, loop = self._runner.server, asyncio.get_running_loop()
         assert handler is not None
-        connection = _Connection(handler(), self._limits.request_timeout)
+        connection = _Connection(handler(), loop.time)
+        self._connections.add(connection)
+        self._peak = max(self._peak, len(self._connections))
+        OPEN.inc()
         return _BoundedSSLProtocol(
-            asyncio.get_running_loop(), connection, self._tls, None, server_side=True,
-            ssl_handshake_timeout=self._limits.handshake_timeout, closed=self._closed)
+            loop, connection, self._tls, None, server_side=True,
+            ssl_handshake_timeout=self._limits.handshake_timeout,
+            closed=lambda: self._closed(connection))
 
-    def _closed(self) -> None:
-        self._open -= 1
+    def _closed(self, connection: _Connection) -> None:
+        self._connections.discard(connection)
         OPEN.dec()
-        if self._peak - self._open >= max(TRIM_AFTER, self._peak // 2):
-            self._peak = self._open
+        still_open = len(self._connections)
+        if self._peak - still_open >= max(TRIM_AFTER, self._peak // 2):
+            self._peak = still_open
             asyncio.get_running_loop().call_soon(release_free_memory)
+
+    def _sweep(self) -> None:
+        """Close the connections whose request has passed its deadline; run again later."""
+        loop = asyncio.get_running_loop()
+        timeout = self._limits.request_timeout
+        late = loop.time() - timeout
+        for connection in [c for c in self._connections if c.request_started < late]:
+            connection.expire()
+        self._sweeper = loop.call_later(min(1.0, timeout / 4), self._sweep)
 
 
 def _malloc_trim() -> Any:
@@ -143,12 +166,13 @@ class _BoundedSSLProtocol(sslproto.SSLProtocol):
 
 
 class _Connection(asyncio.Protocol):
-    """Between TLS and aiohttp's request handler: starts a request's deadline at its first byte
-    and clears it when the handler has answered (aiohttp's keep-alive timer then takes over)."""
+    """Between TLS and aiohttp's request handler: notes when a request's first byte came (its
+    deadline runs from there) until the handler has answered (aiohttp's keep-alive timer then
+    takes over)."""
 
-    def __init__(self, handler: Any, request_timeout: float) -> None:
-        self._handler, self._timeout = handler, request_timeout
-        self._deadline: asyncio.TimerHandle | None = None
+    def __init__(self, handler: Any, clock: Callable[[], float]) -> None:
+        self._handler, self._clock = handler, clock
+        self.request_started = math.inf  # no request under way
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: transports.BaseTransport) -> None:
@@ -158,17 +182,16 @@ class _Connection(asyncio.Protocol):
         self._handler.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self._deadline is None:
-            self._deadline = asyncio.get_running_loop().call_later(self._timeout, self._expire)
+        if self.request_started == math.inf:
+            self.request_started = self._clock()
         self._handler.data_received(data)
 
     def answered(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self.request_started = math.inf
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         TIMED_OUT.inc()
+        self.answered()
         if self._transport is not None:
             self._transport.abort()
 
@@ -176,7 +199,6 @@ class _Connection(asyncio.Protocol):
         return self._handler.eof_received()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self.answered()
         if self._transport is not None:
             _CONNECTIONS.pop(self._transport, None)
         self._handler.connection_lost(exc)
