@@ -25,6 +25,8 @@ class ResourceType:
     # apiserver does.
     strategic_merge: bool = False
     create_only: bool = False  # bindings: a verb, not stored objects
+    # The object's top-level fields besides apiVersion, kind and metadata (fieldValidation).
+    fields: tuple[str, ...] = ("spec", "status")
 
     @property
     def verbs(self) -> tuple[str, ...]:
@@ -56,11 +58,14 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(CORE, "v1", "pods", "Pod", True, ("po",), status_subresource=True,
                  binding_subresource=True, strategic_merge=True),
     ResourceType(CORE, "v1", "bindings", "Binding", True, create_only=True),
-    ResourceType(CORE, "v1", "secrets", "Secret", True, strategic_merge=True),
+    ResourceType(CORE, "v1", "secrets", "Secret", True, strategic_merge=True,
+                 fields=("data", "stringData", "type", "immutable")),
     ResourceType(ADMISSION, "v1", "mutatingwebhookconfigurations",
-                 "MutatingWebhookConfiguration", False, strategic_merge=True),
+                 "MutatingWebhookConfiguration", False, strategic_merge=True,
+                 fields=("webhooks",)),
     ResourceType(ADMISSION, "v1", "validatingwebhookconfigurations",
-                 "ValidatingWebhookConfiguration", False, strategic_merge=True),
+                 "ValidatingWebhookConfiguration", False, strategic_merge=True,
+                 fields=("webhooks",)),
     ResourceType(SCHEDULING, "v1beta1", "queues", "Queue", False, ("q", "queue-v1beta1"),
                  status_subresource=True),
     # Volcano's PodGroup CRD has no status subresource: status is written with the object.

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.status import status_body, status_response
-from volcano_guard.sandbox import openapi
+from volcano_guard.sandbox import openapi, protobuf
 from volcano_guard.sandbox.faults import FaultRule, Faults, Stats
 from volcano_guard.sandbox.resources import RESOURCES, ResourceType, find, group_versions
 from volcano_guard.sandbox.selectors import (
@@ -304,7 +304,7 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         body = await _body(request)
         return _object_response(store.patch(resource, namespace, name, content_type, body, sub))
     body = await _body(request)
-    warnings = _unknown_fields(body, request.query.get("fieldValidation", "Warn"))
+    warnings = _unknown_fields(resource, body, request.query.get("fieldValidation", "Warn"))
     if info.verb == "create":
         return _object_response(store.create(resource, namespace, body), 201, warnings)
     return _object_response(store.update(resource, namespace, name, body, sub),
@@ -320,18 +320,26 @@ def _delete_collection(request: web.Request, info: RequestInfo) -> web.Response:
 
 
 async def _body(request: web.Request, optional: bool = False) -> Any:
+    """The request's object: JSON, or protobuf for the kinds kubectl's generators send so."""
     data = await request.read()
     if not data:
         if optional:
             return None
         raise ApiError(400, "BadRequest", "the request body is empty")
+    media_type = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
     try:
+        if media_type == protobuf.MEDIA_TYPE:
+            return protobuf.decode(data)[1]
         return decode(data)
+    except protobuf.ProtobufError as exc:
+        if exc.unsupported:
+            raise ApiError(415, "UnsupportedMediaType", str(exc)) from None
+        raise ApiError(400, "BadRequest", str(exc)) from None
     except BodyError as exc:
         raise ApiError(400, "BadRequest", str(exc)) from None
 
 
-def _unknown_fields(body: Any, mode: str) -> list[str]:
+def _unknown_fields(resource: ResourceType, body: Any, mode: str) -> list[str]:
     """fieldValidation=Strict|Warn|Ignore (default Warn), checked where the sandbox knows the
     schema: an object's top-level fields and its ObjectMeta. Strict refuses (400) what Warn
     reports in Warning headers. Patches are not checked field by field."""
@@ -340,7 +348,7 @@ def _unknown_fields(body: Any, mode: str) -> list[str]:
                        f"got {mode!r}")
     if mode == "Ignore" or not isinstance(body, dict):
         return []
-    top = {"apiVersion", "kind", "metadata", "spec", "status"}
+    top = {"apiVersion", "kind", "metadata", *resource.fields}
     unknown = [f'unknown field "{key}"' for key in body if key not in top]
     metadata = body.get("metadata")
     if isinstance(metadata, dict):

@@ -9,6 +9,7 @@ selectable fields that selectors need, so 100k pods fit in a few hundred MiB.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import datetime
 import json
@@ -368,6 +369,7 @@ class Store:
         self._resource_version += 1
         obj["metadata"]["resourceVersion"] = str(self._resource_version)
         obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
+        _on_every_write(resource, obj)
         stored = _stored(resource, obj, self._resource_version)
         self._objects[resource][(namespace, name)] = stored
         self._publish(Event(self._resource_version, kind, resource, namespace, stored, old))
@@ -507,6 +509,19 @@ def _apply_defaults(resource: ResourceType, obj: dict[str, Any]) -> None:
             for container in spec.get(key) or []:
                 _copy_limits_into_requests(container)
         obj["status"] = {"phase": "Pending"}
+
+
+def _on_every_write(resource: ResourceType, obj: dict[str, Any]) -> None:
+    """What the apiserver's strategies do on create and update: a namespace carries its name
+    as a label; a Secret's stringData is merged into data (base64) and never stored."""
+    if resource.kind == "Namespace":
+        labels = obj["metadata"].setdefault("labels", {})
+        labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+    if resource.kind == "Secret" and isinstance(obj.get("stringData"), dict):
+        data = obj["data"] if isinstance(obj.get("data"), dict) else {}
+        for key, value in obj.pop("stringData").items():
+            data[key] = base64.b64encode(str(value).encode()).decode("ascii")
+        obj["data"] = data
 
 
 def _copy_limits_into_requests(container: dict[str, Any]) -> None:

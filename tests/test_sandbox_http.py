@@ -200,3 +200,19 @@ def test_arbitrary_bodies_never_get_a_5xx(body, method_path, content_type):
                 assert response.status in (200, 404)
 
     asyncio.run(scenario())
+
+
+async def test_a_secrets_string_data_is_stored_as_base64_data(box):
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+              "data": {"kept": "eA=="}, "stringData": {"token": "abc"}}
+    status, created = await call(box, "POST", "/api/v1/namespaces/team-a/secrets", secret)
+    assert status == 201 and "stringData" not in created
+    assert created["data"] == {"kept": "eA==", "token": "YWJj"}
+
+
+async def test_every_namespace_carries_its_name_as_a_label(box):
+    status, created = await call(box, "POST", "/api/v1/namespaces",
+                                 {"metadata": {"name": "team-b", "labels": {"tier": "gold"}}})
+    assert status == 201
+    assert created["metadata"]["labels"] == {"tier": "gold",
+                                             "kubernetes.io/metadata.name": "team-b"}
