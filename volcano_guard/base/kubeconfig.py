@@ -67,7 +67,9 @@ def _from_kubeconfig(path: str) -> Cluster:
                                 persist_config=False)
     except (ConfigException, OSError, TypeError, ValueError) as exc:
         raise KubeconfigError(f"kubeconfig {path}: {exc}") from None
-    authorization = configuration.api_key.get("authorization", "")
+    # Recent kubernetes packages key the token "BearerToken", older ones "authorization".
+    authorization = (configuration.api_key.get("BearerToken")
+                     or configuration.api_key.get("authorization") or "")
     token = authorization.removeprefix("Bearer ").strip() or None
     return Cluster(configuration.host.rstrip("/"), token=token,
                    ca_file=configuration.ssl_ca_cert, client_cert=configuration.cert_file,
