@@ -8,6 +8,7 @@ SandboxThread.call, which runs a function on that loop and returns its result.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Future
@@ -58,18 +59,20 @@ class Sandbox:
 async def running(host: str = "127.0.0.1", port: int = 0, *,
                   settings: SandboxSettings | None = None,
                   faults: Faults | None = None,
-                  event_window: int = 10_000) -> AsyncIterator[Sandbox]:
-    """Serve a fresh sandbox inside the block; port 0 picks a free one."""
+                  event_window: int = 10_000,
+                  tls: ssl.SSLContext | None = None) -> AsyncIterator[Sandbox]:
+    """Serve a fresh sandbox inside the block; port 0 picks a free one. With tls it serves
+    HTTPS, which kubectl needs to send a bearer token (it sends none over plain HTTP)."""
     app = create_app(Store(event_window), faults, settings)
     # handler_cancellation: a client that leaves ends its watch at once, as kube-apiserver's
     # request context does.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2, handler_cancellation=True)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=tls)
         await site.start()
         bound = runner.addresses[0][1]
-        yield Sandbox(app, f"http://{host}:{bound}")
+        yield Sandbox(app, f"{'https' if tls else 'http'}://{host}:{bound}")
     finally:
         await runner.cleanup()
 
@@ -78,9 +81,10 @@ class SandboxThread:
     """The sandbox on a thread with its own event loop; `with SandboxThread() as sandbox:`."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
-                 settings: SandboxSettings | None = None, event_window: int = 10_000) -> None:
+                 settings: SandboxSettings | None = None, event_window: int = 10_000,
+                 tls: ssl.SSLContext | None = None) -> None:
         self._host, self._port, self._settings = host, port, settings
-        self._event_window = event_window
+        self._event_window, self._tls = event_window, tls
         self._loop = asyncio.new_event_loop()
         self._started: Future[Sandbox] = Future()
         self._stop: asyncio.Event | None = None
@@ -95,7 +99,7 @@ class SandboxThread:
         self._stop = asyncio.Event()
         try:
             async with running(self._host, self._port, settings=self._settings,
-                               event_window=self._event_window) as sandbox:
+                               event_window=self._event_window, tls=self._tls) as sandbox:
                 self._started.set_result(sandbox)
                 await self._stop.wait()
         except BaseException as exc:
@@ -167,7 +171,9 @@ def load_files(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
     return objects
 
 
-async def serve_forever(host: str, port: int, files: list[str]) -> int:
+async def serve_forever(host: str, port: int, files: list[str],
+                        settings: SandboxSettings | None = None,
+                        tls: ssl.SSLContext | None = None) -> int:
     """`volcano-guard sandbox`: serve until SIGTERM/SIGINT; exit 2 if a --load file is bad."""
     import logging
     import signal
@@ -184,13 +190,13 @@ async def serve_forever(host: str, port: int, files: list[str]) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with running(host, port) as sandbox:
+    async with running(host, port, settings=settings, tls=tls) as sandbox:
         try:
             sandbox.seed(objects)
         except (ApiError, ValueError) as exc:
             log.error("cannot load: %s", exc)
             return 2
-        log.info("sandbox API server on %s (plain HTTP; try: kubectl --server %s get nodes)",
+        log.info("sandbox API server on %s (try: kubectl --server %s get nodes)",
                  sandbox.url, sandbox.url)
         await stop.wait()
     return 0

@@ -11,15 +11,20 @@ import asyncio
 import contextlib
 import json
 import logging
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
 
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.status import status_body, status_response
-from volcano_guard.sandbox import openapi, protobuf
+from volcano_guard.sandbox import openapi, protobuf, writes
+from volcano_guard.sandbox.admission import Dispatcher, ServiceKey
+from volcano_guard.sandbox.authn import Authenticator
 from volcano_guard.sandbox.faults import FaultRule, Faults, Stats
+from volcano_guard.sandbox.matching import User
 from volcano_guard.sandbox.resources import RESOURCES, ResourceType, find, group_versions
 from volcano_guard.sandbox.selectors import (
     SelectorError,
@@ -38,6 +43,9 @@ log = logging.getLogger("volcano_guard.sandbox")
 STORE_KEY = web.AppKey("store", Store)
 FAULTS_KEY = web.AppKey("faults", Faults)
 STATS_KEY = web.AppKey("stats", Stats)
+AUTHENTICATOR_KEY = web.AppKey("authenticator", Authenticator)
+DISPATCHER_KEY = web.AppKey("dispatcher", Dispatcher)
+USER_KEY = web.RequestKey("user", User)
 SETTINGS_KEY: web.AppKey[SandboxSettings] = web.AppKey("settings")
 MAX_BODY = 3 * 1024 * 1024  # the apiserver's request size limit for etcd-bound objects
 KUBERNETES_VERSION = ("1", "32")
@@ -49,9 +57,29 @@ _OBJECT_META_FIELDS = frozenset({
 })
 
 
+class AuditLog:
+    """The most recent writes, each with who made it, its answer and admission's annotations."""
+
+    def __init__(self, size: int) -> None:
+        self._events: deque[dict[str, Any]] = deque(maxlen=size)
+
+    def append(self, event: dict[str, Any]) -> None:
+        self._events.append(event)
+
+    def events(self) -> list[dict[str, Any]]:
+        return list(self._events)
+
+
+AUDIT_KEY = web.AppKey("audit", AuditLog)
+
+
 @dataclass(frozen=True)
 class SandboxSettings:
     bookmark_interval: float = 10.0  # seconds between BOOKMARK events on idle watches
+    # clientConfig.service (namespace, name, port) -> the (host, port) it is served at.
+    services: Mapping[ServiceKey, tuple[str, int]] = field(default_factory=dict)
+    tokens: Mapping[str, User] | None = None  # bearer token -> user; None: everyone is admin
+    audit_events: int = 1000  # the most recent writes /sandbox/audit keeps
 
 
 @dataclass(frozen=True)
@@ -70,11 +98,15 @@ class RequestInfo:
 
 def create_app(store: Store | None = None, faults: Faults | None = None,
                settings: SandboxSettings | None = None) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+    settings = settings or SandboxSettings()
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_authenticate])
     app[STORE_KEY] = store or Store()
     app[FAULTS_KEY] = faults or Faults()
     app[STATS_KEY] = Stats()
-    app[SETTINGS_KEY] = settings or SandboxSettings()
+    app[SETTINGS_KEY] = settings
+    app[AUTHENTICATOR_KEY] = Authenticator(settings.tokens)
+    app[DISPATCHER_KEY] = Dispatcher(settings.services)
+    app[AUDIT_KEY] = AuditLog(settings.audit_events)
     app.router.add_get("/version", _version)
     app.router.add_get("/api", _api_versions)
     app.router.add_get("/apis", _api_groups)
@@ -85,16 +117,38 @@ def create_app(store: Store | None = None, faults: Faults | None = None,
     for probe in ("/healthz", "/readyz", "/livez"):
         app.router.add_get(probe, _ok)
     app.router.add_get("/sandbox/stats", _stats)
+    app.router.add_get("/sandbox/audit", _audit)
     app.router.add_post("/sandbox/faults", _set_faults)
     app.router.add_delete("/sandbox/faults", _clear_faults)
     app.router.add_route("*", "/api/{version}/{tail:.+}", _resource_request)
     app.router.add_route("*", "/apis/{group}/{version}/{tail:.+}", _resource_request)
     app.on_shutdown.append(_close_watches)
+    app.on_cleanup.append(_close_dispatcher)
     return app
 
 
 async def _close_watches(app: web.Application) -> None:
     app[STORE_KEY].close_all_watches()
+
+
+async def _close_dispatcher(app: web.Application) -> None:
+    await app[DISPATCHER_KEY].close()
+
+
+_OPEN_PATHS = ("/healthz", "/readyz", "/livez", "/sandbox/")
+
+
+@web.middleware
+async def _authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every API request names its user (401 without one the token file knows); the probes and
+    the sandbox's own control endpoints are open."""
+    if request.path.startswith(_OPEN_PATHS):
+        return await handler(request)
+    user = request.app[AUTHENTICATOR_KEY].user(request.headers.get("Authorization"))
+    if user is None:
+        return status_response(401, "Unauthorized", "Unauthorized")
+    request[USER_KEY] = user
+    return await handler(request)
 
 
 # -- discovery ------------------------------------------------------------------------------
@@ -168,6 +222,11 @@ async def _stats(request: web.Request) -> web.Response:
     body["resourceVersion"] = str(store.resource_version)
     body["openWatches"] = store.open_watches
     return web.json_response(body)
+
+
+async def _audit(request: web.Request) -> web.Response:
+    """The most recent writes: who, what, the answer's code and admission's audit annotations."""
+    return web.json_response({"items": request.app[AUDIT_KEY].events()})
 
 
 async def _set_faults(request: web.Request) -> web.Response:
@@ -280,12 +339,27 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         raise ApiError(400, "BadRequest", "dryRun is not supported by the sandbox")
     if resource.create_only and info.verb != "create":
         raise ApiError(405, "MethodNotAllowed", f"{resource.plural} only supports create")
+    write = writes.Write(store, request.app[DISPATCHER_KEY], request[USER_KEY], resource,
+                         namespace, name, sub, request.query)
+    try:
+        response = await _write(request, info, write)
+    except ApiError as exc:
+        _audit_event(request, info, write, exc.code)
+        raise
+    _audit_event(request, info, write, response.status)
+    for warning in write.record.warnings:
+        _add_warning(response, warning)
+    return response
+
+
+async def _write(request: web.Request, info: RequestInfo, write: writes.Write) -> web.Response:
+    resource, name, sub = info.resource, info.name, info.subresource
     if info.verb == "create" and (sub == "binding" or resource.plural == "bindings"):
         binding = await _body(request)
         if resource.plural == "bindings":  # the pod is named by the Binding's metadata.name
             metadata = binding.get("metadata") if isinstance(binding, dict) else None
-            name = metadata.get("name", "") if isinstance(metadata, dict) else ""
-        store.bind(namespace, name, binding)
+            write.name = metadata.get("name", "") if isinstance(metadata, dict) else ""
+        await writes.bind(write, binding)
         return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                   "status": "Success", "code": 201}, status=201)
     if sub == "binding" or (info.verb == "create" and name):
@@ -295,27 +369,40 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         body = await _body(request, optional=True)
         if body is not None and not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "DeleteOptions must be a JSON object")
-        return _object_response(store.delete(resource, namespace, name, body))
+        return _object_response(await writes.delete(write, body))
     if info.verb == "deletecollection":
-        return _delete_collection(request, info)
+        return await _delete_collection(request, info, write)
     if info.verb == "patch":
         content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
-        store.check_patch_type(resource, content_type)  # 415 before reading a body we can't use
+        write.store.check_patch_type(resource, content_type)  # 415 before reading the body
         body = await _body(request)
-        return _object_response(store.patch(resource, namespace, name, content_type, body, sub))
+        return _object_response(await writes.patch(write, content_type, body))
     body = await _body(request)
     warnings = _unknown_fields(resource, body, request.query.get("fieldValidation", "Warn"))
     if info.verb == "create":
-        return _object_response(store.create(resource, namespace, body), 201, warnings)
-    return _object_response(store.update(resource, namespace, name, body, sub),
-                            warnings=warnings)
+        return _object_response(await writes.create(write, body), 201, warnings)
+    return _object_response(await writes.update(write, body), warnings=warnings)
 
 
-def _delete_collection(request: web.Request, info: RequestInfo) -> web.Response:
-    store = request.app[STORE_KEY]
+def _audit_event(request: web.Request, info: RequestInfo, write: writes.Write, code: int) -> None:
+    request.app[AUDIT_KEY].append({
+        "user": write.user.name, "verb": info.verb, "resource": info.label,
+        "namespace": info.namespace, "name": write.name, "code": code,
+        "annotations": dict(write.record.annotations)})
+
+
+async def _delete_collection(request: web.Request, info: RequestInfo,
+                             write: writes.Write) -> web.Response:
+    """Each selected object is deleted through admission, as the apiserver's DeleteCollection
+    deletes them one by one."""
+    store = write.store
     labels, fields = _selectors(request, info.resource)
     items, _ = store.list(info.resource, info.namespace, labels, fields)
-    deleted = [store.delete(info.resource, _namespace_of(s), _name_of(s)) for s in items]
+    deleted = []
+    for stored in items:
+        one = replace(write, namespace=_namespace_of(stored), name=_name_of(stored))
+        deleted.append(await writes.delete(one, None))
+        write.record.warnings += one.record.warnings
     return _list_response(info.resource, deleted, store.resource_version)
 
 
@@ -445,9 +532,13 @@ def _object_response(stored: Stored, status: int = 200,
     headers = {"Content-Type": "application/json"}
     response = web.Response(body=stored.raw, status=status, headers=headers)
     for warning in warnings or []:
-        # RFC 7234 quoted text; JSON string escaping keeps it ASCII and free of control chars.
-        response.headers.add("Warning", f"299 - {json.dumps(warning)}")
+        _add_warning(response, warning)
     return response
+
+
+def _add_warning(response: web.StreamResponse, warning: str) -> None:
+    # RFC 7234 quoted text; JSON string escaping keeps it ASCII and free of control chars.
+    response.headers.add("Warning", f"299 - {json.dumps(warning)}")
 
 
 def _list_response(resource: ResourceType, items: list[Stored],

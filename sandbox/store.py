@@ -42,6 +42,10 @@ SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+class Stale(Exception):
+    """The object changed between an update's read and its commit."""
+
+
 class ApiError(Exception):
     """An answer other than success, in the apiserver's terms."""
 
@@ -185,9 +189,24 @@ class Store:
     # -- writes ---------------------------------------------------------------------------
 
     def create(self, resource: ResourceType, namespace: str, body: Any) -> Stored:
-        if resource.namespaced:  # NamespaceLifecycle admission runs before validation
+        """Create without admission webhooks: the steps below, one after another."""
+        obj = self.prepare_create(resource, namespace, self.new_object(resource, namespace, body))
+        return self.commit_create(resource, namespace, obj)
+
+    def new_object(self, resource: ResourceType, namespace: str, body: Any) -> dict[str, Any]:
+        """A create's object as admission first sees it: decoded and defaulted, its namespace
+        existing (NamespaceLifecycle runs before the webhooks)."""
+        if resource.namespaced:
             self._require_namespace(namespace)
         obj = self._check_body(resource, namespace, body)
+        default(resource, obj)
+        return obj
+
+    def prepare_create(self, resource: ResourceType, namespace: str,
+                       obj: dict[str, Any]) -> dict[str, Any]:
+        """What the apiserver does between mutating and validating admission (BeforeCreate): a
+        name from generateName, the uid and timestamps, the kind's validation."""
+        obj = self._check_body(resource, namespace, obj)
         metadata = obj["metadata"]
         name = metadata.get("name") or ""
         if not name:
@@ -197,9 +216,7 @@ class Store:
                               "Required value: name or generateName is required")
             name = prefix + uuid.uuid4().hex[:5]
         self._check_name(resource, name)
-        if (namespace, name) in self._objects[resource]:
-            raise ApiError(409, "AlreadyExists", f'{_qualified(resource)} "{name}" already exists',
-                           {"name": name, "group": resource.group, "kind": resource.plural})
+        self._require_absent(resource, namespace, name)
         metadata.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(),
                         generation=1)
         metadata.pop("deletionTimestamp", None)
@@ -207,21 +224,46 @@ class Store:
             metadata["namespace"] = namespace
         else:
             metadata.pop("namespace", None)
-        _apply_defaults(resource, obj)
+        _prepare_for_create(resource, obj)
+        return obj
+
+    def commit_create(self, resource: ResourceType, namespace: str,
+                      obj: dict[str, Any]) -> Stored:
+        name = obj["metadata"]["name"]
+        self._require_absent(resource, namespace, name)  # another create may have landed
+        if resource.namespaced:
+            self._require_namespace(namespace)
         return self._commit(resource, namespace, name, obj, None, "ADDED")
 
     def update(self, resource: ResourceType, namespace: str, name: str, body: Any,
                subresource: str = "") -> Stored:
+        current, obj = self.replacement(resource, namespace, name, body)
+        return self.commit_update(resource, namespace, name, current,
+                                  self.prepare_update(resource, namespace, name, current, obj,
+                                                      subresource))
+
+    def patch(self, resource: ResourceType, namespace: str, name: str, content_type: str,
+              patch: Any, subresource: str = "") -> Stored:
+        current, obj = self.patched(resource, namespace, name, content_type, patch)
+        return self.commit_update(resource, namespace, name, current,
+                                  self.prepare_update(resource, namespace, name, current, obj,
+                                                      subresource))
+
+    def replacement(self, resource: ResourceType, namespace: str, name: str,
+                    body: Any) -> tuple[Stored, dict[str, Any]]:
+        """An update's (current object, new object) as admission first sees them."""
         obj = self._check_body(resource, namespace, body)
         body_name = obj["metadata"].get("name")
         if body_name and body_name != name:
             raise ApiError(400, "BadRequest", f"the name of the object ({body_name}) does not "
                            f"match the name on the URL ({name})")
         current = self.get(resource, namespace, name)
-        return self._replace(resource, namespace, name, current, obj, subresource)
+        default(resource, obj)
+        return current, obj
 
-    def patch(self, resource: ResourceType, namespace: str, name: str, content_type: str,
-              patch: Any, subresource: str = "") -> Stored:
+    def patched(self, resource: ResourceType, namespace: str, name: str, content_type: str,
+                patch: Any) -> tuple[Stored, dict[str, Any]]:
+        """A patch's (current object, patched object) as admission first sees them."""
         self.check_patch_type(resource, content_type)
         current = self.get(resource, namespace, name)
         base = current.object()
@@ -239,14 +281,12 @@ class Store:
                            "Invalid" if isinstance(exc, JsonPatchError) else "BadRequest",
                            str(exc)) from None
         obj = self._check_body(resource, namespace, patched)
-        return self._replace(resource, namespace, name, current, obj, subresource)
+        default(resource, obj)
+        return current, obj
 
     def delete(self, resource: ResourceType, namespace: str, name: str,
                options: Mapping[str, Any] | None = None) -> Stored:
-        current = self.get(resource, namespace, name)
-        preconditions = (options or {}).get("preconditions") or {}
-        self._check_preconditions(resource, name, current, preconditions.get("uid"),
-                                  preconditions.get("resourceVersion"))
+        current = self.before_delete(resource, namespace, name, options)
         obj = current.object()
         if obj["metadata"].get("finalizers"):
             if obj["metadata"].get("deletionTimestamp"):
@@ -256,6 +296,16 @@ class Store:
         if resource.plural == "namespaces":
             self._delete_namespace_contents(name)
         return self._remove(resource, namespace, name, current)
+
+    def before_delete(self, resource: ResourceType, namespace: str, name: str,
+                      options: Mapping[str, Any] | None = None) -> Stored:
+        """The object to delete, its DeleteOptions preconditions met (checked before the
+        validating webhooks, as the apiserver's BeforeDelete does)."""
+        current = self.get(resource, namespace, name)
+        preconditions = (options or {}).get("preconditions") or {}
+        self._check_preconditions(resource, name, current, preconditions.get("uid"),
+                                  preconditions.get("resourceVersion"))
+        return current
 
     def bind(self, namespace: str, name: str, binding: Any) -> None:
         pods = _resource("pods")
@@ -310,8 +360,13 @@ class Store:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _replace(self, resource: ResourceType, namespace: str, name: str, current: Stored,
-                 obj: dict[str, Any], subresource: str) -> Stored:
+    def prepare_update(self, resource: ResourceType, namespace: str, name: str,
+                       current: Stored, obj: dict[str, Any], subresource: str) -> dict[str, Any]:
+        """What the apiserver does between mutating and validating admission (BeforeUpdate):
+        preconditions, then what the client may not change (status through the main resource,
+        uid, timestamps) kept from the current object, and the generation bumped on a spec
+        change."""
+        obj = self._check_body(resource, namespace, obj)
         metadata = obj["metadata"]
         self._check_preconditions(resource, name, current, metadata.get("uid"),
                                   metadata.get("resourceVersion"), conflict=True)
@@ -341,7 +396,15 @@ class Store:
             if _spec(new) != _spec(old):
                 new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        if new == old:
+        return new
+
+    def commit_update(self, resource: ResourceType, namespace: str, name: str, current: Stored,
+                      new: dict[str, Any]) -> Stored:
+        """Store new in place of current; Stale if the object changed since current was read
+        (the caller retries, as the apiserver's GuaranteedUpdate does)."""
+        if self._objects[resource].get((namespace, name)) is not current:
+            raise Stale()
+        if new == current.object():
             return current  # a no-op write changes nothing, not even the resourceVersion
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             return self._remove(resource, namespace, name, current)
@@ -435,6 +498,11 @@ class Store:
             _check_pod(resource, metadata, obj)
         return obj
 
+    def _require_absent(self, resource: ResourceType, namespace: str, name: str) -> None:
+        if (namespace, name) in self._objects[resource]:
+            raise ApiError(409, "AlreadyExists", f'{_qualified(resource)} "{name}" already exists',
+                           {"name": name, "group": resource.group, "kind": resource.plural})
+
     def _check_name(self, resource: ResourceType, name: str) -> None:
         if len(name) > 253 or not _NAME.fullmatch(name):
             raise invalid(resource, name, "metadata.name",
@@ -495,19 +563,30 @@ def _check_pod(resource: ResourceType, metadata: dict[str, Any], obj: dict[str, 
             raise invalid(resource, name, f"spec.containers[{i}].name", "Required value")
 
 
-def _apply_defaults(resource: ResourceType, obj: dict[str, Any]) -> None:
-    """The defaulting (and status reset) the apiserver applies on create."""
+def default(resource: ResourceType, obj: dict[str, Any]) -> None:
+    """The defaulting the apiserver applies when it decodes an object (and again after each
+    mutating webhook's patch): k8s.io/kubernetes pkg/apis/core/v1 defaults.go."""
+    if resource.kind == "Namespace" and obj["metadata"].get("name"):
+        labels = obj["metadata"].get("labels")
+        obj["metadata"]["labels"] = {**(labels if isinstance(labels, dict) else {}),
+                                     "kubernetes.io/metadata.name": obj["metadata"]["name"]}
+    spec = obj.get("spec")
+    if resource.kind == "Pod" and isinstance(spec, dict):
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("restartPolicy", "Always")
+        for key in ("initContainers", "containers"):
+            for container in spec.get(key) or []:
+                if isinstance(container, dict):
+                    _copy_limits_into_requests(container)
+
+
+def _prepare_for_create(resource: ResourceType, obj: dict[str, Any]) -> None:
+    """The kind's strategy on create: status is the server's."""
     if resource.status_subresource:
         obj.pop("status", None)
     if resource.kind == "Namespace":
         obj["status"] = {"phase": "Active"}
     if resource.kind == "Pod":
-        spec = obj["spec"]
-        spec.setdefault("schedulerName", "default-scheduler")
-        spec.setdefault("restartPolicy", "Always")
-        for key in ("initContainers", "containers"):
-            for container in spec.get(key) or []:
-                _copy_limits_into_requests(container)
         obj["status"] = {"phase": "Pending"}
 
 

@@ -1,16 +1,15 @@
 """Which admission webhooks kube-apiserver calls for a request, and what a request meets while
-none of them answers: the matching rules of Kubernetes' "Dynamic Admission Control" (rules,
-namespaceSelector, objectSelector, matchConditions), with matchConditions evaluated by a real CEL
-implementation (cel-python) over the API server's variables `object`, `oldObject`, `request`."""
+none of them answers: a test-friendly request record over the sandbox's own matching
+(volcano_guard.sandbox.matching, which follows k8s.io/apiserver's and is pinned by
+tests/test_sandbox_admission.py), with matchConditions evaluated by cel-python."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import celpy
+from volcano_guard.sandbox import matching
 
 
 @dataclass(frozen=True)
@@ -33,129 +32,30 @@ class Request:
     namespace_labels: Mapping[str, str] = field(default_factory=dict)
 
     def admission_request(self) -> dict[str, Any]:
-        """The AdmissionRequest the API server would send (the CEL `request` variable)."""
-        gvk = {"group": self.group, "version": self.version, "kind": self.kind}
-        gvr = {"group": self.group, "version": self.version, "resource": self.resource}
-        return {"uid": "0", "kind": gvk, "resource": gvr, "subResource": self.sub_resource,
-                "requestKind": gvk, "requestResource": gvr,
-                "requestSubResource": self.sub_resource, "name": self.name,
-                "namespace": self.namespace, "operation": self.operation,
-                "userInfo": {"username": self.username, "groups": list(self.groups)},
-                "object": self.object, "oldObject": self.old_object, "dryRun": False,
-                "options": self.options}
+        """The AdmissionRequest the API server would send."""
+        return self.attributes().request(uid="0")
 
-    def labels(self) -> Mapping[str, str]:
-        return _labels(self.namespace_labels, self.namespace)
-
-
-def _labels(labels: Mapping[str, str], namespace: str) -> Mapping[str, str]:
-    # The API server labels every namespace with its name.
-    return {**labels, "kubernetes.io/metadata.name": namespace}
-
-
-class ConditionError(Exception):
-    """A matchCondition did not evaluate to a boolean."""
-
-
-def rule_matches(rule: Mapping[str, Any], request: Request) -> bool:
-    resource = (f"{request.resource}/{request.sub_resource}" if request.sub_resource
-                else request.resource)
-
-    def listed(values: Iterable[str], value: str) -> bool:
-        return "*" in values or value in values
-
-    def resource_listed(patterns: Iterable[str]) -> bool:
-        for pattern in patterns:
-            if pattern == resource or pattern == "*/*":
-                return True
-            main, _, sub = pattern.partition("/")
-            if pattern == "*" and not request.sub_resource:
-                return True
-            if sub and (main in ("*", request.resource)) and sub in ("*", request.sub_resource):
-                return True
-        return False
-
-    scope = rule.get("scope", "*")
-    return (listed(rule["apiGroups"], request.group)
-            and listed(rule["apiVersions"], request.version)
-            and listed(rule["operations"], request.operation)
-            and resource_listed(rule["resources"])
-            and (scope == "*" or (scope == "Namespaced") == bool(request.namespace)))
-
-
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector: matchLabels and matchExpressions all hold; empty matches all."""
-    selector = selector or {}
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expression in selector.get("matchExpressions") or ():
-        key, operator = expression["key"], expression["operator"]
-        values = expression.get("values") or ()
-        present = key in labels
-        if operator == "In" and not (present and labels[key] in values):
-            return False
-        if operator == "NotIn" and present and labels[key] in values:
-            return False
-        if operator == "Exists" and not present:
-            return False
-        if operator == "DoesNotExist" and present:
-            return False
-    return True
-
-
-def _object_labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
-    metadata = (obj or {}).get("metadata") or {}
-    return metadata.get("labels") or {}
-
-
-# cel-python raises the interpreter's recursion limit on its first compile; do it at import,
-# not inside a test (hypothesis warns when a test changes it).
-celpy.Environment().compile("true")
-
-
-@functools.cache
-def _program(expression: str) -> celpy.Runner:
-    environment = celpy.Environment()
-    return environment.program(environment.compile(expression))
-
-
-def condition_holds(expression: str, request: Request) -> bool:
-    activation = {"object": celpy.json_to_cel(request.object),
-                  "oldObject": celpy.json_to_cel(request.old_object),
-                  "request": celpy.json_to_cel(request.admission_request())}
-    try:
-        result = _program(expression).evaluate(activation)
-    except celpy.CELEvalError as exc:
-        raise ConditionError(f"{expression!r}: {exc}") from exc
-    if not isinstance(result, celpy.celtypes.BoolType):
-        raise ConditionError(f"{expression!r} gave {result!r}, not a boolean")
-    return bool(result)
-
-
-def webhook_matches(webhook: Mapping[str, Any], request: Request) -> bool:
-    """Whether the API server sends the request to this webhook (ConditionError: a condition
-    failed, which the API server treats as a call that failed)."""
-    if not any(rule_matches(rule, request) for rule in webhook.get("rules") or ()):
-        return False
-    if request.namespace and not selector_matches(webhook.get("namespaceSelector"),
-                                                  request.labels()):
-        return False
-    object_selector = webhook.get("objectSelector")
-    if object_selector and not any(
-            obj is not None and selector_matches(object_selector, _object_labels(obj))
-            for obj in (request.object, request.old_object)):
-        return False
-    return all(condition_holds(c["expression"], request)
-               for c in webhook.get("matchConditions") or ())
+    def attributes(self) -> matching.Attributes:
+        kind_group = "" if self.kind == "Binding" else self.group
+        # The API server labels every namespace with its name.
+        labels = ({**self.namespace_labels, "kubernetes.io/metadata.name": self.namespace}
+                  if self.namespace else {})
+        return matching.Attributes(
+            operation=self.operation, group=self.group, version=self.version,
+            resource=self.resource, kind=(kind_group, self.version, self.kind),
+            namespace=self.namespace, name=self.name,
+            user=matching.User(self.username, "", self.groups), subresource=self.sub_resource,
+            object=self.object, old_object=self.old_object, options=self.options,
+            namespace_labels=labels)
 
 
 def called(configurations: Iterable[Mapping[str, Any]],
            request: Request) -> list[Mapping[str, Any]]:
-    """The webhooks the request is sent to, in order (ConditionError if a condition fails)."""
-    return [webhook for configuration in configurations
-            for webhook in configuration.get("webhooks") or ()
-            if webhook_matches(webhook, request)]
+    """The webhooks the request is sent to, in order (ConditionError if a condition fails
+    under failurePolicy Fail)."""
+    attributes = request.attributes()
+    return [hook for _, hook in matching.configured_webhooks(configurations)
+            if matching.should_call(hook, attributes)]
 
 
 def during_outage(configurations: Iterable[Mapping[str, Any]], request: Request) -> str:

@@ -186,6 +186,17 @@ def _add_sandbox(commands: argparse._SubParsersAction) -> None:
                          "%(default)s)")
     sandbox.add_argument("--load", action="append", default=[], metavar="FILE",
                          help="YAML/JSON objects to create at start (repeatable)")
+    sandbox.add_argument("--service", action="append", default=[],
+                         metavar="NAMESPACE/NAME:PORT=HOST:PORT",
+                         help="where a webhook configuration's clientConfig.service is served "
+                         "(repeatable)")
+    sandbox.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate "
+                         "(kubectl sends bearer tokens only over HTTPS)")
+    sandbox.add_argument("--tls-key", metavar="FILE", help="the certificate's key")
+    sandbox.add_argument("--token-auth-file", metavar="FILE",
+                         help="bearer tokens to users, kube-apiserver's CSV format "
+                         '(token,user,uid,"group1,group2"); without it every request is an '
+                         "administrator")
     sandbox.set_defaults(run=run_sandbox)
 
 
@@ -388,14 +399,29 @@ def run_sidecar(args: argparse.Namespace) -> int:
 
 def run_sandbox(args: argparse.Namespace) -> int:
     from volcano_guard.base.listen import parse_listen
+    from volcano_guard.base.tls import server_context
+    from volcano_guard.sandbox.admission import parse_service
+    from volcano_guard.sandbox.authn import load_token_file
     from volcano_guard.sandbox.runner import serve_forever
+    from volcano_guard.sandbox.server import SandboxSettings
 
     try:
         listen = parse_listen(args.listen)
-    except ValueError as exc:
+        services = dict(parse_service(text) for text in args.service)
+        tokens = load_token_file(args.token_auth_file) if args.token_auth_file else None
+    except (ValueError, OSError) as exc:  # TokenFileError is a ValueError
         print(f"volcano-guard sandbox: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return asyncio.run(serve_forever(listen.host, listen.port, args.load))
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print("volcano-guard sandbox: --tls-cert and --tls-key go together", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        tls = server_context(args.tls_cert, args.tls_key) if args.tls_cert else None
+    except (OSError, ssl.SSLError) as exc:
+        print(f"volcano-guard sandbox: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    settings = SandboxSettings(services=services, tokens=tokens)
+    return asyncio.run(serve_forever(listen.host, listen.port, args.load, settings, tls))
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ def status_body(
         "metadata": {},
         "status": "Failure",
         "message": message,
-        "reason": reason or REASONS.get(code, "Unknown"),
+        "reason": REASONS.get(code, "Unknown") if reason is None else reason,
         "code": code,
     }
     if details:

@@ -1,0 +1,350 @@
+"""The dynamic admission chain, run for every write as kube-apiserver v1.32 runs it
+(k8s.io/apiserver pkg/admission/plugin/webhook: mutating/dispatcher.go, validating/dispatcher.go,
+request/admissionreview.go, errors/statuserror.go; pkg/util/webhook/error.go).
+
+- Mutating webhooks are called one after another, each seeing the object as the previous left
+  it; a JSONPatch is applied. A webhook with `reinvocationPolicy: IfNeeded` is called once more,
+  after the first round, when a later webhook changed the object.
+- Validating webhooks are then called concurrently; the first refusal (in webhook order) is the
+  answer.
+- A refusal reaches the client as the apiserver returns it: the webhook's status code (400 when
+  below 400), `admission webhook "NAME" denied the request: MESSAGE`. Warnings become Warning
+  headers; audit annotations are kept, keyed `NAME/key`.
+- A call that fails (connection, TLS, timeout, HTTP error, malformed answer) is governed by the
+  webhook's failurePolicy: Fail refuses the request (500, `failed calling webhook "NAME": ...`),
+  Ignore goes on and records a `failed-open...` audit annotation.
+
+The call is an AdmissionReview v1 POSTed over HTTPS to `clientConfig.url`, or to the service's
+DNS name `NAME.NAMESPACE.svc` (verified against `caBundle`) at the address `--service` maps it to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import ssl
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from volcano_guard.base.jsonbody import BodyError, decode
+from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard.sandbox.matching import (
+    Attributes,
+    ConditionError,
+    configured_webhooks,
+    exempt,
+    should_call,
+)
+from volcano_guard.sandbox.store import ApiError
+
+log = logging.getLogger("volcano_guard.sandbox.admission")
+REVIEW_VERSION = "admission.k8s.io/v1"
+DEFAULT_TIMEOUT = 10  # seconds: the v1 default of timeoutSeconds
+MAX_RESPONSE = 3 * 1024 * 1024
+MUTATION_PREFIX = "mutation.webhook.admission.k8s.io/"
+FAILED_OPEN_MUTATING = "failed-open." + MUTATION_PREFIX
+FAILED_OPEN_VALIDATING = "failed-open.validating.webhook.admission.k8s.io/"
+
+ServiceKey = tuple[str, str, int]  # (namespace, name, port) of clientConfig.service
+
+
+def parse_service(text: str) -> tuple[ServiceKey, tuple[str, int]]:
+    """`NAMESPACE/NAME:PORT=HOST:PORT` -> ((namespace, name, port), (host, port))."""
+    service, sep, address = text.partition("=")
+    namespace, slash, name_port = service.partition("/")
+    name, colon, port = name_port.rpartition(":")
+    host, colon2, target_port = address.rpartition(":")
+    if not (sep and slash and colon and colon2 and namespace and name and host
+            and port.isdigit() and target_port.isdigit()):
+        raise ValueError(f"--service {text!r}: expected NAMESPACE/NAME:PORT=HOST:PORT")
+    return (namespace, name, int(port)), (host.strip("[]"), int(target_port))
+
+
+@dataclass
+class Record:
+    """What a request's admission left besides its answer: warnings and audit annotations."""
+
+    warnings: list[str] = field(default_factory=list)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+def _nothing(_: dict[str, Any]) -> None:
+    pass
+
+
+class CallError(Exception):
+    """The apiserver's ErrCallingWebhook: the webhook could not be asked, or its answer used."""
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    url: str
+    server_hostname: str
+    tls: ssl.SSLContext
+
+
+class Dispatcher:
+    """Calls the registered webhooks for one sandbox; owns one HTTP client session."""
+
+    def __init__(self, services: Mapping[ServiceKey, tuple[str, int]] | None = None) -> None:
+        self._services = dict(services or {})
+        self._session: aiohttp.ClientSession | None = None
+        self._contexts: dict[str, ssl.SSLContext] = {}
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def mutate(self, attributes: Attributes, configurations: Iterable[Mapping[str, Any]],
+                     record: Record, defaults: Callable[[dict[str, Any]], None] = _nothing
+                     ) -> dict[str, Any] | None:
+        """The object after every mutating webhook that applies, `defaults` applied again after
+        each patch (as the apiserver's defaulter); ApiError when one refuses."""
+        if exempt(attributes):
+            return attributes.object
+        hooks = configured_webhooks(configurations)
+        previously: set[int] = set()  # IfNeeded webhooks called since the last change
+        reinvoke: set[int] = set()
+        for round_ in (0, 1):
+            if round_ == 1 and not reinvoke:
+                break
+            for index, (configuration, hook) in enumerate(hooks):
+                if not self._should_call(hook, attributes):
+                    continue
+                if round_ == 1 and index not in reinvoke:
+                    continue
+                before = attributes.object
+                attributes = await self._mutating_call(configuration, hook, attributes, record,
+                                                       f"round_{round_}_index_{index}", defaults)
+                if attributes.object != before:
+                    reinvoke |= previously
+                    previously = set()
+                if hook.get("reinvocationPolicy") == "IfNeeded":
+                    previously.add(index)
+        return attributes.object
+
+    async def validate(self, attributes: Attributes,
+                       configurations: Iterable[Mapping[str, Any]], record: Record) -> None:
+        """Call every validating webhook that applies, concurrently; ApiError for the first
+        refusal (in webhook order) or failed call under failurePolicy Fail."""
+        if exempt(attributes):
+            return
+        called = [(index, hook) for index, (_, hook) in
+                  enumerate(configured_webhooks(configurations))
+                  if self._should_call(hook, attributes)]
+        outcomes = await asyncio.gather(
+            *(self._validating_call(hook, attributes, record, f"round_0_index_{index}")
+              for index, hook in called), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    def _should_call(self, hook: Mapping[str, Any], attributes: Attributes) -> bool:
+        try:
+            return should_call(hook, attributes)
+        except ConditionError as exc:  # webhook.go ShouldCallHook: NewForbidden
+            raise _forbidden(attributes, str(exc)) from None
+
+    async def _mutating_call(self, configuration: str, hook: Mapping[str, Any],
+                             attributes: Attributes, record: Record, key: str,
+                             defaults: Callable[[dict[str, Any]], None]) -> Attributes:
+        name = str(hook.get("name", ""))
+        mutated = False
+        try:
+            response = await self._call(hook, attributes, record, mutating=True)
+            if response.get("patch") and attributes.object is None:
+                raise _internal(f"admission webhook {name!r} attempted to modify the object, "
+                                "which is not supported for this operation")
+            if response.get("patch"):
+                patched = _patched(name, attributes.object, response)
+                mutated = patched != attributes.object
+                defaults(patched)
+                attributes = replace(attributes, object=patched)
+        except CallError as exc:
+            _fail_or_go_on(hook, exc, record, FAILED_OPEN_MUTATING + key)
+        finally:
+            record.annotations[MUTATION_PREFIX + key] = json.dumps(
+                {"configuration": configuration, "webhook": name, "mutated": mutated},
+                separators=(",", ":"))
+        return attributes
+
+    async def _validating_call(self, hook: Mapping[str, Any], attributes: Attributes,
+                               record: Record, key: str) -> None:
+        try:
+            await self._call(hook, attributes, record, mutating=False)
+        except CallError as exc:
+            _fail_or_go_on(hook, exc, record, FAILED_OPEN_VALIDATING + key)
+
+    async def _call(self, hook: Mapping[str, Any], attributes: Attributes, record: Record, *,
+                    mutating: bool) -> dict[str, Any]:
+        """POST the AdmissionReview; the verified response (CallError if unusable), its
+        warnings and annotations recorded; ApiError if it refuses."""
+        name = str(hook.get("name", ""))
+        uid = str(uuid.uuid4())
+        review = {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview",
+                  "request": attributes.request(uid)}
+        timeout = hook.get("timeoutSeconds") or DEFAULT_TIMEOUT
+        endpoint = self._endpoint(name, hook.get("clientConfig") or {})
+        url = f"{endpoint.url}?timeout={timeout}s"
+        try:
+            body = await self._post(url, endpoint, json.dumps(review).encode(), timeout)
+        except CallError as exc:
+            raise CallError(f'failed calling webhook "{name}": failed to call webhook: Post '
+                            f'"{url}": {exc}') from None
+        try:
+            response = _verified(body, uid, mutating)
+        except CallError as exc:
+            raise CallError(f'failed calling webhook "{name}": received invalid webhook '
+                            f"response: {exc}") from None
+        for key, value in (response.get("auditAnnotations") or {}).items():
+            record.annotations[f"{name}/{key}"] = str(value)
+        record.warnings.extend(str(warning) for warning in response.get("warnings") or ())
+        if not response.get("allowed"):
+            raise _denied(name, response.get("status"), attributes)
+        return response
+
+    async def _post(self, url: str, endpoint: _Endpoint, body: bytes, timeout: float) -> bytes:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        try:
+            async with asyncio.timeout(timeout), self._session.post(
+                    url, data=body, ssl=endpoint.tls, server_hostname=endpoint.server_hostname,
+                    headers={"Content-Type": "application/json",
+                             "Accept": "application/json, */*"}) as answer:
+                data = await answer.content.read(MAX_RESPONSE + 1)
+                if len(data) > MAX_RESPONSE:
+                    raise CallError(f"response body is larger than {MAX_RESPONSE} bytes")
+                if answer.status >= 300:
+                    raise CallError(f"the server responded with the status code {answer.status}"
+                                    f": {data[:200].decode('utf-8', 'replace')}")
+                return data
+        except TimeoutError:
+            raise CallError("context deadline exceeded") from None
+        except (aiohttp.ClientError, OSError, ssl.SSLError) as exc:
+            raise CallError(str(exc) or type(exc).__name__) from None
+
+    def _endpoint(self, name: str, client: Mapping[str, Any]) -> _Endpoint:
+        tls = self._tls(name, client.get("caBundle"))
+        if client.get("url"):
+            url = str(client["url"])
+            return _Endpoint(url, urlsplit(url).hostname or "", tls)
+        service = client.get("service") or {}
+        namespace, service_name = service.get("namespace", ""), service.get("name", "")
+        port = int(service.get("port") or 443)
+        dns_name = f"{service_name}.{namespace}.svc"
+        address = self._services.get((namespace, service_name, port))
+        if address is None:
+            raise CallError(f'failed calling webhook "{name}": failed to call webhook: service '
+                            f'"{namespace}/{service_name}:{port}" is not mapped to an address '
+                            "(volcano-guard sandbox --service NAMESPACE/NAME:PORT=HOST:PORT)")
+        host, target = address
+        path = service.get("path") or "/"
+        return _Endpoint(f"https://{host}:{target}{path}", dns_name, tls)
+
+    def _tls(self, name: str, ca_bundle: Any) -> ssl.SSLContext:
+        """A client context trusting caBundle (base64 PEM), or the system's roots without one."""
+        key = ca_bundle if isinstance(ca_bundle, str) else ""
+        if key not in self._contexts:
+            try:
+                pem = base64.b64decode(key, validate=True).decode("ascii") if key else None
+                self._contexts[key] = ssl.create_default_context(cadata=pem)
+            except (binascii.Error, UnicodeDecodeError, ssl.SSLError) as exc:
+                raise CallError(f'failed calling webhook "{name}": could not get REST client: '
+                                f"caBundle: {exc}") from None
+        return self._contexts[key]
+
+
+def _verified(body: bytes, uid: str, mutating: bool) -> dict[str, Any]:
+    """request/admissionreview.go VerifyAdmissionResponse, for admission.k8s.io/v1."""
+    try:
+        review = decode(body)
+    except BodyError as exc:
+        raise CallError(str(exc)) from None
+    if not isinstance(review, dict):
+        raise CallError("expected an AdmissionReview object")
+    response = review.get("response")
+    if not isinstance(response, dict):
+        raise CallError("webhook response was absent")
+    if response.get("uid") != uid:
+        raise CallError(f'expected response.uid="{uid}", got "{response.get("uid")}"')
+    if (review.get("apiVersion"), review.get("kind")) != (REVIEW_VERSION, "AdmissionReview"):
+        raise CallError(f"expected webhook response of {REVIEW_VERSION}, Kind=AdmissionReview, "
+                        f"got {review.get('apiVersion')}, Kind={review.get('kind')}")
+    patch, patch_type = response.get("patch"), response.get("patchType")
+    if not mutating:
+        if patch:
+            raise CallError("validating webhook may not return response.patch")
+        if patch_type is not None:
+            raise CallError("validating webhook may not return response.patchType")
+    elif patch and patch_type is None:
+        raise CallError("webhook returned response.patch but not response.patchType")
+    elif not patch and patch_type is not None:
+        raise CallError("webhook returned response.patchType but not response.patch")
+    return response
+
+
+def _patched(name: str, obj: dict[str, Any] | None, response: dict[str, Any]) -> dict[str, Any]:
+    if response.get("patchType") != "JSONPatch":
+        raise CallError(f'failed calling webhook "{name}": unsupported patch type '
+                        f'"{response.get("patchType")}"')
+    try:
+        operations = json.loads(base64.b64decode(str(response["patch"]), validate=True))
+    except (binascii.Error, ValueError) as exc:
+        raise CallError(f'failed calling webhook "{name}": received undecodable patch in '
+                        f"webhook response: {exc}") from None
+    try:
+        patched = apply_patch(obj, operations)
+    except JsonPatchError as exc:  # not a call failure: no failurePolicy applies
+        raise _internal(str(exc)) from None
+    if not isinstance(patched, dict):
+        raise _internal(f'admission webhook "{name}" patched the object into a non-object')
+    return patched
+
+
+def _fail_or_go_on(hook: Mapping[str, Any], exc: CallError, record: Record, key: str) -> None:
+    name = str(hook.get("name", ""))
+    if hook.get("failurePolicy", "Fail") == "Ignore":
+        log.warning("Failed calling webhook, failing open %s: %s", name, exc)
+        record.annotations[key] = name
+        return
+    log.warning("Failed calling webhook, failing closed %s: %s", name, exc)
+    raise _internal(str(exc))
+
+
+def _denied(name: str, status: Any, attributes: Attributes) -> ApiError:
+    """errors/statuserror.go ToStatusErr (v1.32)."""
+    status = status if isinstance(status, dict) else {}
+    code = status.get("code") if isinstance(status.get("code"), int) else 0
+    message, reason = str(status.get("message") or ""), str(status.get("reason") or "")
+    denied_by = f'admission webhook "{name}" denied the request'
+    if message:
+        text = f"{denied_by}: {message}"
+    elif reason:
+        text = f"{denied_by}: {reason}"
+    else:
+        text = f"{denied_by} without explanation"
+    details = status.get("details") if isinstance(status.get("details"), dict) else None
+    return ApiError(max(code, 400), reason, text, details)
+
+
+def _forbidden(attributes: Attributes, cause: str) -> ApiError:
+    """apierrors.NewForbidden(resource, name, err)."""
+    resource = (f"{attributes.resource}.{attributes.group}" if attributes.group
+                else attributes.resource)
+    return ApiError(403, "Forbidden", f'{resource} "{attributes.name}" is forbidden: {cause}',
+                    {"name": attributes.name, "group": attributes.group,
+                     "kind": attributes.resource})
+
+
+def _internal(cause: str) -> ApiError:
+    """apierrors.NewInternalError(err)."""
+    return ApiError(500, "InternalError", f"Internal error occurred: {cause}",
+                    {"causes": [{"message": cause}]})

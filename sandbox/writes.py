@@ -1,0 +1,164 @@
+"""Writes through the admission chain, in the order of kube-apiserver's handlers (k8s.io/apiserver
+pkg/endpoints/handlers create.go, update.go, patch.go, delete.go and pkg/registry/generic
+registry/store.go):
+
+    decode + default -> mutating webhooks -> the kind's own preparation and validation
+    (name, uid, status, generation; preconditions) -> validating webhooks -> store
+
+An update whose object changed while its webhooks were being called is done again from the
+start, as the apiserver's GuaranteedUpdate retries; a precondition the client set still fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from volcano_guard.sandbox.admission import Dispatcher, Record
+from volcano_guard.sandbox.matching import Attributes, User, configuration_errors
+from volcano_guard.sandbox.resources import RESOURCES, ResourceType
+from volcano_guard.sandbox.store import ApiError, Stale, Store, Stored, default
+
+MAX_ATTEMPTS = 5
+NAMESPACES = next(r for r in RESOURCES if r.plural == "namespaces")
+MUTATING = next(r for r in RESOURCES if r.plural == "mutatingwebhookconfigurations")
+VALIDATING = next(r for r in RESOURCES if r.plural == "validatingwebhookconfigurations")
+BINDING_KIND = ("", "v1", "Binding")
+
+
+@dataclass
+class Write:
+    """One write request: where it goes, who sends it, and what admission left."""
+
+    store: Store
+    dispatcher: Dispatcher
+    user: User
+    resource: ResourceType
+    namespace: str
+    name: str = ""
+    subresource: str = ""
+    query: Mapping[str, str] = field(default_factory=dict)
+    record: Record = field(default_factory=Record)
+
+    def attributes(self, operation: str, obj: dict[str, Any] | None,
+                   old: dict[str, Any] | None, options: dict[str, Any] | None,
+                   kind: tuple[str, str, str] | None = None) -> Attributes:
+        resource, name = self.resource, self.name
+        namespace = self.namespace or (name if resource is NAMESPACES else "")
+        return Attributes(
+            operation=operation, group=resource.group, version=resource.version,
+            resource=resource.plural, subresource=self.subresource,
+            kind=kind or (resource.group, resource.version, resource.kind),
+            namespace=namespace, name=name, user=self.user, object=obj, old_object=old,
+            options=options, namespace_labels=self._namespace_labels(operation, obj, namespace))
+
+    def _namespace_labels(self, operation: str, obj: dict[str, Any] | None,
+                          namespace: str) -> Mapping[str, str]:
+        """predicates/namespace GetNamespaceLabels: a Namespace being created or updated is
+        judged by its own labels, anything else by its namespace's."""
+        if self.resource is NAMESPACES and not self.subresource and operation in (
+                "CREATE", "UPDATE"):
+            labels = ((obj or {}).get("metadata") or {}).get("labels")
+            return labels if isinstance(labels, dict) else {}
+        if not namespace:
+            return {}
+        try:
+            return self.store.get(NAMESPACES, "", namespace).labels
+        except ApiError:
+            return {}
+
+    def options(self, kind: str) -> dict[str, Any]:
+        """The CreateOptions/UpdateOptions the webhooks see, from the request's query."""
+        options: dict[str, Any] = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
+        for key in ("fieldManager", "fieldValidation"):
+            if self.query.get(key):
+                options[key] = self.query[key]
+        return options
+
+    def configurations(self, resource: ResourceType) -> list[dict[str, Any]]:
+        items, _ = self.store.list(resource, "")
+        return [stored.object() for stored in items]
+
+    async def mutate(self, attributes: Attributes) -> dict[str, Any] | None:
+        return await self.dispatcher.mutate(attributes, self.configurations(MUTATING),
+                                            self.record, lambda obj: default(self.resource, obj))
+
+    async def validate(self, attributes: Attributes) -> None:
+        await self.dispatcher.validate(attributes, self.configurations(VALIDATING), self.record)
+
+
+async def create(write: Write, body: Any) -> Stored:
+    store, resource, namespace = write.store, write.resource, write.namespace
+    options = write.options("CreateOptions")
+    obj = store.new_object(resource, namespace, body)
+    # The request's name is the body's: empty with generateName, for both kinds of webhook.
+    write.name = str(obj["metadata"].get("name") or "")
+    obj = await write.mutate(write.attributes("CREATE", obj, None, options)) or obj
+    obj = store.prepare_create(resource, namespace, obj)
+    _check_configuration(resource, obj)
+    await write.validate(write.attributes("CREATE", obj, None, options))
+    stored = store.commit_create(resource, namespace, obj)
+    write.name = obj["metadata"]["name"]
+    return stored
+
+
+async def update(write: Write, body: Any) -> Stored:
+    return await _update(write, lambda: write.store.replacement(
+        write.resource, write.namespace, write.name, body))
+
+
+async def patch(write: Write, content_type: str, body: Any) -> Stored:
+    return await _update(write, lambda: write.store.patched(
+        write.resource, write.namespace, write.name, content_type, body))
+
+
+async def _update(write: Write, read: Any) -> Stored:
+    store, resource, namespace, name = write.store, write.resource, write.namespace, write.name
+    options = write.options("UpdateOptions")
+    for _ in range(MAX_ATTEMPTS):
+        current, obj = read()
+        old = current.object()
+        obj = await write.mutate(write.attributes("UPDATE", obj, old, options)) or obj
+        new = store.prepare_update(resource, namespace, name, current, obj, write.subresource)
+        _check_configuration(resource, new)
+        await write.validate(write.attributes("UPDATE", new, old, options))
+        try:
+            return store.commit_update(resource, namespace, name, current, new)
+        except Stale:
+            write.record = Record()  # the next attempt's admission is what counts
+    raise ApiError(409, "Conflict", f"the object {name!r} kept changing while it was being "
+                   f"updated ({MAX_ATTEMPTS} attempts); try again")
+
+
+def _check_configuration(resource: ResourceType, obj: dict[str, Any]) -> None:
+    """A webhook configuration the sandbox could not match by is refused, as the apiserver's
+    validation refuses it (422)."""
+    if resource not in (MUTATING, VALIDATING):
+        return
+    errors = configuration_errors(obj)
+    if errors:
+        name = obj["metadata"].get("name", "")
+        raise ApiError(422, "Invalid", f'{resource.kind}.admissionregistration.k8s.io "{name}" '
+                       f"is invalid: {'; '.join(errors)}")
+
+
+async def delete(write: Write, options: dict[str, Any] | None) -> Stored:
+    store, resource, namespace, name = write.store, write.resource, write.namespace, write.name
+    delete_options = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", **(options or {})}
+    current = store.get(resource, namespace, name)
+    await write.mutate(write.attributes("DELETE", None, current.object(), delete_options))
+    current = store.before_delete(resource, namespace, name, options)
+    await write.validate(write.attributes("DELETE", None, current.object(), delete_options))
+    return store.delete(resource, namespace, name, options)
+
+
+async def bind(write: Write, binding: Any) -> None:
+    """pods/binding (or the bindings resource): admitted as a CREATE of a Binding."""
+    if not isinstance(binding, dict):
+        raise ApiError(400, "BadRequest", "the body is not a Binding object")
+    options = write.options("CreateOptions")
+    attributes = write.attributes("CREATE", binding, None, options, kind=BINDING_KIND)
+    binding = await write.mutate(attributes) or binding
+    await write.validate(write.attributes("CREATE", binding, None, options, kind=BINDING_KIND))
+    write.store.bind(write.namespace, write.name, binding)
