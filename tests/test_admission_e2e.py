@@ -1,0 +1,307 @@
+"""The guard as a user meets it: its webhook configurations registered in the sandbox (the
+rendered deploy/base, caBundle set by `volcano-guard certs inject`), the real webhook process
+behind them, and kubectl as the client, over HTTPS with bearer tokens."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from volcano_guard.base.processes import free_port
+from volcano_guard.base.tls import server_context
+from volcano_guard.certs.generate import generate
+from volcano_guard.sandbox.authn import load_token_file
+from volcano_guard.sandbox.runner import SandboxThread
+from volcano_guard.sandbox.server import SandboxSettings
+
+KUBECTL = shutil.which("kubectl")
+SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
+OTHER_SCHEDULER = "system:serviceaccount:kube-system:other-scheduler"
+TOKENS = f"""admin,kubernetes-admin,0,"system:masters"
+volcano,{SCHEDULER},1,"system:serviceaccounts"
+other,{OTHER_SCHEDULER},2,"system:serviceaccounts"
+"""
+SEED = [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "volcano-guard"}},
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+     "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}},
+]
+# What the tests change from the shipped config (deploy/base/config.yaml).
+VARIANT = {"resourceRequests": {"defaults": {"cpu": "100m", "memory": "128Mi"}},
+           "nodeName": {"action": "rewrite", "bindingGuard": {"mode": "enforce"}}}
+
+
+def shipped_config() -> dict[str, Any]:
+    configmap = yaml.safe_load((REPO / "deploy/base/config.yaml").read_text())
+    return yaml.safe_load(configmap["data"]["config.yaml"])
+
+
+def rendered_webhook_configurations() -> str:
+    """The webhook configurations of `kubectl kustomize deploy/base` (the sandbox serves no
+    Deployments or RBAC: the rest of the base is for a real cluster)."""
+    assert KUBECTL is not None
+    rendered = subprocess.run([KUBECTL, "kustomize", str(REPO / "deploy/base")], check=True,
+                              capture_output=True, text=True).stdout
+    return yaml.safe_dump_all([doc for doc in yaml.safe_load_all(rendered)
+                               if doc and doc["kind"].endswith("WebhookConfiguration")])
+
+
+@dataclass
+class Cluster:
+    """A sandbox with the guard registered and running; kubectl against it."""
+
+    directory: Path
+    sandbox: SandboxThread
+    webhook: subprocess.Popen[bytes]
+    webhook_metrics: int
+
+    def kubectl(self, *args: str, stdin: str | None = None, token: str = "admin",
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+        assert KUBECTL is not None
+        result = subprocess.run([KUBECTL, "--kubeconfig", str(self.directory / "kubeconfig"),
+                                 "--token", token, *args], input=stdin, capture_output=True,
+                                text=True, timeout=60)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result
+
+    def create(self, obj: dict[str, Any], token: str = "admin",
+               check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.kubectl("create", "-f", "-", stdin=json.dumps(obj), token=token,
+                            check=check)
+
+    def get(self, *args: str) -> dict[str, Any]:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def stop_webhook(self) -> None:
+        self.webhook.terminate()
+        self.webhook.wait(30)
+
+
+def _kubeconfig(url: str, ca_file: Path) -> str:
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sandbox",
+        "clusters": [{"name": "sandbox", "cluster": {"server": url.replace("127.0.0.1",
+                                                                           "localhost"),
+                                                     "certificate-authority": str(ca_file)}}],
+        "users": [{"name": "admin", "user": {"token": "admin"}}],
+        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "admin"}}]})
+
+
+def _wait_ready(port: int, webhook: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if webhook.poll() is not None:
+            raise AssertionError(f"the webhook exited: {log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"the webhook never became ready: {log.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def tools() -> None:
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed (.ci/run installs it)")
+
+
+def start_cluster(directory: Path, policies: dict[str, Any] | None = None) -> Iterator[Cluster]:
+    """The shipped deploy/base configurations and config, or (policies given) the config with
+    those policy changes and the registrations `volcano-guard manifests` prints for it."""
+    guard_certs = generate("volcano-guard", "volcano-guard", directory / "guard")
+    sandbox_certs = generate("sandbox", "local", directory / "sandbox",
+                             extra_dns_names=("localhost",))
+    (directory / "tokens.csv").write_text(TOKENS)
+    config = shipped_config()
+    for policy, changes in (policies or {}).items():
+        config["policies"][policy] = {**config["policies"][policy], **changes}
+    (directory / "config.yaml").write_text(yaml.safe_dump(config))
+    cli = [sys.executable, "-m", "volcano_guard.cli"]
+    if policies:
+        registrations = subprocess.run([*cli, "manifests", "--config",
+                                        str(directory / "config.yaml")], check=True,
+                                       capture_output=True, text=True).stdout
+    else:
+        registrations = rendered_webhook_configurations()
+    port, metrics = free_port(), free_port()
+    settings = SandboxSettings(services={("volcano-guard", "volcano-guard", 443):
+                                         ("127.0.0.1", port)},
+                               tokens=load_token_file(directory / "tokens.csv"))
+    tls = server_context(sandbox_certs.cert_file, sandbox_certs.key_file)
+    with SandboxThread(settings=settings, tls=tls) as sandbox:
+        sandbox.seed(SEED)
+        kubeconfig = directory / "kubeconfig"
+        kubeconfig.write_text(_kubeconfig(sandbox.url, sandbox_certs.ca_file))
+        log = directory / "webhook.log"
+        with open(log, "wb") as output:
+            webhook = subprocess.Popen(
+                [*cli, "webhook", "--listen", f"127.0.0.1:{port}", "--metrics-listen",
+                 f"127.0.0.1:{metrics}", "--tls-cert", str(guard_certs.cert_file), "--tls-key",
+                 str(guard_certs.key_file), "--kubeconfig", str(kubeconfig), "--config",
+                 str(directory / "config.yaml")], stdout=output, stderr=output)
+        try:
+            _wait_ready(metrics, webhook, log)
+            cluster = Cluster(directory, sandbox, webhook, metrics)
+            cluster.kubectl("apply", "-f", "-", stdin=registrations)
+            subprocess.run([*cli, "certs", "inject", "--ca", str(guard_certs.ca_file),
+                            "--mutating", "volcano-guard", "--validating", "volcano-guard",
+                            "--kubeconfig", str(kubeconfig)], check=True, capture_output=True)
+            yield cluster
+        finally:
+            webhook.terminate()
+            webhook.wait(30)
+
+
+@pytest.fixture(scope="module")
+def shipped(tools, tmp_path_factory) -> Iterator[Cluster]:
+    yield from start_cluster(tmp_path_factory.mktemp("shipped"))
+
+
+@pytest.fixture(scope="module")
+def variant(tools, tmp_path_factory) -> Iterator[Cluster]:
+    yield from start_cluster(tmp_path_factory.mktemp("variant"), VARIANT)
+
+
+def volcano_pod(name: str, requests: dict[str, str] | None = None,
+                **spec: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "worker", "image": "busybox"}
+    if requests is not None:
+        container["resources"] = {"requests": requests}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"schedulerName": "volcano", "containers": [container], **spec}}
+
+
+REQUESTS = {"cpu": "1", "memory": "1Gi"}
+
+
+def test_a_volcano_pod_without_requests_is_refused_with_the_guards_message(shipped):
+    result = shipped.create(volcano_pod("no-requests"), check=False)
+    assert result.returncode != 0
+    assert ('admission webhook "validate.volcano-guard.io" denied the request: '
+            'Pod "team-a/no-requests": container "worker" has no cpu request') in result.stderr
+    assert shipped.kubectl("get", "pod", "no-requests", "-n", "team-a",
+                           check=False).returncode != 0
+    assert "pod/with-requests created" in shipped.create(
+        volcano_pod("with-requests", REQUESTS)).stdout
+
+
+def test_volcano_jobs_and_cronjobs_with_a_task_missing_memory_are_refused(shipped):
+    task = {"name": "worker", "replicas": 2, "template": {"spec": {"containers": [
+        {"name": "tf", "image": "tf", "resources": {"requests": {"cpu": "1"}}}]}}}
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "mnist", "namespace": "team-a"},
+           "spec": {"schedulerName": "volcano", "tasks": [task]}}
+    cronjob = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "CronJob",
+               "metadata": {"name": "nightly", "namespace": "team-a"},
+               "spec": {"schedule": "0 2 * * *", "jobTemplate": {"spec": job["spec"]}}}
+    for obj in (job, cronjob):
+        result = shipped.create(obj, check=False)
+        assert result.returncode != 0, obj["kind"]
+        assert 'task "worker": container "tf" has no memory request' in result.stderr
+
+
+def test_a_pod_bound_by_node_name_to_a_managed_node_is_refused(shipped):
+    result = shipped.create(volcano_pod("pinned", REQUESTS, nodeName="node-1"), check=False)
+    assert result.returncode != 0
+    assert 'denied the request' in result.stderr and "node-1" in result.stderr
+
+
+def test_a_stale_podgroup_delete_is_refused_and_a_uid_preconditioned_one_allowed(shipped):
+    podgroup = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                "metadata": {"name": "pg-train", "namespace": "team-a"},
+                "spec": {"minMember": 1}}
+    shipped.create(podgroup)
+    stamped = shipped.get("podgroup", "pg-train", "-n", "team-a")
+    assert stamped["metadata"]["annotations"]["volcano-guard.io/generation-id"]
+    member = volcano_pod("member", REQUESTS)
+    member["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "pg-train"}
+    shipped.create(member)
+    refused = shipped.kubectl("delete", "podgroup", "pg-train", "-n", "team-a", check=False)
+    assert refused.returncode != 0 and "UID precondition" in refused.stderr
+    options = {"kind": "DeleteOptions", "apiVersion": "v1",
+               "preconditions": {"uid": stamped["metadata"]["uid"]}}
+    path = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/pg-train"
+    (shipped.directory / "delete.json").write_text(json.dumps(options))
+    shipped.kubectl("delete", "--raw", path, "-f", str(shipped.directory / "delete.json"))
+    assert shipped.kubectl("get", "podgroup", "pg-train", "-n", "team-a",
+                           check=False).returncode != 0
+
+
+def test_a_labelled_pod_is_created_with_the_sidecar_in_it(shipped):
+    pod = volcano_pod("controller", REQUESTS)
+    pod["metadata"]["labels"] = {"volcano-guard.io/inject": "true"}
+    shipped.create(pod)
+    created = shipped.get("pod", "controller", "-n", "team-a")
+    names = [c["name"] for c in created["spec"].get("initContainers", [])
+             + created["spec"]["containers"]]
+    assert any("volcano-guard" in name for name in names), names
+
+
+def test_defaults_filled_in_by_mutate_are_stored(variant):
+    variant.create(volcano_pod("defaulted"))
+    stored = variant.get("pod", "defaulted", "-n", "team-a")
+    assert stored["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "100m", "memory": "128Mi"}
+
+
+def test_in_rewrite_mode_a_node_name_becomes_a_node_affinity(variant):
+    variant.create(volcano_pod("rewritten", REQUESTS, nodeName="node-1"))
+    stored = variant.get("pod", "rewritten", "-n", "team-a")
+    assert "nodeName" not in stored["spec"]
+    assert "node-1" in json.dumps(stored["spec"].get("affinity"))
+
+
+def test_a_binding_by_another_schedulers_user_is_refused(variant):
+    variant.create(volcano_pod("to-bind", REQUESTS))
+    binding = {"apiVersion": "v1", "kind": "Binding",
+               "metadata": {"name": "to-bind", "namespace": "team-a"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}}
+    path = "/api/v1/namespaces/team-a/pods/to-bind/binding"
+    (variant.directory / "binding.json").write_text(json.dumps(binding))
+    refused = variant.kubectl("create", "--raw", path, "-f",
+                              str(variant.directory / "binding.json"), token="other",
+                              check=False)
+    assert refused.returncode != 0 and OTHER_SCHEDULER in refused.stderr
+    variant.kubectl("create", "--raw", path, "-f", str(variant.directory / "binding.json"),
+                    token="volcano")
+    assert variant.get("pod", "to-bind", "-n", "team-a")["spec"]["nodeName"] == "node-1"
+
+
+def test_with_the_webhook_down_the_failure_policies_hold(tools, tmp_path):
+    cluster_iterator = start_cluster(tmp_path)
+    cluster = next(cluster_iterator)
+    try:
+        cluster.stop_webhook()
+        # A pod the guard acts on: the validating webhook fails closed.
+        refused = cluster.create(volcano_pod("while-down"), check=False)
+        assert refused.returncode != 0 and "failed calling webhook" in refused.stderr
+        # A plain Deployment's pod: no registration sends it, so the outage does not stop it.
+        plain = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "web-7d4f9-abcde", "namespace": "team-a",
+                              "labels": {"app": "web"}},
+                 "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+        assert "created" in cluster.create(plain).stdout
+        # A plain pod labelled for injection: injection fails open, the pod goes in as sent.
+        labelled = {**plain, "metadata": {"name": "labelled", "namespace": "team-a",
+                                          "labels": {"volcano-guard.io/inject": "true"}}}
+        cluster.create(labelled)
+        stored = cluster.get("pod", "labelled", "-n", "team-a")
+        assert [c["name"] for c in stored["spec"]["containers"]] == ["web"]
+    finally:
+        next(cluster_iterator, None)
