@@ -1,180 +1,52 @@
 """The guard as a user meets it: its webhook configurations registered in the sandbox (the
 rendered deploy/base, caBundle set by `volcano-guard certs inject`), the real webhook process
-behind them, and kubectl as the client, over HTTPS with bearer tokens."""
+behind them, and kubectl as the client, over HTTPS with bearer tokens
+(volcano_guard.guarded_sandbox sets it up)."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.conftest import REPO
-from volcano_guard.base.processes import free_port
-from volcano_guard.base.tls import server_context
-from volcano_guard.certs.generate import generate
-from volcano_guard.sandbox.authn import load_token_file
-from volcano_guard.sandbox.runner import SandboxThread
-from volcano_guard.sandbox.server import SandboxSettings
+from volcano_guard.guarded_sandbox import (
+    OTHER_SCHEDULER,
+    GuardedSandbox,
+    guarded_sandbox,
+    kubectl_path,
+    shipped_config,
+    with_policy_changes,
+)
 
-KUBECTL = shutil.which("kubectl")
-SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
-OTHER_SCHEDULER = "system:serviceaccount:kube-system:other-scheduler"
-TOKENS = f"""admin,kubernetes-admin,0,"system:masters"
-volcano,{SCHEDULER},1,"system:serviceaccounts"
-other,{OTHER_SCHEDULER},2,"system:serviceaccounts"
-"""
 SEED = [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
-    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "volcano-guard"}},
     {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
      "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}},
 ]
 # What the tests change from the shipped config (deploy/base/config.yaml).
-VARIANT = {"resourceRequests": {"defaults": {"cpu": "100m", "memory": "128Mi"}},
+VARIANT: dict[str, Any] = {"resourceRequests": {"defaults": {"cpu": "100m", "memory": "128Mi"}},
            "nodeName": {"action": "rewrite", "bindingGuard": {"mode": "enforce"}}}
-
-
-def shipped_config() -> dict[str, Any]:
-    configmap = yaml.safe_load((REPO / "deploy/base/config.yaml").read_text())
-    return yaml.safe_load(configmap["data"]["config.yaml"])
-
-
-def rendered_webhook_configurations() -> str:
-    """The webhook configurations of `kubectl kustomize deploy/base` (the sandbox serves no
-    Deployments or RBAC: the rest of the base is for a real cluster)."""
-    assert KUBECTL is not None
-    rendered = subprocess.run([KUBECTL, "kustomize", str(REPO / "deploy/base")], check=True,
-                              capture_output=True, text=True).stdout
-    return yaml.safe_dump_all([doc for doc in yaml.safe_load_all(rendered)
-                               if doc and doc["kind"].endswith("WebhookConfiguration")])
-
-
-@dataclass
-class Cluster:
-    """A sandbox with the guard registered and running; kubectl against it."""
-
-    directory: Path
-    sandbox: SandboxThread
-    webhook: subprocess.Popen[bytes]
-    webhook_metrics: int
-
-    def kubectl(self, *args: str, stdin: str | None = None, token: str = "admin",
-                check: bool = True) -> subprocess.CompletedProcess[str]:
-        assert KUBECTL is not None
-        result = subprocess.run([KUBECTL, "--kubeconfig", str(self.directory / "kubeconfig"),
-                                 "--token", token, *args], input=stdin, capture_output=True,
-                                text=True, timeout=60)
-        if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
-        return result
-
-    def create(self, obj: dict[str, Any], token: str = "admin",
-               check: bool = True) -> subprocess.CompletedProcess[str]:
-        return self.kubectl("create", "-f", "-", stdin=json.dumps(obj), token=token,
-                            check=check)
-
-    def get(self, *args: str) -> dict[str, Any]:
-        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
-
-    def stop_webhook(self) -> None:
-        self.webhook.terminate()
-        self.webhook.wait(30)
-
-
-def _kubeconfig(url: str, ca_file: Path) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sandbox",
-        "clusters": [{"name": "sandbox", "cluster": {"server": url.replace("127.0.0.1",
-                                                                           "localhost"),
-                                                     "certificate-authority": str(ca_file)}}],
-        "users": [{"name": "admin", "user": {"token": "admin"}}],
-        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "admin"}}]})
-
-
-def _wait_ready(port: int, webhook: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if webhook.poll() is not None:
-            raise AssertionError(f"the webhook exited: {log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"the webhook never became ready: {log.read_text()}")
 
 
 @pytest.fixture(scope="module")
 def tools() -> None:
-    if KUBECTL is None:
+    if kubectl_path() is None:
         pytest.skip("kubectl is not installed (.ci/run installs it)")
 
 
-def start_cluster(directory: Path, policies: dict[str, Any] | None = None) -> Iterator[Cluster]:
-    """The shipped deploy/base configurations and config, or (policies given) the config with
-    those policy changes and the registrations `volcano-guard manifests` prints for it."""
-    guard_certs = generate("volcano-guard", "volcano-guard", directory / "guard")
-    sandbox_certs = generate("sandbox", "local", directory / "sandbox",
-                             extra_dns_names=("localhost",))
-    (directory / "tokens.csv").write_text(TOKENS)
-    config = shipped_config()
-    for policy, changes in (policies or {}).items():
-        config["policies"][policy] = {**config["policies"][policy], **changes}
-    (directory / "config.yaml").write_text(yaml.safe_dump(config))
-    cli = [sys.executable, "-m", "volcano_guard.cli"]
-    if policies:
-        registrations = subprocess.run([*cli, "manifests", "--config",
-                                        str(directory / "config.yaml")], check=True,
-                                       capture_output=True, text=True).stdout
-    else:
-        registrations = rendered_webhook_configurations()
-    port, metrics = free_port(), free_port()
-    settings = SandboxSettings(services={("volcano-guard", "volcano-guard", 443):
-                                         ("127.0.0.1", port)},
-                               tokens=load_token_file(directory / "tokens.csv"))
-    tls = server_context(sandbox_certs.cert_file, sandbox_certs.key_file)
-    with SandboxThread(settings=settings, tls=tls) as sandbox:
-        sandbox.seed(SEED)
-        kubeconfig = directory / "kubeconfig"
-        kubeconfig.write_text(_kubeconfig(sandbox.url, sandbox_certs.ca_file))
-        log = directory / "webhook.log"
-        with open(log, "wb") as output:
-            webhook = subprocess.Popen(
-                [*cli, "webhook", "--listen", f"127.0.0.1:{port}", "--metrics-listen",
-                 f"127.0.0.1:{metrics}", "--tls-cert", str(guard_certs.cert_file), "--tls-key",
-                 str(guard_certs.key_file), "--kubeconfig", str(kubeconfig), "--config",
-                 str(directory / "config.yaml")], stdout=output, stderr=output)
-        try:
-            _wait_ready(metrics, webhook, log)
-            cluster = Cluster(directory, sandbox, webhook, metrics)
-            cluster.kubectl("apply", "-f", "-", stdin=registrations)
-            subprocess.run([*cli, "certs", "inject", "--ca", str(guard_certs.ca_file),
-                            "--mutating", "volcano-guard", "--validating", "volcano-guard",
-                            "--kubeconfig", str(kubeconfig)], check=True, capture_output=True)
-            yield cluster
-        finally:
-            webhook.terminate()
-            webhook.wait(30)
+@pytest.fixture(scope="module")
+def shipped(tools, tmp_path_factory) -> Iterator[GuardedSandbox]:
+    with guarded_sandbox(tmp_path_factory.mktemp("shipped"), SEED) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
-def shipped(tools, tmp_path_factory) -> Iterator[Cluster]:
-    yield from start_cluster(tmp_path_factory.mktemp("shipped"))
-
-
-@pytest.fixture(scope="module")
-def variant(tools, tmp_path_factory) -> Iterator[Cluster]:
-    yield from start_cluster(tmp_path_factory.mktemp("variant"), VARIANT)
+def variant(tools, tmp_path_factory) -> Iterator[GuardedSandbox]:
+    config = with_policy_changes(shipped_config(), VARIANT)
+    with guarded_sandbox(tmp_path_factory.mktemp("variant"), SEED, config) as cluster:
+        yield cluster
 
 
 def volcano_pod(name: str, requests: dict[str, str] | None = None,
@@ -284,9 +156,7 @@ def test_a_binding_by_another_schedulers_user_is_refused(variant):
 
 
 def test_with_the_webhook_down_the_failure_policies_hold(tools, tmp_path):
-    cluster_iterator = start_cluster(tmp_path)
-    cluster = next(cluster_iterator)
-    try:
+    with guarded_sandbox(tmp_path, SEED) as cluster:
         cluster.stop_webhook()
         # A pod the guard acts on: the validating webhook fails closed.
         refused = cluster.create(volcano_pod("while-down"), check=False)
@@ -303,5 +173,3 @@ def test_with_the_webhook_down_the_failure_policies_hold(tools, tmp_path):
         cluster.create(labelled)
         stored = cluster.get("pod", "labelled", "-n", "team-a")
         assert [c["name"] for c in stored["spec"]["containers"]] == ["web"]
-    finally:
-        next(cluster_iterator, None)

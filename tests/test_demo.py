@@ -1,5 +1,6 @@
 """`volcano-guard demo` end to end, as `make demo` runs it (half a minute: the slow suite)."""
 
+import shutil
 import subprocess
 import sys
 
@@ -8,9 +9,14 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def test_demo_replays_the_examples_over_tls_and_prints_the_decisions():
-    result = subprocess.run([sys.executable, "-m", "volcano_guard.cli", "demo"],
-                            capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def result() -> subprocess.CompletedProcess[str]:
+    """One run of the demo, read by every test here."""
+    return subprocess.run([sys.executable, "-m", "volcano_guard.cli", "demo"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_demo_replays_the_examples_over_tls_and_prints_the_decisions(result):
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split()[1:3] for line in result.stdout.splitlines()
             if line[:2].isdigit()}
@@ -33,3 +39,23 @@ def test_demo_replays_the_examples_over_tls_and_prints_the_decisions():
     assert set(modes) == {"direct", "sidecar"}
     assert int(modes["direct"][4].replace(",", "")) > 0  # 409s direct
     assert modes["sidecar"][4] == "0"  # and none through the sidecar
+
+
+def test_demo_shows_the_registered_guard_answering_kubectl(result):
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    assert result.returncode == 0, result.stderr
+    session = result.stdout[result.stdout.index("$ kubectl create namespace team-a"):]
+    said = dict(block.split("\n", 1) for block in session.split("$ kubectl ")[1:])
+    assert said["create namespace team-a"].strip() == "namespace/team-a created"
+    assert ('admission webhook "validate.volcano-guard.io" denied the request: Pod '
+            '"team-a/trainer": container "worker" has no cpu request') in said[
+        "apply -f examples/kubectl/pod-without-requests.yaml"]
+    assert said["apply -f examples/kubectl/pod-with-requests.yaml"].strip() == (
+        "pod/trainer created")
+    assert "the node is managed by the Volcano scheduler" in said[
+        "apply -f examples/kubectl/pod-on-a-node.yaml"]
+    assert said["run web -n team-a --image=nginx"].strip() == "pod/web created"
+    assert "volcano-guard.io/generation-id" in said[
+        "get podgroup pg-train -n team-a -o jsonpath={.metadata.annotations}"]
+    assert "still has 1 live pod(s): member" in said["delete podgroup pg-train -n team-a"]

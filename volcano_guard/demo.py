@@ -3,7 +3,10 @@
 1. The webhook on throwaway certificates, fed the bundled examples: every AdmissionReview goes
    through the chain the API server runs, POST /mutate over real TLS (verified against the
    generated CA, hostname included), the returned JSON patch applied, then POST /validate.
-2. The Queue status write storm against the sandbox API server, direct and through the
+2. The guard registered in the sandbox API server as in a cluster (volcano_guard.guarded_sandbox:
+   the deploy/base webhook configurations, caBundle injected, the webhook process behind them)
+   and the kubectl commands a user would type, with what kubectl prints. Needs kubectl.
+3. The Queue status write storm against the sandbox API server, direct and through the
    coalescing sidecar, as a table of upstream writes, conflicts, backlog and memory.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shlex
 import tempfile
 import textwrap
 from dataclasses import dataclass
@@ -25,6 +29,7 @@ from volcano_guard.base.jsonpatch import apply_patch
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.tls import client_context, server_context
 from volcano_guard.certs.generate import generate
+from volcano_guard.guarded_sandbox import guarded_sandbox, kubectl_path
 from volcano_guard.storm import StormSettings, format_results, run_storm
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import load_config
@@ -73,8 +78,42 @@ async def run(examples_dir: str | None = None) -> int:
     for line in metrics:
         print(f"  {line}")
     print("\nwebhook shut down cleanly")
+    _kubectl_session()
     await _storm()
     return 0
+
+
+# What a user types once the guard is registered: kubectl's arguments, file names relative to
+# the repository (printed as typed).
+KUBECTL_SESSION = (
+    "create namespace team-a",
+    "get validatingwebhookconfigurations",
+    "apply -f examples/kubectl/pod-without-requests.yaml",
+    "apply -f examples/kubectl/pod-with-requests.yaml",
+    "apply -f examples/kubectl/pod-on-a-node.yaml",
+    "run web -n team-a --image=nginx",
+    "create -f examples/kubectl/podgroup.yaml",
+    "get podgroup pg-train -n team-a -o jsonpath={.metadata.annotations}",
+    "delete podgroup pg-train -n team-a",
+)
+SANDBOX_SEED = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
+                                                                 "labels": labels}}
+                for name, labels in DEMO_NODES.items()]
+
+
+def _kubectl_session() -> None:
+    print("\nThe guard registered in the sandbox API server, as in a cluster: deploy/base's "
+          "webhook configurations applied, caBundle set by `volcano-guard certs inject`, the "
+          "webhook behind them. Then kubectl:\n")
+    if kubectl_path() is None:
+        print("  (skipped: kubectl is not installed)")
+        return
+    with tempfile.TemporaryDirectory(prefix="volcano-guard-demo-") as tmp, guarded_sandbox(
+            Path(tmp), SANDBOX_SEED) as cluster:
+        for command in KUBECTL_SESSION:
+            print(f"$ kubectl {command}")
+            result = cluster.kubectl(*shlex.split(command), check=False, cwd=REPO_ROOT)
+            print(textwrap.indent((result.stdout + result.stderr).strip(), "  "))
 
 
 async def _storm() -> None:

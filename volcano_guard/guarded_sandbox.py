@@ -1,0 +1,179 @@
+"""A sandbox with the guard registered in it, as a user sets it up in a cluster: the webhook
+configurations applied with kubectl, caBundle set by `volcano-guard certs inject`, the webhook
+process behind them, and kubectl pointed at the sandbox over HTTPS with bearer tokens. The demo
+and the end-to-end tests run on it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from volcano_guard.base.processes import free_port
+from volcano_guard.base.tls import server_context
+from volcano_guard.certs.generate import generate
+from volcano_guard.sandbox.authn import load_token_file
+from volcano_guard.sandbox.runner import SandboxThread
+from volcano_guard.sandbox.server import SandboxSettings
+
+DEPLOY_BASE = Path(__file__).resolve().parent.parent / "deploy" / "base"
+SERVICE = NAMESPACE = "volcano-guard"  # deploy/base's Service and namespace
+SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
+OTHER_SCHEDULER = "system:serviceaccount:kube-system:other-scheduler"
+# The users kubectl can be: --token NAME. The first is the administrator the kubeconfig names.
+TOKENS = f"""admin,kubernetes-admin,0,"system:masters"
+volcano,{SCHEDULER},1,"system:serviceaccounts"
+other,{OTHER_SCHEDULER},2,"system:serviceaccounts"
+"""
+
+
+class GuardedSandboxError(RuntimeError):
+    """The guarded sandbox could not be set up (kubectl missing, webhook not ready...)."""
+
+
+def kubectl_path() -> str | None:
+    return shutil.which("kubectl")
+
+
+def shipped_config() -> dict[str, Any]:
+    """The config deploy/base ships (its ConfigMap's config.yaml)."""
+    configmap = yaml.safe_load((DEPLOY_BASE / "config.yaml").read_text(encoding="utf-8"))
+    return dict(yaml.safe_load(configmap["data"]["config.yaml"]))
+
+
+def with_policy_changes(config: Mapping[str, Any],
+                        changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """config with each named policy's keys replaced by those in changes."""
+    policies = dict(config.get("policies") or {})
+    for policy, keys in changes.items():
+        policies[policy] = {**(policies.get(policy) or {}), **keys}
+    return {**config, "policies": policies}
+
+
+def rendered_webhook_configurations(kubectl: str) -> str:
+    """The webhook configurations of `kubectl kustomize deploy/base` (the sandbox serves no
+    Deployments or RBAC: the rest of the base is for a real cluster)."""
+    rendered = _run([kubectl, "kustomize", str(DEPLOY_BASE)]).stdout
+    return yaml.safe_dump_all([doc for doc in yaml.safe_load_all(rendered)
+                               if doc and str(doc.get("kind", "")).endswith(
+                                   "WebhookConfiguration")])
+
+
+@dataclass
+class GuardedSandbox:
+    directory: Path
+    sandbox: SandboxThread
+    webhook: subprocess.Popen[bytes]
+    kubectl_binary: str
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    def kubectl(self, *args: str, stdin: str | None = None, token: str = "admin",
+                check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """kubectl against the sandbox as the user with this token (see TOKENS)."""
+        result = subprocess.run([self.kubectl_binary, "--kubeconfig", str(self.kubeconfig),
+                                 "--token", token, *args], input=stdin, capture_output=True,
+                                text=True, timeout=60, cwd=cwd)
+        if check and result.returncode != 0:
+            raise GuardedSandboxError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result
+
+    def create(self, obj: Mapping[str, Any], token: str = "admin",
+               check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.kubectl("create", "-f", "-", stdin=json.dumps(obj), token=token,
+                            check=check)
+
+    def get(self, *args: str) -> dict[str, Any]:
+        return dict(json.loads(self.kubectl("get", *args, "-o", "json").stdout))
+
+    def stop_webhook(self) -> None:
+        self.webhook.terminate()
+        self.webhook.wait(30)
+
+
+@contextmanager
+def guarded_sandbox(directory: Path, seed: Iterable[Mapping[str, Any]],
+                    config: Mapping[str, Any] | None = None) -> Iterator[GuardedSandbox]:
+    """The shipped deploy/base configurations and config; or, given a config, that config and
+    the registrations `volcano-guard manifests --config` prints for it."""
+    kubectl = kubectl_path()
+    if kubectl is None:
+        raise GuardedSandboxError("kubectl is not installed")
+    guard_certs = generate(SERVICE, NAMESPACE, directory / "guard", days=1)
+    sandbox_certs = generate("sandbox", "local", directory / "sandbox", days=1,
+                             extra_dns_names=("localhost",))
+    (directory / "tokens.csv").write_text(TOKENS, encoding="utf-8")
+    config_file = directory / "config.yaml"
+    config_file.write_text(yaml.safe_dump(dict(config or shipped_config())), encoding="utf-8")
+    cli = [sys.executable, "-m", "volcano_guard.cli"]
+    registrations = (_run([*cli, "manifests", "--config", str(config_file)]).stdout if config
+                     else rendered_webhook_configurations(kubectl))
+    port, metrics = free_port(), free_port()
+    settings = SandboxSettings(services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", port)},
+                               tokens=load_token_file(directory / "tokens.csv"))
+    tls = server_context(sandbox_certs.cert_file, sandbox_certs.key_file)
+    with SandboxThread(settings=settings, tls=tls) as sandbox:
+        sandbox.seed([dict(obj) for obj in seed])
+        kubeconfig = directory / "kubeconfig"
+        kubeconfig.write_text(_kubeconfig(sandbox.url, sandbox_certs.ca_file), encoding="utf-8")
+        log = directory / "webhook.log"
+        with open(log, "wb") as output:
+            webhook = subprocess.Popen(
+                [*cli, "webhook", "--listen", f"127.0.0.1:{port}", "--metrics-listen",
+                 f"127.0.0.1:{metrics}", "--tls-cert", str(guard_certs.cert_file), "--tls-key",
+                 str(guard_certs.key_file), "--kubeconfig", str(kubeconfig), "--config",
+                 str(config_file)], stdout=output, stderr=output)
+        try:
+            _wait_ready(metrics, webhook, log)
+            guarded = GuardedSandbox(directory, sandbox, webhook, kubectl)
+            guarded.kubectl("apply", "-f", "-", stdin=registrations)
+            _run([*cli, "certs", "inject", "--ca", str(guard_certs.ca_file), "--mutating",
+                  "volcano-guard", "--validating", "volcano-guard", "--kubeconfig",
+                  str(kubeconfig)])
+            yield guarded
+        finally:
+            webhook.terminate()
+            webhook.wait(30)
+
+
+def _kubeconfig(url: str, ca_file: Path) -> str:
+    server = url.replace("127.0.0.1", "localhost")  # the name the sandbox's certificate has
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sandbox",
+        "clusters": [{"name": "sandbox", "cluster": {"server": server,
+                                                     "certificate-authority": str(ca_file)}}],
+        "users": [{"name": "admin", "user": {"token": "admin"}}],
+        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "admin"}}]})
+
+
+def _wait_ready(port: int, webhook: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if webhook.poll() is not None:
+            raise GuardedSandboxError(f"the webhook exited: {log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise GuardedSandboxError(f"the webhook never became ready: {log.read_text()}")
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise GuardedSandboxError(f"{' '.join(args[:4])}...: {result.stderr.strip()}")
+    return result
