@@ -14,6 +14,7 @@ import copy
 import datetime
 import json
 import re
+import secrets
 import uuid
 from collections import deque
 from collections.abc import Mapping
@@ -34,6 +35,8 @@ CONFLICT_MESSAGE = (
 )
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _COMMON_FIELDS = ("metadata.name", "metadata.namespace")
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # no vowels: no words in generated names
+GENERATE_NAME_ATTEMPTS = 8
 SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
     "pods": (*_COMMON_FIELDS, "spec.nodeName", "spec.schedulerName", "status.phase",
              "spec.serviceAccountName", "spec.restartPolicy", "status.podIP"),
@@ -214,7 +217,7 @@ class Store:
             if not isinstance(prefix, str) or not prefix:
                 raise invalid(resource, "", "metadata.name",
                               "Required value: name or generateName is required")
-            name = prefix + uuid.uuid4().hex[:5]
+            name = self._generated_name(resource, namespace, prefix)
         self._check_name(resource, name)
         self._require_absent(resource, namespace, name)
         metadata.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(),
@@ -497,6 +500,15 @@ class Store:
         if resource.kind == "Pod":
             _check_pod(resource, metadata, obj)
         return obj
+
+    def _generated_name(self, resource: ResourceType, namespace: str, prefix: str) -> str:
+        """prefix and 5 random characters of the apiserver's alphabet (apimachinery
+        util/rand.String), tried again on a name in use as the apiserver retries (KEP-4420)."""
+        for _ in range(GENERATE_NAME_ATTEMPTS):
+            name = prefix + "".join(secrets.choice(_NAME_ALPHABET) for _ in range(5))
+            if (namespace, name) not in self._objects[resource]:
+                return name
+        return name  # the create then fails with AlreadyExists, as the apiserver's does
 
     def _require_absent(self, resource: ResourceType, namespace: str, name: str) -> None:
         if (namespace, name) in self._objects[resource]:

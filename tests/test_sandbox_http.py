@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from volcano_guard.sandbox.runner import running
+from volcano_guard.sandbox.runner import resource_for, running, seed
 from volcano_guard.sandbox.server import SandboxSettings
+from volcano_guard.sandbox.store import Store
 
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
 PODS = "/api/v1/namespaces/team-a/pods"
@@ -216,3 +217,14 @@ async def test_every_namespace_carries_its_name_as_a_label(box):
     assert status == 201
     assert created["metadata"]["labels"] == {"tier": "gold",
                                              "kubernetes.io/metadata.name": "team-b"}
+
+
+def test_generate_name_tries_another_name_when_one_is_taken():
+    store = Store()
+    seed(store, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}])
+    pods = resource_for({"apiVersion": "v1", "kind": "Pod"})
+    body = {"metadata": {"generateName": "w-"}, "spec": {"containers": [{"name": "c"}]}}
+    names = {store.create(pods, "a", body).fields["metadata.name"] for _ in range(5000)}
+    assert len(names) == 5000
+    assert all(len(name) == 7 and set(name[2:]) <= set("bcdfghjklmnpqrstvwxz2456789")
+               for name in names)
