@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import celpy
+from cel_expr_python import cel
 
 NAMESPACES = ("", "namespaces")  # (group, resource) of Namespace objects: cluster-scoped
 
@@ -187,24 +187,26 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 def conditions_match(webhook: Mapping[str, Any], attributes: Attributes) -> bool:
     """matchconditions/matcher.go Match: any condition false -> skip; else any error -> per
-    failurePolicy (Fail: ConditionError; Ignore: skip); else call."""
+    failurePolicy (Fail: ConditionError; Ignore: skip); else call. Evaluated by CEL's own C++
+    runtime (cel-expr-python), as conformant as the apiserver's cel-go."""
     conditions = webhook.get("matchConditions") or ()
     if not conditions:
         return True
-    activation = {"object": celpy.json_to_cel(attributes.object),
-                  "oldObject": celpy.json_to_cel(attributes.old_object),
-                  "request": celpy.json_to_cel(_cel_request(attributes))}
+    variables = {"object": attributes.object, "oldObject": attributes.old_object,
+                 "request": _cel_request(attributes)}
     errors: list[str] = []
     for condition in conditions:
-        name, expression = condition.get("name", ""), condition.get("expression", "")
+        name, expression = condition.get("name", ""), str(condition.get("expression", ""))
         try:
-            result = _program(expression).evaluate(activation)
-        except (celpy.CELEvalError, celpy.CELParseError) as exc:
-            errors.append(f"expression '{expression}' resulted in error: {exc}")
+            result = _program(expression).eval(data=variables)
+        except RuntimeError as exc:  # does not compile: refused when the configuration is written
+            errors.append(f"expression '{expression}' does not compile: {exc}")
             continue
-        if not isinstance(result, celpy.celtypes.BoolType):
-            errors.append(f"matchCondition {name!r} did not evaluate to a bool: {result!r}")
-        elif not result:
+        if result.type() == cel.Type.ERROR:
+            errors.append(f"expression '{expression}' resulted in error: {result.value()}")
+        elif result.type() != cel.Type.BOOL:
+            errors.append(f"matchCondition {name!r} did not evaluate to a bool: {result.value()}")
+        elif not result.value():
             return False
     if errors and webhook.get("failurePolicy", "Fail") == "Fail":
         raise ConditionError("; ".join(errors))
@@ -220,14 +222,15 @@ def _cel_request(attributes: Attributes) -> dict[str, Any]:
     return request
 
 
-# cel-python raises the interpreter's recursion limit on its first compile: at import, once.
-celpy.Environment().compile("true")
+# The apiserver's variables for webhook matchConditions, as dynamic values.
+_ENVIRONMENT = cel.NewEnv(variables={"object": cel.Type.DYN, "oldObject": cel.Type.DYN,
+                                     "request": cel.Type.DYN})
 
 
 @functools.lru_cache(maxsize=256)
-def _program(expression: str) -> celpy.Runner:
-    environment = celpy.Environment()
-    return environment.program(environment.compile(expression))
+def _program(expression: str) -> cel.Expression:
+    """The compiled expression; RuntimeError naming the syntax error if it does not compile."""
+    return _ENVIRONMENT.compile(expression)
 
 
 def configuration_errors(configuration: Mapping[str, Any]) -> list[str]:
@@ -245,8 +248,8 @@ def configuration_errors(configuration: Mapping[str, Any]) -> list[str]:
                                   f"Unsupported value: {expression.get('operator')!r}")
         for position, condition in enumerate(webhook.get("matchConditions") or ()):
             try:
-                _program(condition.get("expression", ""))
-            except celpy.CELParseError as exc:
+                _program(str(condition.get("expression", "")))
+            except RuntimeError as exc:
                 errors.append(f"webhooks[{index}].matchConditions[{position}].expression: "
                               f"Invalid value: compilation failed: {exc}")
     return errors
