@@ -65,7 +65,7 @@ async def scripted(certs) -> AsyncIterator[ScriptedWebhook]:
     hook = ScriptedWebhook()
     app = web.Application()
     app.router.add_post("/{path:.*}", hook.handle)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)  # a slow answer ends
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context(certs.cert_file,
                                                                         certs.key_file))
