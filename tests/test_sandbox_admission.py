@@ -260,6 +260,29 @@ async def test_webhook_configuration_writes_are_never_sent_to_webhooks(box, scri
     assert not scripted.calls
 
 
+async def test_equivalent_match_policy_adds_nothing_where_one_version_is_served(box, scripted):
+    # The sandbox serves pods in v1 only, so no other version is equivalent to it.
+    rule = {**POD_RULE, "apiVersions": ["v1beta1"]}
+    for policy in ("Equivalent", "Exact"):
+        await box.register("validating", f"old-{policy.lower()}",
+                           box.hook(f"{policy.lower()}.example.com", rules=[rule],
+                                    matchPolicy=policy))
+    status, _, _ = await box.call("POST", PODS, pod())
+    assert status == 201 and not scripted.calls
+
+
+async def test_without_a_token_file_every_request_is_an_administrator(certs, scripted):
+    settings = SandboxSettings(services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", scripted.port)})
+    async with running(settings=settings) as sandbox, aiohttp.ClientSession() as session:
+        sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}])
+        box = Box(sandbox.url, session, base64.b64encode(certs.ca_file.read_bytes()).decode())
+        await box.register("validating", "guard", box.hook("v.example.com"))
+        status, _, _ = await box.call("POST", PODS, pod())
+    assert status == 201
+    assert scripted.requests()[0]["userInfo"] == {
+        "username": "sandbox-admin", "groups": ["system:masters", AUTHENTICATED]}
+
+
 # -- the answer --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("status", "code", "message"), [
