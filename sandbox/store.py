@@ -593,8 +593,9 @@ def default(resource: ResourceType, obj: dict[str, Any]) -> None:
 
 
 def _prepare_for_create(resource: ResourceType, obj: dict[str, Any]) -> None:
-    """The kind's strategy on create: status is the server's."""
-    if resource.status_subresource:
+    """The kind's strategy on create: status is the server's, except a Node's (the kubelet
+    registers its node with its status: nodeStrategy.PrepareForCreate keeps it)."""
+    if resource.status_subresource and resource.kind != "Node":
         obj.pop("status", None)
     if resource.kind == "Namespace":
         obj["status"] = {"phase": "Active"}

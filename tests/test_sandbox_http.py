@@ -228,3 +228,12 @@ def test_generate_name_tries_another_name_when_one_is_taken():
     assert len(names) == 5000
     assert all(len(name) == 7 and set(name[2:]) <= set("bcdfghjklmnpqrstvwxz2456789")
                for name in names)
+
+
+async def test_a_node_keeps_the_status_it_is_created_with(box):
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+            "status": {"allocatable": {"cpu": "4"}}}
+    status, created = await call(box, "POST", "/api/v1/nodes", node)
+    assert status == 201 and created["status"] == {"allocatable": {"cpu": "4"}}
+    _, queue_created = await call(box, "POST", Q, {**queue("q9"), "status": {"state": "Open"}})
+    assert "status" not in queue_created  # a custom resource's /status is the server's
