@@ -60,8 +60,10 @@ def settings(config: Config) -> NodeNameConfig:
 
 def node_labels(node: dict[str, Any]) -> Mapping[str, str]:
     """What the policy keeps of a node: its labels (a few hundred bytes)."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    return MappingProxyType({str(k): str(v) for k, v in labels.items()})
+    metadata = node.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    return MappingProxyType({str(k): str(v) for k, v in labels.items()}
+                            if isinstance(labels, dict) else {})
 
 
 NODES = WatchedList("nodes", "Node", node_labels)
