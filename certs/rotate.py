@@ -42,14 +42,6 @@ class Rotation:
     leaf_not_after: datetime.datetime
 
 
-def parse_duration(text: str) -> datetime.timedelta:
-    """"720h", "30d", "90m" -> timedelta; ValueError otherwise."""
-    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-    if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit():
-        raise ValueError(f"{text!r} is not a duration like 720h, 30d or 90m")
-    return datetime.timedelta(seconds=int(text[:-1]) * units[text[-1]])
-
-
 def rotate(directory: str | Path, renew_before: datetime.timedelta = DEFAULT_RENEW_BEFORE,
            *, now: datetime.datetime | None = None, force_leaf: bool = False) -> Rotation:
     out = Path(directory)

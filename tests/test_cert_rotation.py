@@ -9,12 +9,13 @@ import pytest
 from cryptography import x509
 
 from tests.conftest import HOSTNAME, NAMESPACE, SERVICE
+from volcano_guard.base.durations import parse_duration
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.metrics import REGISTRY
 from volcano_guard.base.tls import client_context, server_context
 from volcano_guard.certs.generate import generate
 from volcano_guard.certs.reload import CertReloader
-from volcano_guard.certs.rotate import parse_duration, rotate
+from volcano_guard.certs.rotate import rotate
 from volcano_guard.cli import main
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.server import running

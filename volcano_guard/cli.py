@@ -298,7 +298,8 @@ def run_certs_generate(args: argparse.Namespace) -> int:
 
 def run_certs_rotate(args: argparse.Namespace) -> int:
     from volcano_guard.certs.generate import CertsError
-    from volcano_guard.certs.rotate import parse_duration, rotate
+    from volcano_guard.base.durations import parse_duration
+    from volcano_guard.certs.rotate import rotate
 
     try:
         done = rotate(args.dir, parse_duration(args.renew_before), force_leaf=args.force)

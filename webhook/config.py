@@ -8,6 +8,7 @@ ConfigError naming its full path (`policies.resourceRequests.mode`).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import typing
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,6 +18,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 
 from volcano_guard.base.connections import ConnectionLimits
+from volcano_guard.base.durations import parse_duration
 from volcano_guard.base.node_selectors import kept_selector, selector_set
 from volcano_guard.base.quantity import QuantityError, parse_quantity
 
@@ -101,6 +103,20 @@ class PoliciesConfig:
 
 
 @dataclass(frozen=True)
+class AuditConfig:
+    """`volcano-guard audit`: what already exists in the cluster."""
+
+    # A pod naming a PodGroup that does not exist is reported once it is this old (a duration:
+    # 90s, 5m, 1h): younger ones may be waiting for their PodGroup to be created.
+    orphanGracePeriod: str = "5m"
+    maxResultsPerReport: int = 100  # results a PolicyReport lists; the total is kept apart
+
+    @cached_property
+    def orphan_grace(self) -> datetime.timedelta:
+        return parse_duration(self.orphanGracePeriod)
+
+
+@dataclass(frozen=True)
 class Config:
     volcanoSchedulerNames: tuple[str, ...] = ("volcano",)
     # What to answer when a cache a decision needs is not synced: deny (true) or allow.
@@ -112,6 +128,7 @@ class Config:
     # those open keep being served (an idle TLS connection costs tens of KiB).
     maxConnections: int = ConnectionLimits.max_connections
     policies: PoliciesConfig = field(default_factory=PoliciesConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -217,6 +234,10 @@ def _check_semantics(config: Config) -> None:
                 raise ConfigError(f"{where}.{name}: {text!r}: {exc}") from None
             if quantity < 0:
                 raise ConfigError(f"{where}.{name}: {text!r} is negative")
+    try:
+        parse_duration(config.audit.orphanGracePeriod)
+    except ValueError as exc:
+        raise ConfigError(f"audit.orphanGracePeriod: {exc}") from None
     for i, selector in enumerate(config.policies.nodeName.managedNodeSelectors):
         _check_node_selector(selector, f"policies.nodeName.managedNodeSelectors[{i}]")
 
