@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_manifests(commands)
     _add_sidecar(commands)
     _add_sandbox(commands)
+    _add_audit(commands)
     _add_demo(commands)
     return parser
 
@@ -116,6 +117,18 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--nodes", metavar="FILE", help="Nodes (a NodeList or Node YAMLs) for "
                        "the nodeName policy; without it every node counts as Volcano-managed")
     check.set_defaults(run=run_check)
+
+
+def _add_audit(commands: argparse._SubParsersAction) -> None:
+    audit = commands.add_parser(
+        "audit", help="find what the policies and Volcano's node accounting object to in the "
+        "cluster as it is (exit 0 clean, 1 findings, 2 the cluster cannot be read)")
+    audit.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
+    audit.add_argument("--config", help="YAML config file (default: every default)")
+    audit.add_argument("--namespace", help="only this namespace's objects (node accounting, "
+                       "which needs every pod, is then skipped)")
+    audit.add_argument("--output", choices=("text", "json"), default="text")
+    audit.set_defaults(run=run_audit)
 
 
 def _add_sidecar(commands: argparse._SubParsersAction) -> None:
@@ -297,8 +310,8 @@ def run_certs_generate(args: argparse.Namespace) -> int:
 
 
 def run_certs_rotate(args: argparse.Namespace) -> int:
-    from volcano_guard.certs.generate import CertsError
     from volcano_guard.base.durations import parse_duration
+    from volcano_guard.certs.generate import CertsError
     from volcano_guard.certs.rotate import rotate
 
     try:
@@ -343,7 +356,8 @@ def run_certs_secret(args: argparse.Namespace) -> int:
     return 0
 
 
-def _api_client(kubeconfig: str | None) -> object:
+def _api_client(kubeconfig: str | None, command: str = "certs",
+                exit_code: int = EXIT_USAGE) -> object:
     from kubernetes import client
 
     from volcano_guard.base.kubeconfig import KubeconfigError, kubernetes_configuration, resolve
@@ -351,8 +365,8 @@ def _api_client(kubeconfig: str | None) -> object:
     try:
         return client.ApiClient(kubernetes_configuration(resolve(kubeconfig=kubeconfig)))
     except KubeconfigError as exc:
-        print(f"volcano-guard certs: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE) from None
+        print(f"volcano-guard {command}: {exc}", file=sys.stderr)
+        raise SystemExit(exit_code) from None
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -367,6 +381,33 @@ def run_check(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     print(format_report(report, args.output))
     return report.exit_code
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    from volcano_guard.audit.cluster import ClusterReadError, read_state
+    from volcano_guard.audit.findings import NODE_ACCOUNTING, findings
+    from volcano_guard.audit.report import EXIT_UNREADABLE, exit_code, format_report
+
+    config = _load_config_or_exit(args.config)
+    on_terminal = sys.stderr.isatty()
+
+    def progress(text: str) -> None:
+        if on_terminal:  # large clusters take a while to list
+            print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
+
+    try:
+        state = read_state(_api_client(args.kubeconfig, "audit", EXIT_UNREADABLE),
+                           args.namespace, progress)
+    except ClusterReadError as exc:
+        print(f"\nvolcano-guard audit: cannot read the cluster: {exc}" if on_terminal else
+              f"volcano-guard audit: cannot read the cluster: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    progress("")
+    found = findings(state, config)
+    if args.namespace:  # the nodes' accounts need every pod, not one namespace's
+        found = [finding for finding in found if finding.policy != NODE_ACCOUNTING]
+    print(format_report(found, state, args.output))
+    return exit_code(found)
 
 
 def run_manifests(args: argparse.Namespace) -> int:

@@ -1,0 +1,55 @@
+"""Reading the cluster state the audit needs, with the `kubernetes` client: nodes, pods,
+PodGroups and the Volcano workload kinds, as plain JSON objects. A kind whose CRD is not
+installed (404) is read as none."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from volcano_guard.audit.findings import WORKLOADS, ClusterState
+
+
+class ClusterReadError(Exception):
+    """The cluster could not be read; the message says what failed."""
+
+
+def read_state(api_client: Any, namespace: str | None = None,
+               progress: Callable[[str], None] = lambda _: None) -> ClusterState:
+    """Every object the audit evaluates (in namespace, if given; nodes always)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+
+    def items(what: str, call: Callable[..., Any], *args: Any, missing_ok: bool = False,
+              ) -> list[dict[str, Any]]:
+        try:
+            response = call(*args, _preload_content=False)
+            listed = json.loads(response.data).get("items") or []
+        except ApiException as exc:
+            if missing_ok and exc.status == 404:
+                return []
+            raise ClusterReadError(f"listing {what}: {exc.status} {exc.reason}") from None
+        except (HTTPError, OSError, ValueError) as exc:
+            raise ClusterReadError(f"listing {what}: {exc}") from None
+        progress(f"read {len(listed):,} {what}")
+        return [item for item in listed if isinstance(item, dict)]
+
+    nodes = items("nodes", core.list_node)
+    pods = (items("pods", core.list_namespaced_pod, namespace) if namespace
+            else items("pods", core.list_pod_for_all_namespaces))
+
+    def custom_items(group: str, version: str, plural: str) -> list[dict[str, Any]]:
+        if namespace:
+            return items(plural, custom.list_namespaced_custom_object, group, version,
+                         namespace, plural, missing_ok=True)
+        return items(plural, custom.list_cluster_custom_object, group, version, plural,
+                     missing_ok=True)
+
+    podgroups = custom_items("scheduling.volcano.sh", "v1beta1", "podgroups")
+    workloads = [item for (group, version, _), plural in WORKLOADS.items()
+                 for item in custom_items(group, version, plural)]
+    return ClusterState(nodes, pods, podgroups, workloads)

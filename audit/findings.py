@@ -1,0 +1,205 @@
+"""What the audit finds in a snapshot of the cluster, from the same policy code the webhook runs:
+
+- every existing object the policies in enforce mode would refuse today, with the webhook's
+  message:
+  each Pod, Volcano Job, CronJob and JobTemplate is evaluated as its own CREATE (resourceRequests
+  on pods Volcano places; nodeName on pods placed by any other scheduler, since Volcano binds
+  its own); the creator's name is not recorded on an object, so user exemptions cannot apply;
+- managed nodes whose accounted requests pass their allocatable (audit/accounting.py);
+- pods naming a PodGroup that does not exist, older than `audit.orphanGracePeriod`;
+- PodGroups without a generation id (when the guard stamps them).
+
+Pure: a ClusterState and the config in, findings out; reading the cluster is cluster.py's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from volcano_guard.audit.accounting import NodeAccount, is_accounted, node_account
+from volcano_guard.base.informer import static_snapshot
+from volcano_guard.base.node_selectors import is_managed
+from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.policies import enabled_checks, evaluate
+from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.node_name import NODES, node_labels
+from volcano_guard.webhook.policies.pod_groups import (
+    GENERATION_ID,
+    GROUP_NAME,
+    PODGROUPS,
+    podgroup_generation,
+)
+from volcano_guard.webhook.review import (
+    AdmissionRequest,
+    GroupVersionKind,
+    GroupVersionResource,
+)
+from volcano_guard.webhook.workloads import ObjectShapeError
+
+NODE_ACCOUNTING = "nodeAccounting"
+ORPHANED_PODS = "orphanedPods"
+GENERATION_IDS = "podGroupGenerationIds"
+# The Volcano kinds the audit evaluates besides pods: (group, version, kind) -> resource.
+WORKLOADS = {("batch.volcano.sh", "v1alpha1", "Job"): "jobs",
+             ("batch.volcano.sh", "v1alpha1", "CronJob"): "cronjobs",
+             ("flow.volcano.sh", "v1alpha1", "JobTemplate"): "jobtemplates"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    policy: str
+    kind: str
+    namespace: str  # "" for nodes
+    name: str
+    message: str
+
+    def line(self) -> str:
+        """One line, as `check` prints one."""
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind} {where}: {self.policy}: {self.message}"
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What the audit reads: plain objects as the API serves them."""
+
+    nodes: Sequence[dict[str, Any]] = ()
+    pods: Sequence[dict[str, Any]] = ()
+    podgroups: Sequence[dict[str, Any]] = ()
+    workloads: Sequence[dict[str, Any]] = ()  # Volcano Jobs, CronJobs, JobTemplates
+    now: datetime.datetime = field(default_factory=lambda: datetime.datetime.now(datetime.UTC))
+
+
+def findings(state: ClusterState, config: Config) -> list[Finding]:
+    """Every finding, in a stable order: nodes, then objects by namespace and name."""
+    found = [*node_findings(state, config), *policy_findings(state, config),
+             *orphaned_pods(state, config), *unstamped_podgroups(state, config)]
+    return sorted(found, key=lambda f: (f.namespace != "", f.namespace, f.kind, f.name, f.policy))
+
+
+def managed_accounts(state: ClusterState, config: Config) -> list[NodeAccount]:
+    """The account of every Volcano-managed node (managedNodeSelectors; none: every node)."""
+    selectors = config.policies.nodeName.managed_selectors
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for pod in state.pods:
+        if is_accounted(pod):
+            by_node.setdefault(str(_spec(pod).get("nodeName")), []).append(pod)
+    return [node_account(node, by_node.get(_name(node), ())) for node in state.nodes
+            if is_managed(node_labels(node), selectors)]
+
+
+def node_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
+    for account in managed_accounts(state, config):
+        for resource in account.overcommitted():
+            yield Finding(NODE_ACCOUNTING, "Node", "", account.node, (
+                f"pods bound here request {account.requested.get(resource, 0)} {resource}, "
+                f"more than its allocatable {account.allocatable.get(resource, 0)} "
+                f"({_ratio(account.ratio(resource))}): Volcano's scheduler holds a negative "
+                f"idle {resource} for this node, the precondition of its negative-resource "
+                "panic; move or delete pods bound here around Volcano"))
+
+
+def policy_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
+    context = PolicyContext(config, {
+        NODES: static_snapshot({_name(node): node_labels(node) for node in state.nodes}),
+        PODGROUPS: static_snapshot({f"{_namespace(pg)}/{_name(pg)}": podgroup_generation(pg)
+                                    for pg in state.podgroups})})
+    checks = enabled_checks("validate", config)
+    schedulers = config.volcanoSchedulerNames
+    for pod in state.pods:
+        if _spec(pod).get("nodeName") and _spec(pod).get("schedulerName") in schedulers:
+            pod = {**pod, "spec": {**_spec(pod), "nodeName": ""}}  # bound by Volcano itself
+        yield from _evaluated(pod, ("", "v1", "Pod"), "pods", context, checks)
+    for workload in state.workloads:
+        group, _, version = str(workload.get("apiVersion", "")).rpartition("/")
+        kind = (group, version, str(workload.get("kind", "")))
+        if kind in WORKLOADS:
+            yield from _evaluated(workload, kind, WORKLOADS[kind], context, checks)
+
+
+def _evaluated(obj: dict[str, Any], kind: tuple[str, str, str], resource: str,
+               context: PolicyContext, checks: Any) -> Iterator[Finding]:
+    group, version, kind_name = kind
+    request = AdmissionRequest(
+        uid=str(uuid.uuid4()), kind=GroupVersionKind(group, version, kind_name),
+        resource=GroupVersionResource(group, version, resource), operation="CREATE",
+        namespace=_namespace(obj), name=_name(obj), object=obj)
+    try:
+        evaluation = evaluate("validate", request, context, checks)
+    except ObjectShapeError as exc:
+        yield Finding("shape", kind_name, _namespace(obj), _name(obj), str(exc))
+        return
+    for result in evaluation.results:
+        if result.mode != "enforce":  # what a policy would not refuse today is not a finding
+            continue
+        for violation in result.verdict.violations:
+            yield Finding(result.policy, kind_name, _namespace(obj), _name(obj), violation)
+
+
+def orphaned_pods(state: ClusterState, config: Config) -> Iterator[Finding]:
+    existing = {(_namespace(pg), _name(pg)) for pg in state.podgroups}
+    grace = config.audit.orphan_grace
+    for pod in state.pods:
+        group = _annotations(pod).get(GROUP_NAME)
+        if not group or (_namespace(pod), group) in existing or _finished(pod):
+            continue
+        age = _age(pod, state.now)
+        if age is not None and age >= grace:
+            yield Finding(ORPHANED_PODS, "Pod", _namespace(pod), _name(pod), (
+                f'names PodGroup "{group}", which does not exist (pod age {age}); Volcano '
+                "will not schedule it: recreate the PodGroup or the pod's workload"))
+
+
+def unstamped_podgroups(state: ClusterState, config: Config) -> Iterator[Finding]:
+    if not config.policies.podGroups.stampGenerationId:
+        return
+    for podgroup in state.podgroups:
+        if not podgroup_generation(podgroup):
+            yield Finding(GENERATION_IDS, "PodGroup", _namespace(podgroup), _name(podgroup), (
+                f"has no {GENERATION_ID}: it was created before the guard or while the guard "
+                "was down, so a stale delete of it cannot be told from a current one"))
+
+
+def _ratio(ratio: float) -> str:
+    return "requested of none" if ratio == float("inf") else f"{ratio:.0%} of allocatable"
+
+
+def _finished(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status")
+    return isinstance(status, dict) and status.get("phase") in ("Succeeded", "Failed")
+
+
+def _age(obj: Mapping[str, Any], now: datetime.datetime) -> datetime.timedelta | None:
+    created = _metadata(obj).get("creationTimestamp")
+    try:
+        moment = datetime.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return now - moment.replace(tzinfo=datetime.UTC)
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    annotations = _metadata(obj).get("annotations")
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(_metadata(obj).get("name", ""))
+
+
+def _namespace(obj: Mapping[str, Any]) -> str:
+    return str(_metadata(obj).get("namespace", "") or "")
