@@ -31,6 +31,7 @@ import yaml
 
 from bench.admission_load import start
 from bench.hey import ensure_hey, run_hey
+from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.base.processes import free_port
 from volcano_guard.certs.generate import generate
 from volcano_guard.guarded_sandbox import NAMESPACE, SERVICE, shipped_config
@@ -103,11 +104,7 @@ def main() -> None:
                       f"{NAMESPACE}/{SERVICE}:443=127.0.0.1:{webhook_port}"], sandbox_port)
         url = f"http://127.0.0.1:{sandbox_port}"
         kubeconfig = tmp / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "s",
-            "clusters": [{"name": "s", "cluster": {"server": url}}],
-            "users": [{"name": "u", "user": {}}],
-            "contexts": [{"name": "s", "context": {"cluster": "s", "user": "u"}}]}))
+        write_kubeconfig(kubeconfig, url)
         config = tmp / "config.yaml"
         config.write_text(yaml.safe_dump(shipped_config()))
         start(stack, [*cli, "webhook", "--listen", f"127.0.0.1:{webhook_port}",

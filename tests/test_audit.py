@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +23,7 @@ from volcano_guard.audit.findings import (
     ClusterState,
     findings,
 )
+from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.webhook.config import ConfigError, config_from_dict
 
 NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.UTC)
@@ -59,11 +59,7 @@ OK = {"cpu": "1", "memory": "1Gi"}
 
 def audit(url: str, directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     kubeconfig = directory / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "s",
-        "clusters": [{"name": "s", "cluster": {"server": url}}],
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "s", "context": {"cluster": "s", "user": "u"}}]}))
+    write_kubeconfig(kubeconfig, url)
     return subprocess.run([sys.executable, "-m", "volcano_guard.cli", "audit", "--kubeconfig",
                            str(kubeconfig), *args], capture_output=True, text=True, timeout=60)
 

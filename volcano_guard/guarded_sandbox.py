@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.base.processes import free_port
 from volcano_guard.base.tls import server_context
 from volcano_guard.certs.generate import generate
@@ -128,7 +129,9 @@ def guarded_sandbox(directory: Path, seed: Iterable[Mapping[str, Any]],
     with SandboxThread(settings=settings, tls=tls) as sandbox:
         sandbox.seed([dict(obj) for obj in seed])
         kubeconfig = directory / "kubeconfig"
-        kubeconfig.write_text(_kubeconfig(sandbox.url, sandbox_certs.ca_file), encoding="utf-8")
+        # localhost: the name the sandbox's certificate has
+        write_kubeconfig(kubeconfig, sandbox.url.replace("127.0.0.1", "localhost"),
+                         token="admin", ca_file=sandbox_certs.ca_file)
         log = directory / "webhook.log"
         with open(log, "wb") as output:
             webhook = subprocess.Popen(
@@ -147,16 +150,6 @@ def guarded_sandbox(directory: Path, seed: Iterable[Mapping[str, Any]],
         finally:
             webhook.terminate()
             webhook.wait(30)
-
-
-def _kubeconfig(url: str, ca_file: Path) -> str:
-    server = url.replace("127.0.0.1", "localhost")  # the name the sandbox's certificate has
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sandbox",
-        "clusters": [{"name": "sandbox", "cluster": {"server": server,
-                                                     "certificate-authority": str(ca_file)}}],
-        "users": [{"name": "admin", "user": {"token": "admin"}}],
-        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "admin"}}]})
 
 
 def _wait_ready(port: int, webhook: subprocess.Popen[bytes], log: Path) -> None:

@@ -153,11 +153,15 @@ def own_namespace() -> str | None:
         return None
 
 
-def write_kubeconfig(path: str, server: str) -> None:
-    """A kubeconfig with no credentials whose server is `server`: the sidecar writes one that
-    points at itself, so the app's client talks to it and it adds the pod's credentials."""
+def write_kubeconfig(path: str | Path, server: str, *, token: str | None = None,
+                     ca_file: str | Path | None = None) -> None:
+    """A kubeconfig whose server is `server`, with a bearer token and a CA if given. The sidecar
+    writes one without credentials that points at itself, so the app's client talks to it and
+    it adds the pod's credentials."""
     cluster: dict[str, str] = {"server": server}
-    user: dict[str, str] = {}
+    if ca_file is not None:
+        cluster["certificate-authority"] = str(ca_file)
+    user: dict[str, str] = {"token": token} if token else {}
     document = {
         "apiVersion": "v1", "kind": "Config", "current-context": "volcano-guard",
         "clusters": [{"name": "volcano-guard", "cluster": cluster}],
