@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +78,13 @@ def findings(state: ClusterState, config: Config) -> list[Finding]:
     """Every finding, in a stable order: nodes, then objects by namespace and name."""
     found = [*node_findings(state, config), *policy_findings(state, config),
              *orphaned_pods(state, config), *unstamped_podgroups(state, config)]
-    return sorted(found, key=lambda f: (f.namespace != "", f.namespace, f.kind, f.name, f.policy))
+    return sorted(found, key=finding_order)
+
+
+def finding_order(finding: Finding) -> tuple[bool, str, str, str, str]:
+    """Nodes first, then objects by namespace, kind and name."""
+    return (finding.namespace != "", finding.namespace, finding.kind, finding.name,
+            finding.policy)
 
 
 def managed_accounts(state: ClusterState, config: Config) -> list[NodeAccount]:
@@ -93,7 +99,12 @@ def managed_accounts(state: ClusterState, config: Config) -> list[NodeAccount]:
 
 
 def node_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
-    for account in managed_accounts(state, config):
+    return account_findings(managed_accounts(state, config))
+
+
+def account_findings(accounts: Iterable[NodeAccount]) -> Iterator[Finding]:
+    """A finding for each resource a node's pods request past its allocatable."""
+    for account in accounts:
         for resource in account.overcommitted():
             yield Finding(NODE_ACCOUNTING, "Node", "", account.node, (
                 f"pods bound here request {account.requested.get(resource, 0)} {resource}, "

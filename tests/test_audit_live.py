@@ -1,0 +1,101 @@
+"""The audit kept current event by event holds exactly what a full audit of the same objects
+finds, whatever the order of adds, changes and deletes."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from volcano_guard.audit.findings import ClusterState, findings, managed_accounts
+from volcano_guard.audit.live import LiveAudit, trim
+from volcano_guard.webhook.config import config_from_dict
+
+NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.UTC)
+CONFIG = config_from_dict({"audit": {"orphanGracePeriod": "1m"}, "policies": {"nodeName": {
+    "managedNodeSelectors": ["pool:volcano"]}}})
+
+
+def node(name: str, managed: bool, cpu: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"pool": "volcano" if managed else "web"}},
+            "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "3"}}}
+
+
+def pod(name: str, node_name: str, scheduler: str, cpu: str | None, group: str | None,
+        phase: str) -> dict[str, Any]:
+    requests = {"cpu": cpu, "memory": "1Gi"} if cpu else {}
+    metadata: dict[str, Any] = {"name": name, "namespace": "a",
+                                "creationTimestamp": "2026-11-24T10:00:00Z",
+                                "managedFields": [{"manager": "kubectl"}]}
+    if group:
+        metadata["annotations"] = {"scheduling.k8s.io/group-name": group}
+    spec: dict[str, Any] = {"schedulerName": scheduler, "volumes": [{"name": "v"}],
+                            "containers": [{"name": "c", "image": "x", "env": [{"name": "A"}],
+                                            "resources": {"requests": requests}}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec,
+            "status": {"phase": phase, "conditions": [{"type": "Ready"}]}}
+
+
+def podgroup(name: str, stamped: bool) -> dict[str, Any]:
+    annotations = {"volcano-guard.io/generation-id": "0190"} if stamped else {}
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "a", "annotations": annotations}}
+
+
+nodes = st.builds(node, st.sampled_from(["n1", "n2"]), st.booleans(),
+                  st.sampled_from(["2", "4"]))
+pods = st.builds(pod, st.sampled_from(["p1", "p2"]), st.sampled_from(["", "n1", "n2", "n3"]),
+                 st.sampled_from(["volcano", "default-scheduler"]),
+                 st.sampled_from([None, "1", "3"]), st.sampled_from([None, "g1", "g2"]),
+                 st.sampled_from(["Running", "Pending", "Succeeded"]))
+podgroups = st.builds(podgroup, st.sampled_from(["g1", "g2"]), st.booleans())
+# Mostly pods, few names: changes of one pod on one node are what the bookkeeping must get right.
+events = st.lists(st.tuples(st.sampled_from(["set", "set", "delete"]),
+                            st.one_of(pods, pods, pods, nodes, podgroups)), max_size=30)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=events)
+def test_event_by_event_equals_a_full_audit_of_the_same_objects(events):
+    live = LiveAudit(CONFIG, clock=lambda: NOW)
+    current: dict[tuple[str, str], dict[str, Any]] = {}
+    for action, obj in events:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        gone = action == "delete"
+        if gone:
+            current.pop((kind, name), None)
+        else:
+            current[(kind, name)] = obj
+        if kind == "Node":
+            live.node(None if gone else obj, name)
+        elif kind == "Pod":
+            live.pod(None if gone else obj, ("a", name))
+        else:
+            live.podgroup(None if gone else obj, ("a", name))
+    state = ClusterState(
+        nodes=[o for (k, _), o in current.items() if k == "Node"],
+        pods=[o for (k, _), o in current.items() if k == "Pod"],
+        podgroups=[o for (k, _), o in current.items() if k == "PodGroup"], now=NOW)
+    view = live.view()
+    assert list(view.findings) == findings(state, CONFIG)
+    assert accounts(view.accounts) == accounts(managed_accounts(state, CONFIG))
+
+
+def accounts(listed: Any) -> dict[str, tuple[dict, dict]]:
+    return {account.node: (account.allocatable,
+                           {name: amount for name, amount in account.requested.items() if amount})
+            for account in listed}
+
+
+def test_what_is_kept_of_a_pod_is_what_the_audit_reads():
+    kept = trim("Pod", pod("p1", "n1", "volcano", "1", "g1", "Running"))
+    assert "managedFields" not in kept["metadata"] and "volumes" not in kept["spec"]
+    assert kept["spec"]["containers"] == [{"name": "c", "image": "x",
+                                           "resources": {"requests": {"cpu": "1",
+                                                                      "memory": "1Gi"}}}]
+    assert kept["status"] == {"phase": "Running"}
