@@ -188,3 +188,25 @@ def test_an_unavailable_api_server_is_retried_with_backoff_until_it_answers(clus
         assert set(informer.snapshot.items) == {"gpu-1", "web-1"}
     finally:
         informer.stop()
+
+
+def test_on_change_sees_every_change_and_a_relist_reports_what_went_missing(cluster):
+    api = client.CoreV1Api(client.ApiClient(client.Configuration(host=cluster.url)))
+    seen: dict[str, object] = {}
+    informer = Informer("nodes", api.list_node, node_labels, snapshots=False,
+                        on_change=lambda key, labels: seen.__setitem__(key, labels))
+    informer.start()
+    try:
+        assert wait_synced(informer, 10)
+        assert set(seen) == {"gpu-1", "web-1"} and informer.snapshot.items == {}
+        patch_labels(cluster, "web-1", {"role": "train"})
+        assert wait_until(lambda: dict(seen["web-1"] or {}) == {"role": "train"})
+        # A delete the informer misses (its watch is down, the event leaves the window)
+        # is reported by the re-list as a delete.
+        cluster.call(lambda sb: sb.store.close_all_watches())
+        cluster.call(lambda sb: sb.store.delete(NODES, "", "gpu-1"))
+        cluster.seed([sandbox_pod(f"p{i}") for i in range(60)])
+        cluster.call(lambda sb: sb.store.close_all_watches())
+        assert wait_until(lambda: seen.get("gpu-1", "kept") is None, timeout=5)
+    finally:
+        informer.stop()

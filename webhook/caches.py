@@ -62,7 +62,7 @@ class Caches:
         from kubernetes import client
 
         api_client = client.ApiClient(kubernetes_configuration(cluster))
-        informers = {data: Informer(data.resource, _lister(api_client, data), data.keep)
+        informers = {data: Informer(data.resource, lister(api_client, data), data.keep)
                      for data in watched_data(config)}
         return cls(informers, cluster=cluster, lookup_timeout=lookup_timeout)
 
@@ -114,7 +114,7 @@ class Caches:
         return all(informer.snapshot.synced for informer in self._informers.values())
 
 
-def _lister(api_client: Any, data: WatchedList[Any]) -> Callable[..., Any]:
+def lister(api_client: Any, data: WatchedList[Any]) -> Callable[..., Any]:
     """The kubernetes client's list call for data, cluster-wide (what Informer lists and
     watches with)."""
     from kubernetes import client

@@ -46,15 +46,24 @@ class Gone(Exception):
 
 
 class Informer(Generic[T]):
+    """Lists and watches one resource on a thread of its own, keeping each object as `extract`
+    projects it, keyed by `key` ("namespace/name" by default). Readers take `snapshot`; or,
+    given `on_change`, the thread calls it with (key, projection) for every change and
+    (key, None) for every delete, a re-list included, and with `snapshots=False` keeps no
+    snapshot copies (the consumer keeps its own state: one copy, not two)."""
+
     def __init__(self, name: str, list_func: Callable[..., Any],
                  extract: Callable[[dict[str, Any]], T],
-                 key: Callable[[dict[str, Any]], str] | None = None) -> None:
+                 key: Callable[[dict[str, Any]], str] | None = None, *,
+                 on_change: Callable[[str, T | None], None] | None = None,
+                 snapshots: bool = True) -> None:
         self.name, self._list, self._extract = name, list_func, extract
         self._key = key or _name_key
+        self._on_change, self._snapshots = on_change, snapshots
         self.snapshot: Snapshot[T] = empty_snapshot()
         self.relists = 0
         self._listing = False  # the thread is listing (not watching) right now
-        self._items: dict[str, T] = {}
+        self._items: dict[str, Any] = {}  # the projections, or only the keys without snapshots
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
         self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
@@ -96,7 +105,13 @@ class Informer(Generic[T]):
         response = self._list(_preload_content=False)
         self._listing = False
         listed = json.loads(response.data)
-        self._items = {self._key(obj): self._extract(obj) for obj in listed.get("items") or []}
+        items = {self._key(obj): self._extract(obj) for obj in listed.get("items") or []}
+        if self._on_change is not None:
+            for key in self._items.keys() - items.keys():  # deleted while we were away
+                self._on_change(key, None)
+            for key, item in items.items():
+                self._on_change(key, item)
+        self._items = items if self._snapshots else dict.fromkeys(items)
         version = listed["metadata"]["resourceVersion"]
         self.relists += 1
         self._publish(version)
@@ -126,15 +141,23 @@ class Informer(Generic[T]):
         version = (obj.get("metadata") or {}).get("resourceVersion") or version
         if kind == "BOOKMARK":
             return version
-        if kind == "DELETED":
-            self._items.pop(self._key(obj), None)
+        key = self._key(obj)
+        item = None if kind == "DELETED" else self._extract(obj)
+        if item is None:
+            self._items.pop(key, None)
         else:
-            self._items[self._key(obj)] = self._extract(obj)
+            self._items[key] = item if self._snapshots else None
+        if self._on_change is not None:
+            self._on_change(key, item)
         self._publish(version)
         return version
 
     def _publish(self, version: str) -> None:
-        self.snapshot = Snapshot(MappingProxyType(dict(self._items)), True, version)
+        items = MappingProxyType(dict(self._items)) if self._snapshots else _NOTHING
+        self.snapshot = Snapshot(items, True, version)
+
+
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
 
 
 def _name_key(obj: dict[str, Any]) -> str:
