@@ -128,6 +128,11 @@ def _add_audit(commands: argparse._SubParsersAction) -> None:
     audit.add_argument("--namespace", help="only this namespace's objects (node accounting, "
                        "which needs every pod, is then skipped)")
     audit.add_argument("--output", choices=("text", "json"), default="text")
+    audit.add_argument("--watch", action="store_true", help="keep auditing as the cluster "
+                       "changes, publishing metrics (on --metrics-listen) until SIGTERM")
+    audit.add_argument("--metrics-listen", default="0.0.0.0:9092",
+                       help="HOST:PORT for /metrics, /healthz, /readyz with --watch "
+                       "(default %(default)s)")
     audit.set_defaults(run=run_audit)
 
 
@@ -389,6 +394,8 @@ def run_audit(args: argparse.Namespace) -> int:
     from volcano_guard.audit.report import EXIT_UNREADABLE, exit_code, format_report
 
     config = _load_config_or_exit(args.config)
+    if args.watch:
+        return _watch_audit(args, config)
     on_terminal = sys.stderr.isatty()
 
     def progress(text: str) -> None:
@@ -408,6 +415,24 @@ def run_audit(args: argparse.Namespace) -> int:
         found = [finding for finding in found if finding.policy != NODE_ACCOUNTING]
     print(format_report(found, state, args.output))
     return exit_code(found)
+
+
+def _watch_audit(args: argparse.Namespace, config: Any) -> int:
+    from volcano_guard.audit.report import EXIT_UNREADABLE
+    from volcano_guard.audit.watch import watch
+    from volcano_guard.base.listen import parse_listen
+
+    if args.namespace:
+        print("volcano-guard audit: --watch audits the whole cluster (no --namespace)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        metrics_listen = parse_listen(args.metrics_listen)
+    except ValueError as exc:
+        print(f"volcano-guard audit: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    api_client = _api_client(args.kubeconfig, "audit", EXIT_UNREADABLE)
+    return asyncio.run(watch(api_client, config, metrics_listen))
 
 
 def run_manifests(args: argparse.Namespace) -> int:

@@ -1,0 +1,58 @@
+"""The audit's metrics, read at scrape time from the last published View (immutable: the event
+loop swaps it in after each batch of events, so a scrape never sees half an update)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from volcano_guard.audit.live import View
+from volcano_guard.base.metrics import PREFIX
+
+ALWAYS_REPORTED = frozenset({"cpu", "memory", "pods"})
+
+
+class AuditCollector(Collector):
+    """volcano_guard_audit_violations{policy,namespace}, node_request_ratio{node,resource},
+    overcommitted_nodes{resource}, orphaned_pods{namespace},
+    audit_last_evaluation_timestamp_seconds."""
+
+    def __init__(self, view: Callable[[], tuple[View, float] | None]) -> None:
+        self._view = view  # (the view, when it was evaluated) or None before the first
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        published = self._view()
+        violations = GaugeMetricFamily(
+            f"{PREFIX}audit_violations", "Findings of the audit now, by policy and namespace "
+            "(namespace empty for nodes).", labels=["policy", "namespace"])
+        ratio = GaugeMetricFamily(
+            f"{PREFIX}node_request_ratio", "A Volcano-managed node's accounted requests over "
+            "its allocatable, by resource (+Inf: requested of none).", labels=["node", "resource"])
+        overcommitted = GaugeMetricFamily(
+            f"{PREFIX}overcommitted_nodes", "Volcano-managed nodes whose accounted requests pass "
+            "their allocatable, by resource.", labels=["resource"])
+        orphans = GaugeMetricFamily(
+            f"{PREFIX}orphaned_pods", "Pods naming a PodGroup that does not exist, past the "
+            "grace period, by namespace.", labels=["namespace"])
+        evaluated = GaugeMetricFamily(
+            f"{PREFIX}audit_last_evaluation_timestamp_seconds",
+            "When the audit's findings were last brought up to date (Unix time).")
+        if published is not None:
+            view, at = published
+            for (policy, namespace), count in sorted(view.violations().items()):
+                violations.add_metric([policy, namespace], count)
+            for account in view.accounts:
+                for resource in account.resources():
+                    value = account.ratio(resource)
+                    ratio.add_metric([account.node, resource],
+                                     math.inf if value == float("inf") else value)
+            counts = view.overcommitted()
+            for resource in sorted(counts.keys() | ALWAYS_REPORTED):  # 0s too, for graphs
+                overcommitted.add_metric([resource], counts.get(resource, 0))
+            for namespace, count in sorted(view.orphans().items()):
+                orphans.add_metric([namespace], count)
+            evaluated.add_metric([], at)
+        yield from (violations, ratio, overcommitted, orphans, evaluated)

@@ -1,0 +1,168 @@
+"""`volcano-guard audit --watch`: informers on nodes, pods, PodGroups and the Volcano workload
+kinds feed the LiveAudit event by event; its view is published for the metrics page.
+
+One owner: the informers' threads hand every change to the event loop (call_soon_threadsafe),
+which alone touches the LiveAudit, then publishes an immutable View; the metrics collector
+reads only the published view. Readiness: every informer has listed and the first view is
+published. Orphans age into findings without an event, so they are re-checked every few
+seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from volcano_guard.audit.findings import WORKLOADS
+from volcano_guard.audit.live import LiveAudit, View, trim
+from volcano_guard.audit.metrics import AuditCollector
+from volcano_guard.base.informer import Informer
+from volcano_guard.base.listen import Listen
+from volcano_guard.base.metrics import REGISTRY, metrics_app
+from volcano_guard.webhook.caches import lister
+from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.policies.base import WatchedList
+
+log = logging.getLogger("volcano_guard.audit")
+PUBLISH_INTERVAL = 0.1  # seconds: a pod event reaches the metrics within this (plus a scrape)
+ORPHAN_RECHECK = 5.0  # seconds between re-checks of pods that name a missing PodGroup
+
+
+@dataclass(frozen=True)
+class Watched:
+    data: WatchedList[Any]
+    apply: Callable[[LiveAudit, str, dict[str, Any] | None], None]
+
+
+def _split(key: str) -> tuple[str, str]:
+    namespace, _, name = key.rpartition("/")
+    return namespace, name
+
+
+def watched_kinds() -> list[Watched]:
+    """What --watch lists and watches, and how each change reaches the LiveAudit."""
+    kinds = [
+        Watched(WatchedList("nodes", "Node", functools.partial(trim, "Node")),
+                lambda live, key, obj: live.node(obj, key)),
+        Watched(WatchedList("pods", "Pod", functools.partial(trim, "Pod"), namespaced=True),
+                lambda live, key, obj: live.pod(obj, _split(key))),
+        Watched(WatchedList("podgroups", "PodGroup", functools.partial(trim, "PodGroup"),
+                            "scheduling.volcano.sh", "v1beta1", namespaced=True),
+                lambda live, key, obj: live.podgroup(obj, _split(key))),
+    ]
+    for (group, version, kind), plural in WORKLOADS.items():
+        kinds.append(Watched(
+            WatchedList(plural, kind, functools.partial(trim, kind), group, version,
+                        namespaced=True),
+            functools.partial(_workload_changed, kind)))
+    return kinds
+
+
+def _workload_changed(kind: str, live: LiveAudit, key: str, obj: dict[str, Any] | None) -> None:
+    live.workload(obj, kind, _split(key))
+
+
+class AuditWatch:
+    """The running --watch: informers, the LiveAudit and its published view."""
+
+    def __init__(self, api_client: Any, config: Config) -> None:
+        self._api_client, self.live = api_client, LiveAudit(config)
+        self._informers: list[Informer[Any]] = []
+        self._published: tuple[View, float] | None = None
+        self._dirty = asyncio.Event()
+
+    def published(self) -> tuple[View, float] | None:
+        return self._published
+
+    def ready(self) -> bool:
+        return self._published is not None and all(
+            informer.snapshot.synced for informer in self._informers)
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for watched in watched_kinds():
+            if not self._served(watched.data):
+                log.info("%s are not served by this cluster (no CRD): none to audit",
+                         watched.data.resource)
+                continue
+
+            def changed(key: str, obj: Any, apply: Any = watched.apply) -> None:
+                loop.call_soon_threadsafe(self._apply, apply, key, obj)
+
+            informer = Informer(watched.data.resource, lister(self._api_client, watched.data),
+                                watched.data.keep, on_change=changed, snapshots=False)
+            self._informers.append(informer)
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self._informers:
+            informer.stop()
+
+    async def publish_forever(self) -> None:
+        """Publish a new view whenever events arrived (at most every PUBLISH_INTERVAL)."""
+        next_orphan_check = time.monotonic() + ORPHAN_RECHECK
+        while True:
+            with contextlib.suppress(TimeoutError):  # nothing happened: still re-check orphans
+                await asyncio.wait_for(self._dirty.wait(), timeout=ORPHAN_RECHECK)
+            if time.monotonic() >= next_orphan_check:
+                self.live.recheck_orphans()
+                next_orphan_check = time.monotonic() + ORPHAN_RECHECK
+            self._dirty.clear()
+            if all(informer.snapshot.synced for informer in self._informers):
+                self._published = (self.live.view(), time.time())
+            await asyncio.sleep(PUBLISH_INTERVAL)
+
+    def _apply(self, apply: Callable[..., None], key: str, obj: Any) -> None:
+        try:
+            apply(self.live, key, obj)
+        except Exception:  # an object of a shape the audit cannot read must not stop it
+            log.exception("could not audit %s", key)
+        self._dirty.set()
+
+    def _served(self, data: WatchedList[Any]) -> bool:
+        if not data.group:
+            return True
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            lister(self._api_client, data)(limit=1, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+
+async def watch(api_client: Any, config: Config, metrics_listen: Listen) -> int:
+    """Serve the metrics and keep the audit current until SIGTERM/SIGINT."""
+    audit = AuditWatch(api_client, config)
+    collector = AuditCollector(audit.published)
+    REGISTRY.register(collector)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    runner = web.AppRunner(metrics_app(audit.ready), access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, metrics_listen.host, metrics_listen.port).start()
+        port = runner.addresses[0][1]
+        log.info("audit watching the cluster; metrics on http://%s:%s", metrics_listen.host, port)
+        audit.start()
+        publisher = asyncio.create_task(audit.publish_forever())
+        await stop.wait()
+        publisher.cancel()
+    finally:
+        audit.stop()
+        await runner.cleanup()
+        REGISTRY.unregister(collector)
+    return 0

@@ -1,0 +1,114 @@
+"""`volcano-guard audit --watch` as a process against the sandbox: ready once it has listed
+everything, a pod created or deleted through the API reflected in its metrics within moments,
+a page promtool accepts."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.promtool import check_metrics
+from volcano_guard.base.kubeconfig import write_kubeconfig
+from volcano_guard.base.processes import free_port
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
+
+
+def sample(page: str, name: str, **labels: str) -> float | None:
+    wanted = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+    pattern = rf"^volcano_guard_{name}{{{re.escape(wanted)}}} (\S+)$" if labels else (
+        rf"^volcano_guard_{name} (\S+)$")
+    match = re.search(pattern, page, re.M)
+    return float(match.group(1)) if match else None
+
+
+def wait_for(port: int, check: Any, timeout: float = 10.0) -> float:
+    """Seconds until check(page) holds."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            if check(scrape(port)):
+                return time.monotonic() - started
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout}s; last page:\n{scrape(port)}")
+
+
+@pytest.fixture
+def watching(sandbox, tmp_path) -> Iterator[int]:
+    kubeconfig = tmp_path / "kubeconfig"
+    write_kubeconfig(kubeconfig, sandbox.url)
+    sandbox.seed([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"},
+                   "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}])
+    config = tmp_path / "config.yaml"
+    config.write_text("audit: {orphanGracePeriod: 1s}\n")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", "audit", "--watch",
+                             "--kubeconfig", str(kubeconfig), "--config", str(config),
+                             "--metrics-listen", f"127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("the audit never became ready")
+        yield port
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+def big_pod(name: str, cpu: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": "gpu-1", "schedulerName": "volcano", "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu,
+                                                                       "memory": "1Gi"}}}]}}
+
+
+def test_a_pod_event_reaches_the_metrics_and_the_page_passes_promtool(watching, core):
+    page = scrape(watching)
+    assert sample(page, "overcommitted_nodes", resource="cpu") == 0
+    assert sample(page, "audit_last_evaluation_timestamp_seconds") > 0
+    core.create_namespaced_pod("team-a", big_pod("hog", "5"))
+    took = wait_for(watching, lambda page: sample(
+        page, "overcommitted_nodes", resource="cpu") == 1)
+    assert took < 5
+    page = scrape(watching)
+    assert sample(page, "node_request_ratio", node="gpu-1", resource="cpu") == 1.25
+    assert sample(page, "audit_violations", policy="nodeAccounting", namespace="") == 1
+    linted = check_metrics(page)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    core.delete_namespaced_pod("hog", "team-a")
+    wait_for(watching, lambda page: sample(page, "overcommitted_nodes", resource="cpu") == 0)
+
+
+def test_an_orphan_is_counted_once_its_podgroup_is_gone(watching, core, custom):
+    podgroup = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                "metadata": {"name": "pg", "annotations": {
+                    "volcano-guard.io/generation-id": "0190"}}, "spec": {"minMember": 1}}
+    custom.create_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", "team-a",
+                                           "podgroups", podgroup)
+    pod = big_pod("member", "1")
+    pod["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "pg"}
+    core.create_namespaced_pod("team-a", pod)
+    time.sleep(1.5)  # older than the grace period: only the missing PodGroup is lacking
+    assert sample(scrape(watching), "orphaned_pods", namespace="team-a") is None
+    custom.delete_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", "team-a",
+                                           "podgroups", "pg")
+    wait_for(watching, lambda page: sample(page, "orphaned_pods", namespace="team-a") == 1)
