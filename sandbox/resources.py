@@ -9,6 +9,8 @@ from volcano_guard.base.apipaths import group_version_path
 CORE, SCHEDULING, BATCH = "", "scheduling.volcano.sh", "batch.volcano.sh"
 FLOW = "flow.volcano.sh"
 ADMISSION = "admissionregistration.k8s.io"
+COORDINATION, POLICY_REPORTS = "coordination.k8s.io", "wgpolicyk8s.io"
+_REPORT_FIELDS = ("scope", "scopeSelector", "summary", "results")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,13 @@ RESOURCES: tuple[ResourceType, ...] = (
                  status_subresource=True),
     ResourceType(FLOW, "v1alpha1", "jobtemplates", "JobTemplate", True, ("jt",),
                  status_subresource=True),
+    # The audit's leader election and its reports (the PolicyReport format of the Kubernetes
+    # policy working group, which Kyverno and Policy Reporter read).
+    ResourceType(COORDINATION, "v1", "leases", "Lease", True),
+    ResourceType(POLICY_REPORTS, "v1alpha2", "policyreports", "PolicyReport", True, ("polr",),
+                 fields=_REPORT_FIELDS),
+    ResourceType(POLICY_REPORTS, "v1alpha2", "clusterpolicyreports", "ClusterPolicyReport",
+                 False, ("cpolr",), fields=_REPORT_FIELDS),
 )
 
 
