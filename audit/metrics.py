@@ -6,11 +6,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 
+from prometheus_client import Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from volcano_guard.audit.live import View
-from volcano_guard.base.metrics import PREFIX
+from volcano_guard.base.metrics import PREFIX, REGISTRY
+
+LEADING = Gauge(f"{PREFIX}audit_leader", "1 while this audit replica holds the lease (exports "
+                "the audit's gauges and writes its reports), 0 while it stands by.",
+                registry=REGISTRY)
+REPORT_WRITE_ERRORS = Counter(f"{PREFIX}audit_report_write_errors",
+                              "PolicyReport writes that failed (each is retried at the next "
+                              "sync).", registry=REGISTRY)
 
 ALWAYS_REPORTED = frozenset({"cpu", "memory", "pods"})
 

@@ -5,13 +5,15 @@ One owner: the informers' threads hand every change to the event loop (call_soon
 which alone touches the LiveAudit, then publishes an immutable View; the metrics collector
 reads only the published view. Readiness: every informer has listed and the first view is
 published. Orphans age into findings without an event, so they are re-checked every few
-seconds.
+seconds. Every replica keeps the audit current (a standby takes over hot); the one holding the
+Lease exports the audit's gauges and writes the PolicyReports.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import functools
 import logging
 import signal
@@ -23,8 +25,10 @@ from typing import Any
 from aiohttp import web
 
 from volcano_guard.audit.findings import WORKLOADS
+from volcano_guard.audit.lease import LeaseElector, LeaseSettings
 from volcano_guard.audit.live import LiveAudit, View, trim
-from volcano_guard.audit.metrics import AuditCollector
+from volcano_guard.audit.metrics import LEADING, REPORT_WRITE_ERRORS, AuditCollector
+from volcano_guard.audit.reports import ReportWriter
 from volcano_guard.base.informer import Informer
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.metrics import REGISTRY, metrics_app
@@ -104,8 +108,10 @@ class AuditWatch:
             informer.start()
 
     def stop(self) -> None:
+        """The process is exiting: signal every informer, wait for none (daemon threads that
+        may sit in a blocking read until the next event)."""
         for informer in self._informers:
-            informer.stop()
+            informer.stop(timeout=0)
 
     async def publish_forever(self) -> None:
         """Publish a new view whenever events arrived (at most every PUBLISH_INTERVAL)."""
@@ -142,10 +148,28 @@ class AuditWatch:
         return True
 
 
-async def watch(api_client: Any, config: Config, metrics_listen: Listen) -> int:
-    """Serve the metrics and keep the audit current until SIGTERM/SIGINT."""
+async def lead_and_report(audit: AuditWatch, elector: LeaseElector,
+                          writer: ReportWriter) -> None:
+    """Hold the lease while alive; while leading, write the reports that changed."""
+    while True:
+        leading = await asyncio.to_thread(elector.try_lead)
+        LEADING.set(1 if leading else 0)
+        published = audit.published()
+        if leading and published is not None:
+            view, at = published
+            await asyncio.to_thread(writer.sync, list(view.findings),
+                                    datetime.datetime.fromtimestamp(at, datetime.UTC))
+        await asyncio.sleep(elector.settings.retry)
+
+
+async def watch(api_client: Any, config: Config, metrics_listen: Listen,
+                lease: LeaseSettings, identity: str) -> int:
+    """Serve the metrics and keep the audit current until SIGTERM/SIGINT; the replica holding
+    the lease exports the audit's gauges and writes its reports, another stands by hot."""
     audit = AuditWatch(api_client, config)
-    collector = AuditCollector(audit.published)
+    elector = LeaseElector(api_client, identity, lease)
+    writer = ReportWriter(api_client, config.audit.maxResultsPerReport, REPORT_WRITE_ERRORS)
+    collector = AuditCollector(lambda: audit.published() if elector.leading else None)
     REGISTRY.register(collector)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -158,9 +182,11 @@ async def watch(api_client: Any, config: Config, metrics_listen: Listen) -> int:
         port = runner.addresses[0][1]
         log.info("audit watching the cluster; metrics on http://%s:%s", metrics_listen.host, port)
         audit.start()
-        publisher = asyncio.create_task(audit.publish_forever())
+        tasks = [asyncio.create_task(audit.publish_forever()),
+                 asyncio.create_task(lead_and_report(audit, elector, writer))]
         await stop.wait()
-        publisher.cancel()
+        for task in tasks:
+            task.cancel()
     finally:
         audit.stop()
         await runner.cleanup()

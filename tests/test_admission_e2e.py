@@ -20,6 +20,8 @@ from volcano_guard.guarded_sandbox import (
     with_policy_changes,
 )
 
+# A webhook process and dozens of kubectl runs per cluster: the slow suite (.ci/run runs it).
+pytestmark = pytest.mark.slow
 SEED = [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
     {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},

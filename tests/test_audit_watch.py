@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,8 @@ import pytest
 from tests.promtool import check_metrics
 from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.base.processes import free_port
+
+pytestmark = pytest.mark.slow  # audit processes against a sandbox, a lease running out
 
 
 def scrape(port: int) -> str:
@@ -45,33 +48,47 @@ def wait_for(port: int, check: Any, timeout: float = 10.0) -> float:
     raise AssertionError(f"not within {timeout}s; last page:\n{scrape(port)}")
 
 
-@pytest.fixture
-def watching(sandbox, tmp_path) -> Iterator[int]:
-    kubeconfig = tmp_path / "kubeconfig"
-    write_kubeconfig(kubeconfig, sandbox.url)
-    sandbox.seed([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"},
-                   "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}])
-    config = tmp_path / "config.yaml"
+def start_audit(url: str, directory: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """An audit --watch process (lease in team-a, 3 s); its metrics port once it is ready."""
+    kubeconfig = directory / "kubeconfig"
+    write_kubeconfig(kubeconfig, url)
+    config = directory / "config.yaml"
     config.write_text("audit: {orphanGracePeriod: 1s}\n")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", "audit", "--watch",
                              "--kubeconfig", str(kubeconfig), "--config", str(config),
-                             "--metrics-listen", f"127.0.0.1:{port}"],
+                             "--metrics-listen", f"127.0.0.1:{port}", "--lease-namespace",
+                             "team-a", "--lease-duration", "3"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
+            return proc, port
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the audit never became ready")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    assert proc.wait(10) == 0
+
+
+@pytest.fixture
+def watching(sandbox, tmp_path) -> Iterator[int]:
+    sandbox.seed([NODE])
+    proc, port = start_audit(sandbox.url, tmp_path)
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("the audit never became ready")
+        wait_for(port, lambda page: sample(page, "audit_leader") == 1)
         yield port
     finally:
-        proc.terminate()
-        assert proc.wait(10) == 0
+        stop(proc)
+
+
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}
 
 
 def big_pod(name: str, cpu: str) -> dict[str, Any]:
@@ -112,3 +129,27 @@ def test_an_orphan_is_counted_once_its_podgroup_is_gone(watching, core, custom):
     custom.delete_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", "team-a",
                                            "podgroups", "pg")
     wait_for(watching, lambda page: sample(page, "orphaned_pods", namespace="team-a") == 1)
+
+
+def test_two_replicas_one_reports_and_the_other_takes_over(sandbox, custom, tmp_path):
+    sandbox.seed([NODE])
+    for replica in ("a", "b"):
+        (tmp_path / replica).mkdir()
+    first, first_port = start_audit(sandbox.url, tmp_path / "a")
+    second, second_port = start_audit(sandbox.url, tmp_path / "b")
+    try:
+        wait_for(first_port, lambda page: sample(page, "audit_leader") == 1)
+        standby = scrape(second_port)
+        assert sample(standby, "audit_leader") == 0
+        assert sample(standby, "overcommitted_nodes", resource="cpu") is None  # one exporter
+        report = custom.get_cluster_custom_object("wgpolicyk8s.io", "v1alpha2",
+                                                  "clusterpolicyreports", "volcano-guard")
+        assert report["summary"]["fail"] == 0
+        stop(first)
+        took = wait_for(second_port, lambda page: sample(page, "audit_leader") == 1, timeout=15)
+        assert took < 10  # a 3 s lease, renewed every second
+        assert sample(scrape(second_port), "overcommitted_nodes", resource="cpu") == 0
+    finally:
+        for proc in (first, second):
+            if proc.poll() is None:
+                stop(proc)

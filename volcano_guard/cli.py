@@ -133,6 +133,11 @@ def _add_audit(commands: argparse._SubParsersAction) -> None:
     audit.add_argument("--metrics-listen", default="0.0.0.0:9092",
                        help="HOST:PORT for /metrics, /healthz, /readyz with --watch "
                        "(default %(default)s)")
+    audit.add_argument("--lease-namespace", help="where --watch replicas elect the active one "
+                       "(a Lease named volcano-guard-audit; default: its own namespace, else "
+                       "volcano-guard)")
+    audit.add_argument("--lease-duration", type=int, default=15, metavar="SECONDS",
+                       help="how long a standby waits for a silent leader (default 15)")
     audit.set_defaults(run=run_audit)
 
 
@@ -418,8 +423,13 @@ def run_audit(args: argparse.Namespace) -> int:
 
 
 def _watch_audit(args: argparse.Namespace, config: Any) -> int:
+    import os
+    import socket
+
+    from volcano_guard.audit.lease import LeaseSettings
     from volcano_guard.audit.report import EXIT_UNREADABLE
     from volcano_guard.audit.watch import watch
+    from volcano_guard.base.kubeconfig import own_namespace
     from volcano_guard.base.listen import parse_listen
 
     if args.namespace:
@@ -432,7 +442,11 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
         print(f"volcano-guard audit: {exc}", file=sys.stderr)
         return EXIT_USAGE
     api_client = _api_client(args.kubeconfig, "audit", EXIT_UNREADABLE)
-    return asyncio.run(watch(api_client, config, metrics_listen))
+    lease = LeaseSettings(args.lease_namespace or own_namespace() or "volcano-guard",
+                          duration=args.lease_duration,
+                          retry=min(2.0, args.lease_duration / 3))
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
+    return asyncio.run(watch(api_client, config, metrics_listen, lease, identity))
 
 
 def run_manifests(args: argparse.Namespace) -> int:

@@ -71,11 +71,12 @@ class Informer(Generic[T]):
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop watching; wait up to timeout for the thread (a daemon: 0 when exiting)."""
         self._stop.set()
         if self._watch is not None:
             self._watch.stop()
-        self._thread.join(5)
+        self._thread.join(timeout)
 
     def _run(self) -> None:
         delay = 0.5

@@ -1,0 +1,146 @@
+"""The audit's findings as wgpolicyk8s.io/v1alpha2 PolicyReports (the Kubernetes policy working
+group's format, which Kyverno, Trivy-operator and Policy Reporter read): one PolicyReport per
+namespace with findings, one ClusterPolicyReport for nodes, both named `volcano-guard`.
+
+A report lists at most `audit.maxResultsPerReport` results; its summary counts them all. Each
+result's timestamp is when the finding was first seen, so a report whose findings did not change
+is the same document and is not written again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from volcano_guard.audit.findings import (
+    GENERATION_IDS,
+    NODE_ACCOUNTING,
+    ORPHANED_PODS,
+    WORKLOADS,
+    Finding,
+)
+
+log = logging.getLogger("volcano_guard.audit")
+API_VERSION = "wgpolicyk8s.io/v1alpha2"
+REPORT_NAME = "volcano-guard"
+SOURCE = "volcano-guard"
+# How bad each kind of finding is, in the report's severities (critical high medium low info).
+SEVERITY = {NODE_ACCOUNTING: "critical", ORPHANED_PODS: "high", GENERATION_IDS: "low"}
+DEFAULT_SEVERITY = "medium"  # an object the webhook would refuse today
+_API_VERSIONS = {"Pod": "v1", "Node": "v1", "PodGroup": "scheduling.volcano.sh/v1beta1",
+                 **{kind: f"{group}/{version}" for group, version, kind in WORKLOADS}}
+
+ReportKey = tuple[str, str]  # (kind, namespace): ("ClusterPolicyReport", "") for nodes
+
+
+@dataclass
+class FirstSeen:
+    """When each finding was first seen, for stable result timestamps."""
+
+    seen: dict[Finding, int] = field(default_factory=dict)
+
+    def update(self, findings: Iterable[Finding], now: datetime.datetime) -> None:
+        current = set(findings)
+        self.seen = {finding: self.seen.get(finding, int(now.timestamp()))
+                     for finding in current}
+
+
+def reports(findings: Iterable[Finding], first_seen: Mapping[Finding, int], limit: int,
+            namespaces: Iterable[str] = ()) -> dict[ReportKey, dict[str, Any]]:
+    """The report documents for these findings; namespaces given get a report even with none
+    (so a namespace whose last finding went away gets its report emptied)."""
+    grouped: dict[ReportKey, list[Finding]] = {key: [] for key in (
+        ("ClusterPolicyReport", ""), *(("PolicyReport", ns) for ns in namespaces if ns))}
+    for finding in findings:
+        key = ("PolicyReport", finding.namespace) if finding.namespace else (
+            "ClusterPolicyReport", "")
+        grouped.setdefault(key, []).append(finding)
+    return {key: _report(key, found, first_seen, limit) for key, found in grouped.items()}
+
+
+def _report(key: ReportKey, found: list[Finding], first_seen: Mapping[Finding, int],
+            limit: int) -> dict[str, Any]:
+    kind, namespace = key
+    metadata: dict[str, Any] = {"name": REPORT_NAME,
+                                "labels": {"app.kubernetes.io/managed-by": "volcano-guard"}}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata,
+            "summary": {"pass": 0, "fail": len(found), "warn": 0, "error": 0, "skip": 0},
+            "results": [_result(finding, first_seen.get(finding, 0)) for finding in found[:limit]]}
+
+
+def _result(finding: Finding, seen: int) -> dict[str, Any]:
+    subject: dict[str, Any] = {"apiVersion": _API_VERSIONS.get(finding.kind, ""),
+                               "kind": finding.kind, "name": finding.name}
+    if finding.namespace:
+        subject["namespace"] = finding.namespace
+    return {"source": SOURCE, "policy": finding.policy, "result": "fail",
+            "severity": SEVERITY.get(finding.policy, DEFAULT_SEVERITY), "scored": True,
+            "category": "Volcano", "message": finding.message,
+            "timestamp": {"seconds": seen, "nanos": 0}, "resources": [subject]}
+
+
+class ReportWriter:
+    """Writes the reports that changed since it last wrote them (kubernetes client, called from
+    a worker thread); a write that fails is retried at the next sync and counted."""
+
+    def __init__(self, api_client: Any, limit: int, errors: Any) -> None:
+        from kubernetes import client
+
+        self._custom = client.CustomObjectsApi(api_client)
+        self._limit, self._errors = limit, errors
+        self._written: dict[ReportKey, dict[str, Any]] = {}
+        self.first_seen = FirstSeen()
+
+    def sync(self, findings: list[Finding], now: datetime.datetime) -> int:
+        """Write what changed; the number of reports written."""
+        self.first_seen.update(findings, now)
+        namespaces = [namespace for kind, namespace in self._written if namespace]
+        desired = reports(findings, self.first_seen.seen, self._limit, namespaces)
+        written = 0
+        for key, document in desired.items():
+            if self._written.get(key) == document:
+                continue
+            try:
+                self._write(key, document)
+            except Exception as exc:  # the API server may be away: next sync tries again
+                self._errors.inc()
+                log.warning("writing %s %s/%s failed (retried at the next sync): %s", key[0],
+                            key[1] or "-", REPORT_NAME, exc)
+                continue
+            self._written[key] = document
+            written += 1
+        return written
+
+    def _write(self, key: ReportKey, document: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        kind, namespace = key
+        plural = "clusterpolicyreports" if kind == "ClusterPolicyReport" else "policyreports"
+        group, version = API_VERSION.split("/")
+        current: Any
+        try:
+            current = (self._custom.get_namespaced_custom_object(
+                group, version, namespace, plural, REPORT_NAME) if namespace else
+                self._custom.get_cluster_custom_object(group, version, plural, REPORT_NAME))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            if namespace:
+                self._custom.create_namespaced_custom_object(group, version, namespace, plural,
+                                                             document)
+            else:
+                self._custom.create_cluster_custom_object(group, version, plural, document)
+            return
+        body = {**document, "metadata": {**document["metadata"],
+                                         "resourceVersion": current["metadata"]["resourceVersion"]}}
+        if namespace:
+            self._custom.replace_namespaced_custom_object(group, version, namespace, plural,
+                                                          REPORT_NAME, body)
+        else:
+            self._custom.replace_cluster_custom_object(group, version, plural, REPORT_NAME, body)
+

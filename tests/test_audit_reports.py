@@ -1,0 +1,104 @@
+"""The audit's PolicyReports (wgpolicyk8s.io/v1alpha2) and its Lease, against the sandbox."""
+
+from __future__ import annotations
+
+import datetime
+
+from kubernetes import client
+from prometheus_client import CollectorRegistry, Counter
+
+from tests.sandbox_fixtures import KUBECTL
+from volcano_guard.audit.findings import NODE_ACCOUNTING, ORPHANED_PODS, Finding
+from volcano_guard.audit.lease import LeaseElector, LeaseSettings
+from volcano_guard.audit.reports import FirstSeen, ReportWriter, reports
+from volcano_guard.sandbox.faults import FaultRule
+
+NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.UTC)
+
+
+def orphan(name: str, namespace: str = "team-a") -> Finding:
+    return Finding(ORPHANED_PODS, "Pod", namespace, name, f"{name} names a missing PodGroup")
+
+
+OVER = Finding(NODE_ACCOUNTING, "Node", "", "gpu-1", "pods request more cpu than it has")
+
+
+def test_a_report_lists_at_most_the_limit_and_counts_every_finding():
+    found = [orphan(f"p{i}") for i in range(5)] + [OVER]
+    seen = FirstSeen()
+    seen.update(found, NOW)
+    documents = reports(found, seen.seen, limit=3)
+    namespaced = documents[("PolicyReport", "team-a")]
+    assert namespaced["summary"] == {"pass": 0, "fail": 5, "warn": 0, "error": 0, "skip": 0}
+    assert len(namespaced["results"]) == 3
+    assert namespaced["results"][0] == {
+        "source": "volcano-guard", "policy": ORPHANED_PODS, "result": "fail",
+        "severity": "high", "scored": True, "category": "Volcano",
+        "message": "p0 names a missing PodGroup",
+        "timestamp": {"seconds": int(NOW.timestamp()), "nanos": 0},
+        "resources": [{"apiVersion": "v1", "kind": "Pod", "name": "p0", "namespace": "team-a"}]}
+    cluster = documents[("ClusterPolicyReport", "")]
+    assert cluster["results"][0]["severity"] == "critical" and "namespace" not in cluster[
+        "metadata"]
+
+
+def test_a_finding_keeps_the_time_it_was_first_seen():
+    seen = FirstSeen()
+    seen.update([OVER], NOW)
+    seen.update([OVER, orphan("p1")], NOW + datetime.timedelta(minutes=5))
+    assert seen.seen[OVER] == int(NOW.timestamp())
+    seen.update([orphan("p1")], NOW + datetime.timedelta(minutes=6))
+    assert OVER not in seen.seen
+
+
+def writer(api) -> tuple[ReportWriter, Counter]:
+    errors = Counter("writes_failed", "test", registry=CollectorRegistry())
+    return ReportWriter(api, limit=100, errors=errors), errors
+
+
+def test_reports_are_written_once_and_again_only_when_they_change(sandbox, api, custom):
+    report_writer, _ = writer(api)
+    assert report_writer.sync([OVER, orphan("p1")], NOW) == 2
+    assert report_writer.sync([OVER, orphan("p1")], NOW + datetime.timedelta(seconds=30)) == 0
+    assert report_writer.sync([OVER], NOW) == 1  # team-a's emptied
+    stored = custom.get_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", "team-a",
+                                                 "policyreports", "volcano-guard")
+    assert stored["summary"]["fail"] == 0 and stored["results"] == []
+    cluster = custom.get_cluster_custom_object("wgpolicyk8s.io", "v1alpha2",
+                                               "clusterpolicyreports", "volcano-guard")
+    assert cluster["results"][0]["resources"][0]["name"] == "gpu-1"
+    if KUBECTL:
+        listed = kubectl_get(sandbox.url)
+        assert "volcano-guard" in listed
+
+
+def kubectl_get(url: str) -> str:
+    import subprocess
+
+    assert KUBECTL is not None
+    return subprocess.run([KUBECTL, "--server", url, "get", "clusterpolicyreports"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_a_failed_write_is_counted_and_retried_at_the_next_sync(sandbox, api, custom):
+    report_writer, errors = writer(api)
+    sandbox.set_faults(FaultRule(resources=frozenset({"policyreports"}), error_rate=1.0))
+    assert report_writer.sync([orphan("p1")], NOW) == 1  # the ClusterPolicyReport only
+    assert errors._value.get() == 1
+    sandbox.set_faults()
+    assert report_writer.sync([orphan("p1")], NOW) == 1
+    assert custom.get_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", "team-a",
+                                               "policyreports", "volcano-guard")
+
+
+def test_one_replica_leads_and_another_takes_over_once_the_lease_runs_out(sandbox, api):
+    settings = LeaseSettings(namespace="team-a", duration=15)
+    first, second = (LeaseElector(api, name, settings) for name in ("audit-a", "audit-b"))
+    assert first.try_lead(NOW) and not second.try_lead(NOW)
+    assert first.try_lead(NOW + datetime.timedelta(seconds=10))  # renewed
+    assert not second.try_lead(NOW + datetime.timedelta(seconds=20))  # 10 s since the renewal
+    assert second.try_lead(NOW + datetime.timedelta(seconds=26))  # 16 s: it ran out
+    assert not first.try_lead(NOW + datetime.timedelta(seconds=27))
+    lease = client.CoordinationV1Api(api).read_namespaced_lease("volcano-guard-audit",
+                                                                "team-a")
+    assert (lease.spec.holder_identity, lease.spec.lease_transitions) == ("audit-b", 1)
