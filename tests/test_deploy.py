@@ -112,7 +112,8 @@ def test_monitoring_objects_render_with_the_contract_metric_names():
                if d["kind"] != "ConfigMap")
     rules = yaml.safe_dump(docs)
     for metric in ("admission_errors_total", "cert_expiry_timestamp_seconds",
-                   "sidecar_pending_objects", "sidecar_conflicts_total"):
+                   "sidecar_pending_objects", "sidecar_conflicts_total", "overcommitted_nodes",
+                   "orphaned_pods", "audit_last_evaluation_timestamp_seconds"):
         assert f"volcano_guard_{metric}" in rules
 
 
@@ -129,5 +130,72 @@ def test_the_grafana_dashboard_charts_contract_metrics():
     expressions = " ".join(t["expr"] for panel in dashboard["panels"] for t in panel["targets"])
     for metric in ("admission_requests_total", "admission_duration_seconds_bucket",
                    "sidecar_upstream_writes_total", "sidecar_writes_received_total",
-                   "sidecar_pending_objects", "cert_expiry_timestamp_seconds"):
+                   "sidecar_pending_objects", "cert_expiry_timestamp_seconds",
+                   "overcommitted_nodes", "node_request_ratio", "audit_violations",
+                   "orphaned_pods"):
         assert f"volcano_guard_{metric}" in expressions
+
+
+@pytest.fixture(scope="module")
+def audit():
+    return render("deploy/audit")
+
+
+def test_the_audit_validates_against_the_kubernetes_schema(audit):
+    assert {d["kind"] for d in audit} == {
+        "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+        "Role", "RoleBinding", "Deployment"}
+    for doc in audit:
+        kubernetes_validate.validate(doc, "1.30.0", strict=True)
+
+
+def test_the_audit_writes_only_its_reports_and_its_lease(audit):
+    for role in by_kind(audit, "ClusterRole") + by_kind(audit, "Role"):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+            writes = set(rule["verbs"]) - {"get", "list", "watch"}
+            assert not writes & {"delete", "deletecollection", "patch", "escalate", "bind"}
+            if writes - {"create"}:  # update: only its own objects, by name
+                assert rule["resourceNames"] in (["volcano-guard"], ["volcano-guard-audit"])
+    [role] = by_kind(audit, "Role")
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {"leases"}
+
+
+def test_the_audit_runs_two_replicas_restricted_and_scraped(audit):
+    [deployment] = by_kind(audit, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    spec = deployment["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert container["args"][:2] == ["audit", "--watch"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {e["name"] for e in container["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
+    monitors = [d for d in render("deploy/monitoring") if d["kind"] == "PodMonitor"
+                and d["metadata"]["name"] == "volcano-guard-audit"]
+    [monitor] = monitors
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in {p["name"] for p in container["ports"]}
+    assert endpoint["honorLabels"] is True
+
+
+def test_the_reports_the_audit_writes_fit_the_shipped_crds(audit):
+    import datetime
+
+    import jsonschema
+
+    from volcano_guard.audit.findings import NODE_ACCOUNTING, ORPHANED_PODS, Finding
+    from volcano_guard.audit.reports import FirstSeen, reports
+
+    found = [Finding(ORPHANED_PODS, "Pod", "team-a", "p1", "names a missing PodGroup"),
+             Finding(NODE_ACCOUNTING, "Node", "", "gpu-1", "requests more cpu than it has")]
+    seen = FirstSeen()
+    seen.update(found, datetime.datetime(2026, 11, 24, tzinfo=datetime.UTC))
+    schemas = {crd["spec"]["names"]["kind"]: crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+               for crd in by_kind(audit, "CustomResourceDefinition")}
+    for document in reports(found, seen.seen, limit=10).values():
+        assert document["apiVersion"] == "wgpolicyk8s.io/v1alpha2"
+        jsonschema.validate(document, schemas[document["kind"]])
+    bad = {**document, "results": [{**document["results"][0], "result": "failed"}]}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schemas[bad["kind"]])

@@ -49,6 +49,12 @@ def histogram(labels: str, slow_from: str) -> list[dict[str, str]]:
              "values": "0+10x40" if i > slow else "0x40"} for i, le in enumerate(BUCKETS)]
 
 
+AUDIT_POD = 'job="volcano-guard/volcano-guard-audit", pod="audit-7f9c"'
+# The PodMonitor honours the audit's own labels: `namespace` is the finding's where it has one,
+# the pod's where it has none.
+AUDIT = f'{AUDIT_POD}, namespace="volcano-guard"'
+
+
 # alert -> (series when it must fire, series when healthy, minutes to evaluate at)
 CASES: dict[str, tuple[list[dict[str, str]], list[dict[str, str]], int]] = {
     "VolcanoGuardWebhookDown": (
@@ -84,6 +90,22 @@ CASES: dict[str, tuple[list[dict[str, str]], list[dict[str, str]], int]] = {
         [{"series": f"process_resident_memory_bytes{{{SIDECAR}}}", "values": f"{300 * MIB}x30"}],
         [{"series": f"process_resident_memory_bytes{{{SIDECAR}}}", "values": f"{60 * MIB}x30"}],
         20),
+    # The audit's series as its collector writes them (audit/metrics.py).
+    "VolcanoGuardOvercommittedNode": (
+        [{"series": f'volcano_guard_overcommitted_nodes{{{AUDIT}, resource="cpu"}}',
+          "values": "1x20"}],
+        [{"series": f'volcano_guard_overcommitted_nodes{{{AUDIT}, resource="cpu"}}',
+          "values": "0x20"}], 10),
+    "VolcanoGuardOrphanedPods": (
+        [{"series": f'volcano_guard_orphaned_pods{{{AUDIT_POD}, namespace="team-a"}}',
+          "values": "3x30"}],
+        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, policy="orphanedPods", '
+                    'namespace="team-a"}', "values": "0x30"}], 20),
+    "VolcanoGuardAuditStale": (
+        [{"series": f"volcano_guard_audit_last_evaluation_timestamp_seconds{{{AUDIT}}}",
+          "values": "60x200"}],
+        [{"series": f"volcano_guard_audit_last_evaluation_timestamp_seconds{{{AUDIT}}}",
+          "values": "60+60x200"}], 120),
 }
 
 
@@ -95,6 +117,8 @@ ALERT_LABELS = {
     "VolcanoGuardSidecarBacklog": ON_SIDECAR,
     "VolcanoGuardSidecarConflicts": ON_SIDECAR,
     "VolcanoGuardSidecarMemoryHigh": ON_SIDECAR,
+    "VolcanoGuardOvercommittedNode": {"resource": "cpu"},
+    "VolcanoGuardOrphanedPods": {"namespace": "team-a"},
 }
 
 
@@ -163,13 +187,21 @@ def test_the_dashboards_queries_parse_with_its_variables_filled_in(tmp_path: Pat
 
 
 async def exposed_names(aiohttp_client) -> set[str]:
-    """Every sample name the webhook's and the sidecar's metrics port can expose."""
+    """Every sample name the webhook's, the sidecar's and the audit's metrics ports can
+    expose."""
     import volcano_guard.certs.reload
     import volcano_guard.sidecar.metrics
     import volcano_guard.webhook.metrics  # noqa: F401
+    from volcano_guard.audit.metrics import AuditCollector
+    from volcano_guard.base.metrics import REGISTRY
 
-    client = await aiohttp_client(metrics_app())
-    text = await (await client.get("/metrics")).text()
+    audit = AuditCollector(lambda: None)  # what `audit --watch` registers
+    REGISTRY.register(audit)
+    try:
+        client = await aiohttp_client(metrics_app())
+        text = await (await client.get("/metrics")).text()
+    finally:
+        REGISTRY.unregister(audit)
     names: set[str] = set()
     for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M):
         suffixes = {"histogram": ("_bucket", "_count", "_sum"), "summary": ("_count", "_sum")}
@@ -192,7 +224,8 @@ async def test_rules_dashboard_and_cases_use_only_names_the_guard_exports(aiohtt
 
 
 def test_the_podmonitor_scrapes_the_port_and_label_the_injection_writes():
-    monitor = yaml.safe_load((MONITORING / "podmonitor.yaml").read_text())
+    monitor = next(doc for doc in yaml.safe_load_all((MONITORING / "podmonitor.yaml").read_text())
+                   if doc["metadata"]["name"] == "volcano-guard-sidecars")
     container = sidecar_container(SidecarInjectionConfig(), {"flush": 1.0, "ack": "async",
                                                              "drain": 20.0}, native=True)
     assert monitor["spec"]["selector"]["matchLabels"] == {INJECT_LABEL: "true"}
