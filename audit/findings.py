@@ -153,16 +153,37 @@ def _evaluated(obj: dict[str, Any], kind: tuple[str, str, str], resource: str,
 
 def orphaned_pods(state: ClusterState, config: Config) -> Iterator[Finding]:
     existing = {(_namespace(pg), _name(pg)) for pg in state.podgroups}
-    grace = config.audit.orphan_grace
     for pod in state.pods:
-        group = _annotations(pod).get(GROUP_NAME)
-        if not group or (_namespace(pod), group) in existing or _finished(pod):
-            continue
-        age = _age(pod, state.now)
-        if age is not None and age >= grace:
-            yield Finding(ORPHANED_PODS, "Pod", _namespace(pod), _name(pod), (
-                f'names PodGroup "{group}", which does not exist (pod age {age}); Volcano '
-                "will not schedule it: recreate the PodGroup or the pod's workload"))
+        group = pod_group_name(pod)
+        if group and (_namespace(pod), group) not in existing and not finished(pod):
+            finding = orphan_finding(_namespace(pod), _name(pod), group, created_at(pod),
+                                     state.now, config)
+            if finding is not None:
+                yield finding
+
+
+def orphan_finding(namespace: str, name: str, group: str, created: datetime.datetime | None,
+                   now: datetime.datetime, config: Config) -> Finding | None:
+    """The finding for a pod naming a PodGroup that does not exist, once past the grace."""
+    if created is None or now - created < config.audit.orphan_grace:
+        return None
+    return Finding(ORPHANED_PODS, "Pod", namespace, name, (
+        f'names PodGroup "{group}", which does not exist (pod age {now - created}); Volcano '
+        "will not schedule it: recreate the PodGroup or the pod's workload"))
+
+
+def pod_group_name(pod: Mapping[str, Any]) -> str:
+    group = _annotations(pod).get(GROUP_NAME)
+    return group if isinstance(group, str) else ""
+
+
+def created_at(obj: Mapping[str, Any]) -> datetime.datetime | None:
+    created = _metadata(obj).get("creationTimestamp")
+    try:
+        moment = datetime.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=datetime.UTC)
 
 
 def unstamped_podgroups(state: ClusterState, config: Config) -> Iterator[Finding]:
@@ -179,18 +200,9 @@ def _ratio(ratio: float) -> str:
     return "requested of none" if ratio == float("inf") else f"{ratio:.0%} of allocatable"
 
 
-def _finished(pod: Mapping[str, Any]) -> bool:
+def finished(pod: Mapping[str, Any]) -> bool:
     status = pod.get("status")
     return isinstance(status, dict) and status.get("phase") in ("Succeeded", "Failed")
-
-
-def _age(obj: Mapping[str, Any], now: datetime.datetime) -> datetime.timedelta | None:
-    created = _metadata(obj).get("creationTimestamp")
-    try:
-        moment = datetime.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%SZ")
-    except ValueError:
-        return None
-    return now - moment.replace(tzinfo=datetime.UTC)
 
 
 def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -6,9 +6,11 @@ what it touches, not the cluster.
 - a PodGroup: its generation-id finding, and the orphan status of the pods naming it;
 - a Volcano workload: its own findings.
 
-What is kept of each object is a projection (`trim`): what the policies and the accounting
-read, without managedFields, volumes or status beyond the phase. One owner: every method runs
-on the thread that feeds events (`watch.py`); readers take `view()`, an immutable copy.
+What is kept of a pod is a PodRecord of a few hundred bytes (its node, its account, the
+PodGroup it names, its findings); of the few pods whose findings can change with their node,
+and of other objects, a projection (`trim`) without managedFields, volumes or status beyond the
+phase. One owner: every method runs on the event loop that feeds events (`watch.py`); readers
+take `view()`, an immutable copy.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import datetime
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -32,8 +34,11 @@ from volcano_guard.audit.findings import (
     ClusterState,
     Finding,
     account_findings,
+    created_at,
     finding_order,
-    orphaned_pods,
+    finished,
+    orphan_finding,
+    pod_group_name,
     policy_findings,
     unstamped_podgroups,
 )
@@ -98,20 +103,34 @@ def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What the audit keeps of a pod: enough to re-judge it when its node or its PodGroup
+    changes, a few hundred bytes. The whole (trimmed) pod is kept only where its findings can
+    change with its node: bound, and not placed by Volcano (the nodeName policy)."""
+
+    node: str
+    request: tuple[tuple[str, Decimal], ...]  # what it adds to its node's account
+    group: str  # the PodGroup it names, or ""
+    created: datetime.datetime | None
+    finished: bool
+    policy_findings: tuple[Finding, ...]
+
+
 @dataclass
 class LiveAudit:
     config: Config
     clock: Callable[[], datetime.datetime] = _utc_now
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pods: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[Key, PodRecord] = field(default_factory=dict)
     podgroups: dict[Key, dict[str, Any]] = field(default_factory=dict)
     workloads: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     # Derived, kept current by the events:
     _object_findings: dict[tuple[str, str, str], tuple[Finding, ...]] = field(
-        default_factory=dict)
+        default_factory=dict)  # only objects with findings
     _requested: dict[str, Resources] = field(default_factory=dict)  # node -> its pods' sum
-    _on_node: dict[str, set[Key]] = field(default_factory=dict)
-    _contribution: dict[Key, tuple[str, Resources]] = field(default_factory=dict)
+    _node_sensitive: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    _on_node: dict[str, set[Key]] = field(default_factory=dict)  # node -> node-sensitive pods
     _naming: dict[Key, set[Key]] = field(default_factory=dict)  # PodGroup -> pods naming it
 
     # -- events ---------------------------------------------------------------------------
@@ -123,25 +142,27 @@ class LiveAudit:
         else:
             self.nodes[name] = trim("Node", obj)
         for key in list(self._on_node.get(name, ())):  # managed or not may have changed
-            self._evaluate_pod(key)
+            record = self.pods[key]
+            self.pods[key] = replace(record, policy_findings=self._policy_findings(
+                self._node_sensitive[key]))
+            self._judge_pod(key)
 
     def pod(self, obj: Mapping[str, Any] | None, key: Key) -> None:
         self._forget_pod(key)
         if obj is not None:
-            self.pods[key] = trim("Pod", obj)
-            self._index_pod(key)
-        self._evaluate_pod(key)
+            self._add_pod(trim("Pod", obj), key)
+        self._judge_pod(key)
 
     def podgroup(self, obj: Mapping[str, Any] | None, key: Key) -> None:
         if obj is None:
             self.podgroups.pop(key, None)
         else:
             self.podgroups[key] = trim("PodGroup", obj)
-        self._object_findings[("PodGroup", *key)] = tuple(unstamped_podgroups(
+        self._set_findings(("PodGroup", *key), tuple(unstamped_podgroups(
             ClusterState(podgroups=[self.podgroups[key]] if key in self.podgroups else []),
-            self.config))
+            self.config)))
         for pod_key in list(self._naming.get(key, ())):
-            self._evaluate_pod(pod_key)
+            self._judge_pod(pod_key)
 
     def workload(self, obj: Mapping[str, Any] | None, kind: str, key: Key) -> None:
         full_key = (kind, *key)
@@ -150,15 +171,15 @@ class LiveAudit:
             self._object_findings.pop(full_key, None)
             return
         self.workloads[full_key] = trim(kind, obj)
-        self._object_findings[full_key] = tuple(policy_findings(
+        self._set_findings(full_key, tuple(policy_findings(
             ClusterState(nodes=list(self.nodes.values()), workloads=[self.workloads[full_key]]),
-            self.config))
+            self.config)))
 
     def recheck_orphans(self) -> None:
         """Orphans age into findings without an event: run now and then."""
         for keys in self._naming.values():
             for key in list(keys):
-                self._evaluate_pod(key)
+                self._judge_pod(key)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -179,49 +200,58 @@ class LiveAudit:
                              self._requested.get(name, {}).items() if amount}
                 yield NodeAccount(name, allocatable, requested)
 
-    def _index_pod(self, key: Key) -> None:
-        pod = self.pods[key]
-        node = str((pod.get("spec") or {}).get("nodeName") or "")
-        if is_accounted(pod):
-            request = pod_request(pod)
-            self._contribution[key] = (node, request)
-            total = self._requested.setdefault(node, {})
-            for resource, amount in request.items():
-                total[resource] = total.get(resource, Decimal(0)) + amount
-        if node:
-            self._on_node.setdefault(node, set()).add(key)
-        group = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-            "scheduling.k8s.io/group-name")
-        if group:
-            self._naming.setdefault((key[0], str(group)), set()).add(key)
-
-    def _forget_pod(self, key: Key) -> None:
-        pod = self.pods.pop(key, None)
-        if pod is None:
-            return
-        node, request = self._contribution.pop(key, ("", {}))
-        total = self._requested.get(node)
-        if total is not None:
-            for resource, amount in request.items():
-                total[resource] -= amount
-        bound = str((pod.get("spec") or {}).get("nodeName") or "")
-        self._on_node.get(bound, set()).discard(key)
-        group = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-            "scheduling.k8s.io/group-name")
-        if group:
-            self._naming.get((key[0], str(group)), set()).discard(key)
-
-    def _evaluate_pod(self, key: Key) -> None:
-        pod = self.pods.get(key)
-        if pod is None:
-            self._object_findings.pop(("Pod", *key), None)
-            return
-        group = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-            "scheduling.k8s.io/group-name")
-        podgroups = [self.podgroups[(key[0], str(group))]] if group and (
-            key[0], str(group)) in self.podgroups else []
+    def _policy_findings(self, pod: dict[str, Any]) -> tuple[Finding, ...]:
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         nodes = [self.nodes[node]] if node in self.nodes else []
-        state = ClusterState(nodes=nodes, pods=[pod], podgroups=podgroups, now=self.clock())
-        self._object_findings[("Pod", *key)] = (*policy_findings(state, self.config),
-                                                *orphaned_pods(state, self.config))
+        return tuple(policy_findings(ClusterState(nodes=nodes, pods=[pod]), self.config))
+
+    def _add_pod(self, pod: dict[str, Any], key: Key) -> None:
+        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+        assert isinstance(spec, dict)
+        node = str(spec.get("nodeName") or "")
+        request = tuple(sorted(pod_request(pod).items())) if is_accounted(pod) else ()
+        record = PodRecord(node, request, pod_group_name(pod), created_at(pod), finished(pod),
+                           self._policy_findings(pod))
+        self.pods[key] = record
+        if request:
+            total = self._requested.setdefault(node, {})
+            for resource, amount in request:
+                total[resource] = total.get(resource, Decimal(0)) + amount
+        if node and spec.get("schedulerName") not in self.config.volcanoSchedulerNames:
+            self._node_sensitive[key] = pod
+            self._on_node.setdefault(node, set()).add(key)
+        if record.group:
+            self._naming.setdefault((key[0], record.group), set()).add(key)
+
+    def _forget_pod(self, key: Key) -> None:
+        record = self.pods.pop(key, None)
+        if record is None:
+            return
+        total = self._requested.get(record.node)
+        if total is not None:
+            for resource, amount in record.request:
+                total[resource] -= amount
+        if self._node_sensitive.pop(key, None) is not None:
+            self._on_node.get(record.node, set()).discard(key)
+        if record.group:
+            self._naming.get((key[0], record.group), set()).discard(key)
+
+    def _judge_pod(self, key: Key) -> None:
+        """The pod's findings: its policy findings and, if it names a missing PodGroup, the
+        orphan finding (which the clock can bring about without an event)."""
+        record = self.pods.get(key)
+        if record is None:
+            self._object_findings.pop(("Pod", *key), None)
+            return
+        found = record.policy_findings
+        if record.group and not record.finished and (key[0], record.group) not in self.podgroups:
+            orphan = orphan_finding(key[0], key[1], record.group, record.created, self.clock(),
+                                    self.config)
+            found = (*found, orphan) if orphan else found
+        self._set_findings(("Pod", *key), found)
+
+    def _set_findings(self, key: tuple[str, str, str], found: tuple[Finding, ...]) -> None:
+        if found:
+            self._object_findings[key] = found
+        else:
+            self._object_findings.pop(key, None)

@@ -29,6 +29,7 @@ from volcano_guard.audit.lease import LeaseElector, LeaseSettings
 from volcano_guard.audit.live import LiveAudit, View, trim
 from volcano_guard.audit.metrics import LEADING, REPORT_WRITE_ERRORS, AuditCollector
 from volcano_guard.audit.reports import ReportWriter
+from volcano_guard.base.connections import release_free_memory
 from volcano_guard.base.informer import Informer
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.metrics import REGISTRY, metrics_app
@@ -124,7 +125,10 @@ class AuditWatch:
                 next_orphan_check = time.monotonic() + ORPHAN_RECHECK
             self._dirty.clear()
             if all(informer.snapshot.synced for informer in self._informers):
+                first = self._published is None
                 self._published = (self.live.view(), time.time())
+                if first:  # the first lists' decoded pages are garbage now: give them back
+                    release_free_memory()
             await asyncio.sleep(PUBLISH_INTERVAL)
 
     def _apply(self, apply: Callable[..., None], key: str, obj: Any) -> None:
