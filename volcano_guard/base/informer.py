@@ -102,20 +102,7 @@ class Informer(Generic[T]):
                 delay = min(delay * 2, 30.0)
 
     def _list_and_watch(self) -> None:
-        self._listing = True
-        response = self._list(_preload_content=False)
-        self._listing = False
-        listed = json.loads(response.data)
-        items = {self._key(obj): self._extract(obj) for obj in listed.get("items") or []}
-        if self._on_change is not None:
-            for key in self._items.keys() - items.keys():  # deleted while we were away
-                self._on_change(key, None)
-            for key, item in items.items():
-                self._on_change(key, item)
-        self._items = items if self._snapshots else dict.fromkeys(items)
-        version = listed["metadata"]["resourceVersion"]
-        self.relists += 1
-        self._publish(version)
+        version = self._relist()
         while not self._stop.is_set():
             self._watch = watch.Watch()
             events = self._watch.stream(self._list, resource_version=version,
@@ -130,6 +117,25 @@ class Informer(Generic[T]):
                 if exc.status == 410:
                     raise Gone() from None
                 raise
+
+    def _relist(self) -> str:
+        """List everything; its resourceVersion. A function of its own so that the decoded
+        list (every object in full) is freed before the watch starts, not held beside it."""
+        self._listing = True
+        response = self._list(_preload_content=False)
+        self._listing = False
+        listed = json.loads(response.data)
+        items = {self._key(obj): self._extract(obj) for obj in listed.get("items") or []}
+        if self._on_change is not None:
+            for key in self._items.keys() - items.keys():  # deleted while we were away
+                self._on_change(key, None)
+            for key, item in items.items():
+                self._on_change(key, item)
+        self._items = items if self._snapshots else dict.fromkeys(items)
+        self.relists += 1
+        version = str(listed["metadata"]["resourceVersion"])
+        self._publish(version)
+        return version
 
     def _apply(self, event: dict[str, Any], version: str) -> str:
         kind, obj = event.get("type"), event.get("raw_object") or event.get("object")
