@@ -8,6 +8,8 @@ injection, then served from the Store. Every error body is a Kubernetes Status.
 from __future__ import annotations
 
 import asyncio
+import base64
+import bisect
 import contextlib
 import json
 import logging
@@ -331,7 +333,7 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
     if info.verb == "list":
         labels, fields = _selectors(request, resource)
         items, resource_version = store.list(resource, namespace, labels, fields)
-        return _list_response(resource, items, resource_version)
+        return _list_response(resource, *_page(request, items, resource_version))
     if info.verb == "get":
         return _object_response(store.get(resource, namespace, name))
     if info.verb in WRITE_VERBS and "dryRun" in request.query:
@@ -541,11 +543,41 @@ def _add_warning(response: web.StreamResponse, warning: str) -> None:
     response.headers.add("Warning", f"299 - {json.dumps(warning)}")
 
 
-def _list_response(resource: ResourceType, items: list[Stored],
-                   resource_version: int) -> web.Response:
+def _page(request: web.Request, items: list[Stored],
+          resource_version: int) -> tuple[list[Stored], int, str]:
+    """`limit` and `continue`, as the apiserver pages a list: at most limit items from where
+    the token left off; every page carries the first page's resourceVersion, so a watch from
+    it sees what changed while the pages were read (the sandbox does not hold the first page's
+    snapshot: later pages show objects as they are now, which that watch then repairs)."""
+    limit_text, token = request.query.get("limit", ""), request.query.get("continue", "")
+    if limit_text and not limit_text.isdigit():
+        raise ApiError(400, "BadRequest", f"invalid limit {limit_text!r}")
+    start = 0
+    if token:
+        try:
+            resume = json.loads(base64.urlsafe_b64decode(token.encode()))
+            resource_version, after = int(resume["rv"]), tuple(resume["after"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ApiError(400, "BadRequest", f"invalid continue token: {exc}") from None
+        keys = [(_namespace_of(s), _name_of(s)) for s in items]
+        start = bisect.bisect_right(keys, after)
+    limit = int(limit_text or 0)
+    if not limit or start + limit >= len(items):
+        return items[start:], resource_version, ""
+    page = items[start:start + limit]
+    last = page[-1]
+    resume_at = {"rv": resource_version, "after": [_namespace_of(last), _name_of(last)]}
+    return page, resource_version, base64.urlsafe_b64encode(
+        json.dumps(resume_at).encode()).decode()
+
+
+def _list_response(resource: ResourceType, items: list[Stored], resource_version: int,
+                   continue_token: str = "") -> web.Response:
+    metadata = {"resourceVersion": str(resource_version)}
+    if continue_token:
+        metadata["continue"] = continue_token
     head = json.dumps({"kind": resource.list_kind, "apiVersion": resource.api_version,
-                       "metadata": {"resourceVersion": str(resource_version)}},
-                      separators=(",", ":")).encode()
+                       "metadata": metadata}, separators=(",", ":")).encode()
     body = head[:-1] + b',"items":[' + b",".join(s.raw for s in items) + b"]}"
     return web.Response(body=body, headers={"Content-Type": "application/json"})
 

@@ -238,3 +238,20 @@ async def test_a_node_keeps_the_status_it_is_created_with(box):
     assert status == 201 and created["status"] == {"allocatable": {"cpu": "4"}}
     _, queue_created = await call(box, "POST", Q, {**queue("q9"), "status": {"state": "Open"}})
     assert "status" not in queue_created  # a custom resource's /status is the server's
+
+
+async def test_a_list_is_paged_with_limit_and_continue(box):
+    for i in range(5):
+        await call(box, "POST", PODS, {"metadata": {"name": f"p{i}"},
+                                       "spec": {"containers": [{"name": "c"}]}})
+    status, first = await call(box, "GET", f"{PODS}?limit=2")
+    assert status == 200 and [p["metadata"]["name"] for p in first["items"]] == ["p0", "p1"]
+    names, token = [], first["metadata"]["continue"]
+    while token:
+        _, page = await call(box, "GET", f"{PODS}?limit=2&continue={token}")
+        assert page["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+        names += [p["metadata"]["name"] for p in page["items"]]
+        token = page["metadata"].get("continue")
+    assert names == ["p2", "p3", "p4"]
+    status, _ = await call(box, "GET", f"{PODS}?limit=2&continue=garbage")
+    assert status == 400
