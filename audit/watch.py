@@ -17,6 +17,7 @@ import datetime
 import functools
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from volcano_guard.webhook.policies.base import WatchedList
 log = logging.getLogger("volcano_guard.audit")
 PUBLISH_INTERVAL = 0.1  # seconds: a pod event reaches the metrics within this (plus a scrape)
 ORPHAN_RECHECK = 5.0  # seconds between re-checks of pods that name a missing PodGroup
+QUEUED_CHANGES = 1000
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ class AuditWatch:
         self._informers: list[Informer[Any]] = []
         self._published: tuple[View, float] | None = None
         self._dirty = asyncio.Event()
+        # Changes handed to the loop and not yet applied: a first list would otherwise queue
+        # every object's projection at once (the informers list far faster than they apply).
+        self._room = threading.BoundedSemaphore(QUEUED_CHANGES)
 
     def published(self) -> tuple[View, float] | None:
         return self._published
@@ -101,6 +106,7 @@ class AuditWatch:
                 continue
 
             def changed(key: str, obj: Any, apply: Any = watched.apply) -> None:
+                self._room.acquire()  # the loop is behind: wait rather than queue everything
                 loop.call_soon_threadsafe(self._apply, apply, key, obj)
 
             informer = Informer(watched.data.resource, lister(self._api_client, watched.data),
@@ -136,6 +142,8 @@ class AuditWatch:
             apply(self.live, key, obj)
         except Exception:  # an object of a shape the audit cannot read must not stop it
             log.exception("could not audit %s", key)
+        finally:
+            self._room.release()
         self._dirty.set()
 
     def _served(self, data: WatchedList[Any]) -> bool:

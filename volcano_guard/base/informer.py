@@ -23,6 +23,8 @@ from kubernetes.client.exceptions import ApiException
 log = logging.getLogger("volcano_guard.base.informer")
 T = TypeVar("T")
 WATCH_SECONDS = 300  # restart watches now and then, as client-go's reflector does
+# Objects a list page asks for: one decoded page is what a list holds in memory at once.
+PAGE = 5000
 
 
 @dataclass(frozen=True)
@@ -119,21 +121,29 @@ class Informer(Generic[T]):
                 raise
 
     def _relist(self) -> str:
-        """List everything; its resourceVersion. A function of its own so that the decoded
-        list (every object in full) is freed before the watch starts, not held beside it."""
-        self._listing = True
-        response = self._list(_preload_content=False)
-        self._listing = False
-        listed = json.loads(response.data)
-        items = {self._key(obj): self._extract(obj) for obj in listed.get("items") or []}
+        """List everything, a page at a time (as client-go's reflector pages), so that only one
+        page is ever decoded in full; the first page's resourceVersion, to watch from."""
+        items: dict[str, Any] = {}
+        version, token = "", ""
+        while True:
+            self._listing = True
+            response = self._list(limit=PAGE, _continue=token or None, _preload_content=False)
+            self._listing = False
+            page = json.loads(response.data)
+            version = version or str(page["metadata"]["resourceVersion"])
+            for obj in page.get("items") or []:
+                key, item = self._key(obj), self._extract(obj)
+                items[key] = item if self._snapshots else None
+                if self._on_change is not None:
+                    self._on_change(key, item)
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                break
         if self._on_change is not None:
             for key in self._items.keys() - items.keys():  # deleted while we were away
                 self._on_change(key, None)
-            for key, item in items.items():
-                self._on_change(key, item)
-        self._items = items if self._snapshots else dict.fromkeys(items)
+        self._items = items
         self.relists += 1
-        version = str(listed["metadata"]["resourceVersion"])
         self._publish(version)
         return version
 
