@@ -84,9 +84,13 @@ def _result(finding: Finding, seen: int) -> dict[str, Any]:
             "timestamp": {"seconds": seen, "nanos": 0}, "resources": [subject]}
 
 
+RETRY_FIRST, RETRY_MAX = 2.0, 120.0  # seconds: a failed report's backoff doubles between them
+
+
 class ReportWriter:
     """Writes the reports that changed since it last wrote them (kubernetes client, called from
-    a worker thread); a write that fails is retried at the next sync and counted."""
+    a worker thread). A write that fails is counted and tried again at a later sync, after a
+    backoff that doubles from RETRY_FIRST up to RETRY_MAX (reset by a success)."""
 
     def __init__(self, api_client: Any, limit: int, errors: Any) -> None:
         from kubernetes import client
@@ -94,10 +98,11 @@ class ReportWriter:
         self._custom = client.CustomObjectsApi(api_client)
         self._limit, self._errors = limit, errors
         self._written: dict[ReportKey, dict[str, Any]] = {}
+        self._backoff: dict[ReportKey, tuple[datetime.datetime, float]] = {}  # next try, delay
         self.first_seen = FirstSeen()
 
     def sync(self, findings: list[Finding], now: datetime.datetime) -> int:
-        """Write what changed; the number of reports written."""
+        """Write what changed and is not backing off; the number of reports written."""
         self.first_seen.update(findings, now)
         namespaces = [namespace for kind, namespace in self._written if namespace]
         desired = reports(findings, self.first_seen.seen, self._limit, namespaces)
@@ -105,13 +110,19 @@ class ReportWriter:
         for key, document in desired.items():
             if self._written.get(key) == document:
                 continue
+            next_try, delay = self._backoff.get(key, (now, RETRY_FIRST / 2))
+            if now < next_try:
+                continue
             try:
                 self._write(key, document)
-            except Exception as exc:  # the API server may be away: next sync tries again
+            except Exception as exc:  # the API server may be away: try again later
                 self._errors.inc()
-                log.warning("writing %s %s/%s failed (retried at the next sync): %s", key[0],
-                            key[1] or "-", REPORT_NAME, exc)
+                delay = min(delay * 2, RETRY_MAX)
+                self._backoff[key] = (now + datetime.timedelta(seconds=delay), delay)
+                log.warning("writing %s %s/%s failed (trying again in %.0f s): %s", key[0],
+                            key[1] or "-", REPORT_NAME, delay, exc)
                 continue
+            self._backoff.pop(key, None)
             self._written[key] = document
             written += 1
         return written

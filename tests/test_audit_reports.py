@@ -80,13 +80,20 @@ def kubectl_get(url: str) -> str:
                           capture_output=True, text=True, check=True).stdout
 
 
-def test_a_failed_write_is_counted_and_retried_at_the_next_sync(sandbox, api, custom):
+def test_a_failed_write_is_counted_and_retried_with_backoff(sandbox, api, custom):
     report_writer, errors = writer(api)
     sandbox.set_faults(FaultRule(resources=frozenset({"policyreports"}), error_rate=1.0))
-    assert report_writer.sync([orphan("p1")], NOW) == 1  # the ClusterPolicyReport only
-    assert errors._value.get() == 1
+    later = NOW
+    assert report_writer.sync([orphan("p1")], later) == 1  # the ClusterPolicyReport only
+    for seconds in (2, 4, 8):  # each retry waits twice as long as the one before
+        assert report_writer.sync([orphan("p1")], later + datetime.timedelta(
+            seconds=seconds - 1)) == 0
+        later += datetime.timedelta(seconds=seconds)
+        assert report_writer.sync([orphan("p1")], later) == 0
+    assert errors._value.get() == 4
     sandbox.set_faults()
-    assert report_writer.sync([orphan("p1")], NOW) == 1
+    later += datetime.timedelta(seconds=16)
+    assert report_writer.sync([orphan("p1")], later) == 1
     assert custom.get_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", "team-a",
                                                "policyreports", "volcano-guard")
 
