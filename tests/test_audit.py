@@ -165,3 +165,22 @@ def test_objects_of_odd_shape_never_crash_the_audit(spec, metadata, status):
 def test_bad_audit_settings_are_refused_naming_the_key(audit_config, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         config_from_dict({"audit": audit_config})
+
+
+def test_volcano_workloads_are_judged_by_the_webhooks_own_policy():
+    task = {"name": "worker", "replicas": 2, "template": {"spec": {"containers": [
+        {"name": "tf", "image": "tf", "resources": {"requests": {"cpu": "1"}}}]}}}
+    spec = {"schedulerName": "volcano", "tasks": [task]}
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "mnist", "namespace": "team-a"}, "spec": spec}
+    cronjob = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "CronJob",
+               "metadata": {"name": "nightly", "namespace": "team-a"},
+               "spec": {"schedule": "0 2 * * *", "jobTemplate": {"spec": spec}}}
+    template = {"apiVersion": "flow.volcano.sh/v1alpha1", "kind": "JobTemplate",
+                "metadata": {"name": "train", "namespace": "team-a"}, "spec": spec}
+    found = findings(ClusterState(workloads=[job, cronjob, template], now=NOW),
+                     config_from_dict({}))
+    assert [(f.kind, f.name, f.policy) for f in found] == [
+        ("CronJob", "nightly", "resourceRequests"), ("Job", "mnist", "resourceRequests"),
+        ("JobTemplate", "train", "resourceRequests")]
+    assert all('task "worker": container "tf" has no memory request' in f.message for f in found)
