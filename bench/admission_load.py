@@ -231,9 +231,9 @@ def start_guard(stack: ExitStack, made, kubeconfig: Path, workers: int,
     return f"https://127.0.0.1:{port}/validate"
 
 
-def worktree(stack: ExitStack, rev: str, tmp: str) -> Path:
-    """A checkout of rev in tmp, removed when the stack closes."""
-    path = Path(tmp) / "baseline"
+def worktree(stack: ExitStack, rev: str, tmp: str | Path) -> Path:
+    """A checkout of rev in tmp (one directory a revision), removed when the stack closes."""
+    path = Path(tmp) / f"rev-{rev.replace('/', '_')}"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path),
                     rev], check=True)
     stack.callback(subprocess.run, ["git", "-C", str(ROOT), "worktree", "remove", "--force",

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -30,6 +29,7 @@ from bench.admission_load import (
     pod_review,
     start,
     start_sandbox,
+    worktree,
 )
 from bench.hey import ensure_hey, run_hey
 from volcano_guard.base.processes import cpu_seconds, free_port
@@ -38,14 +38,7 @@ from volcano_guard.certs.generate import generate
 
 def checkout(stack: ExitStack, rev: str, tmp: Path) -> Path:
     """A directory holding rev: itself if it is one, else a worktree removed at the end."""
-    if Path(rev).is_dir():
-        return Path(rev)
-    path = tmp / f"rev-{rev.replace('/', '_')}"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path),
-                    rev], check=True)
-    stack.callback(subprocess.run, ["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                                    str(path)], check=False)
-    return path
+    return Path(rev) if Path(rev).is_dir() else worktree(stack, rev, tmp)
 
 
 def main() -> None:
