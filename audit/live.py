@@ -129,6 +129,8 @@ class LiveAudit:
     _object_findings: dict[tuple[str, str, str], tuple[Finding, ...]] = field(
         default_factory=dict)  # only objects with findings
     _requested: dict[str, Resources] = field(default_factory=dict)  # node -> its pods' sum
+    # Managed node -> its allocatable, parsed once per node event rather than on every view.
+    _managed: dict[str, Resources] = field(default_factory=dict)
     _node_sensitive: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _on_node: dict[str, set[Key]] = field(default_factory=dict)  # node -> node-sensitive pods
     _naming: dict[Key, set[Key]] = field(default_factory=dict)  # PodGroup -> pods naming it
@@ -139,8 +141,13 @@ class LiveAudit:
         """A node added or changed (obj), or deleted (None)."""
         if obj is None:
             self.nodes.pop(name, None)
+            self._managed.pop(name, None)
         else:
-            self.nodes[name] = trim("Node", obj)
+            node = self.nodes[name] = trim("Node", obj)
+            if is_managed(node_labels(node), self.config.policies.nodeName.managed_selectors):
+                self._managed[name] = requests_of((node.get("status") or {}).get("allocatable"))
+            else:
+                self._managed.pop(name, None)
         for key in list(self._on_node.get(name, ())):  # managed or not may have changed
             record = self.pods[key]
             self.pods[key] = replace(record, policy_findings=self._policy_findings(
@@ -192,13 +199,10 @@ class LiveAudit:
     # -- internals ------------------------------------------------------------------------
 
     def _accounts(self) -> Iterable[NodeAccount]:
-        selectors = self.config.policies.nodeName.managed_selectors
-        for name, node in self.nodes.items():
-            if is_managed(node_labels(node), selectors):
-                allocatable = requests_of((node.get("status") or {}).get("allocatable"))
-                requested = {resource: amount for resource, amount in
-                             self._requested.get(name, {}).items() if amount}
-                yield NodeAccount(name, allocatable, requested)
+        for name, allocatable in self._managed.items():
+            requested = {resource: amount for resource, amount in
+                         self._requested.get(name, {}).items() if amount}
+            yield NodeAccount(name, dict(allocatable), requested)
 
     def _policy_findings(self, pod: dict[str, Any]) -> tuple[Finding, ...]:
         node = str((pod.get("spec") or {}).get("nodeName") or "")
