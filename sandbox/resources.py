@@ -101,3 +101,11 @@ def find(group: str, version: str, plural: str) -> ResourceType | None:
         if (resource.group, resource.version, resource.plural) == (group, version, plural):
             return resource
     return None
+
+
+def served(group: str, version: str, plural: str) -> ResourceType:
+    """A resource type the sandbox is known to serve (a KeyError names one it does not)."""
+    resource = find(group, version, plural)
+    if resource is None:
+        raise KeyError(f"the sandbox does not serve {plural} ({group or 'core'}/{version})")
+    return resource

@@ -20,7 +20,7 @@ import yaml
 from aiohttp import web
 
 from volcano_guard.sandbox.faults import FaultRule, Faults, Stats
-from volcano_guard.sandbox.resources import RESOURCES, ResourceType
+from volcano_guard.sandbox.resources import RESOURCES, ResourceType, served
 from volcano_guard.sandbox.server import (
     FAULTS_KEY,
     STATS_KEY,
@@ -145,7 +145,7 @@ def resource_for(obj: dict[str, Any]) -> ResourceType:
 
 
 def seed(store: Store, objects: Iterable[dict[str, Any]]) -> list[Stored]:
-    namespaces = next(r for r in RESOURCES if r.plural == "namespaces")
+    namespaces = served("", "v1", "namespaces")
     created = []
     for obj in objects:
         resource = resource_for(obj)

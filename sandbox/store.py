@@ -24,7 +24,7 @@ from typing import Any
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
 from volcano_guard.base.mergepatch import apply_merge_patch
 from volcano_guard.sandbox.patch import StrategicPatchError, apply_strategic_merge_patch
-from volcano_guard.sandbox.resources import RESOURCES, ResourceType
+from volcano_guard.sandbox.resources import RESOURCES, ResourceType, served
 from volcano_guard.sandbox.selectors import Requirement, matches
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -311,7 +311,7 @@ class Store:
         return current
 
     def bind(self, namespace: str, name: str, binding: Any) -> None:
-        pods = _resource("pods")
+        pods = served("", "v1", "pods")
         current = self.get(pods, namespace, name)
         target = binding.get("target") if isinstance(binding, dict) else None
         node = target.get("name") if isinstance(target, dict) else None
@@ -525,7 +525,7 @@ class Store:
     def _require_namespace(self, namespace: str) -> None:
         if not namespace:
             raise ApiError(400, "BadRequest", "a namespace is required for this resource")
-        if ("", namespace) not in self._objects[_resource("namespaces")]:
+        if ("", namespace) not in self._objects[served("", "v1", "namespaces")]:
             raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
                            {"name": namespace, "kind": "namespaces"})
 
@@ -554,10 +554,6 @@ def invalid(resource: ResourceType, name: str, field_path: str, detail: str) -> 
 
 def _qualified(resource: ResourceType) -> str:
     return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
-
-
-def _resource(plural: str) -> ResourceType:
-    return next(r for r in RESOURCES if r.plural == plural and r.group == "")
 
 
 def _spec(obj: dict[str, Any]) -> dict[str, Any]:

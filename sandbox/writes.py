@@ -17,13 +17,13 @@ from typing import Any
 
 from volcano_guard.sandbox.admission import Dispatcher, Record
 from volcano_guard.sandbox.matching import Attributes, User, configuration_errors
-from volcano_guard.sandbox.resources import RESOURCES, ResourceType
+from volcano_guard.sandbox.resources import ADMISSION, ResourceType, served
 from volcano_guard.sandbox.store import ApiError, Stale, Store, Stored, default
 
 MAX_ATTEMPTS = 5
-NAMESPACES = next(r for r in RESOURCES if r.plural == "namespaces")
-MUTATING = next(r for r in RESOURCES if r.plural == "mutatingwebhookconfigurations")
-VALIDATING = next(r for r in RESOURCES if r.plural == "validatingwebhookconfigurations")
+NAMESPACES = served("", "v1", "namespaces")
+MUTATING = served(ADMISSION, "v1", "mutatingwebhookconfigurations")
+VALIDATING = served(ADMISSION, "v1", "validatingwebhookconfigurations")
 BINDING_KIND = ("", "v1", "Binding")
 
 
