@@ -194,8 +194,9 @@ def _with_memory_request(value: Any) -> bytes:
 
 @pytest.mark.parametrize(("value", "status", "needle"), [
     ("1" * 1_500_000, 200, b"longer than 128 characters"),  # a huge quantity: denied, named
-    (Deep(PARSER_MAX_DEPTH - 10), 200, b"expected a quantity string or number"),
-    (Deep(PARSER_MAX_DEPTH), 400, b"nested deeper than 1,024 levels"),
+    (Deep(500), 200, b"expected a quantity string or number"),
+    # Past the decoder's limit (Python's recursion limit, less the stack it is called on).
+    (Deep(PARSER_MAX_DEPTH), 400, b"nested too deeply"),
     ("\u202e1Gi\u0000", 200, b"not a Kubernetes quantity"),
 ])
 def test_huge_deep_and_odd_values_get_a_named_answer(server, value, status, needle):

@@ -26,7 +26,7 @@ from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.node_name import NODES as NODE_CACHE
 from volcano_guard.webhook.policies.node_name import node_labels
-from volcano_guard.webhook.review import parse
+from volcano_guard.webhook.review import from_document
 from volcano_guard.webhook.server import running
 
 NODES = find("", "v1", "nodes")
@@ -116,7 +116,7 @@ def test_decisions_see_consistent_snapshots_under_a_thousand_node_events_a_secon
     decisions = 0
     body = pod(container(requests={"cpu": "1", "memory": "1Gi"}))
     body["spec"]["nodeName"] = "web-1"
-    request = parse(review(body))
+    request = from_document(review(body))
     started = time.monotonic()
     try:
         while time.monotonic() - started < 2.0:

@@ -14,7 +14,7 @@ from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies import node_name as node_name_policy
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.node_name import pin_to_node
-from volcano_guard.webhook.review import parse
+from volcano_guard.webhook.review import from_document
 
 NODES = static_snapshot({
     "gpu-1": {"volcano.sh/role": "train", "kubernetes.io/hostname": "gpu-1"},
@@ -40,7 +40,7 @@ def run(phase, obj, ctx, user="alice", groups=("system:authenticated",), namespa
     body["request"]["userInfo"] = {"username": user, "groups": list(groups)}
     if namespace:
         body["request"]["namespace"] = namespace
-    return evaluate(phase, parse(body), ctx)
+    return evaluate(phase, from_document(body), ctx)
 
 
 @pytest.mark.parametrize(
@@ -197,7 +197,7 @@ def binding_review(node, user, subresource=True):
     }
     if subresource:
         request["subResource"] = "binding"
-    return parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+    return from_document({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                   "request": request})
 
 

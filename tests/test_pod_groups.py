@@ -33,7 +33,7 @@ from volcano_guard.webhook.policies.pod_groups import (
     UNFINISHED_PODS,
     live_members,
 )
-from volcano_guard.webhook.review import parse
+from volcano_guard.webhook.review import from_document
 from volcano_guard.webhook.server import running
 
 PG = find("scheduling.volcano.sh", "v1beta1", "podgroups")
@@ -101,7 +101,7 @@ def context(pods=(), **pod_groups):
 @pytest.mark.parametrize("annotations", [None, {}, {"other": "x"}])
 def test_create_is_stamped_whether_or_not_annotations_exist(annotations):
     obj = podgroup(annotations=annotations)
-    result = evaluate("mutate", parse(pg_review("CREATE", obj)), context())
+    result = evaluate("mutate", from_document(pg_review("CREATE", obj)), context())
     patched = apply_patch(obj, list(result.decision.patch))
     assert patched["metadata"]["annotations"][GENERATION_ID] == "0190-fixed-id"
     for key, value in (annotations or {}).items():
@@ -110,29 +110,31 @@ def test_create_is_stamped_whether_or_not_annotations_exist(annotations):
 
 def test_an_existing_id_is_never_overwritten():
     obj = podgroup(annotations={GENERATION_ID: "keep-me"})
-    assert evaluate("mutate", parse(pg_review("CREATE", obj)), context()).decision.patch == ()
+    request = from_document(pg_review("CREATE", obj))
+    assert evaluate("mutate", request, context()).decision.patch == ()
 
 
 def test_an_update_that_drops_or_changes_the_id_gets_it_back():
     old = podgroup(annotations={GENERATION_ID: "first"})
     for new in (podgroup(annotations=None), podgroup(annotations={GENERATION_ID: "forged"})):
-        result = evaluate("mutate", parse(pg_review("UPDATE", new, old)), context())
+        result = evaluate("mutate", from_document(pg_review("UPDATE", new, old)), context())
         patched = apply_patch(new, list(result.decision.patch))
         assert patched["metadata"]["annotations"][GENERATION_ID] == "first"
     same = podgroup(annotations={GENERATION_ID: "first"})
-    assert evaluate("mutate", parse(pg_review("UPDATE", same, old)), context()).decision.patch == ()
+    request = from_document(pg_review("UPDATE", same, old))
+    assert evaluate("mutate", request, context()).decision.patch == ()
 
 
 def test_an_update_is_not_given_back_an_old_id_that_is_not_a_string():
     # Annotations are strings; restoring a number would make the API server refuse the update.
     old = podgroup(annotations={GENERATION_ID: 7})
-    result = evaluate("mutate", parse(pg_review("UPDATE", podgroup(annotations=None), old)),
+    result = evaluate("mutate", from_document(pg_review("UPDATE", podgroup(annotations=None), old)),
                       context())
     assert result.decision.patch == ()
 
 
 def test_stamping_can_be_turned_off():
-    result = evaluate("mutate", parse(pg_review("CREATE", podgroup())),
+    result = evaluate("mutate", from_document(pg_review("CREATE", podgroup())),
                       context(stampGenerationId=False))
     assert result.decision.patch == ()
 
@@ -162,7 +164,8 @@ def test_live_members_by_annotation_or_shared_controller_not_finished_not_termin
 
 def delete(pg, ctx, options=None, user=None):
     kwargs = {"user": user} if user else {}
-    return evaluate("validate", parse(pg_review("DELETE", None, pg, options, **kwargs)), ctx)
+    request = from_document(pg_review("DELETE", None, pg, options, **kwargs))
+    return evaluate("validate", request, ctx)
 
 
 def test_a_plain_delete_under_live_pods_is_denied_naming_generation_age_pods_and_the_fix():
@@ -304,7 +307,8 @@ def pod_review(annotations):
     obj = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "w0", "namespace": "team-a", "annotations": annotations},
            "spec": {"containers": [{"name": "c", "image": "x"}]}}
-    return parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+    return from_document({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                          "request": {
         "uid": "p", "operation": "CREATE", "namespace": "team-a", "name": "w0",
         "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "resource": {"group": "", "version": "v1", "resource": "pods"}, "object": obj}}), obj
@@ -356,7 +360,8 @@ def volcano_patch(pod, group):
 
 
 def pod_update(old, new):
-    return parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+    return from_document({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                          "request": {
         "uid": "u", "operation": "UPDATE", "namespace": "team-a", "name": new["metadata"]["name"],
         "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "resource": {"group": "", "version": "v1", "resource": "pods"},

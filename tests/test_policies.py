@@ -4,12 +4,13 @@ which request kinds."""
 import dataclasses
 
 import pytest
+from msgspec.structs import replace
 
 from tests.builders import container, pod, review, volcano_job
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies import POLICIES, enabled_checks, evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
-from volcano_guard.webhook.review import AdmissionRequest, parse
+from volcano_guard.webhook.review import AdmissionRequest, from_document
 from volcano_guard.webhook.workloads import POD
 
 EVERYTHING_ON = {"policies": {"resourceRequests": {"defaults": {"cpu": "1"}},
@@ -60,7 +61,7 @@ def test_a_policy_without_kinds_is_checked_for_every_kind():
 
 def test_evaluate_with_given_checks_runs_only_those():
     config = config_from_dict({})
-    request = parse(review(pod(container("trainer", requests={"cpu": "1"}))))
+    request = from_document(review(pod(container("trainer", requests={"cpu": "1"}))))
     context = PolicyContext(config)
     everything = evaluate("validate", request, context)
     assert not everything.decision.allowed
@@ -84,7 +85,7 @@ def _requests_each_policy_acts_on() -> list[AdmissionRequest]:
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
                   "metadata": {"name": "d", "namespace": "team-a"},
                   "spec": {"template": {"spec": pod(container())["spec"]}}}
-    return [parse(body) for body in (
+    return [from_document(body) for body in (
         review(bound), binding, review(podgroup), review(podgroup, "DELETE", old=podgroup),
         review(volcano_job({"worker": [container()]})), review(deployment))]
 
@@ -106,5 +107,5 @@ def test_a_policy_has_nothing_to_say_about_kinds_it_does_not_name(phase):
             if kind not in policy.kinds:
                 assert check(request, context) is None, (policy.name, kind)
             # The same object under a kind no policy names: no policy may act on it either.
-            renamed = request._replace(kind=request.kind._replace(kind="ConfigMap"))
+            renamed = replace(request, kind=replace(request.kind, kind="ConfigMap"))
             assert check(renamed, context) is None, (policy.name, "ConfigMap")

@@ -30,7 +30,7 @@ from volcano_guard.webhook.config import Config, config_from_dict
 from volcano_guard.webhook.policies import evaluate, node_name, pod_groups
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.registrations import webhook_configurations
-from volcano_guard.webhook.review import parse
+from volcano_guard.webhook.review import from_document
 
 SHIPPED_CONFIG = REPO / "deploy" / "base" / "config.yaml"
 WEBHOOKS = REPO / "deploy" / "base" / "webhooks.yaml"
@@ -286,7 +286,7 @@ def worst_case_context(config: Config) -> PolicyContext:
 
 
 def untouched(config: Config, request: Request) -> bool:
-    review = parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+    review = from_document({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                     "request": request.admission_request()})
     context = worst_case_context(config)
     for phase in ("mutate", "validate"):

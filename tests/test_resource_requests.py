@@ -12,7 +12,7 @@ from volcano_guard.base.jsonpatch import apply_patch
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies import evaluate, resource_requests
 from volcano_guard.webhook.policies.base import NOTHING_FOUND, PolicyContext
-from volcano_guard.webhook.review import parse
+from volcano_guard.webhook.review import from_document
 from volcano_guard.webhook.workloads import ObjectShapeError
 
 FULL = {"cpu": "500m", "memory": "1Gi"}
@@ -24,11 +24,11 @@ def context(**resource_requests) -> PolicyContext:
 
 
 def validate(obj, operation="CREATE", ctx=None):
-    return evaluate("validate", parse(review(obj, operation)), ctx or context())
+    return evaluate("validate", from_document(review(obj, operation)), ctx or context())
 
 
 def mutate(obj, ctx):
-    return evaluate("mutate", parse(review(obj)), ctx)
+    return evaluate("mutate", from_document(review(obj)), ctx)
 
 
 def test_allows_pod_requesting_cpu_and_memory():
@@ -381,7 +381,8 @@ def test_hostile_pod_specs_get_a_verdict_or_a_shape_error_never_a_crash(spec, op
                                                                          config):
     obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
            "spec": spec}
-    request, ctx = parse(review(obj, operation)), PolicyContext(config=config_from_dict(config))
+    request = from_document(review(obj, operation))
+    ctx = PolicyContext(config=config_from_dict(config))
     try:
         verdict = resource_requests.validate(request, ctx)
     except ObjectShapeError as exc:

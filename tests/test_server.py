@@ -99,9 +99,9 @@ BAD_BODIES = [
      "request.uid"),
     (json.dumps(review({**pod(), "spec": {"schedulerName": "volcano", "containers": 5}}))
      .encode(), "spec.containers must be a list"),
-    (b"[" * 5000 + b"]" * 5000, "nested deeper"),
-    (b'{"kind": "AdmissionReview", "x": ' + b"[" * 1100 + b"]" * 1100 + b"}", "nested deeper"),
-    (b"\xff\xfe\xfd", "not UTF-8"),
+    (b'{"request": {"object": {"a": ' + b"[" * 5000 + b"]" * 5000 + b"}}}", "nested too deeply"),
+    (b'{"kind": "AdmissionReview", "x": ' + b"[" * 1100 + b"]" * 1100 + b"}", "nested too deeply"),
+    (b"\xff\xfe\xfd", "not valid JSON"),
 ]
 
 

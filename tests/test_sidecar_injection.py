@@ -11,7 +11,7 @@ from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.sidecar_injection import CONTAINER_NAME, KUBECONFIG
-from volcano_guard.webhook.review import parse
+from volcano_guard.webhook.review import from_document
 from volcano_guard.webhook.workloads import ObjectShapeError
 
 SCHEMA_VERSION = "1.30.0"
@@ -42,7 +42,7 @@ def volcano_controller_pod(**annotations):
 def admit(obj, *, copied=True, **sidecar):
     data = {"policies": {"sidecarInjection": sidecar}} if sidecar else {}
     ctx = PolicyContext(config=config_from_dict(data))
-    request = parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+    request = from_document({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                      "request": {"uid": "i", "operation": "CREATE",
                                  "namespace": obj["metadata"]["namespace"],
                                  "name": obj["metadata"]["name"],
@@ -149,7 +149,7 @@ def test_injection_is_idempotent_and_unlabelled_pods_are_left_alone():
 def test_the_injected_pod_passes_the_resource_requests_policy():
     pod = injected(volcano_controller_pod())
     pod["spec"]["schedulerName"] = "volcano"
-    request = parse({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+    request = from_document({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                      "request": {"uid": "v", "operation": "CREATE", "namespace": "volcano-system",
                                  "kind": {"group": "", "version": "v1", "kind": "Pod"},
                                  "resource": {"group": "", "version": "v1", "resource": "pods"},

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from volcano_guard.base.informer import Snapshot, static_snapshot
@@ -158,7 +159,7 @@ def check_document(file: str, index: int, document: Any,
 def _request_for(document: dict[str, Any]) -> AdmissionRequest | None:
     """The AdmissionRequest the API server would send for document; None if not an object."""
     if document.get("kind") == "AdmissionReview":
-        return review.parse(document)
+        return review.from_document(document)
     api_version, kind = document.get("apiVersion"), document.get("kind")
     if not isinstance(api_version, str) or not isinstance(kind, str):
         return None  # not a Kubernetes object (e.g. a kustomization): nothing to check
@@ -186,7 +187,7 @@ def _violations(
     mutation = evaluate("mutate", request, context)
     if mutation.decision.patch and request.object is not None:
         patched = apply_patch(request.object, list(mutation.decision.patch))
-        request = request._replace(object=patched)
+        request = msgspec.structs.replace(request, object=patched)
     for result in evaluate("validate", request, context).results:
         for message in result.verdict.violations:
             yield Violation(

@@ -1,15 +1,20 @@
 """The AdmissionReview envelope (admission.k8s.io/v1): parse a request, build a response.
 
-Parsing checks the shape the API server always sends and raises ReviewError (answered with
-HTTP 400) naming the first field that is wrong. Policies receive only the typed, immutable
-AdmissionRequest and never see the wire format.
+The request's fields are declared once, below, with the types the API server's Go structs give
+them (k8s.io/api admission/v1 AdmissionRequest, authentication/v1 UserInfo, apimachinery's
+GroupVersionKind/Resource): strings are never null (omitempty drops them), the RawExtensions
+object, oldObject and options may be. msgspec decodes the body straight into these records and
+checks every field in one pass, so a ReviewError (answered with HTTP 400) names the path of the
+first wrong field. Policies receive only the typed, immutable AdmissionRequest and never see the
+wire format.
 """
 
 from __future__ import annotations
 
 import base64
-from typing import Any, NamedTuple
+from typing import Annotated, Any, Literal
 
+import msgspec
 import orjson
 
 from volcano_guard.base.jsonbody import object_at, shown
@@ -18,35 +23,39 @@ from volcano_guard.base.status import REASONS
 from volcano_guard.webhook.decision import Decision
 
 API_VERSION = "admission.k8s.io/v1"
-OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 
 class ReviewError(ValueError):
     """The body is not a usable AdmissionReview; the message says which field is wrong."""
 
 
-class GroupVersionKind(NamedTuple):
+class GroupVersionKind(msgspec.Struct, frozen=True):
+    group: str  # "" for the core group, and always sent
+    version: NonEmpty
+    kind: NonEmpty
+
+
+class GroupVersionResource(msgspec.Struct, frozen=True):
     group: str
-    version: str
-    kind: str
+    version: NonEmpty
+    resource: NonEmpty
 
 
-class GroupVersionResource(NamedTuple):
-    group: str
-    version: str
-    resource: str
-
-
-class UserInfo(NamedTuple):
+class UserInfo(msgspec.Struct, frozen=True):
     username: str = ""
     groups: tuple[str, ...] = ()
 
 
-class AdmissionRequest(NamedTuple):
-    uid: str
+class AdmissionRequest(
+    msgspec.Struct, frozen=True,
+    rename={"sub_resource": "subResource", "user": "userInfo", "old_object": "oldObject",
+            "dry_run": "dryRun"},
+):
+    uid: NonEmpty
     kind: GroupVersionKind
     resource: GroupVersionResource
-    operation: str
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
     sub_resource: str = ""
     namespace: str = ""
     name: str = ""
@@ -82,57 +91,49 @@ class AdmissionRequest(NamedTuple):
         return f'{self.kind.kind} "{name}"'
 
 
-def parse(document: Any) -> AdmissionRequest:
-    """AdmissionReview JSON (already decoded) -> AdmissionRequest, or ReviewError."""
-    if not isinstance(document, dict):
-        raise ReviewError("body is not an AdmissionReview: expected a JSON object")
-    if document.get("kind") != "AdmissionReview":
-        raise ReviewError(f'kind is {shown(document.get("kind"))}, expected "AdmissionReview"')
-    if document.get("apiVersion") != API_VERSION:
+class _Review(msgspec.Struct, frozen=True, rename="camel"):
+    api_version: str = ""
+    kind: str = ""
+    request: AdmissionRequest | None = None
+
+
+_DECODER = msgspec.json.Decoder(_Review)
+
+
+def parse(body: bytes) -> AdmissionRequest:
+    """AdmissionReview JSON bytes -> AdmissionRequest, or ReviewError naming what is wrong."""
+    try:
+        review = _DECODER.decode(body)
+    except msgspec.ValidationError as exc:  # "Expected `str`, got `int` - at `$.request.uid`"
+        raise ReviewError(f"body is not an AdmissionReview: {exc}") from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise ReviewError(f"body is not valid JSON: {exc}") from None
+    except RecursionError:  # the decoder recurses once a level, up to Python's limit
+        raise ReviewError("body is nested too deeply to be an AdmissionReview") from None
+    return _request_of(review)
+
+
+def from_document(document: Any) -> AdmissionRequest:
+    """An AdmissionReview already decoded (a YAML document given to `check`) ->
+    AdmissionRequest, checked as parse() checks the wire's."""
+    try:
+        review = msgspec.convert(document, _Review)
+    except msgspec.ValidationError as exc:
+        raise ReviewError(f"not an AdmissionReview: {exc}") from None
+    return _request_of(review)
+
+
+def _request_of(review: _Review) -> AdmissionRequest:
+    if review.kind != "AdmissionReview":
+        raise ReviewError(f'kind is {shown(review.kind)}, expected "AdmissionReview"')
+    if review.api_version != API_VERSION:
         raise ReviewError(
-            f"apiVersion {shown(document.get('apiVersion'))} is not supported; only {API_VERSION} "
+            f"apiVersion {shown(review.api_version)} is not supported; only {API_VERSION} "
             "(set admissionReviewVersions: [v1] in the webhook configuration)"
         )
-    request = document.get("request")
-    if not isinstance(request, dict):
-        raise ReviewError("request is missing or not an object")
-    uid = request.get("uid")
-    if not isinstance(uid, str) or not uid:
-        raise ReviewError("request.uid is missing or not a non-empty string")
-    operation = request.get("operation")
-    if operation not in OPERATIONS:
-        raise ReviewError(f"request.operation {shown(operation)} is not one of "
-                          f"{', '.join(OPERATIONS)}")
-    for key, kind, expected in _OPTIONAL_FIELDS:
-        value = request.get(key)
-        if value is not None and not isinstance(value, kind):
-            raise ReviewError(f"request.{key} must be {expected}")
-    return AdmissionRequest(
-        uid=uid,
-        kind=GroupVersionKind(*_names(request, "kind", "kind")),
-        resource=GroupVersionResource(*_names(request, "resource", "resource")),
-        operation=operation,
-        sub_resource=request.get("subResource") or "",
-        namespace=request.get("namespace") or "",
-        name=request.get("name") or "",
-        user=_user(request.get("userInfo")),
-        object=request.get("object"),
-        old_object=request.get("oldObject"),
-        options=request.get("options"),
-        dry_run=request.get("dryRun") or False,
-    )
-
-
-# Optional request fields: key, the type JSON gives it, and what an error says it must be.
-_OPTIONAL_FIELDS: tuple[tuple[str, type, str], ...] = (
-    ("subResource", str, "a string"),
-    ("namespace", str, "a string"),
-    ("name", str, "a string"),
-    ("object", dict, "an object or null"),
-    ("oldObject", dict, "an object or null"),
-    ("options", dict, "an object or null"),
-    ("dryRun", bool, "true or false"),
-)
+    if review.request is None:
+        raise ReviewError("request is missing")
+    return review.request
 
 
 def respond(uid: str, decision: Decision) -> dict[str, Any]:
@@ -165,32 +166,3 @@ def encode_patch(patch: tuple[Operation, ...]) -> bytes:
 
 def _metadata(obj: dict[str, Any] | None) -> dict[str, Any]:
     return object_at(obj or {}, "metadata")
-
-
-def _names(request: dict[str, Any], key: str, last: str) -> tuple[str, str, str]:
-    """request[key]'s (group, version, <last>): strings, non-empty except the group."""
-    value = request.get(key)
-    if not isinstance(value, dict):
-        raise ReviewError(f"request.{key} is missing or not an object")
-    group, version, name = value.get("group", ""), value.get("version", ""), value.get(last, "")
-    for field, item in (("group", group), ("version", version), (last, name)):
-        if not isinstance(item, str) or (not item and field != "group"):
-            raise ReviewError(f"request.{key}.{field} is missing or not a string")
-    return group, version, name
-
-
-def _user(value: Any) -> UserInfo:
-    if value is None:
-        return _NO_USER
-    if not isinstance(value, dict):
-        raise ReviewError("request.userInfo must be an object")
-    username = value.get("username", "")
-    groups = value.get("groups") or []
-    if not isinstance(username, str):
-        raise ReviewError("request.userInfo.username must be a string")
-    if not isinstance(groups, list) or not all(isinstance(group, str) for group in groups):
-        raise ReviewError("request.userInfo.groups must be a list of strings")
-    return UserInfo(username, tuple(groups))
-
-
-_NO_USER = UserInfo()

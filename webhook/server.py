@@ -20,7 +20,6 @@ import orjson
 from aiohttp import web
 
 from volcano_guard.base.connections import BoundedTLSSite, ConnectionLimits, request_answered
-from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.metrics import add_probes, metrics_app
 from volcano_guard.base.status import status_response
@@ -161,9 +160,8 @@ def admit(phase: Phase, body: bytes, context: PolicyContext) -> dict[str, object
 
 def parse_review(body: bytes) -> review.AdmissionRequest:
     try:
-        # No depth limit below the parser's: policies read fixed paths, never recurse.
-        return review.parse(decode(body, max_depth=None))
-    except (BodyError, review.ReviewError) as exc:
+        return review.parse(body)
+    except review.ReviewError as exc:
         raise RequestError(400, "bad_review", str(exc)) from None
 
 
