@@ -122,6 +122,24 @@ async def test_keep_alive_serves_request_after_request_and_closes_when_idle(cert
         assert 0.6 < await closed_within(reader, 3.0) < 1.5  # idle for 0.8 s
 
 
+async def test_any_answer_meets_the_deadline_even_one_aiohttp_writes_itself(certs):
+    """A 404 (aiohttp's own answer) and a probe meet the request deadline as an admission
+    does: the kept-alive connection is closed by the idle timeout, not cut as late."""
+    timed_out = REGISTRY.get_sample_value("volcano_guard_connections_timed_out_total") or 0
+    async with webhook(certs) as port:
+        reader, writer = await tls_connect(certs, port)
+        for path in (b"/nowhere", b"/healthz", b"/nowhere"):
+            writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert int((await reader.readline()).split()[1]) in (200, 404)
+            while (line := await reader.readline()) != b"\r\n":
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            await asyncio.sleep(0.3)  # idle past the 0.5 s request deadline in all
+        assert 0.3 < await closed_within(reader, 3.0) < 1.5  # the idle timeout, 0.8 s
+    assert REGISTRY.get_sample_value("volcano_guard_connections_timed_out_total") == timed_out
+
+
 @pytest.mark.slow  # 600 connections to a process of its own
 def test_an_idle_tls_connection_costs_at_most_64_kib_and_the_memory_comes_back(certs,
                                                                                tmp_path: Path):

@@ -19,7 +19,7 @@ from typing import get_args
 import orjson
 from aiohttp import web
 
-from volcano_guard.base.connections import BoundedTLSSite, ConnectionLimits, request_answered
+from volcano_guard.base.connections import BoundedTLSSite, ConnectionLimits
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.metrics import add_probes, metrics_app
 from volcano_guard.base.status import status_response
@@ -87,7 +87,6 @@ def create_app(config: Config, caches: Caches | None = None) -> web.Application:
     the caches have synced)."""
     caches = caches or Caches()
     app = web.Application(client_max_size=config.maxRequestBytes + 1)
-    app.on_response_prepare.append(request_answered)  # the connection's request deadline is met
     in_flight = app[IN_FLIGHT_KEY] = InFlight()
     for phase in get_args(Phase):
         app.router.add_post(f"/{phase}", _handler(phase, config, caches, in_flight))

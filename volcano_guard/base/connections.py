@@ -10,10 +10,10 @@ kube-apiserver's own server do, holds each connection to:
 - a cap per process: past `max_connections`, a new connection is closed at once, before any
   TLS work, and counted; the connections already open keep being served;
 - a handshake deadline (asyncio's own `ssl_handshake_timeout`);
-- a request deadline: from a request's first byte to its response, headers and body included
-  (a peer dribbling bytes is closed when it passes). One sweep a second (a quarter of the
-  deadline if shorter) closes the connections past it: a timer per request would cost more
-  than the rest of the connection layer together;
+- a request deadline: from a request's first byte to the first byte of its answer, headers
+  and body included (a peer dribbling bytes is closed when it passes). One sweep a second (a
+  quarter of the deadline if shorter) closes the connections past it: a timer per request
+  would cost more than the rest of the connection layer together;
 - an idle keep-alive timeout (aiohttp's `keepalive_timeout`, set on the runner);
 - a 16 KiB TLS read buffer (one TLS record) instead of asyncio's 256 KiB;
 - and when a crowd of connections has gone (half the peak, at least TRIM_AFTER fewer), the
@@ -31,7 +31,7 @@ import socket
 import ssl
 import struct
 from asyncio import sslproto, transports
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,8 +167,8 @@ class _BoundedSSLProtocol(sslproto.SSLProtocol):
 
 class _Connection(asyncio.Protocol):
     """Between TLS and aiohttp's request handler: notes when a request's first byte came (its
-    deadline runs from there) until the handler has answered (aiohttp's keep-alive timer then
-    takes over)."""
+    deadline runs from there) until the handler starts writing its answer (aiohttp's keep-alive
+    timer then takes over)."""
 
     def __init__(self, handler: Any, clock: Callable[[], float]) -> None:
         self._handler, self._clock = handler, clock
@@ -178,8 +178,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: transports.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        _CONNECTIONS[transport] = self
-        self._handler.connection_made(transport)
+        self._handler.connection_made(_AnsweringTransport(transport, self))
 
     def data_received(self, data: bytes) -> None:
         if self.request_started == math.inf:
@@ -199,8 +198,6 @@ class _Connection(asyncio.Protocol):
         return self._handler.eof_received()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self._transport is not None:
-            _CONNECTIONS.pop(self._transport, None)
         self._handler.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -210,11 +207,23 @@ class _Connection(asyncio.Protocol):
         self._handler.resume_writing()
 
 
-_CONNECTIONS: dict[asyncio.BaseTransport, _Connection] = {}
+class _AnsweringTransport:
+    """The TLS transport as aiohttp's handler sees it: writing meets the request's deadline,
+    whatever route (or aiohttp itself, for a 404) answers. Everything else is the transport's."""
 
+    def __init__(self, transport: asyncio.Transport, connection: _Connection) -> None:
+        self._transport, self._connection = transport, connection
+        # Asked on every request: the transport's own methods, with no call in between.
+        self.is_closing = transport.is_closing
+        self.pause_reading, self.resume_reading = transport.pause_reading, transport.resume_reading
 
-async def request_answered(request: web.Request, response: web.StreamResponse) -> None:
-    """An `on_response_prepare` signal: the request's deadline is met once its answer starts."""
-    connection = _CONNECTIONS.get(request.transport) if request.transport else None
-    if connection is not None:
-        connection.answered()
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._connection.answered()
+        self._transport.write(data)
+
+    def writelines(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+        self._connection.answered()
+        self._transport.writelines(chunks)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
