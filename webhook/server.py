@@ -1,7 +1,8 @@
 """The admission webhook's HTTP side: transport checks, the handler contract, serving.
 
-request bytes ── size limit (413), content type (415), JSON decode (400)
-  └─ review.parse (400) ── policies.evaluate ── review.respond (always echoes request.uid)
+request bytes ── size limit (413), content type (415)
+  └─ review.parse: JSON decode and envelope check in one pass (400) ── policies.evaluate
+       ── review.respond (always echoes request.uid)
 Metrics wrap the handler; policies never see aiohttp.
 """
 
