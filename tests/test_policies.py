@@ -8,8 +8,15 @@ from msgspec.structs import replace
 
 from tests.builders import container, pod, review, volcano_job
 from volcano_guard.webhook.config import config_from_dict
-from volcano_guard.webhook.policies import POLICIES, enabled_checks, evaluate
+from volcano_guard.webhook.policies import (
+    POLICIES,
+    KindChecks,
+    enabled_checks,
+    evaluate,
+    pod_groups,
+)
 from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.pod_groups import UNFINISHED_PODS
 from volcano_guard.webhook.review import AdmissionRequest, from_document
 from volcano_guard.webhook.workloads import POD
 
@@ -38,25 +45,35 @@ def test_policies_turned_off_are_not_among_the_checks():
         "sidecarInjection": {"mode": "off"}}})
     for phase in ("validate", "mutate"):
         checks = enabled_checks(phase, config)
-        assert checks.checks == () and checks.for_kind(*POD) == ()
+        assert checks.checks == () and checks.for_kind(*POD) == KindChecks()
 
 
 def test_each_kind_gets_the_checks_of_the_policies_naming_it_in_policy_order():
     checks = enabled_checks("validate", config_from_dict({}))
-    assert [c.policy for c in checks.for_kind(*POD)] == ["resourceRequests", "nodeName"]
-    assert [c.policy for c in checks.for_kind("", "Binding")] == ["bindingGuard"]
-    assert [c.policy for c in checks.for_kind("scheduling.volcano.sh", "PodGroup")] == [
+    assert [c.policy for c in checks.for_kind(*POD).checks] == ["resourceRequests", "nodeName"]
+    assert [c.policy for c in checks.for_kind("", "Binding").checks] == ["bindingGuard"]
+    assert [c.policy for c in checks.for_kind("scheduling.volcano.sh", "PodGroup").checks] == [
         "deleteGuard"]
-    assert [c.policy for c in checks.for_kind("batch.volcano.sh", "Job")] == [
+    assert [c.policy for c in checks.for_kind("batch.volcano.sh", "Job").checks] == [
         "resourceRequests"]
-    assert checks.for_kind("", "ConfigMap") == ()
+    assert checks.for_kind("", "ConfigMap") == KindChecks()
+
+
+def test_a_live_list_is_read_only_for_the_kinds_its_policy_names():
+    checks = enabled_checks("validate", config_from_dict({}))
+    assert checks.for_kind("scheduling.volcano.sh", "PodGroup").lookups == (UNFINISHED_PODS,)
+    assert checks.for_kind(*POD).lookups == ()
+    assert checks.for_kind("", "ConfigMap").lookups == ()
+    unnamed = dataclasses.replace(pod_groups.DELETE_POLICY, kinds=None)
+    anything = enabled_checks("validate", config_from_dict({}), policies=(unnamed,))
+    assert anything.for_kind("", "ConfigMap").lookups == (UNFINISHED_PODS,)
 
 
 def test_a_policy_without_kinds_is_checked_for_every_kind():
     anything = dataclasses.replace(POLICIES[1], name="anyKind", kinds=None)
     checks = enabled_checks("validate", config_from_dict({}), policies=(POLICIES[0], anything))
-    assert [c.policy for c in checks.for_kind(*POD)] == ["resourceRequests", "anyKind"]
-    assert [c.policy for c in checks.for_kind("", "ConfigMap")] == ["anyKind"]
+    assert [c.policy for c in checks.for_kind(*POD).checks] == ["resourceRequests", "anyKind"]
+    assert [c.policy for c in checks.for_kind("", "ConfigMap").checks] == ["anyKind"]
 
 
 def test_evaluate_with_given_checks_runs_only_those():

@@ -117,8 +117,9 @@ async def _answer(request: web.Request, phase: Phase, config: Config, caches: Ca
         started = time.perf_counter()
         review_request = parse_review(body)
         listed = {}
-        for lookup in checks.lookups:  # the rare requests whose policy needs a live list
-            if lookup.wanted(review_request):
+        kind = review_request.kind
+        for lookup in checks.for_kind(kind.group, kind.kind).lookups:  # most kinds: none
+            if lookup.wanted(review_request):  # the rare requests whose policy lists live
                 listed[lookup] = await caches.live_list(lookup, review_request.namespace)
         # One snapshot per decision: every policy sees the same, unchanging cluster view.
         context = PolicyContext(config, caches.snapshots(), listed)

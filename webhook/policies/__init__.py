@@ -83,18 +83,26 @@ class EnabledCheck(NamedTuple):
     nothing_found: PolicyResult
 
 
+class KindChecks(NamedTuple):
+    """What one request kind gets: the enabled checks that can apply to it, in policy order,
+    and the live lists those checks may read on their rare requests."""
+
+    checks: tuple[EnabledCheck, ...] = ()
+    lookups: tuple[LiveList, ...] = ()
+
+
 @dataclass(frozen=True)
 class EnabledChecks:
     """The checks a config turns on for one phase, in policy order, and for each request kind
-    only those that can apply to it (a policy's `kinds`). A config never changes once loaded,
-    so the server works this out once per app, not on every admission."""
+    only those that can apply to it (a policy's `kinds`) with the live lists they read. A config
+    never changes once loaded, so the server works this out once per app, not on every
+    admission."""
 
     checks: tuple[EnabledCheck, ...]
-    by_kind: dict[Kind, tuple[EnabledCheck, ...]]
-    other_kinds: tuple[EnabledCheck, ...]  # for kinds no policy names: those without `kinds`
-    lookups: tuple[LiveList, ...] = ()  # what these checks list live on their rare requests
+    by_kind: dict[Kind, KindChecks]
+    other_kinds: KindChecks  # for kinds no policy names: the policies without `kinds`
 
-    def for_kind(self, group: str, kind: str) -> tuple[EnabledCheck, ...]:
+    def for_kind(self, group: str, kind: str) -> KindChecks:
         return self.by_kind.get((group, kind), self.other_kinds)
 
 
@@ -107,12 +115,17 @@ def enabled_checks(phase: Phase, config: Config,
         if check is not None and (mode := policy.mode(config)) != "off":
             nothing_found = PolicyResult(policy.name, mode, NOTHING_FOUND, OUTCOME_ALLOWED)
             enabled.append((policy, EnabledCheck(policy.name, mode, check, nothing_found)))
+
+    def applying_to(kind: Kind | None) -> KindChecks:
+        """The enabled checks for kind (None: a kind no policy names)."""
+        applying = [(policy, check) for policy, check in enabled
+                    if policy.kinds is None or kind in policy.kinds]
+        lookups = dict.fromkeys(lookup for policy, _ in applying for lookup in policy.lookups)
+        return KindChecks(tuple(check for _, check in applying), tuple(lookups))
+
     named = {kind for policy, _ in enabled for kind in policy.kinds or ()}
-    by_kind = {kind: tuple(check for policy, check in enabled
-                           if policy.kinds is None or kind in policy.kinds) for kind in named}
-    other_kinds = tuple(check for policy, check in enabled if policy.kinds is None)
-    lookups = tuple(dict.fromkeys(lookup for policy, _ in enabled for lookup in policy.lookups))
-    return EnabledChecks(tuple(check for _, check in enabled), by_kind, other_kinds, lookups)
+    return EnabledChecks(tuple(check for _, check in enabled),
+                         {kind: applying_to(kind) for kind in named}, applying_to(None))
 
 
 def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext,
@@ -125,7 +138,7 @@ def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext,
     answers: list[Decision] = []
     results: list[PolicyResult] = []
     for policy, mode, check, nothing_found in checks.for_kind(request.kind.group,
-                                                               request.kind.kind):
+                                                               request.kind.kind).checks:
         verdict = check(request, context)
         if verdict is None:
             continue
