@@ -11,7 +11,9 @@ that will place its pods. A spec of the wrong shape raises ObjectShapeError nami
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
+
+import msgspec
 
 Path = tuple[str | int, ...]
 
@@ -49,14 +51,14 @@ class ObjectShapeError(ValueError):
     """A field of the object does not have the type Kubernetes gives it."""
 
 
-class PodTemplate(NamedTuple):
+class PodTemplate(msgspec.Struct, frozen=True):
     path: Path  # to the pod spec inside the object
     spec: dict[str, Any]
     scheduler_name: str
     task: str | None = None  # the Volcano Job task this template belongs to
 
 
-class Container(NamedTuple):
+class Container(msgspec.Struct, frozen=True):
     path: Path  # to the container inside the object
     kind: str  # "container" or "init container"
     name: str

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+import msgspec
+
 from volcano_guard.webhook import decision as decisions
 from volcano_guard.webhook.config import Config, Mode
 from volcano_guard.webhook.decision import Decision
@@ -70,7 +72,7 @@ class PolicyResult(NamedTuple):
     outcome: str  # allowed | denied | patched | warned | audited
 
 
-class Evaluation(NamedTuple):
+class Evaluation(msgspec.Struct, frozen=True):
     decision: Decision
     results: tuple[PolicyResult, ...]  # one for each policy that applied; empty: none did
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, NamedTuple, TypeVar
 
+import msgspec
+
 from volcano_guard.base.informer import Snapshot
 from volcano_guard.base.uuid7 import new_uuid7
 from volcano_guard.webhook import decision as decisions
@@ -59,7 +61,7 @@ class LiveList:
     field_selector: str = ""
 
 
-class PolicyContext(NamedTuple):
+class PolicyContext(msgspec.Struct, frozen=True):
     """Everything a policy may read besides the request: the config, and the cluster data the
     enabled policies declare, taken once for this decision."""
 
