@@ -22,11 +22,11 @@ class Decision:
     audit_annotations: tuple[tuple[str, str], ...] = ()
 
 
-_ALLOWED = Decision(allowed=True)
+ALLOWED = Decision(allowed=True)  # the usual answer, built once
 
 
 def allowed(message: str = "") -> Decision:
-    return Decision(allowed=True, message=message) if message else _ALLOWED
+    return Decision(allowed=True, message=message) if message else ALLOWED
 
 
 def denied(message: str, code: int = 403) -> Decision:

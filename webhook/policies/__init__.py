@@ -151,6 +151,6 @@ def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext,
         answers.append(answer)
         results.append(PolicyResult(policy, mode, verdict, outcome))
     if not answers:
-        return Evaluation(decisions.allowed(), tuple(results))
+        return Evaluation(decisions.ALLOWED, tuple(results))
     return Evaluation(decisions.combine(answers), tuple(results))
 

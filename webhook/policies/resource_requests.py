@@ -97,15 +97,6 @@ POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mut
                 validate=validate, kinds=SUPPORTED_KINDS, scopes=scopes)
 
 
-def volcano_templates(group: str, kind: str, obj: dict[str, Any], config: Config) -> list[
-    PodTemplate
-]:
-    """The pod templates of obj that a Volcano scheduler will place."""
-    names = config.volcanoSchedulerNames
-    return [template for template in pod_templates(group, kind, obj, names[0])
-            if template.scheduler_name in names]
-
-
 def violations(subject: Callable[[], str], templates: list[PodTemplate],
                config: ResourceRequestsConfig) -> list[str]:
     """What is wrong, a line per problem; subject() names the object (only called to say so)."""
@@ -143,7 +134,8 @@ def default_requests(templates: list[PodTemplate], defaults: dict[str, str]) -> 
 
 
 def _volcano_templates(request: AdmissionRequest, config: Config) -> list[PodTemplate] | None:
-    """The templates this policy checks, or None when the request is not one it handles."""
+    """The pod templates of the request's object that a Volcano scheduler will place, or None
+    when the request is not one this policy handles."""
     group, kind = request.kind.group, request.kind.kind
     if request.sub_resource or request.object is None:
         return None
@@ -152,7 +144,9 @@ def _volcano_templates(request: AdmissionRequest, config: Config) -> list[PodTem
             return None
     elif not is_supported(group, kind) or request.operation not in ("CREATE", "UPDATE"):
         return None
-    templates = volcano_templates(group, kind, request.object, config)
+    names = config.volcanoSchedulerNames
+    templates = [template for template in pod_templates(group, kind, request.object, names[0])
+                 if template.scheduler_name in names]
     return templates or None
 
 
