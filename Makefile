@@ -12,8 +12,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# The default suite in two processes (pytest-xdist): most tests wait on servers, timeouts and
+# subprocesses rather than compute. The slow suite (.ci/run) runs in one.
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 
 demo: $(STAMP)
 	$(BIN)/volcano-guard demo
