@@ -9,17 +9,19 @@ In one run, side by side:
   served by kopf's own server, pointed at the sandbox for discovery.
 
 Each gets a closed-loop maximum (50 connections, no rate limit) and an open-loop 1,000
-requests/s with a ~4 KB Volcano pod, hey sharing the two cores with the server (the issue's
-setup). The closed loops run in turns (bench/hey.py run_hey_in_turns): a paused hey per server,
-each let run a quarter second at a time while the others wait, so every server is measured
-alone yet in the same moments: this machine's speed swings by a third for seconds at a time,
-and back-to-back runs of seconds each put one server in a fast spell, the next in a slow one.
+requests/s with a ~4 KB Volcano pod, hey sharing the two cores with the server. Every round
+starts every server anew (fresh_rounds): identical server processes differ by a few percent,
+each keeping its own speed, so one process per server would tie all rounds to one draw. The
+closed loops run in turns (bench/hey.py run_hey_in_turns): a paused hey per server, each let
+run a quarter second at a time while the others wait, so every server is measured alone yet in
+the same moments: this machine's speed swings by a third for seconds at a time, and
+back-to-back runs of seconds each put one server in a fast spell, the next in a slow one.
 Then the floor and volcano-guard run server-bound: each alone on CPU 1 with hey on CPU 0
 (taskset), so throughput measures the server's own CPU time a request, also read from /proc.
 Then the floor and volcano-guard get closed-loop runs with a Volcano Job and a PodGroup DELETE
 (the guarded path: no UID precondition, so the webhook lists the namespace's pods from the
-sandbox). `hey` (Debian package) and kopf (`pip install
-'.[bench]'`) are installed if missing; per-request latencies come from hey's CSV output.
+sandbox). `hey` (Debian package) and kopf (`pip install '.[bench]'`) are installed if missing;
+per-request latencies come from hey's CSV output.
 
 With --baseline-rev REV, volcano-guard as of that git revision (checked out in a temporary
 worktree) runs beside the current one in the one-process table: a change measured before and
@@ -40,8 +42,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TypeVar
 
 from bench.hey import ensure_hey, run_hey, run_hey_in_turns
 from volcano_guard.base.kubeconfig import write_kubeconfig
@@ -265,6 +269,7 @@ def start_kopf(stack: ExitStack, made, sandbox_url: str) -> str:
 
 
 Runs = dict[str, list[dict]]  # server -> one {"closed": ..., "open": ...} per round
+Started = TypeVar("Started")  # what a round's start_servers returns to its run_round
 PINNED_SERVER_CPU, PINNED_HEY_CPU = "1", "0"  # the server-bound runs' CPUs (taskset lists)
 
 
@@ -358,12 +363,27 @@ def report_failures(name: str, rounds: list[dict]) -> None:
         print(f"  {name}: {failed} answers were not HTTP 200")
 
 
+def fresh_rounds(rounds: int, start_servers: Callable[[ExitStack], Started],
+                 run_round: Callable[[Started], Runs]) -> Runs:
+    """`rounds` rounds, each against servers freshly started by start_servers and stopped after
+    it: a process's speed depends on where its memory landed (identical servers differ by a
+    few percent, process to process, and keep their difference), so one process per server
+    would carry one draw of that luck into every round."""
+    runs: Runs = {}
+    for _ in range(rounds):
+        with ExitStack() as stack:
+            for name, results in run_round(start_servers(stack)).items():
+                runs.setdefault(name, []).extend(results)
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0,
                         help="per server and round: of turns, and of each open loop (default 5)")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds; medians and per-round ratios are reported (default 3)")
+                        help="rounds, each with fresh server processes; medians and per-round "
+                        "ratios are reported (default 3)")
     parser.add_argument("--baseline-rev", metavar="REV",
                         help="also run volcano-guard as of this git revision in the "
                         "one-process table")
@@ -383,43 +403,55 @@ def main() -> None:
         print("AdmissionReview bodies: " + ", ".join(
             f"{name} {path.stat().st_size:,} bytes" for name, path in bodies.items()))
         sandbox_url, kubeconfig = start_sandbox(stack, tmp)
+        baseline = worktree(stack, args.baseline_rev, tmp) if args.baseline_rev else None
 
-        one = {"floor": start_floor(stack, made, 1),
-               "volcano-guard": start_guard(stack, made, kubeconfig, 1),
-               "kopf": start_kopf(stack, made, sandbox_url)}
-        if args.baseline_rev:
-            one[f"volcano-guard @{args.baseline_rev}"] = start_guard(
-                stack, made, kubeconfig, 1, worktree(stack, args.baseline_rev, tmp))
-        runs = measure(hey, one, bodies["pod"], args.seconds, args.rounds)
+        def start_one(round_stack: ExitStack) -> dict[str, str]:
+            one = {"floor": start_floor(round_stack, made, 1),
+                   "volcano-guard": start_guard(round_stack, made, kubeconfig, 1),
+                   "kopf": start_kopf(round_stack, made, sandbox_url)}
+            if baseline is not None:
+                one[f"volcano-guard @{args.baseline_rev}"] = start_guard(
+                    round_stack, made, kubeconfig, 1, baseline)
+            return one
+
+        def start_pair(round_stack: ExitStack) -> dict[str, str]:
+            return {"floor": start_floor(round_stack, made, 1),
+                    "volcano-guard": start_guard(round_stack, made, kubeconfig, 1)}
+
+        runs = fresh_rounds(args.rounds, start_one, lambda one: measure(
+            hey, one, bodies["pod"], args.seconds, 1))
         print_table("Pod CREATE (4 KB), one process each", runs, "floor")
         print(f"volcano-guard / kopf throughput: "
               f"{ratio(runs['volcano-guard'], runs['kopf'], 'closed', 'rps')}")
 
         if (os.cpu_count() or 1) >= 2:
-            targets, pids = start_pinned(stack, made, kubeconfig)
+            pinned = fresh_rounds(
+                args.rounds, lambda round_stack: start_pinned(round_stack, made, kubeconfig),
+                lambda started: measure_server_bound(hey, *started, bodies["pod"], args.seconds,
+                                                     1))
             print_pinned(f"Pod CREATE, server-bound: each server alone on CPU {PINNED_SERVER_CPU}"
-                         f", hey on CPU {PINNED_HEY_CPU}, closed loop",
-                         measure_server_bound(hey, targets, pids, bodies["pod"], args.seconds,
-                                              args.rounds))
+                         f", hey on CPU {PINNED_HEY_CPU}, closed loop", pinned)
         else:
             print("\n(server-bound runs skipped: they need two CPUs)")
 
         if args.workers > 1:
-            floor_name = f"floor x{args.workers}"
-            many = {floor_name: start_floor(stack, made, args.workers),
-                    f"volcano-guard x{args.workers}": start_guard(stack, made, kubeconfig,
-                                                                  args.workers)}
+            floor_name, guard_name = f"floor x{args.workers}", f"volcano-guard x{args.workers}"
+            many = fresh_rounds(args.rounds, lambda round_stack: {
+                floor_name: start_floor(round_stack, made, args.workers),
+                guard_name: start_guard(round_stack, made, kubeconfig, args.workers)},
+                lambda urls: measure(hey, urls, bodies["pod"], args.seconds, 1))
             print_table(f"Pod CREATE, {args.workers} processes each (volcano-guard --workers "
-                        f"{args.workers})", measure(hey, many, bodies["pod"], args.seconds,
-                                                    args.rounds), floor_name)
+                        f"{args.workers})", many, floor_name)
 
         print(f"\nOther bodies, closed loop (50 connections), one process each, medians of "
               f"{args.rounds} rounds")
         print(f"{'body':<18}{'floor req/s':>12}{'guard req/s':>12}{'x floor':>18}"
               f"{'floor p99':>11}{'guard p99':>11}")
-        pair = {"floor": one["floor"], "volcano-guard": one["volcano-guard"]}
         for name, label in (("job", "Volcano Job"), ("delete", "PodGroup DELETE")):
-            runs = measure(hey, pair, bodies[name], args.seconds, args.rounds, open_loop=False)
+            def closed_loop(pair: dict[str, str], body: Path = bodies[name]) -> Runs:
+                return measure(hey, pair, body, args.seconds, 1, open_loop=False)
+
+            runs = fresh_rounds(args.rounds, start_pair, closed_loop)
             floor, guard = runs["floor"], runs["volcano-guard"]
             print(f"{label:<18}{median(floor, 'closed', 'rps'):>12,.0f}"
                   f"{median(guard, 'closed', 'rps'):>12,.0f}"
