@@ -415,9 +415,12 @@ def main() -> None:
                     round_stack, made, kubeconfig, 1, baseline)
             return one
 
-        def start_pair(round_stack: ExitStack) -> dict[str, str]:
-            return {"floor": start_floor(round_stack, made, 1),
-                    "volcano-guard": start_guard(round_stack, made, kubeconfig, 1)}
+        def start_pair(round_stack: ExitStack, processes: int = 1) -> dict[str, str]:
+            """The floor and volcano-guard, each as `processes` processes (" xN" when several)."""
+            suffix = f" x{processes}" if processes > 1 else ""
+            return {f"floor{suffix}": start_floor(round_stack, made, processes),
+                    f"volcano-guard{suffix}": start_guard(round_stack, made, kubeconfig,
+                                                          processes)}
 
         runs = fresh_rounds(args.rounds, start_one, lambda one: measure(
             hey, one, bodies["pod"], args.seconds, 1))
@@ -436,13 +439,11 @@ def main() -> None:
             print("\n(server-bound runs skipped: they need two CPUs)")
 
         if args.workers > 1:
-            floor_name, guard_name = f"floor x{args.workers}", f"volcano-guard x{args.workers}"
-            many = fresh_rounds(args.rounds, lambda round_stack: {
-                floor_name: start_floor(round_stack, made, args.workers),
-                guard_name: start_guard(round_stack, made, kubeconfig, args.workers)},
+            many = fresh_rounds(
+                args.rounds, functools.partial(start_pair, processes=args.workers),
                 lambda urls: measure(hey, urls, bodies["pod"], args.seconds, 1))
             print_table(f"Pod CREATE, {args.workers} processes each (volcano-guard --workers "
-                        f"{args.workers})", many, floor_name)
+                        f"{args.workers})", many, f"floor x{args.workers}")
 
         print(f"\nOther bodies, closed loop (50 connections), one process each, medians of "
               f"{args.rounds} rounds")
