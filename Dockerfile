@@ -1,12 +1,9 @@
 # volcano-guard image: slim Python, non-root, no build tools in the final stage.
+# The build stage copies the package whole: tests/packaging/test_image.py builds what it copies.
 FROM python:3.12-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY volcano_guard volcano_guard
-COPY webhook webhook
-COPY sidecar sidecar
-COPY certs certs
-COPY sandbox sandbox
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.12-slim
