@@ -1,7 +1,7 @@
 """Which admission webhooks kube-apiserver calls for a request, and what a request meets while
 none of them answers: a test-friendly request record over the sandbox's own matching
 (volcano_guard.sandbox.matching, which follows k8s.io/apiserver's and is pinned by
-tests/test_sandbox_admission.py), with matchConditions evaluated by CEL's C++ runtime."""
+tests/sandbox/test_sandbox_admission.py), with matchConditions evaluated by CEL's C++ runtime."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Objects of a real Volcano installation, transcribed from volcano-sh/volcano (commit in
-tests/volcano_source.py); tests/test_registrations.py checks them against the source where it
-is on the machine.
+tests/upstream.py); tests/webhook/test_registrations.py checks them against that source.
 
 - CONTROL_PLANE: the pods of Volcano's installer (installer/volcano-development.yaml, rendered
   from installer/helm/chart/volcano/templates/{admission,admission-init,controllers,

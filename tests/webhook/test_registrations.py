@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 from tests.admission_model import Request, called, during_outage
 from tests.conftest import REPO
+from tests.upstream import volcano_file
 from tests.volcano_fixtures import (
     CONTROL_PLANE,
     VOLCANO_CONFIGURATIONS,
     VOLCANO_NAMESPACE,
     control_plane_pod,
 )
-from tests.volcano_source import volcano_file
 from volcano_guard.base.informer import Snapshot, static_snapshot
 from volcano_guard.cli import main
 from volcano_guard.webhook.config import Config, config_from_dict

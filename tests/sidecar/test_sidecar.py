@@ -320,7 +320,7 @@ async def test_volcano_1_11_writers_the_schedulers_stale_put_and_the_controllers
 def test_volcano_1_10_and_older_writes_queue_counts_with_put():
     """The storm's shape: up to 1.10 the queue controller PUTs state and the counts with the
     resourceVersion it read (UpdateStatus) on every sync; the other tests replay it."""
-    from tests.volcano_source import volcano_file
+    from tests.upstream import volcano_file
 
     controller = volcano_file("pkg/controllers/queue/queue_controller_action.go", "v1.10.0")
     assert "queueStatus.Pending++" in controller
@@ -331,7 +331,7 @@ def test_volcano_1_10_and_older_writes_queue_counts_with_put():
 
 
 def test_volcanos_source_still_writes_queue_status_these_ways():
-    from tests.volcano_source import go_function, volcano_file
+    from tests.upstream import go_function, volcano_file
 
     controller = volcano_file("pkg/controllers/queue/queue_controller_action.go")
     assert "v1beta1apply.QueueStatus().WithState(" in controller

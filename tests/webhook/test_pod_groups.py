@@ -409,7 +409,7 @@ def test_other_pod_updates_are_left_alone(old_annotations, new_annotations):
 
 
 def test_volcanos_source_still_names_deployment_pods_groups_by_a_patch():
-    from tests.volcano_source import go_function, volcano_file
+    from tests.upstream import go_function, volcano_file
 
     handler = volcano_file("pkg/controllers/podgroup/pg_controller_handler.go")
     update = go_function(handler, "updatePodAnnotations")

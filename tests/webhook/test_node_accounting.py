@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.volcano_source import go_function, volcano_file
+from tests.upstream import go_function, volcano_file
 from volcano_guard.audit.accounting import is_accounted, node_account, pod_request
 
 G = Decimal(1000**3)  # Volcano's example counts memory in G

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.volcano_source import go_function, volcano_file
+from tests.upstream import go_function, volcano_file
 from volcano_guard.base.node_selectors import is_managed, kept_selector, selector_set
 from volcano_guard.webhook.config import ConfigError, config_from_dict
 

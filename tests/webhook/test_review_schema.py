@@ -1,27 +1,20 @@
 """The AdmissionReview envelope is declared as the API server's Go structs define it.
 
 The table below is transcribed from k8s.io/api `admission/v1/types.go` (AdmissionRequest and
-Operation) and `authentication/v1/types.go` (UserInfo) at API_TAG; when a clone of
-kubernetes/api is on this machine (KUBE_API_SRC, else the copy the project's tooling fetches),
-the tests also check that the source still says so.
+Operation) and `authentication/v1/types.go` (UserInfo) at KUBERNETES_API_TAG, and the last
+test checks that the source still says so (tests/upstream.py).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import types
 import typing
-from pathlib import Path
 
 import msgspec
-import pytest
 
+from tests.upstream import kubernetes_api_file
 from volcano_guard.webhook.review import AdmissionRequest, UserInfo
-
-API_TAG = "v0.32.9"
-_DEFAULT_CLONE = Path("/work/.mirror/kubernetes+api/repo")
 
 # JSON name -> (Go type, omitempty), for the fields the webhook declares.
 ADMISSION_REQUEST = {
@@ -40,18 +33,6 @@ ADMISSION_REQUEST = {
 }
 USER_INFO = {"username": ("string", True), "groups": ("[]string", True)}
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
-
-
-def api_file(path: str) -> str:
-    clone = Path(os.environ.get("KUBE_API_SRC", _DEFAULT_CLONE))
-    if not clone.exists():
-        pytest.skip(f"kubernetes/api's source is not on this machine (set KUBE_API_SRC): {path}")
-    for revision in (API_TAG, "HEAD"):
-        shown = subprocess.run(["git", "-C", str(clone), "show", f"{revision}:{path}"],
-                               capture_output=True, text=True, check=False)
-        if shown.returncode == 0:
-            return shown.stdout
-    pytest.fail(f"{path} is not in kubernetes/api at {clone}")
 
 
 def go_struct_fields(source: str, name: str) -> dict[str, tuple[str, bool]]:
@@ -98,10 +79,10 @@ def test_operations_are_the_api_constants():
 
 
 def test_the_api_source_still_says_so():
-    admission = api_file("admission/v1/types.go")
+    admission = kubernetes_api_file("admission/v1/types.go")
     fields = go_struct_fields(admission, "AdmissionRequest")
     assert {name: fields[name] for name in ADMISSION_REQUEST} == ADMISSION_REQUEST
     constants = re.findall(r'^\s+\w+\s+Operation = "(\w+)"', admission, re.M)
     assert tuple(constants) == OPERATIONS
-    user = go_struct_fields(api_file("authentication/v1/types.go"), "UserInfo")
+    user = go_struct_fields(kubernetes_api_file("authentication/v1/types.go"), "UserInfo")
     assert {name: user[name] for name in USER_INFO} == USER_INFO
