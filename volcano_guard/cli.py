@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import logging
 import ssl
 import sys
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from volcano_guard.webhook.config import Config
 
 EXIT_USAGE = 2
+# What the sandbox extra brings (pyproject.toml): the sandbox, the storm replay and the demo need
+# it; the image installs no extra.
+SANDBOX_EXTRA_MODULES = ("google.protobuf", "cel_expr_python")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -203,7 +207,8 @@ def _add_manifests(commands: argparse._SubParsersAction) -> None:
 
 def _add_sandbox(commands: argparse._SubParsersAction) -> None:
     sandbox = commands.add_parser(
-        "sandbox", help="a local stand-in for kube-apiserver (plain HTTP) for tests and demos"
+        "sandbox", help="a local stand-in for kube-apiserver for tests and demos (needs the "
+        "sandbox extra)"
     )
     sandbox.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT (default "
                          "%(default)s)")
@@ -224,7 +229,8 @@ def _add_sandbox(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_demo(commands: argparse._SubParsersAction) -> None:
-    demo = commands.add_parser("demo", help="run the webhook on throwaway certs, no cluster needed")
+    demo = commands.add_parser("demo", help="the guard against a sandbox API server, no cluster "
+                               "needed (needs the sandbox extra)")
     demo.add_argument("--examples", help="directory of example AdmissionReviews")
     demo.set_defaults(run=run_demo)
 
@@ -478,7 +484,23 @@ def run_sidecar(args: argparse.Namespace) -> int:
     return asyncio.run(serve(cluster, settings))
 
 
+def _missing_sandbox_extra(command: str) -> bool:
+    """Say so, in one line, when the sandbox extra is not installed."""
+    for module in SANDBOX_EXTRA_MODULES:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # its parent package is missing
+            found = False
+        if not found:
+            print(f"volcano-guard {command}: needs the sandbox extra ({module} is not installed): "
+                  "pip install 'volcano-guard[sandbox]'", file=sys.stderr)
+            return True
+    return False
+
+
 def run_sandbox(args: argparse.Namespace) -> int:
+    if _missing_sandbox_extra("sandbox"):
+        return EXIT_USAGE
     from volcano_guard.base.listen import parse_listen
     from volcano_guard.base.tls import server_context
     from volcano_guard.sandbox.admission import parse_service
@@ -506,6 +528,8 @@ def run_sandbox(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    if _missing_sandbox_extra("demo"):
+        return EXIT_USAGE
     from volcano_guard.demo import run
 
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the table says it all

@@ -1,29 +1,239 @@
-"""What a user's site-packages gets: one import package, volcano_guard, and nothing else."""
+"""What the image builds, built here without a container engine.
+
+The Dockerfile's build stage is read, not restated: its COPY lines are carried out into an empty
+folder, the wheel is built there as `pip wheel` builds it in the image, and the wheel is checked
+against the repository's package (every file of volcano_guard/ is in it, nothing else is). The
+wheel is then installed as the image installs it, into a clean virtualenv with no extra and the
+repository nowhere on the path; every module of the package is imported and every command that
+deploy/ starts is run with --help.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+import yaml
+
 from tests.conftest import REPO
+from volcano_guard.cli import SANDBOX_EXTRA_MODULES
+from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.policies.sidecar_injection import sidecar_container
+
+DOCKERFILE = REPO / "Dockerfile"
+PACKAGE = "volcano_guard"
 
 
-def build_wheel(out: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--wheel-dir", str(out), str(REPO)],
-                   check=True, capture_output=True, cwd=out)
+def build_stage_copies(dockerfile: str) -> list[tuple[list[str], str]]:
+    """(sources, destination) of each COPY line of the first stage, in order."""
+    copies: list[tuple[list[str], str]] = []
+    stages = 0
+    for line in dockerfile.splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0].upper() == "FROM":
+            stages += 1
+        elif words[0].upper() == "COPY" and stages == 1:
+            assert not any(word.startswith("--") for word in words[1:]), line
+            copies.append((words[1:-1], words[-1]))
+    return copies
+
+
+def build_context(dockerfile: str, into: Path) -> Path:
+    """into/ holding what the build stage copies (its WORKDIR), from the repository."""
+    for sources, destination in build_stage_copies(dockerfile):
+        for source in sources:
+            origin = REPO / source
+            target = into / destination / (origin.name if destination.endswith("/") else "")
+            if origin.is_dir():
+                shutil.copytree(origin, target, symlinks=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(origin, target)
+    return into
+
+
+def build_wheel(context: Path, out: Path) -> Path:
+    """The wheel `pip wheel .` builds from context (AssertionError with pip's words if none)."""
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(out), "."], capture_output=True, text=True, cwd=context, check=False)
+    assert built.returncode == 0, f"the wheel does not build: {built.stderr[-2000:]}"
     (wheel,) = out.glob("volcano_guard-*.whl")
     return wheel
 
 
-def test_wheel_installs_one_top_level_package_with_every_layer(tmp_path):
-    with zipfile.ZipFile(build_wheel(tmp_path)) as wheel:
-        names = wheel.namelist()
-    top_level = {name.split("/")[0] for name in names if ".dist-info/" not in name}
-    assert top_level == {"volcano_guard"}
-    for module in ("base/jsonbody.py", "webhook/server.py", "webhook/policies/node_name.py",
-                   "sidecar/proxy.py", "certs/generate.py", "sandbox/store.py", "cli.py"):
-        assert f"volcano_guard/{module}" in names
-    assert not any(name.startswith("volcano_guard/tests/") for name in names)
+def package_files(root: Path) -> set[str]:
+    """The files of the package under root, as the wheel names them."""
+    return {path.relative_to(root).as_posix() for path in (root / PACKAGE).rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts}
+
+
+def wheel_problems(wheel: Path) -> list[str]:
+    """What the wheel lacks of the repository's package, or holds beside it."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = {name for name in archive.namelist() if ".dist-info/" not in name}
+        (metadata,) = (name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))
+        description = archive.read(metadata).decode().partition("\n\n")[2]
+    readme = (REPO / "README.md").read_text()
+    problems = [] if description.strip() == readme.strip() else ["README.md is not its description"]
+    problems += [f"{name} is not in the wheel" for name in sorted(package_files(REPO) - names)]
+    problems += [f"{name} is in the wheel outside {PACKAGE}/" for name in sorted(names)
+                 if not name.startswith(f"{PACKAGE}/")]
+    return problems
+
+
+def image_build_problems(dockerfile: str, tmp_path: Path,
+                         leave_out: str | None = None) -> list[str]:
+    """Build the wheel as the image's build stage does (leave_out: a file of the build context
+    to delete first, as a broken checkout would) and say what is wrong with it."""
+    context = build_context(dockerfile, tmp_path / "context")
+    if leave_out:
+        (context / leave_out).unlink()
+    try:
+        wheel = build_wheel(context, tmp_path / "wheel")
+    except AssertionError as exc:
+        return [str(exc)]
+    return wheel_problems(wheel)
+
+
+def deployed_commands() -> list[list[str]]:
+    """The volcano-guard command lines deploy/ starts, and the sidecar the webhook injects."""
+    commands = []
+    for manifest in sorted((REPO / "deploy").rglob("*.yaml")):
+        for document in yaml.safe_load_all(manifest.read_text()):
+            spec = (document or {}).get("spec", {})
+            pod = spec.get("template", {}).get("spec") or spec.get("jobTemplate", {}).get(
+                "spec", {}).get("template", {}).get("spec") or {}
+            for container in pod.get("containers", []) + pod.get("initContainers", []):
+                commands += container_commands(container)
+    injected = sidecar_container(Config().policies.sidecarInjection,
+                                 {"flush": 1.0, "ack": "async", "drain": 20.0}, native=True)
+    return commands + container_commands(injected)
+
+
+def container_commands(container: dict) -> list[list[str]]:
+    line = [*container.get("command", []), *container.get("args", [])]
+    if line[:1] == ["volcano-guard"]:
+        return [line[1:]]
+    # A shell script (`sh -c`): each volcano-guard invocation in it, up to the shell's next word.
+    script = " ".join(line)
+    return [shlex.split(found) for found in re.findall(r"volcano-guard ([^&;|\n]*)", script)]
+
+
+def test_the_build_stage_copies_every_file_of_the_package_and_nothing_else(tmp_path):
+    assert image_build_problems(DOCKERFILE.read_text(), tmp_path) == []
+
+
+@pytest.mark.parametrize("copied", [source for sources, _ in
+                                    build_stage_copies(DOCKERFILE.read_text())
+                                    for source in sources])
+def test_a_build_stage_without_one_of_its_copies_is_caught(tmp_path, copied):
+    dockerfile = DOCKERFILE.read_text()
+    line = next(line for line in dockerfile.splitlines()
+                if line.startswith("COPY") and copied in line.split()[1:-1])
+    _, *sources, destination = line.split()
+    kept = [source for source in sources if source != copied]
+    broken = dockerfile.replace(line, f"COPY {' '.join(kept)} {destination}" if kept else "")
+    assert image_build_problems(broken, tmp_path) != []
+
+
+@pytest.mark.parametrize("subpackage", sorted(
+    path.parent.relative_to(REPO).as_posix()
+    for path in (REPO / PACKAGE).glob("*/**/__init__.py")))
+def test_a_subpackage_the_wheel_would_skip_is_caught(tmp_path, subpackage):
+    """setuptools skips a folder without __init__.py, silently: the check must not."""
+    problems = image_build_problems(DOCKERFILE.read_text(), tmp_path,
+                                    leave_out=f"{subpackage}/__init__.py")
+    assert any(problem.startswith(f"{subpackage}/") for problem in problems), problems
+
+
+def test_every_deployed_command_is_found():
+    found = {" ".join(command[:2]) for command in deployed_commands()}
+    assert {"webhook --config", "audit --watch", "certs generate", "certs secret",
+            "certs inject", "sidecar --listen"} <= found
+
+
+IMPORT_EVERY_MODULE = """
+import importlib, json, pkgutil, sys
+import volcano_guard
+results = {"file": volcano_guard.__file__, "failed": {}, "imported": []}
+for module in pkgutil.walk_packages(volcano_guard.__path__, "volcano_guard."):
+    try:
+        importlib.import_module(module.name)
+        results["imported"].append(module.name)
+    except ModuleNotFoundError as exc:
+        results["failed"][module.name] = exc.name
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A clean virtualenv with the wheel the image builds, installed as the image installs it
+    (dependencies from the package index, no extra); its bin/ folder."""
+    root = tmp_path_factory.mktemp("image")
+    wheel = build_wheel(build_context(DOCKERFILE.read_text(), root / "context"), root / "wheel")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet",
+                          "--disable-pip-version-check", str(wheel)],
+                         capture_output=True, text=True, check=False, timeout=300)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    return venv / "bin"
+
+
+def run_installed(bin_dir: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """Run command from the clean virtualenv, in a folder away from the repository."""
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    environment["PATH"] = f"{bin_dir}{os.pathsep}{environment.get('PATH', '')}"
+    return subprocess.run(command, capture_output=True, text=True, cwd=bin_dir.parent,
+                          env=environment, timeout=60, check=False)
+
+
+def test_the_installed_package_imports_every_module_but_the_sandbox_extras(installed):
+    ran = run_installed(installed, str(installed / "python"), "-c", IMPORT_EVERY_MODULE)
+    assert ran.returncode == 0, ran.stderr
+    results = json.loads(ran.stdout)
+    assert Path(results["file"]).is_relative_to(installed.parent), results["file"]
+    missing = {name.split(".")[0] for name in results["failed"].values()}
+    assert missing <= {module.split(".")[0] for module in SANDBOX_EXTRA_MODULES}, results
+    production = {name for name in results["failed"]
+                  if not name.startswith(("volcano_guard.sandbox", "volcano_guard.demo",
+                                          "volcano_guard.guarded_sandbox"))}
+    assert production == set(), "production modules need the sandbox extra"
+    shipped = {name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+               for name in package_files(REPO) if name.endswith(".py")}
+    assert shipped - {PACKAGE} == set(results["imported"]) | set(results["failed"])
+
+
+def test_the_default_install_leaves_the_sandbox_dependencies_out(installed):
+    ran = run_installed(installed, str(installed / "pip"), "list", "--format", "json")
+    installed_names = {entry["name"].lower() for entry in json.loads(ran.stdout)}
+    assert "volcano-guard" in installed_names
+    assert not {"protobuf", "cel-expr-python"} & installed_names
+
+
+@pytest.mark.parametrize("command", deployed_commands(), ids=lambda c: " ".join(c[:2]))
+def test_every_command_deploy_starts_runs_from_the_installed_package(installed, command):
+    ran = run_installed(installed, "volcano-guard", *command, "--help")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith("usage: volcano-guard"), ran.stdout
+
+
+@pytest.mark.parametrize("command", [["demo"], ["sandbox", "--listen", "127.0.0.1:0"]])
+def test_the_developer_commands_name_the_extra_they_need(installed, command):
+    ran = run_installed(installed, "volcano-guard", *command)
+    assert ran.returncode == 2
+    assert ran.stderr.count("\n") == 1, ran.stderr
+    assert "pip install 'volcano-guard[sandbox]'" in ran.stderr, ran.stderr
