@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.config import parse_config
 
 SERVED_PATHS = {"/mutate", "/validate"}
 
@@ -85,7 +85,7 @@ def test_rbac_is_least_privilege(base):
 
 def test_the_shipped_config_is_valid(base):
     [config_map] = by_kind(base, "ConfigMap")
-    config = config_from_dict(yaml.safe_load(config_map["data"]["config.yaml"]))
+    config = parse_config(config_map["data"]["config.yaml"])
     assert config.policies.nodeName.mode == "enforce"
 
 

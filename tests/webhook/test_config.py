@@ -69,6 +69,16 @@ policies:
         ({"maxRequestBytes": True}, "maxRequestBytes"),
         ({"policies": []}, "policies"),
         ([1, 2], "config"),
+        ({"policies": {"sidecarInjection": {"metricsPort": 65536}}},
+         "policies.sidecarInjection.metricsPort"),
+        ({"policies": {"sidecarInjection": {"flushInterval": 0}}},
+         "policies.sidecarInjection.flushInterval"),
+        ({"policies": {"sidecarInjection": {"limits": {"memory": "lots"}}}},
+         "policies.sidecarInjection.limits.memory"),
+        ({"policies": {"resourceRequests": {"defaults": {"": "1"}}}},
+         "policies.resourceRequests.defaults"),
+        ({"audit": {"orphanGracePeriod": "5 minutes"}}, "audit.orphanGracePeriod"),
+        ({"policies": {"nodeName": {"exemptUsers": None}}}, "policies.nodeName.exemptUsers"),
     ],
 )
 def test_bad_value_is_refused_naming_its_key(data, key):
@@ -130,3 +140,33 @@ def test_own_namespace_comes_from_pod_namespace(monkeypatch):
 
     monkeypatch.setenv("POD_NAMESPACE", "guard-ns")
     assert own_namespace() == "guard-ns"
+
+
+def test_an_unknown_key_is_named_with_the_keys_known_there():
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"policies": {"podGroups": {"deleteGaurd": {}}}})
+    assert str(info.value) == ("policies.podGroups.deleteGaurd: unknown key "
+                               "(known here: deleteGuard, stampGenerationId)")
+
+
+def test_a_wrong_value_is_shown_beside_what_was_expected():
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"failClosed": "yes", "policies": {}})
+    assert str(info.value) == "failClosed: expected true or false, got a string 'yes'"
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"policies": {"nodeName": {"action": "block"}}})
+    assert str(info.value) == ("policies.nodeName.action: a string 'block' is not one of "
+                               "deny | rewrite")
+
+
+def test_a_section_written_empty_takes_its_defaults(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("policies:\n  nodeName:\n    # mode: warn\n  podGroups: {deleteGuard: }\n")
+    assert load_config(path) == Config()
+
+
+def test_yaml_yes_and_no_are_text_not_booleans(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("failClosed: no\n")
+    with pytest.raises(ConfigError, match="failClosed: expected true or false, got a string 'no'"):
+        load_config(path)

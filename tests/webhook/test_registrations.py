@@ -26,7 +26,7 @@ from tests.volcano_fixtures import (
 )
 from volcano_guard.base.informer import Snapshot, static_snapshot
 from volcano_guard.cli import main
-from volcano_guard.webhook.config import Config, config_from_dict
+from volcano_guard.webhook.config import Config, config_from_dict, parse_config
 from volcano_guard.webhook.policies import evaluate, node_name, pod_groups
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.registrations import webhook_configurations
@@ -44,7 +44,7 @@ def shipped_config_text() -> str:
 
 
 def shipped() -> list[dict[str, Any]]:
-    return webhook_configurations(config_from_dict(yaml.safe_load(shipped_config_text())))
+    return webhook_configurations(parse_config(shipped_config_text()))
 
 
 def test_deploy_holds_what_manifests_prints_for_the_shipped_config(tmp_path, capsys):
@@ -368,7 +368,7 @@ def test_a_request_no_registration_sends_is_one_every_policy_allows_untouched(co
                          ids=[row[0] for row in TABLE])
 def test_the_table_agrees_with_the_policies(what, request_, webhooks, outage):
     """The model is not vacuous: what is sent is what a policy acts on in the worst case."""
-    config = config_from_dict(yaml.safe_load(shipped_config_text()))
+    config = parse_config(shipped_config_text())
     if not webhooks:
         assert untouched(config, request_)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +84,9 @@ def run_check(paths: list[str], config: Config, nodes_file: str | None = None) -
 
 def offline_context(config: Config, nodes_file: str | None) -> PolicyContext:
     if nodes_file is None:
-        node_name = replace(config.policies.nodeName, managedNodeSelectors=())
-        config = replace(config, policies=replace(config.policies, nodeName=node_name))
+        node_name = msgspec.structs.replace(config.policies.nodeName, managedNodeSelectors=())
+        config = msgspec.structs.replace(
+            config, policies=msgspec.structs.replace(config.policies, nodeName=node_name))
         return PolicyContext(config, {NODES: Snapshot(_EveryNode(), synced=True)})
     nodes: dict[str, Mapping[str, str]] = {}
     for document in load_documents(Path(nodes_file)):

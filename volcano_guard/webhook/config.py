@@ -1,20 +1,22 @@
 """The webhook's configuration: one YAML file, camelCase keys, validated before anything starts.
 
-Each section is a frozen dataclass whose fields carry their safe defaults; the loader walks the
-dataclasses, so a key's name, type and default are written down exactly once. A bad key raises
-ConfigError naming its full path (`policies.resourceRequests.mode`).
+Each section is a frozen msgspec Struct whose fields carry their safe defaults and their bounds
+(msgspec.Meta), so a key's name, type, range and default are written down exactly once. msgspec
+checks a whole file in one pass, unknown keys included; the values with a grammar of their own
+(quantities, durations, node selectors) are str types checked in that pass (_decode). A bad key
+raises ConfigError naming its full path (`policies.resourceRequests.mode`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
+import re
 import typing
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
+import msgspec
 import yaml
 
 from volcano_guard.base.connections import ConnectionLimits
@@ -26,38 +28,56 @@ Mode = Literal["enforce", "warn", "audit", "off"]
 MODES: tuple[str, ...] = get_args(Mode)
 DEFAULT_MAX_REQUEST_BYTES = 7 * 1024 * 1024
 
+Name = Annotated[str, msgspec.Meta(min_length=1)]
+Positive = Annotated[int, msgspec.Meta(gt=0)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+Port = Annotated[int, msgspec.Meta(ge=1, le=65535)]
+
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the key."""
 
 
-@dataclass(frozen=True)
-class ResourceRequestsConfig:
+class QuantityText(str):
+    """A Kubernetes quantity as written ("100m", "128Mi"); YAML's unquoted `cpu: 1` reads as 1."""
+
+
+class DurationText(str):
+    """A duration as operators write it: 90s, 5m, 1h, 30d."""
+
+
+class NodeSelector(str):
+    """One entry of the Volcano scheduler's --node-selector: key:value."""
+
+
+class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A config section: immutable once loaded, and a key it does not declare is an error."""
+
+
+class ResourceRequestsConfig(_Section, frozen=True):
     mode: Mode = "enforce"
-    resources: tuple[str, ...] = ("cpu", "memory")
+    resources: tuple[Name, ...] = ("cpu", "memory")
     # Filled in by /mutate for a missing request, e.g. {cpu: 100m, memory: 128Mi}.
-    defaults: dict[str, str] = field(default_factory=dict)
+    defaults: dict[Name, QuantityText] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class BindingGuardConfig:
+class BindingGuardConfig(_Section, frozen=True):
     mode: Mode = "audit"
-    allowedBinders: tuple[str, ...] = (
+    allowedBinders: tuple[Name, ...] = (
         "system:serviceaccount:volcano-system:volcano-scheduler",
     )
 
 
-@dataclass(frozen=True)
-class NodeNameConfig:
+class NodeNameConfig(_Section, frozen=True, dict=True):  # dict: room for a cached_property
     mode: Mode = "enforce"
     action: Literal["deny", "rewrite"] = "deny"
-    managedNodeSelectors: tuple[str, ...] = ()
+    managedNodeSelectors: tuple[NodeSelector, ...] = ()
     unknownNodes: Literal["deny", "allow"] = "deny"
-    exemptNamespaces: tuple[str, ...] = ("kube-system",)
-    exemptUsers: tuple[str, ...] = ()
-    exemptGroups: tuple[str, ...] = ()
+    exemptNamespaces: tuple[Name, ...] = ("kube-system",)
+    exemptUsers: tuple[Name, ...] = ()
+    exemptGroups: tuple[Name, ...] = ()
     allowDaemonSets: bool = True
-    bindingGuard: BindingGuardConfig = field(default_factory=BindingGuardConfig)
+    bindingGuard: BindingGuardConfig = msgspec.field(default_factory=BindingGuardConfig)
 
     @cached_property
     def managed_selectors(self) -> frozenset[str]:
@@ -65,70 +85,81 @@ class NodeNameConfig:
         return selector_set(self.managedNodeSelectors)
 
 
-@dataclass(frozen=True)
-class DeleteGuardConfig:
+class DeleteGuardConfig(_Section, frozen=True):
     mode: Mode = "enforce"
-    exemptUsers: tuple[str, ...] = ()
-    exemptGroups: tuple[str, ...] = ()
+    exemptUsers: tuple[Name, ...] = ()
+    exemptGroups: tuple[Name, ...] = ()
 
 
-@dataclass(frozen=True)
-class PodGroupsConfig:
+class PodGroupsConfig(_Section, frozen=True):
     stampGenerationId: bool = True
-    deleteGuard: DeleteGuardConfig = field(default_factory=DeleteGuardConfig)
+    deleteGuard: DeleteGuardConfig = msgspec.field(default_factory=DeleteGuardConfig)
 
 
-@dataclass(frozen=True)
-class SidecarInjectionConfig:
+class SidecarInjectionConfig(_Section, frozen=True):
     mode: Mode = "enforce"
-    image: str = "volcano-guard:latest"
+    image: Name = "volcano-guard:latest"
     nativeSidecar: bool = True
-    port: int = 8001
-    metricsPort: int = 9091
-    flushInterval: float = 1.0  # per pod: annotation volcano-guard.io/flush-interval
+    port: Port = 8001
+    metricsPort: Port = 9091
+    flushInterval: Seconds = 1.0  # per pod: annotation volcano-guard.io/flush-interval
     ack: Literal["async", "sync"] = "async"  # per pod: annotation volcano-guard.io/ack
-    drainTimeout: float = 20.0
+    drainTimeout: Seconds = 20.0
     proxyMode: Literal["args", "env"] = "args"  # per pod: annotation volcano-guard.io/proxy-mode
     # The sidecar's own requests and limits, so injected pods pass resourceRequests.
-    requests: dict[str, str] = field(default_factory=lambda: {"cpu": "50m", "memory": "64Mi"})
-    limits: dict[str, str] = field(default_factory=lambda: {"cpu": "1", "memory": "256Mi"})
+    requests: dict[Name, QuantityText] = msgspec.field(
+        default_factory=lambda: {"cpu": QuantityText("50m"), "memory": QuantityText("64Mi")})
+    limits: dict[Name, QuantityText] = msgspec.field(
+        default_factory=lambda: {"cpu": QuantityText("1"), "memory": QuantityText("256Mi")})
 
 
-@dataclass(frozen=True)
-class PoliciesConfig:
-    resourceRequests: ResourceRequestsConfig = field(default_factory=ResourceRequestsConfig)
-    nodeName: NodeNameConfig = field(default_factory=NodeNameConfig)
-    podGroups: PodGroupsConfig = field(default_factory=PodGroupsConfig)
-    sidecarInjection: SidecarInjectionConfig = field(default_factory=SidecarInjectionConfig)
+class PoliciesConfig(_Section, frozen=True):
+    resourceRequests: ResourceRequestsConfig = msgspec.field(
+        default_factory=ResourceRequestsConfig)
+    nodeName: NodeNameConfig = msgspec.field(default_factory=NodeNameConfig)
+    podGroups: PodGroupsConfig = msgspec.field(default_factory=PodGroupsConfig)
+    sidecarInjection: SidecarInjectionConfig = msgspec.field(
+        default_factory=SidecarInjectionConfig)
 
 
-@dataclass(frozen=True)
-class AuditConfig:
+class AuditConfig(_Section, frozen=True, dict=True):
     """`volcano-guard audit`: what already exists in the cluster."""
 
     # A pod naming a PodGroup that does not exist is reported once it is this old (a duration:
     # 90s, 5m, 1h): younger ones may be waiting for their PodGroup to be created.
-    orphanGracePeriod: str = "5m"
-    maxResultsPerReport: int = 100  # results a PolicyReport lists; the total is kept apart
+    orphanGracePeriod: DurationText = DurationText("5m")
+    maxResultsPerReport: Positive = 100  # results a PolicyReport lists; the total is kept apart
 
     @cached_property
     def orphan_grace(self) -> datetime.timedelta:
         return parse_duration(self.orphanGracePeriod)
 
 
-@dataclass(frozen=True)
-class Config:
-    volcanoSchedulerNames: tuple[str, ...] = ("volcano",)
+class Config(_Section, frozen=True):
+    volcanoSchedulerNames: Annotated[tuple[Name, ...], msgspec.Meta(min_length=1)] = ("volcano",)
     # What to answer when a cache a decision needs is not synced: deny (true) or allow.
     failClosed: bool = True
     # Larger admission bodies get 413 without being read whole (the apiserver caps at 3 MiB
     # for etcd objects; 7 MiB leaves room for oldObject on UPDATE).
-    maxRequestBytes: int = DEFAULT_MAX_REQUEST_BYTES
+    maxRequestBytes: Positive = DEFAULT_MAX_REQUEST_BYTES
     # Connections one webhook process holds open; past it new ones are closed on arrival and
     # those open keep being served (an idle TLS connection costs tens of KiB).
-    maxConnections: int = ConnectionLimits.max_connections
-    policies: PoliciesConfig = field(default_factory=PoliciesConfig)
-    audit: AuditConfig = field(default_factory=AuditConfig)
+    maxConnections: Positive = ConnectionLimits.max_connections
+    policies: PoliciesConfig = msgspec.field(default_factory=PoliciesConfig)
+    audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """YAML with YAML 1.2's booleans, true and false only: YAML 1.1 also reads an unquoted
+    on/off/yes/no as a boolean, which would turn `mode: off` into false."""
+
+
+_ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -140,118 +171,150 @@ def load_config(path: str | Path | None) -> Config:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        return parse_config(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+
+
+def parse_config(text: str) -> Config:
+    """The config in YAML text (yaml.YAMLError when it is not YAML)."""
+    data = yaml.load(text, Loader=_ConfigLoader)
     return config_from_dict({} if data is None else data)
 
 
 def config_from_dict(data: object) -> Config:
-    config = _read_dataclass(Config, data, "")
-    _check_semantics(config)
-    return config
+    try:
+        return msgspec.convert(_empty_sections_dropped(data, Config), Config, dec_hook=_decode)
+    except msgspec.ValidationError as exc:
+        raise _config_error(str(exc), data) from None
 
 
-def _read_dataclass(cls: type, data: object, where: str) -> Any:
+def _empty_sections_dropped(data: object, section: type) -> object:
+    """data without the sections written empty (`nodeName:` with every line under it commented
+    out), which then take their defaults."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {_describe(data)}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    for key in data:
-        if key not in known:
-            raise ConfigError(
-                f"{_join(where, str(key))}: unknown key (known here: {', '.join(sorted(known))})"
-            )
-    values = {key: _read_value(hints[key], value, _join(where, key)) for key, value in data.items()}
-    return cls(**values)
+        return data
+    fields = _field_types(section)
+    kept = {}
+    for key, value in data.items():
+        declared = _declared(fields.get(key))
+        if isinstance(declared, type) and issubclass(declared, _Section):
+            if value is None:
+                continue
+            value = _empty_sections_dropped(value, declared)
+        kept[key] = value
+    return kept
 
 
-def _read_value(hint: Any, value: object, where: str) -> Any:
-    origin = get_origin(hint)
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _read_dataclass(hint, {} if value is None else value, where)
-    if origin is Literal:
-        if value is False and "off" in get_args(hint):
-            return "off"  # YAML 1.1 reads an unquoted `off` as false
-        if value not in get_args(hint):
-            choices = " | ".join(str(choice) for choice in get_args(hint))
-            raise ConfigError(f"{where}: {value!r} is not one of {choices}")
-        return value
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {_describe(value)}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{where}: expected a positive integer, got {_describe(value)}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ConfigError(f"{where}: expected a positive number, got {_describe(value)}")
-        return float(value)
-    if hint is str:
-        return _read_string(value, where)
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {_describe(value)}")
-        return tuple(_read_string(item, f"{where}[{i}]") for i, item in enumerate(value))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {_describe(value)}")
-        return {
-            _read_string(key, where): _read_scalar_text(item, _join(where, str(key)))
-            for key, item in value.items()
-        }
-    raise TypeError(f"config field {where} has unsupported type {hint}")  # a bug, not input
+def _decode(kind: type, value: Any) -> Any:
+    """Check and build the str types with a grammar of their own."""
+    if kind is QuantityText:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = str(value)  # quantities are often written unquoted
+        text = _text(value)
+        try:
+            quantity = parse_quantity(text)
+        except QuantityError as exc:
+            raise ValueError(f"{text!r}: {exc}") from None
+        if quantity < 0:
+            raise ValueError(f"{text!r} is negative")
+        return QuantityText(text)
+    if kind is DurationText:
+        text = _text(value)
+        parse_duration(text)  # ValueError naming the forms it takes
+        return DurationText(text)
+    if kind is NodeSelector:
+        return NodeSelector(_node_selector(_text(value)))
+    raise NotImplementedError(kind)
 
 
-def _read_string(value: object, where: str) -> str:
+def _text(value: object) -> str:
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: expected a non-empty string, got {_describe(value)}")
+        raise TypeError(f"expected a non-empty string, got {_describe(value)}")
     return value
 
 
-def _read_scalar_text(value: object, where: str) -> str:
-    # Quantities are often written unquoted in YAML (cpu: 1); keep them as text.
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return _read_string(value, where)
-
-
-def _check_semantics(config: Config) -> None:
-    if not config.volcanoSchedulerNames:
-        raise ConfigError("volcanoSchedulerNames: must name at least one scheduler")
-    sidecar = config.policies.sidecarInjection
-    for where, quantities in (
-        ("policies.resourceRequests.defaults", config.policies.resourceRequests.defaults),
-        ("policies.sidecarInjection.requests", sidecar.requests),
-        ("policies.sidecarInjection.limits", sidecar.limits),
-    ):
-        for name, text in quantities.items():
-            try:
-                quantity = parse_quantity(text)
-            except QuantityError as exc:
-                raise ConfigError(f"{where}.{name}: {text!r}: {exc}") from None
-            if quantity < 0:
-                raise ConfigError(f"{where}.{name}: {text!r} is negative")
-    try:
-        parse_duration(config.audit.orphanGracePeriod)
-    except ValueError as exc:
-        raise ConfigError(f"audit.orphanGracePeriod: {exc}") from None
-    for i, selector in enumerate(config.policies.nodeName.managedNodeSelectors):
-        _check_node_selector(selector, f"policies.nodeName.managedNodeSelectors[{i}]")
-
-
-def _check_node_selector(selector: str, where: str) -> None:
+def _node_selector(selector: str) -> str:
     # Volcano's scheduler silently ignores such an entry; refusing it keeps both lists equal in
     # effect instead of leaving an operator to wonder which nodes are protected.
     if "," in selector:
-        raise ConfigError(f"{where}: {selector!r} holds a comma; the scheduler's --node-selector "
-                          "splits on commas, so write one key:value a list item")
+        raise ValueError(f"{selector!r} holds a comma; the scheduler's --node-selector "
+                         "splits on commas, so write one key:value a list item")
     if kept_selector(selector) is None:
-        raise ConfigError(f"{where}: {selector!r} is not in the Volcano scheduler's "
-                          "--node-selector format key:value (a ':' followed by a value); "
-                          "the scheduler ignores such an entry")
+        raise ValueError(f"{selector!r} is not in the Volcano scheduler's --node-selector "
+                         "format key:value (a ':' followed by a value); the scheduler ignores "
+                         "such an entry")
+    return selector
+
+
+# msgspec names JSON types; the config is YAML.
+_TYPE_NAMES = {"`int` >= 1": "a positive integer", "`float` > 0.0": "a positive number",
+               "`object`": "a mapping", "`array`": "a list", "`str`": "a string",
+               "`int`": "an integer", "`float`": "a number", "`bool`": "true or false",
+               "`null`": "nothing (null)"}
+_UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(.*)`")
+
+
+def _config_error(message: str, data: object) -> ConfigError:
+    """ConfigError from msgspec's message (`Expected ... - at `$.a.b[0]``): the path first, as
+    the operator writes it, then what is wrong and the value found there."""
+    message, _, at = message.partition(" - at `")
+    is_key, _, at = at.rpartition("in `")  # `key` in `$.a.b`: a mapping's key is wrong
+    parts = re.findall(r"\.([^.\[`]+)|(\[[^\]]+\])", at)
+    where, value, hint = _locate(data, parts)
+    if unknown := _UNKNOWN_FIELD.fullmatch(message):
+        known = ", ".join(sorted(field.name for field in msgspec.structs.fields(hint)))
+        return ConfigError(f"{_join(where, unknown.group(1))}: unknown key (known here: {known})")
+    if get_origin(hint) is Literal and not is_key:
+        choices = " | ".join(str(choice) for choice in get_args(hint))
+        return ConfigError(f"{where}: {_describe(value)} is not one of {choices}")
+    if not message.startswith("Expected"):  # a check of ours (_decode), which shows the value
+        return ConfigError(f"{where}: {message}")
+    message = message.partition(", got ")[0]
+    for name, readable in _TYPE_NAMES.items():
+        message = message.replace(name, readable)
+    if is_key:
+        keys = ", ".join(repr(key) for key in value) if isinstance(value, dict) else ""
+        return ConfigError(f"{where}: each key: {message.lower()}; the keys are {keys}")
+    return ConfigError(f"{where or 'config'}: {message.lower()}, got {_describe(value)}")
+
+
+def _locate(data: object, parts: list[tuple[str, str]]) -> tuple[str, object, Any]:
+    """The readable path of msgspec's path parts, the value there and its declared type. A
+    mapping's value is shown by msgspec as `[...]`: the entry that fails is found again."""
+    where, value, hint = "", data, Config
+    for field_name, index in parts:
+        hint = _declared(hint)
+        if field_name:
+            where, hint = _join(where, field_name), _field_types(hint)[field_name]
+            value = value.get(field_name) if isinstance(value, dict) else None
+        elif index == "[...]" and isinstance(value, dict):
+            hint = get_args(hint)[1]
+            key, value = next(((key, item) for key, item in value.items()
+                               if not _valid(item, hint)), ("?", None))
+            where = _join(where, str(key))
+        else:
+            hint = get_args(hint)[0]
+            value = value[int(index[1:-1])] if isinstance(value, list) else None
+            where += index
+    return where, value, _declared(hint)
+
+
+def _declared(hint: Any) -> Any:
+    """hint without its Annotated bounds."""
+    return get_args(hint)[0] if get_origin(hint) is Annotated else hint
+
+
+def _field_types(struct: type) -> dict[str, Any]:
+    return typing.get_type_hints(struct, include_extras=True)
+
+
+def _valid(value: object, hint: Any) -> bool:
+    try:
+        msgspec.convert(value, hint, dec_hook=_decode)
+    except msgspec.ValidationError:
+        return False
+    return True
 
 
 def _join(where: str, key: str) -> str:
@@ -261,11 +324,9 @@ def _join(where: str, key: str) -> str:
 def _describe(value: object) -> str:
     if value is None:
         return "nothing (null)"
-    kind = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), type(value).__name__
-    )
+    kind = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)
     return f"{kind} {value!r}" if isinstance(value, str | bool | int | float) else kind
-
 
 
 def exempt_own_namespace(config: Config, namespace: str | None) -> Config:
@@ -273,7 +334,7 @@ def exempt_own_namespace(config: Config, namespace: str | None) -> Config:
     node_name = config.policies.nodeName
     if not namespace or namespace in node_name.exemptNamespaces:
         return config
-    node_name = dataclasses.replace(
+    node_name = msgspec.structs.replace(
         node_name, exemptNamespaces=(*node_name.exemptNamespaces, namespace))
-    return dataclasses.replace(config, policies=dataclasses.replace(config.policies,
-                                                                    nodeName=node_name))
+    return msgspec.structs.replace(
+        config, policies=msgspec.structs.replace(config.policies, nodeName=node_name))

@@ -14,7 +14,7 @@ resource with a limit and no request counts as requested (at that limit).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -111,7 +111,7 @@ def violations(subject: Callable[[], str], templates: list[PodTemplate],
     return found
 
 
-def default_requests(templates: list[PodTemplate], defaults: dict[str, str]) -> tuple[
+def default_requests(templates: list[PodTemplate], defaults: Mapping[str, str]) -> tuple[
     list[jsonpatch.Operation], list[str]
 ]:
     """JSON patch filling each missing request from defaults, and what it does in words."""
