@@ -448,7 +448,7 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
         print(f"volcano-guard audit: {exc}", file=sys.stderr)
         return EXIT_USAGE
     api_client = _api_client(args.kubeconfig, "audit", EXIT_UNREADABLE)
-    lease = LeaseSettings(args.lease_namespace or own_namespace() or "volcano-guard",
+    lease = LeaseSettings(namespace=args.lease_namespace or own_namespace() or "volcano-guard",
                           duration=args.lease_duration,
                           retry=min(2.0, args.lease_duration / 3))
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
@@ -477,9 +477,12 @@ def run_sidecar(args: argparse.Namespace) -> int:
         print(f"volcano-guard sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
     settings = SidecarSettings(
-        listen.host, listen.port, metrics_listen.host, metrics_listen.port,
-        args.flush_interval, args.ack, args.max_pending, args.max_upstream_qps,
-        args.drain_timeout, coalesce, args.write_kubeconfig, args.upstream_read_timeout,
+        listen_host=listen.host, listen_port=listen.port,
+        metrics_host=metrics_listen.host, metrics_port=metrics_listen.port,
+        flush_interval=args.flush_interval, ack=args.ack, max_pending=args.max_pending,
+        max_upstream_qps=args.max_upstream_qps, drain_timeout=args.drain_timeout,
+        coalesce=coalesce, write_kubeconfig=args.write_kubeconfig,
+        upstream_read_timeout=args.upstream_read_timeout,
     )
     return asyncio.run(serve(cluster, settings))
 

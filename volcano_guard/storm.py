@@ -43,7 +43,7 @@ from volcano_guard.base.processes import cpu_seconds, free_port, memory_kib, wai
 Q_PATH = "/apis/scheduling.volcano.sh/v1beta1/queues"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StormSettings:
     queues: int = 10
     pods_per_minute: float = 20_000

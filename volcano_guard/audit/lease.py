@@ -18,7 +18,7 @@ from typing import Any
 log = logging.getLogger("volcano_guard.audit.lease")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LeaseSettings:
     namespace: str
     name: str = "volcano-guard-audit"

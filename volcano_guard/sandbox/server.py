@@ -75,7 +75,7 @@ class AuditLog:
 AUDIT_KEY = web.AppKey("audit", AuditLog)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SandboxSettings:
     bookmark_interval: float = 10.0  # seconds between BOOKMARK events on idle watches
     # clientConfig.service (namespace, name, port) -> the (host, port) it is served at.

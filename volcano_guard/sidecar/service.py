@@ -24,7 +24,7 @@ from volcano_guard.sidecar.routes import DEFAULT_COALESCED
 log = logging.getLogger("volcano_guard.sidecar")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SidecarSettings:
     listen_host: str = "127.0.0.1"
     listen_port: int = 8001

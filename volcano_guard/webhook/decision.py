@@ -7,13 +7,13 @@ only through these, so the response shape lives in one place.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+
+import msgspec
 
 from volcano_guard.base.jsonpatch import Operation
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(msgspec.Struct, frozen=True):
     allowed: bool
     message: str = ""
     code: int = 200
@@ -38,11 +38,12 @@ def patched(operations: Iterable[Operation]) -> Decision:
 
 
 def with_warnings(decision: Decision, warnings: Iterable[str]) -> Decision:
-    return replace(decision, warnings=decision.warnings + tuple(warnings))
+    return msgspec.structs.replace(decision, warnings=decision.warnings + tuple(warnings))
 
 
 def with_audit_annotation(decision: Decision, key: str, value: str) -> Decision:
-    return replace(decision, audit_annotations=(*decision.audit_annotations, (key, value)))
+    annotations = (*decision.audit_annotations, (key, value))
+    return msgspec.structs.replace(decision, audit_annotations=annotations)
 
 
 def combine(decisions: Iterable[Decision]) -> Decision:

@@ -9,8 +9,7 @@ caches and the server start and fetch what the enabled policies declare.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import msgspec
 
@@ -65,7 +64,11 @@ def live_lookups(config: Config) -> tuple[LiveList, ...]:
     return tuple(dict.fromkeys(lookup for p in enabled_policies(config) for lookup in p.lookups))
 
 
-class PolicyResult(NamedTuple):
+# The records of one decision are frozen msgspec Structs, like the request they answer: built
+# in C, immutable once built (docs/decisions.md, "Per-request records").
+
+
+class PolicyResult(msgspec.Struct, frozen=True):
     policy: str
     mode: Mode
     verdict: Verdict
@@ -77,7 +80,7 @@ class Evaluation(msgspec.Struct, frozen=True):
     results: tuple[PolicyResult, ...]  # one for each policy that applied; empty: none did
 
 
-class EnabledCheck(NamedTuple):
+class EnabledCheck(msgspec.Struct, frozen=True):
     policy: str
     mode: Mode
     check: Check
@@ -85,7 +88,7 @@ class EnabledCheck(NamedTuple):
     nothing_found: PolicyResult
 
 
-class KindChecks(NamedTuple):
+class KindChecks(msgspec.Struct, frozen=True):
     """What one request kind gets: the enabled checks that can apply to it, in policy order,
     and the live lists those checks may read on their rare requests."""
 
@@ -93,8 +96,7 @@ class KindChecks(NamedTuple):
     lookups: tuple[LiveList, ...] = ()
 
 
-@dataclass(frozen=True)
-class EnabledChecks:
+class EnabledChecks(msgspec.Struct, frozen=True):
     """The checks a config turns on for one phase, in policy order, and for each request kind
     only those that can apply to it (a policy's `kinds`) with the live lists they read. A config
     never changes once loaded, so the server works this out once per app, not on every
@@ -139,17 +141,16 @@ def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext,
         checks = enabled_checks(phase, context.config)
     answers: list[Decision] = []
     results: list[PolicyResult] = []
-    for policy, mode, check, nothing_found in checks.for_kind(request.kind.group,
-                                                               request.kind.kind).checks:
-        verdict = check(request, context)
+    for enabled in checks.for_kind(request.kind.group, request.kind.kind).checks:
+        verdict = enabled.check(request, context)
         if verdict is None:
             continue
         if verdict is NOTHING_FOUND:  # allowed, and adds nothing to the combined answer
-            results.append(nothing_found)
+            results.append(enabled.nothing_found)
             continue
-        answer, outcome = apply_mode(policy, mode, verdict)
+        answer, outcome = apply_mode(enabled.policy, enabled.mode, verdict)
         answers.append(answer)
-        results.append(PolicyResult(policy, mode, verdict, outcome))
+        results.append(PolicyResult(enabled.policy, enabled.mode, verdict, outcome))
     if not answers:
         return Evaluation(decisions.ALLOWED, tuple(results))
     return Evaluation(decisions.combine(answers), tuple(results))
