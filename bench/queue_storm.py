@@ -1,4 +1,4 @@
-"""The seed scenario (design.md problem 1): Queue status writes by Volcano's controller and
+"""Volcano's Queue status write storm: Queue status writes by Volcano's controller and
 scheduler, direct and through one coalescing sidecar per writer, against the sandbox.
 
     .venv/bin/python -m bench.queue_storm [--seconds 30] [--queues 10 100] [--churn 1 10]

@@ -1,4 +1,4 @@
-"""The Queue status write storm of design.md problem 1, reproduced against the sandbox.
+"""Volcano's Queue status write storm (409s, a growing retry backlog), against the sandbox.
 
 Two writers update every Queue's status over real HTTP, as Volcano's do:
 - a *controller* that, on every pod event, recomputes the queue's pod counts and writes them

@@ -3,7 +3,7 @@
 The informer's thread owns its working state; after every change it publishes an immutable
 Snapshot by swapping one reference. Readers (the admission path) take `informer.snapshot` once
 per decision and never lock: a snapshot never changes after it is published, so a decision
-cannot see a torn or half-applied state (design.md problem 4).
+cannot see a torn or half-applied state (the data races that crash Volcano's scheduler).
 """
 
 from __future__ import annotations

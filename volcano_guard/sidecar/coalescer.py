@@ -4,7 +4,7 @@ Pure state and decisions over plain data, no I/O and no clock of its own (caller
 so it is tested without HTTP. Owned by one event loop: the proxy calls absorb/observe, the
 flusher calls due/plan/complete, and none of them awaits.
 
-The writer's intent is a three-way diff with sticky field ownership (design.md): a top-level
+The writer's intent is a three-way diff with sticky field ownership: a top-level
 status field becomes owned, per resource type, the first time one of this writer's writes
 changes it relative to the version the write was based on. Every later write carries intent
 for every owned field, even one equal to its stale base, so A -> B -> A is not lost; fields

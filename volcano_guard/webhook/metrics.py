@@ -1,4 +1,4 @@
-"""The webhook's Prometheus metrics (names are part of the contract in design.md)."""
+"""The webhook's Prometheus metrics (their names are part of the contract: docs/reference.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Policy nodeName: no pod reaches a Volcano-managed node around Volcano's accounting.
 
 A pod created with `spec.nodeName` skips every scheduler; on a node Volcano manages it drives the
-node's idle resources negative in Volcano's cache and crashes its scheduler (design.md problem
-2). `action: deny` refuses it; `action: rewrite` (in /mutate) turns the nodeName into a required
-node affinity on `metadata.name`, ANDed into every existing term as the DaemonSet controller
-does, and hands the pod to Volcano. The binding guard refuses `pods/binding` onto a managed node
+node's idle resources negative in Volcano's cache and crashes its scheduler. `action: deny`
+refuses it; `action: rewrite` (in /mutate) turns the nodeName into a required node affinity
+on `metadata.name`, ANDed into every existing term as the DaemonSet controller does, and hands
+the pod to Volcano. The binding guard refuses `pods/binding` onto a managed node
 by anyone but the configured Volcano scheduler identities.
 
 Managed nodes are chosen as the Volcano scheduler's `--node-selector key:value` flags choose

@@ -1,5 +1,5 @@
 """Policy podGroups: tell PodGroup incarnations apart, and refuse deletes that would remove a
-PodGroup under its live pods (design.md problem 3).
+PodGroup under its live pods.
 
 Volcano names a Deployment's PodGroup `podgroup-<ReplicaSet uid>`, so scaling 1 -> 0 -> 1 reuses
 the name; a retried delete by name then removes the new incarnation and its new pod stays

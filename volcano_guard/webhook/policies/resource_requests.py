@@ -1,7 +1,7 @@
 """Policy resourceRequests: every container Volcano schedules requests what Volcano accounts for.
 
 Volcano's scheduler subtracts pod requests from node idle resources; a container without them
-makes the accounting wrong (design.md, problem 2). Applies to Pod CREATE of pods whose
+makes the accounting wrong, and the scheduler panics on it. Applies to Pod CREATE of pods whose
 schedulerName is a Volcano scheduler, and to CREATE/UPDATE of Volcano Jobs (every task
 template), of the Volcano kinds that become Jobs (CronJob, JobFlow JobTemplate) and of workloads
 whose pod template names a Volcano scheduler (Deployment, StatefulSet, DaemonSet, ReplicaSet,
