@@ -1,4 +1,7 @@
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from volcano_guard.cli import main
 from volcano_guard.webhook.config import Config, ConfigError, config_from_dict, load_config
@@ -170,3 +173,27 @@ def test_yaml_yes_and_no_are_text_not_booleans(tmp_path):
     path.write_text("failClosed: no\n")
     with pytest.raises(ConfigError, match="failClosed: expected true or false, got a string 'no'"):
         load_config(path)
+
+
+def _config_shaped(struct: type = Config) -> st.SearchStrategy:
+    """Mappings with the config's own keys (and a stranger), holding anything at any depth."""
+    leaves = st.none() | st.booleans() | st.integers(-2, 70000) | st.floats(allow_nan=True) \
+        | st.text(max_size=12) | st.sampled_from(["off", "enforce", "5m", "100m", "a:b", "-1"])
+    anything = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3)
+                            | st.dictionaries(st.text(max_size=6) | st.integers(), inner,
+                                              max_size=3), max_leaves=8)
+    fields: dict[str, st.SearchStrategy] = {}
+    for field in msgspec.structs.fields(struct):
+        kind = field.type
+        nested = isinstance(kind, type) and issubclass(kind, msgspec.Struct)
+        fields[field.name] = (_config_shaped(kind) | anything) if nested else anything
+    return st.fixed_dictionaries({}, optional={**fields, "stranger": anything}) | anything
+
+
+@settings(max_examples=400, deadline=None)
+@given(_config_shaped())
+def test_any_input_is_a_config_or_a_config_error_naming_a_key(data):
+    try:
+        config_from_dict(data)
+    except ConfigError as exc:
+        assert str(exc).split(":")[0], exc

@@ -264,7 +264,10 @@ def _config_error(message: str, data: object) -> ConfigError:
     where, value, hint = _locate(data, parts)
     if unknown := _UNKNOWN_FIELD.fullmatch(message):
         known = ", ".join(sorted(field.name for field in msgspec.structs.fields(hint)))
-        return ConfigError(f"{_join(where, unknown.group(1))}: unknown key (known here: {known})")
+        key = unknown.group(1)
+        shown = key if re.fullmatch(r"[\w/-]+", key) else repr(key)  # an empty key, a space...
+        return ConfigError(f"{_join(where, shown)}: unknown key (known here: {known})")
+    where = where or "config"
     if get_origin(hint) is Literal and not is_key:
         choices = " | ".join(str(choice) for choice in get_args(hint))
         return ConfigError(f"{where}: {_describe(value)} is not one of {choices}")
@@ -276,7 +279,7 @@ def _config_error(message: str, data: object) -> ConfigError:
     if is_key:
         keys = ", ".join(repr(key) for key in value) if isinstance(value, dict) else ""
         return ConfigError(f"{where}: each key: {message.lower()}; the keys are {keys}")
-    return ConfigError(f"{where or 'config'}: {message.lower()}, got {_describe(value)}")
+    return ConfigError(f"{where}: {message.lower()}, got {_describe(value)}")
 
 
 def _locate(data: object, parts: list[tuple[str, str]]) -> tuple[str, object, Any]:
