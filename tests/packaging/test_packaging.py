@@ -157,6 +157,15 @@ def test_a_subpackage_the_wheel_would_skip_is_caught(tmp_path, subpackage):
     assert any(problem.startswith(f"{subpackage}/") for problem in problems), problems
 
 
+def test_the_wheel_declares_its_license_as_an_spdx_expression(tmp_path):
+    """A license table makes every build print setuptools' deprecation warning."""
+    context = build_context(DOCKERFILE.read_text(), tmp_path / "context")
+    with zipfile.ZipFile(build_wheel(context, tmp_path / "wheel")) as archive:
+        (metadata,) = (name for name in archive.namelist() if name.endswith("/METADATA"))
+        headers = archive.read(metadata).decode().partition("\n\n")[0].splitlines()
+    assert "License-Expression: Apache-2.0" in headers
+
+
 def test_every_deployed_command_is_found():
     found = {" ".join(command[:2]) for command in deployed_commands()}
     assert {"webhook --config", "audit --watch", "certs generate", "certs secret",
