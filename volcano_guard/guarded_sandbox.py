@@ -27,6 +27,7 @@ from volcano_guard.certs.generate import generate
 from volcano_guard.sandbox.authn import load_token_file
 from volcano_guard.sandbox.runner import SandboxThread
 from volcano_guard.sandbox.server import SandboxSettings
+from volcano_guard.webhook.config import read_yaml
 
 DEPLOY_BASE = Path(__file__).resolve().parent.parent / "deploy" / "base"
 SERVICE = NAMESPACE = "volcano-guard"  # deploy/base's Service and namespace
@@ -50,7 +51,7 @@ def kubectl_path() -> str | None:
 def shipped_config() -> dict[str, Any]:
     """The config deploy/base ships (its ConfigMap's config.yaml)."""
     configmap = yaml.safe_load((DEPLOY_BASE / "config.yaml").read_text(encoding="utf-8"))
-    return dict(yaml.safe_load(configmap["data"]["config.yaml"]))
+    return dict(read_yaml(configmap["data"]["config.yaml"]))
 
 
 def with_policy_changes(config: Mapping[str, Any],

@@ -1,8 +1,11 @@
+import re
+
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from volcano_guard.base.jsonbody import shown
 from volcano_guard.cli import main
 from volcano_guard.webhook.config import Config, ConfigError, config_from_dict, load_config
 
@@ -155,10 +158,10 @@ def test_an_unknown_key_is_named_with_the_keys_known_there():
 def test_a_wrong_value_is_shown_beside_what_was_expected():
     with pytest.raises(ConfigError) as info:
         config_from_dict({"failClosed": "yes", "policies": {}})
-    assert str(info.value) == "failClosed: expected true or false, got a string 'yes'"
+    assert str(info.value) == 'failClosed: expected true or false, got a string "yes"'
     with pytest.raises(ConfigError) as info:
         config_from_dict({"policies": {"nodeName": {"action": "block"}}})
-    assert str(info.value) == ("policies.nodeName.action: a string 'block' is not one of "
+    assert str(info.value) == ('policies.nodeName.action: a string "block" is not one of '
                                "deny | rewrite")
 
 
@@ -171,8 +174,12 @@ def test_a_section_written_empty_takes_its_defaults(tmp_path):
 def test_yaml_yes_and_no_are_text_not_booleans(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text("failClosed: no\n")
-    with pytest.raises(ConfigError, match="failClosed: expected true or false, got a string 'no'"):
+    with pytest.raises(ConfigError, match='failClosed: expected true or false, got a string "no"'):
         load_config(path)
+
+
+# Keys as operators mistype them, and as msgspec's messages could be confused by.
+KEYS = st.text(max_size=6) | st.sampled_from(["x - at `y`", "a.b", "k[0]", "in `$", " ", ""])
 
 
 def _config_shaped(struct: type = Config) -> st.SearchStrategy:
@@ -180,14 +187,15 @@ def _config_shaped(struct: type = Config) -> st.SearchStrategy:
     leaves = st.none() | st.booleans() | st.integers(-2, 70000) | st.floats(allow_nan=True) \
         | st.text(max_size=12) | st.sampled_from(["off", "enforce", "5m", "100m", "a:b", "-1"])
     anything = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3)
-                            | st.dictionaries(st.text(max_size=6) | st.integers(), inner,
+                            | st.dictionaries(KEYS | st.integers(), inner,
                                               max_size=3), max_leaves=8)
     fields: dict[str, st.SearchStrategy] = {}
     for field in msgspec.structs.fields(struct):
         kind = field.type
         nested = isinstance(kind, type) and issubclass(kind, msgspec.Struct)
         fields[field.name] = (_config_shaped(kind) | anything) if nested else anything
-    return st.fixed_dictionaries({}, optional={**fields, "stranger": anything}) | anything
+    strangers = st.dictionaries(KEYS, anything, max_size=2)
+    return st.fixed_dictionaries({}, optional=fields) | strangers | anything
 
 
 @settings(max_examples=400, deadline=None)
@@ -196,4 +204,19 @@ def test_any_input_is_a_config_or_a_config_error_naming_a_key(data):
     try:
         config_from_dict(data)
     except ConfigError as exc:
-        assert str(exc).split(":")[0], exc
+        message = str(exc)
+        keys = {str(key) for key in data} | {shown(key) for key in data} \
+            if isinstance(data, dict) else set()
+        assert message.startswith("config: ") or any(
+            message.startswith((f"{key}: ", f"{key}.", f"{key}[")) for key in keys), message
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("audit: {orphanGracePeriod: 99999999999999d}", "audit.orphanGracePeriod"),
+    ("a: " + "[" * 3000 + "]" * 3000, "nests too deeply"),
+])
+def test_an_overflowing_duration_or_deep_nesting_is_a_config_error(tmp_path, text, needle):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        load_config(path)

@@ -11,4 +11,7 @@ def parse_duration(text: str) -> datetime.timedelta:
     """"720h", "30d", "90m", "45s" -> timedelta; ValueError otherwise."""
     if len(text) < 2 or text[-1] not in _UNITS or not text[:-1].isdigit():
         raise ValueError(f"{text!r} is not a duration like 45s, 90m, 720h or 30d")
-    return datetime.timedelta(seconds=int(text[:-1]) * _UNITS[text[-1]])
+    try:
+        return datetime.timedelta(seconds=int(text[:-1]) * _UNITS[text[-1]])
+    except OverflowError:
+        raise ValueError(f"{text!r} is longer than a duration can be") from None

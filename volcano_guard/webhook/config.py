@@ -21,6 +21,7 @@ import yaml
 
 from volcano_guard.base.connections import ConnectionLimits
 from volcano_guard.base.durations import parse_duration
+from volcano_guard.base.jsonbody import shown
 from volcano_guard.base.node_selectors import kept_selector, selector_set
 from volcano_guard.base.quantity import QuantityError, parse_quantity
 
@@ -102,7 +103,8 @@ class SidecarInjectionConfig(_Section, frozen=True):
     nativeSidecar: bool = True
     port: Port = 8001
     metricsPort: Port = 9091
-    flushInterval: Seconds = 1.0  # per pod: annotation volcano-guard.io/flush-interval
+    # per pod: annotation volcano-guard.io/flush-interval, within the same bounds
+    flushInterval: Annotated[float, msgspec.Meta(ge=0.05, le=60)] = 1.0
     ack: Literal["async", "sync"] = "async"  # per pod: annotation volcano-guard.io/ack
     drainTimeout: Seconds = 20.0
     proxyMode: Literal["args", "env"] = "args"  # per pod: annotation volcano-guard.io/proxy-mode
@@ -150,8 +152,8 @@ class Config(_Section, frozen=True):
 
 
 class _ConfigLoader(yaml.SafeLoader):
-    """YAML with YAML 1.2's booleans, true and false only: YAML 1.1 also reads an unquoted
-    on/off/yes/no as a boolean, which would turn `mode: off` into false."""
+    """YAML whose only booleans are true and false (as in YAML 1.2): YAML 1.1 also reads an
+    unquoted on/off/yes/no as a boolean, which would turn `mode: off` into false."""
 
 
 _ConfigLoader.yaml_implicit_resolvers = {
@@ -178,8 +180,17 @@ def load_config(path: str | Path | None) -> Config:
 
 def parse_config(text: str) -> Config:
     """The config in YAML text (yaml.YAMLError when it is not YAML)."""
-    data = yaml.load(text, Loader=_ConfigLoader)
+    data = read_yaml(text)
     return config_from_dict({} if data is None else data)
+
+
+def read_yaml(text: str) -> Any:
+    """YAML text as the config reads it: true and false are the only booleans. yaml.YAMLError
+    when it is not YAML, or nests too deeply to read."""
+    try:
+        return yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader
+    except RecursionError:
+        raise yaml.YAMLError("it nests too deeply") from None
 
 
 def config_from_dict(data: object) -> Config:
@@ -187,6 +198,8 @@ def config_from_dict(data: object) -> Config:
         return msgspec.convert(_empty_sections_dropped(data, Config), Config, dec_hook=_decode)
     except msgspec.ValidationError as exc:
         raise _config_error(str(exc), data) from None
+    except RecursionError:
+        raise ConfigError("config: nests too deeply") from None
 
 
 def _empty_sections_dropped(data: object, section: type) -> object:
@@ -215,9 +228,9 @@ def _decode(kind: type, value: Any) -> Any:
         try:
             quantity = parse_quantity(text)
         except QuantityError as exc:
-            raise ValueError(f"{text!r}: {exc}") from None
+            raise ValueError(f"{shown(text)}: {exc}") from None
         if quantity < 0:
-            raise ValueError(f"{text!r} is negative")
+            raise ValueError(f"{shown(text)} is negative")
         return QuantityText(text)
     if kind is DurationText:
         text = _text(value)
@@ -238,10 +251,10 @@ def _node_selector(selector: str) -> str:
     # Volcano's scheduler silently ignores such an entry; refusing it keeps both lists equal in
     # effect instead of leaving an operator to wonder which nodes are protected.
     if "," in selector:
-        raise ValueError(f"{selector!r} holds a comma; the scheduler's --node-selector "
+        raise ValueError(f"{shown(selector)} holds a comma; the scheduler's --node-selector "
                          "splits on commas, so write one key:value a list item")
     if kept_selector(selector) is None:
-        raise ValueError(f"{selector!r} is not in the Volcano scheduler's --node-selector "
+        raise ValueError(f"{shown(selector)} is not in the Volcano scheduler's --node-selector "
                          "format key:value (a ':' followed by a value); the scheduler ignores "
                          "such an entry")
     return selector
@@ -258,15 +271,18 @@ _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(.*)`")
 def _config_error(message: str, data: object) -> ConfigError:
     """ConfigError from msgspec's message (`Expected ... - at `$.a.b[0]``): the path first, as
     the operator writes it, then what is wrong and the value found there."""
-    message, _, at = message.partition(" - at `")
+    if " - at `" in message:  # rpartition: a key's own name may hold " - at `"
+        message, _, at = message.rpartition(" - at `")
+    else:  # at the top
+        at = ""
     is_key, _, at = at.rpartition("in `")  # `key` in `$.a.b`: a mapping's key is wrong
     parts = re.findall(r"\.([^.\[`]+)|(\[[^\]]+\])", at)
     where, value, hint = _locate(data, parts)
     if unknown := _UNKNOWN_FIELD.fullmatch(message):
         known = ", ".join(sorted(field.name for field in msgspec.structs.fields(hint)))
         key = unknown.group(1)
-        shown = key if re.fullmatch(r"[\w/-]+", key) else repr(key)  # an empty key, a space...
-        return ConfigError(f"{_join(where, shown)}: unknown key (known here: {known})")
+        named = key if re.fullmatch(r"[\w/-]+", key) else shown(key)  # "", a space, ...
+        return ConfigError(f"{_join(where, named)}: unknown key (known here: {known})")
     where = where or "config"
     if get_origin(hint) is Literal and not is_key:
         choices = " | ".join(str(choice) for choice in get_args(hint))
@@ -277,7 +293,7 @@ def _config_error(message: str, data: object) -> ConfigError:
     for name, readable in _TYPE_NAMES.items():
         message = message.replace(name, readable)
     if is_key:
-        keys = ", ".join(repr(key) for key in value) if isinstance(value, dict) else ""
+        keys = ", ".join(shown(key) for key in value) if isinstance(value, dict) else ""
         return ConfigError(f"{where}: each key: {message.lower()}; the keys are {keys}")
     return ConfigError(f"{where}: {message.lower()}, got {_describe(value)}")
 
@@ -329,7 +345,7 @@ def _describe(value: object) -> str:
         return "nothing (null)"
     kind = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number",
             float: "a number"}.get(type(value), type(value).__name__)
-    return f"{kind} {value!r}" if isinstance(value, str | bool | int | float) else kind
+    return f"{kind} {shown(value)}" if isinstance(value, str | bool | int | float) else kind
 
 
 def exempt_own_namespace(config: Config, namespace: str | None) -> Config:
