@@ -1,5 +1,5 @@
 # volcano-guard image: slim Python, non-root, no build tools in the final stage.
-# The build stage copies the package whole: tests/packaging/test_image.py builds what it copies.
+# The build stage copies the package whole: tests/packaging/test_packaging.py builds what it copies.
 FROM python:3.12-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
