@@ -24,8 +24,11 @@ ENVIRONMENT = "VOLCANO_GUARD_UPSTREAM"
 
 def upstream_root() -> Path | None:
     """The folder of frozen upstream files, or None where this machine has none."""
-    named = os.environ.get(ENVIRONMENT)
-    root = Path(named) if named else REPO.parent / "shared" / "upstream"
+    if named := os.environ.get(ENVIRONMENT):
+        if not Path(named).is_dir():  # a mistyped folder must not turn the checks into skips
+            pytest.fail(f"{ENVIRONMENT}={named} is not a folder")
+        return Path(named)
+    root = REPO.parent / "shared" / "upstream"
     return root if root.is_dir() else None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.upstream import go_function, volcano_file
+from volcano_guard.base.jsonbody import shown
 from volcano_guard.base.node_selectors import is_managed, kept_selector, selector_set
 from volcano_guard.webhook.config import ConfigError, config_from_dict
 
@@ -57,7 +58,7 @@ def test_config_refuses_an_entry_volcano_would_ignore_or_split_naming_it(entry):
     with pytest.raises(ConfigError) as info:
         config_from_dict(data)
     assert str(info.value).startswith("policies.nodeName.managedNodeSelectors[1]: ")
-    assert repr(entry) in str(info.value)
+    assert shown(entry) in str(info.value)  # the entry, quoted as messages quote values
 
 
 @pytest.mark.parametrize("entry", [entry for entry, stored in KEPT if stored is not None])
