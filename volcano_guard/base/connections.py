@@ -53,7 +53,7 @@ OPEN = Gauge(f"{PREFIX}connections_open", "Connections open on the admission por
 TRIM_AFTER = 100  # connections gone since the peak before memory is handed back
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ConnectionLimits:
     max_connections: int = 1000
     # The API server times a webhook call out after at most 30 s (timeoutSeconds) and sends its
