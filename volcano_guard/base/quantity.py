@@ -19,7 +19,7 @@ _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _MAX_TEXT = 128  # far longer than any real quantity; bounds the work done on hostile input
 # Exact arithmetic for every value a Quantity can hold, however large its exponent.
-_EXACT = Context(prec=200, Emax=MAX_EMAX, Emin=MIN_EMIN)
+EXACT = Context(prec=200, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 
 class QuantityError(ValueError):
@@ -56,10 +56,10 @@ def _parse_text(text: str) -> Decimal:
     number = Decimal(match["number"])
     suffix = match["suffix"] or ""
     if suffix in _BINARY:
-        return _EXACT.multiply(number, Decimal(1024) ** _BINARY[suffix])
+        return EXACT.multiply(number, Decimal(1024) ** _BINARY[suffix])
     if suffix in _DECIMAL:
-        return _EXACT.scaleb(number, _DECIMAL[suffix])
+        return EXACT.scaleb(number, _DECIMAL[suffix])
     exponent = int(suffix[1:])
     if abs(exponent) > 10**6:
         raise QuantityError(f"exponent {exponent} is out of range")
-    return _EXACT.scaleb(number, exponent)
+    return EXACT.scaleb(number, exponent)

@@ -15,6 +15,8 @@ from typing import Any
 
 from cel_expr_python import cel
 
+from volcano_guard.sandbox import kubernetes_cel
+
 NAMESPACES = ("", "namespaces")  # (group, resource) of Namespace objects: cluster-scoped
 
 
@@ -222,9 +224,10 @@ def _cel_request(attributes: Attributes) -> dict[str, Any]:
     return request
 
 
-# The apiserver's variables for webhook matchConditions, as dynamic values.
-_ENVIRONMENT = cel.NewEnv(variables={"object": cel.Type.DYN, "oldObject": cel.Type.DYN,
-                                     "request": cel.Type.DYN})
+# The apiserver's variables for webhook matchConditions, as dynamic values, in its base
+# environment (the Kubernetes libraries kubernetes_cel implements).
+_ENVIRONMENT = kubernetes_cel.environment({"object": cel.Type.DYN, "oldObject": cel.Type.DYN,
+                                           "request": cel.Type.DYN})
 
 
 @functools.lru_cache(maxsize=256)
