@@ -9,7 +9,7 @@ themselves are in sandbox/admission.py.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,19 +188,32 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def conditions_match(webhook: Mapping[str, Any], attributes: Attributes) -> bool:
-    """matchconditions/matcher.go Match: any condition false -> skip; else any error -> per
-    failurePolicy (Fail: ConditionError; Ignore: skip); else call. Evaluated by CEL's own C++
-    runtime (cel-expr-python), as conformant as the apiserver's cel-go."""
+    """matchconditions/matcher.go Match for a webhook: any condition false -> skip; else any
+    error -> per failurePolicy (Fail: ConditionError; Ignore: skip); else call."""
     conditions = webhook.get("matchConditions") or ()
     if not conditions:
         return True
     variables = {"object": attributes.object, "oldObject": attributes.old_object,
                  "request": _cel_request(attributes)}
+    matches, errors = evaluate_conditions(conditions, _program, variables)
+    if not matches:
+        return False
+    if errors and webhook.get("failurePolicy", "Fail") == "Fail":
+        raise ConditionError("; ".join(errors))
+    return not errors
+
+
+def evaluate_conditions(conditions: Iterable[Mapping[str, Any]],
+                        program: Callable[[str], cel.Expression],
+                        variables: Mapping[str, Any]) -> tuple[bool, list[str]]:
+    """matchconditions/matcher.go Match: (False, ...) when a condition is false, whatever the
+    others did; else (True, the errors), each condition evaluated by CEL's C++ runtime
+    (cel-expr-python) with program(expression), as conformant as the apiserver's cel-go."""
     errors: list[str] = []
     for condition in conditions:
         name, expression = condition.get("name", ""), str(condition.get("expression", ""))
         try:
-            result = _program(expression).eval(data=variables)
+            result = program(expression).eval(data=dict(variables))
         except RuntimeError as exc:  # does not compile: refused when the configuration is written
             errors.append(f"expression '{expression}' does not compile: {exc}")
             continue
@@ -209,10 +222,8 @@ def conditions_match(webhook: Mapping[str, Any], attributes: Attributes) -> bool
         elif result.type() != cel.Type.BOOL:
             errors.append(f"matchCondition {name!r} did not evaluate to a bool: {result.value()}")
         elif not result.value():
-            return False
-    if errors and webhook.get("failurePolicy", "Fail") == "Fail":
-        raise ConditionError("; ".join(errors))
-    return not errors
+            return False, errors
+    return True, errors
 
 
 def _cel_request(attributes: Attributes) -> dict[str, Any]:

@@ -1,0 +1,175 @@
+"""One ValidatingAdmissionPolicy evaluated against one request, as kube-apiserver evaluates it.
+
+Transcribed from k8s.io/apiserver pkg/admission/plugin/policy/validating/validator.go
+`Validate` (v1.30 and v1.32 alike): the policy's matchConditions first (a false one: the policy
+does not apply; an error: one decision by the failurePolicy), then its variables, then each
+validation: an expression that is not true denies with its messageExpression (trimmed; refused
+when empty, multi-line or over 5 KiB), else its message, else "failed expression: ...", and its
+reason (Invalid unless given); an expression that errors decides by the failurePolicy (Fail:
+deny, Ignore: admit). Audit annotations publish a non-empty string, skip null, and are an
+error otherwise.
+
+Which policies and bindings apply to a request, and what a binding's validationActions make of
+the decisions, are the dispatcher's (not here yet). Expressions see `object`, `oldObject`,
+`request`, `params`, `namespaceObject` and `variables` as dynamic values: a misspelt variable is
+an evaluation error here where the apiserver's type check refuses the policy.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cel_expr_python import cel
+
+from volcano_guard.sandbox import kubernetes_cel
+from volcano_guard.sandbox.matching import evaluate_conditions
+
+# k8s.io/apiserver pkg/apis/cel/config.go MaxEvaluatedMessageExpressionSizeBytes.
+MAX_MESSAGE_BYTES = 5 * 1024
+REASON_INVALID = "Invalid"  # metav1.StatusReasonInvalid, a validation's default reason
+
+Action = Literal["admit", "deny"]
+Evaluation = Literal["admit", "deny", "error"]
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    """policy_decision.go PolicyDecision: one validation's outcome."""
+
+    action: Action
+    evaluation: Evaluation
+    message: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class AuditAnnotation:
+    key: str
+    action: Literal["publish", "exclude", "error"]
+    value: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ValidateResult:
+    decisions: tuple[PolicyDecision, ...] = ()
+    audit_annotations: tuple[AuditAnnotation, ...] = ()
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What a policy's expressions see: the request's objects and attributes, the binding's
+    params and the request's namespace."""
+
+    object: Any = None
+    old_object: Any = None
+    request: Mapping[str, Any] = field(default_factory=dict)
+    params: Any = None
+    namespace_object: Any = None
+
+    def variables(self) -> dict[str, Any]:
+        return {"object": self.object, "oldObject": self.old_object,
+                "request": dict(self.request), "params": self.params,
+                "namespaceObject": self.namespace_object}
+
+
+_ENVIRONMENT = kubernetes_cel.environment({
+    name: cel.Type.DYN
+    for name in ("object", "oldObject", "request", "params", "namespaceObject", "variables")})
+
+
+@functools.lru_cache(maxsize=512)
+def program(expression: str) -> cel.Expression:
+    """The compiled expression; RuntimeError naming the problem if it does not compile."""
+    return _ENVIRONMENT.compile(expression)
+
+
+def validate(spec: Mapping[str, Any], inputs: PolicyInputs) -> ValidateResult:
+    """validator.go Validate: the decisions and audit annotations of policy spec for inputs."""
+    fail = spec.get("failurePolicy", "Fail") != "Ignore"
+    data = inputs.variables()
+    matches, errors = evaluate_conditions(spec.get("matchConditions") or (), program, data)
+    if not matches:
+        return ValidateResult()
+    if errors:
+        return ValidateResult((_error(fail, "; ".join(errors)),))
+    data["variables"] = _variables(spec.get("variables") or (), data)
+    decisions = tuple(_decide(validation, data, fail)
+                      for validation in spec.get("validations") or ())
+    annotations = tuple(_annotate(annotation, data, fail)
+                        for annotation in spec.get("auditAnnotations") or ())
+    return ValidateResult(decisions, annotations)
+
+
+def _variables(declared: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """Each variable in order, seeing those before it. One that fails to evaluate is left out:
+    an expression that reads it then fails, as the apiserver's lazy variables fail it."""
+    variables: dict[str, Any] = {}
+    for variable in declared:
+        try:
+            value = program(str(variable.get("expression", ""))).eval(
+                data={**data, "variables": variables})
+        except RuntimeError:
+            continue
+        if value.type() != cel.Type.ERROR:
+            variables[str(variable.get("name", ""))] = value.plain_value()
+    return variables
+
+
+def _decide(validation: Mapping[str, Any], data: Mapping[str, Any], fail: bool) -> PolicyDecision:
+    expression = str(validation.get("expression", ""))
+    outcome, error = _evaluate(expression, data)
+    if error:
+        return _error(fail, error)
+    if outcome is True:
+        return PolicyDecision("admit", "admit")
+    return PolicyDecision("deny", "deny", _message(validation, data),
+                          str(validation.get("reason") or REASON_INVALID))
+
+
+def _message(validation: Mapping[str, Any], data: Mapping[str, Any]) -> str:
+    message = ""
+    if expression := validation.get("messageExpression"):
+        value, error = _evaluate(str(expression), data)
+        if not error and isinstance(value, str):
+            message = value.strip()
+            if len(message.encode()) > MAX_MESSAGE_BYTES or "\n" in message:
+                message = ""
+    if not message and validation.get("message"):
+        message = str(validation["message"]).strip()
+    return message or f"failed expression: {str(validation.get('expression', '')).strip()}"
+
+
+def _annotate(annotation: Mapping[str, Any], data: Mapping[str, Any],
+              fail: bool) -> AuditAnnotation:
+    key = str(annotation.get("key", ""))
+    expression = str(annotation.get("valueExpression", ""))
+    value, error = _evaluate(expression, data)
+    if error:
+        return AuditAnnotation(key, "error" if fail else "exclude", error=error)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return AuditAnnotation(key, "exclude")
+    if isinstance(value, str):
+        return AuditAnnotation(key, "publish", value.strip())
+    return AuditAnnotation(key, "error", error=(
+        f"valueExpression '{expression}' resulted in unsupported return type: "
+        f"{type(value).__name__}. Return type must be either string or null."))
+
+
+def _evaluate(expression: str, data: Mapping[str, Any]) -> tuple[Any, str]:
+    """(the plain value, "") or (None, what went wrong)."""
+    try:
+        value = program(expression).eval(data=dict(data))
+    except RuntimeError as exc:
+        return None, f"expression '{expression}' does not compile: {exc}"
+    if value.type() == cel.Type.ERROR:
+        return None, f"expression '{expression}' resulted in error: {value.value()}"
+    return value.plain_value(), ""
+
+
+def _error(fail: bool, message: str) -> PolicyDecision:
+    """policyDecisionActionForError: Fail denies, Ignore admits."""
+    return PolicyDecision("deny" if fail else "admit", "error", message)
