@@ -68,12 +68,19 @@ def package_files(root: Path) -> set[str]:
             if path.is_file() and "__pycache__" not in path.parts}
 
 
+def wheel_metadata(wheel: Path) -> tuple[list[str], str]:
+    """The wheel's METADATA: its header lines, and the description after them."""
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = (name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))
+        headers, _, description = archive.read(metadata).decode().partition("\n\n")
+    return headers.splitlines(), description
+
+
 def wheel_problems(wheel: Path) -> list[str]:
     """What the wheel lacks of the repository's package, or holds beside it."""
     with zipfile.ZipFile(wheel) as archive:
         names = {name for name in archive.namelist() if ".dist-info/" not in name}
-        (metadata,) = (name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))
-        description = archive.read(metadata).decode().partition("\n\n")[2]
+    _, description = wheel_metadata(wheel)
     readme = (REPO / "README.md").read_text()
     problems = [] if description.strip() == readme.strip() else ["README.md is not its description"]
     expected = package_files(REPO)
@@ -107,8 +114,10 @@ def deployed_commands() -> list[list[str]]:
                 "spec", {}).get("template", {}).get("spec") or {}
             for container in pod.get("containers", []) + pod.get("initContainers", []):
                 commands += container_commands(container)
-    injected = sidecar_container(Config().policies.sidecarInjection,
-                                 {"flush": 1.0, "ack": "async", "drain": 20.0}, native=True)
+    defaults = Config().policies.sidecarInjection
+    options = {"flush": defaults.flushInterval, "ack": defaults.ack,
+               "drain": defaults.drainTimeout}
+    injected = sidecar_container(defaults, options, native=True)
     return commands + container_commands(injected)
 
 
@@ -123,8 +132,15 @@ def container_commands(container: dict) -> list[list[str]]:
     return [shlex.split(found) for found in re.findall(r"volcano-guard ([^&;|\n]*)", script)]
 
 
-def test_the_build_stage_copies_every_file_of_the_package_and_nothing_else(tmp_path):
-    assert image_build_problems(DOCKERFILE.read_text(), tmp_path) == []
+@pytest.fixture(scope="module")
+def image_wheel(tmp_path_factory) -> Path:
+    """The wheel the image's build stage builds, built once for the tests that read it."""
+    root = tmp_path_factory.mktemp("image")
+    return build_wheel(build_context(DOCKERFILE.read_text(), root / "context"), root / "wheel")
+
+
+def test_the_build_stage_copies_every_file_of_the_package_and_nothing_else(image_wheel):
+    assert wheel_problems(image_wheel) == []
 
 
 @pytest.mark.parametrize("copied", [source for sources, _ in
@@ -149,12 +165,9 @@ def test_a_build_without_one_subpackage_is_caught(tmp_path, subpackage):
     assert {f"{name} is not in the wheel" for name in left_out} <= set(problems)
 
 
-def test_the_wheel_declares_its_license_as_an_spdx_expression(tmp_path):
+def test_the_wheel_declares_its_license_as_an_spdx_expression(image_wheel):
     """A license table makes every build print setuptools' deprecation warning."""
-    context = build_context(DOCKERFILE.read_text(), tmp_path / "context")
-    with zipfile.ZipFile(build_wheel(context, tmp_path / "wheel")) as archive:
-        (metadata,) = (name for name in archive.namelist() if name.endswith("/METADATA"))
-        headers = archive.read(metadata).decode().partition("\n\n")[0].splitlines()
+    headers, _ = wheel_metadata(image_wheel)
     assert "License-Expression: Apache-2.0" in headers
 
 
@@ -179,13 +192,11 @@ print(json.dumps(results))
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
+def installed(image_wheel, tmp_path_factory) -> Path:
     """A clean virtualenv with the wheel the image builds, installed as the image installs it
     (dependencies from the package index, no extra); its bin/ folder."""
-    root = tmp_path_factory.mktemp("image")
-    wheel = build_wheel(build_context(DOCKERFILE.read_text(), root / "context"), root / "wheel")
     try:
-        return install(wheel, root / "venv")
+        return install(image_wheel, tmp_path_factory.mktemp("venv") / "venv")
     except subprocess.CalledProcessError as exc:
         pytest.fail(f"pip could not install the wheel: {exc.stderr[-2000:]}")
 
