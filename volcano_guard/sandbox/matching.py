@@ -207,23 +207,31 @@ def evaluate_conditions(conditions: Iterable[Mapping[str, Any]],
                         program: Callable[[str], cel.Expression],
                         variables: Mapping[str, Any]) -> tuple[bool, list[str]]:
     """matchconditions/matcher.go Match: (False, ...) when a condition is false, whatever the
-    others did; else (True, the errors), each condition evaluated by CEL's C++ runtime
-    (cel-expr-python) with program(expression), as conformant as the apiserver's cel-go."""
+    others did; else (True, the errors)."""
     errors: list[str] = []
     for condition in conditions:
         name, expression = condition.get("name", ""), str(condition.get("expression", ""))
-        try:
-            result = program(expression).eval(data=dict(variables))
-        except RuntimeError as exc:  # does not compile: refused when the configuration is written
-            errors.append(f"expression '{expression}' does not compile: {exc}")
-            continue
-        if result.type() == cel.Type.ERROR:
-            errors.append(f"expression '{expression}' resulted in error: {result.value()}")
-        elif result.type() != cel.Type.BOOL:
-            errors.append(f"matchCondition {name!r} did not evaluate to a bool: {result.value()}")
-        elif not result.value():
+        value, error = evaluate(program, expression, variables)
+        if error:
+            errors.append(error)
+        elif not isinstance(value, bool):
+            errors.append(f"matchCondition {name!r} did not evaluate to a bool: {value}")
+        elif not value:
             return False, errors
     return True, errors
+
+
+def evaluate(program: Callable[[str], cel.Expression], expression: str,
+             variables: Mapping[str, Any]) -> tuple[Any, str]:
+    """(expression's plain value, "") or (None, what went wrong), evaluated by CEL's C++
+    runtime (cel-expr-python), as conformant as the apiserver's cel-go."""
+    try:
+        value = program(expression).eval(data=dict(variables))
+    except RuntimeError as exc:  # does not compile: refused when the configuration is written
+        return None, f"expression '{expression}' does not compile: {exc}"
+    if value.type() == cel.Type.ERROR:
+        return None, f"expression '{expression}' resulted in error: {value.value()}"
+    return value.plain_value(), ""
 
 
 def _cel_request(attributes: Attributes) -> dict[str, Any]:

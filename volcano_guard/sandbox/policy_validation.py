@@ -25,7 +25,7 @@ from typing import Any, Literal
 from cel_expr_python import cel
 
 from volcano_guard.sandbox import kubernetes_cel
-from volcano_guard.sandbox.matching import evaluate_conditions
+from volcano_guard.sandbox.matching import evaluate, evaluate_conditions
 
 # k8s.io/apiserver pkg/apis/cel/config.go MaxEvaluatedMessageExpressionSizeBytes.
 MAX_MESSAGE_BYTES = 5 * 1024
@@ -109,19 +109,16 @@ def _variables(declared: Any, data: dict[str, Any]) -> dict[str, Any]:
     an expression that reads it then fails, as the apiserver's lazy variables fail it."""
     variables: dict[str, Any] = {}
     for variable in declared:
-        try:
-            value = program(str(variable.get("expression", ""))).eval(
-                data={**data, "variables": variables})
-        except RuntimeError:
-            continue
-        if value.type() != cel.Type.ERROR:
-            variables[str(variable.get("name", ""))] = value.plain_value()
+        value, error = evaluate(program, str(variable.get("expression", "")),
+                                {**data, "variables": variables})
+        if not error:
+            variables[str(variable.get("name", ""))] = value
     return variables
 
 
 def _decide(validation: Mapping[str, Any], data: Mapping[str, Any], fail: bool) -> PolicyDecision:
     expression = str(validation.get("expression", ""))
-    outcome, error = _evaluate(expression, data)
+    outcome, error = evaluate(program, expression, data)
     if error:
         return _error(fail, error)
     if outcome is True:
@@ -133,7 +130,7 @@ def _decide(validation: Mapping[str, Any], data: Mapping[str, Any], fail: bool) 
 def _message(validation: Mapping[str, Any], data: Mapping[str, Any]) -> str:
     message = ""
     if expression := validation.get("messageExpression"):
-        value, error = _evaluate(str(expression), data)
+        value, error = evaluate(program, str(expression), data)
         if not error and isinstance(value, str):
             message = value.strip()
             if len(message.encode()) > MAX_MESSAGE_BYTES or "\n" in message:
@@ -147,7 +144,7 @@ def _annotate(annotation: Mapping[str, Any], data: Mapping[str, Any],
               fail: bool) -> AuditAnnotation:
     key = str(annotation.get("key", ""))
     expression = str(annotation.get("valueExpression", ""))
-    value, error = _evaluate(expression, data)
+    value, error = evaluate(program, expression, data)
     if error:
         return AuditAnnotation(key, "error" if fail else "exclude", error=error)
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -157,17 +154,6 @@ def _annotate(annotation: Mapping[str, Any], data: Mapping[str, Any],
     return AuditAnnotation(key, "error", error=(
         f"valueExpression '{expression}' resulted in unsupported return type: "
         f"{type(value).__name__}. Return type must be either string or null."))
-
-
-def _evaluate(expression: str, data: Mapping[str, Any]) -> tuple[Any, str]:
-    """(the plain value, "") or (None, what went wrong)."""
-    try:
-        value = program(expression).eval(data=dict(data))
-    except RuntimeError as exc:
-        return None, f"expression '{expression}' does not compile: {exc}"
-    if value.type() == cel.Type.ERROR:
-        return None, f"expression '{expression}' resulted in error: {value.value()}"
-    return value.plain_value(), ""
 
 
 def _error(fail: bool, message: str) -> PolicyDecision:
