@@ -37,6 +37,8 @@ OTHER_SCHEDULER = "system:serviceaccount:kube-system:other-scheduler"
 TOKENS = f"""admin,kubernetes-admin,0,"system:masters"
 volcano,{SCHEDULER},1,"system:serviceaccounts"
 other,{OTHER_SCHEDULER},2,"system:serviceaccounts"
+node-1,system:node:node-1,3,"system:nodes"
+daemonsets,system:serviceaccount:kube-system:daemon-set-controller,4,"system:serviceaccounts"
 """
 
 

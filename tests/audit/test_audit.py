@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from volcano_guard.audit.findings import (
+    EXEMPTION_CLAIMS,
     GENERATION_IDS,
     NODE_ACCOUNTING,
     ORPHANED_PODS,
@@ -100,6 +101,40 @@ def test_each_planted_case_is_found_and_gone_once_fixed(sandbox, core, custom, t
     clean = audit(sandbox.url, tmp_path, "--config", str(config))
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert clean.stdout.strip().endswith("0 findings")
+
+
+def test_a_pinned_pod_is_exempt_only_when_the_cluster_vouches_for_its_claim(sandbox, core, custom,
+                                                                          tmp_path, api):
+    from kubernetes import client
+
+    gpu = core.create_node(node("gpu-1"))
+    daemonset = client.AppsV1Api(api).create_namespaced_daemon_set("team-a", {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+            "metadata": {"labels": {"a": "b"}}, "spec": {"containers": [
+                {"name": "c", "image": "x"}]}}}})
+
+    def pinned(name: str, **metadata: Any) -> dict[str, Any]:
+        obj = pod(name, "gpu-1", scheduler="default-scheduler", **OK)
+        obj["metadata"].update(metadata)
+        return obj
+
+    def owner(kind: str, name: str, uid: str) -> list[dict[str, Any]]:
+        return [{"apiVersion": "apps/v1" if kind == "DaemonSet" else "v1", "kind": kind,
+                 "name": name, "uid": uid, "controller": True}]
+
+    mirror = {"kubernetes.io/config.mirror": "hash"}
+    create(core, custom,
+           pinned("agent-x", ownerReferences=owner("DaemonSet", "agent", daemonset.metadata.uid)),
+           pinned("forged-ds", ownerReferences=owner("DaemonSet", "gone", "u-gone")),
+           pinned("static", annotations=mirror,
+                  ownerReferences=owner("Node", "gpu-1", gpu.metadata.uid)),
+           pinned("forged-mirror", annotations=mirror))
+    result = audit(sandbox.url, tmp_path, "--output", "json")
+    assert result.returncode == 1, result.stderr
+    found = {(f["policy"], f["name"]) for f in json.loads(result.stdout)["findings"]}
+    assert found == {("nodeName", "forged-ds"), (EXEMPTION_CLAIMS, "forged-ds"),
+                     ("nodeName", "forged-mirror"), (EXEMPTION_CLAIMS, "forged-mirror")}
 
 
 def test_text_output_is_a_line_a_finding_like_check(sandbox, core, custom, tmp_path):

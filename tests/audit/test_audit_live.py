@@ -25,13 +25,19 @@ def node(name: str, managed: bool, cpu: str) -> dict[str, Any]:
 
 
 def pod(name: str, node_name: str, scheduler: str, cpu: str | None, group: str | None,
-        phase: str) -> dict[str, Any]:
+        phase: str, claim: str = "") -> dict[str, Any]:
     requests = {"cpu": cpu, "memory": "1Gi"} if cpu else {}
     metadata: dict[str, Any] = {"name": name, "namespace": "a",
                                 "creationTimestamp": "2026-11-24T10:00:00Z",
                                 "managedFields": [{"manager": "kubectl"}]}
     if group:
         metadata["annotations"] = {"scheduling.k8s.io/group-name": group}
+    if claim == "mirror":
+        metadata.setdefault("annotations", {})["kubernetes.io/config.mirror"] = "m"
+    elif claim:  # a DaemonSet's pod, of d1 or d2 (uid u1 or u2)
+        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                        "name": claim, "uid": "u" + claim[1:],
+                                        "controller": True}]
     spec: dict[str, Any] = {"schedulerName": scheduler, "volumes": [{"name": "v"}],
                             "containers": [{"name": "c", "image": "x", "env": [{"name": "A"}],
                                             "resources": {"requests": requests}}]}
@@ -52,11 +58,19 @@ nodes = st.builds(node, st.sampled_from(["n1", "n2"]), st.booleans(),
 pods = st.builds(pod, st.sampled_from(["p1", "p2"]), st.sampled_from(["", "n1", "n2", "n3"]),
                  st.sampled_from(["volcano", "default-scheduler"]),
                  st.sampled_from([None, "1", "3"]), st.sampled_from([None, "g1", "g2"]),
-                 st.sampled_from(["Running", "Pending", "Succeeded"]))
+                 st.sampled_from(["Running", "Pending", "Succeeded"]),
+                 st.sampled_from(["", "", "mirror", "d1", "d2"]))
+def daemonset(name: str, uid: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": "a", "uid": uid}}
+
+
+daemonsets = st.builds(daemonset, st.sampled_from(["d1", "d2"]), st.sampled_from(["u1", "u2"]))
 podgroups = st.builds(podgroup, st.sampled_from(["g1", "g2"]), st.booleans())
 # Mostly pods, few names: changes of one pod on one node are what the bookkeeping must get right.
 events = st.lists(st.tuples(st.sampled_from(["set", "set", "delete"]),
-                            st.one_of(pods, pods, pods, nodes, podgroups)), max_size=30)
+                            st.one_of(pods, pods, pods, nodes, podgroups, daemonsets)),
+                  max_size=30)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -75,12 +89,15 @@ def test_event_by_event_equals_a_full_audit_of_the_same_objects(events):
             live.node(None if gone else obj, name)
         elif kind == "Pod":
             live.pod(None if gone else obj, ("a", name))
+        elif kind == "DaemonSet":
+            live.daemonset(None if gone else obj, ("a", name))
         else:
             live.podgroup(None if gone else obj, ("a", name))
     state = ClusterState(
         nodes=[o for (k, _), o in current.items() if k == "Node"],
         pods=[o for (k, _), o in current.items() if k == "Pod"],
-        podgroups=[o for (k, _), o in current.items() if k == "PodGroup"], now=NOW)
+        podgroups=[o for (k, _), o in current.items() if k == "PodGroup"],
+        daemonsets=[o for (k, _), o in current.items() if k == "DaemonSet"], now=NOW)
     view = live.view()
     assert list(view.findings) == findings(state, CONFIG)
     assert accounts(view.accounts) == accounts(managed_accounts(state, CONFIG))

@@ -43,7 +43,8 @@ async def test_discovery_lists_groups_resources_and_subresources(box):
     assert {g["name"] for g in groups["groups"]} == {"scheduling.volcano.sh", "batch.volcano.sh",
                                                      "flow.volcano.sh",
                                                      "admissionregistration.k8s.io",
-                                                     "coordination.k8s.io", "wgpolicyk8s.io"}
+                                                     "coordination.k8s.io", "wgpolicyk8s.io",
+                                                     "apps"}
     _, core = await call(box, "GET", "/api/v1")
     names = {r["name"]: r for r in core["resources"]}
     assert names["pods"]["namespaced"] and not names["nodes"]["namespaced"]

@@ -96,6 +96,25 @@ def test_a_pod_bound_by_node_name_to_a_managed_node_is_refused(shipped):
     assert 'denied the request' in result.stderr and "node-1" in result.stderr
 
 
+MIRROR = {"kubernetes.io/config.mirror": "mirror-hash"}
+DAEMONSET_OWNER = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
+                   "uid": "6c8e8b0e-0000-4000-8000-000000000001", "controller": True}
+
+
+@pytest.mark.parametrize(("name", "metadata", "token"), [
+    ("mirror", {"annotations": MIRROR}, "node-1"),
+    ("daemon", {"ownerReferences": [DAEMONSET_OWNER]}, "daemonsets"),
+])
+def test_a_pod_pinned_to_a_node_is_exempt_only_when_its_creator_vouches(shipped, name, metadata,
+                                                                         token):
+    pinned = volcano_pod(name, {"cpu": "64", "memory": "1Gi"}, nodeName="node-1")
+    pinned["metadata"].update(metadata)
+    forged = shipped.create(pinned, token="admin", check=False)  # a user writing the fields
+    assert forged.returncode != 0
+    assert 'sets spec.nodeName "node-1"' in forged.stderr
+    assert f"pod/{name} created" in shipped.create(pinned, token=token).stdout
+
+
 def test_a_stale_podgroup_delete_is_refused_and_a_uid_preconditioned_one_allowed(shipped):
     podgroup = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
                 "metadata": {"name": "pg-train", "namespace": "team-a"},

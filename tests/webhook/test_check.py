@@ -132,6 +132,25 @@ def test_node_name_without_nodes_file_counts_every_node_as_managed(tmp_path, cap
     assert 'sets spec.nodeName "any-node"' in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("metadata", "said"), [
+    ({"annotations": {"kubernetes.io/config.mirror": "x"}},
+     "exempt only when created by node any-node's kubelet (user system:node:any-node in "
+     "system:nodes), which cannot be judged offline"),
+    ({"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d",
+                           "uid": "u", "controller": True}]},
+     "exempt only when created by system:serviceaccount:kube-system:daemon-set-controller, "
+     "which cannot be judged offline"),
+])
+def test_a_mirror_or_daemonset_pod_is_a_violation_saying_only_its_creator_exempts_it(
+        tmp_path, capsys, metadata, said):
+    obj = bound_pod("any-node")
+    obj["metadata"].update(metadata)
+    write(tmp_path, "pod.json", json.dumps(obj))
+    assert main(["check", "-f", str(tmp_path / "pod.json")]) == 1
+    out = capsys.readouterr().out
+    assert 'sets spec.nodeName "any-node"' in out and said in out
+
+
 def test_node_name_with_a_nodes_file_uses_the_managed_selectors(tmp_path, capsys):
     nodes = {"apiVersion": "v1", "kind": "NodeList", "items": [
         {"apiVersion": "v1", "kind": "Node",

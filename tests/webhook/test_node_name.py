@@ -94,27 +94,57 @@ def test_unknown_nodes_and_an_unsynced_cache(unknown_nodes, nodes, fail_closed, 
     assert run("validate", bound("ghost"), ctx).decision.allowed is allowed
 
 
+MIRROR = {"kubernetes.io/config.mirror": "x"}
+DAEMONSET_OWNER = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u",
+                   "controller": True}
+DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
+NODE = {"user": "system:node:gpu-1", "groups": ("system:nodes", "system:authenticated")}
+
+
 @pytest.mark.parametrize(
     ("obj", "kwargs", "ctx"),
     [
-        (bound(annotations={"kubernetes.io/config.mirror": "x"}), {}, context()),
+        (bound(annotations=MIRROR), NODE, context()),
         (bound(), {"namespace": "kube-system"}, context()),
         (bound(), {"user": "admin"}, context(exemptUsers=["admin"])),
         (bound(), {"groups": ("ops",)}, context(exemptGroups=["ops"])),
         (bound(), {"user": "system:serviceaccount:infra:agent"},
          context(exemptUsers=["system:serviceaccount:infra:agent"])),
-        (bound(ownerReferences=[{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds",
-                                 "uid": "u", "controller": True}]), {}, context()),
+        (bound(ownerReferences=[DAEMONSET_OWNER]), {"user": DAEMONSET_CONTROLLER}, context()),
+        (bound(ownerReferences=[DAEMONSET_OWNER]), {"user": "system:kube-controller-manager"},
+         context(daemonSetControllers=["system:kube-controller-manager"])),
     ],
 )
 def test_exemptions(obj, kwargs, ctx):
     assert run("validate", obj, ctx, **kwargs).decision.allowed
 
 
+@pytest.mark.parametrize(
+    ("obj", "kwargs"),
+    [
+        (bound(annotations=MIRROR), {}),  # a user writing the mirror annotation
+        (bound(annotations=MIRROR), {"user": "system:node:web-1",
+                                     "groups": ("system:nodes",)}),  # another node
+        (bound(annotations=MIRROR), {"user": "system:node:gpu-1"}),  # not in system:nodes
+        (bound(), NODE),  # a node, but not a mirror pod
+        (bound(ownerReferences=[DAEMONSET_OWNER]), {}),  # a user naming a DaemonSet owner
+        (bound(ownerReferences=[{**DAEMONSET_OWNER, "apiVersion": "evil.io/v1"}]),
+         {"user": DAEMONSET_CONTROLLER}),  # a made-up API group
+        (bound(ownerReferences=[{**DAEMONSET_OWNER, "controller": False}]),
+         {"user": DAEMONSET_CONTROLLER}),
+        (bound(), {"user": DAEMONSET_CONTROLLER}),  # the controller, but no DaemonSet owner
+    ],
+)
+def test_fields_a_client_writes_exempt_no_one(obj, kwargs):
+    decision = run("validate", obj, context(), **kwargs).decision
+    assert not decision.allowed
+    assert 'sets spec.nodeName "gpu-1"' in decision.message
+
+
 def test_daemonset_pods_are_denied_when_daemonsets_are_not_allowed():
-    obj = bound(ownerReferences=[{"kind": "DaemonSet", "name": "ds", "uid": "u",
-                                  "controller": True}])
-    assert not run("validate", obj, context(allowDaemonSets=False)).decision.allowed
+    obj = bound(ownerReferences=[DAEMONSET_OWNER])
+    ctx = context(allowDaemonSets=False)
+    assert not run("validate", obj, ctx, user=DAEMONSET_CONTROLLER).decision.allowed
 
 
 def test_warn_and_audit_modes_allow():

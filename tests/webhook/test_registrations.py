@@ -84,11 +84,12 @@ def pod(name: str = "p", *, scheduler: str = "default-scheduler", node: str = ""
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def create_pod(obj: dict[str, Any], namespace: str = "team-a", user: str = "alice") -> Request:
+def create_pod(obj: dict[str, Any], namespace: str = "team-a", user: str = "alice",
+               groups: tuple[str, ...] = ("system:authenticated",)) -> Request:
     obj = copy.deepcopy(obj)
     obj["metadata"]["namespace"] = namespace
     return Request("CREATE", "", "v1", "pods", "Pod", namespace, obj["metadata"].get("name", ""),
-                   object=obj, username=user,
+                   object=obj, username=user, groups=groups,
                    options={"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"})
 
 
@@ -139,6 +140,10 @@ JOINED = pod("w", scheduler="volcano", owner="ReplicaSet")
 JOINED_PATCHED = copy.deepcopy(JOINED)
 JOINED_PATCHED["metadata"]["annotations"] = {GROUP_NAME: "podgroup-rs"}
 
+MIRROR = {"kubernetes.io/config.mirror": "x"}
+NODE_USER, NODE_GROUPS = "system:node:gpu-1", ("system:nodes", "system:authenticated")
+DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
+
 # (what, request, webhooks called, what it meets while no guard replica answers)
 TABLE = [
     ("a plain Deployment's pod", create_pod(pod(owner="ReplicaSet")), [], "admitted"),
@@ -150,11 +155,16 @@ TABLE = [
      ["mutate.volcano-guard.io", "validate.volcano-guard.io"], MUTATED),
     ("a pod naming a node", create_pod(pod(node="gpu-1")), ["validate.volcano-guard.io"],
      GUARDED),
-    ("a mirror pod naming its node",
-     create_pod(pod(node="gpu-1", annotations={"kubernetes.io/config.mirror": "x"})), [],
+    ("a mirror pod created by its node",
+     create_pod(pod(node="gpu-1", annotations=MIRROR), user=NODE_USER, groups=NODE_GROUPS), [],
      "admitted"),
-    ("a DaemonSet pod naming a node", create_pod(pod(node="gpu-1", owner="DaemonSet")), [],
+    ("a pod with the mirror annotation created by a user",
+     create_pod(pod(node="gpu-1", annotations=MIRROR)), ["validate.volcano-guard.io"], GUARDED),
+    ("a DaemonSet pod created by the DaemonSet controller",
+     create_pod(pod(node="gpu-1", owner="DaemonSet"), user=DAEMONSET_CONTROLLER), [],
      "admitted"),
+    ("a pod naming a DaemonSet owner created by a user",
+     create_pod(pod(node="gpu-1", owner="DaemonSet")), ["validate.volcano-guard.io"], GUARDED),
     ("a pod naming a node in kube-system", create_pod(pod(node="gpu-1"), "kube-system"), [],
      "admitted"),
     ("a pod labelled for injection",
@@ -323,7 +333,9 @@ def _varied_pod(scheduler, node, group, generation, mirror, inject, owner, cpu) 
 
 
 users = st.sampled_from([("alice", ()), ("bob", ()), ("dave", ("admins",)), (SCHEDULER, ()),
-                         ("carol", ())])
+                         ("carol", ()), ("system:node:gpu-1", ("system:nodes",)),
+                         ("system:node:gpu-1", ()), ("system:node:web-1", ("system:nodes",)),
+                         (DAEMONSET_CONTROLLER, ())])
 
 
 @st.composite

@@ -1,6 +1,6 @@
 """Reading the cluster state the audit needs, with the `kubernetes` client: nodes, pods,
-PodGroups and the Volcano workload kinds, as plain JSON objects. A kind whose CRD is not
-installed (404) is read as none."""
+PodGroups, the Volcano workload kinds and DaemonSets, as plain JSON objects. A kind whose CRD
+is not installed (404) is read as none."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ def read_state(api_client: Any, namespace: str | None = None,
     from urllib3.exceptions import HTTPError
 
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    apps = client.AppsV1Api(api_client)
 
     def items(what: str, call: Callable[..., Any], *args: Any, missing_ok: bool = False,
               ) -> list[dict[str, Any]]:
@@ -42,6 +43,9 @@ def read_state(api_client: Any, namespace: str | None = None,
     pods = (items("pods", core.list_namespaced_pod, namespace) if namespace
             else items("pods", core.list_pod_for_all_namespaces))
 
+    daemonsets = (items("daemonsets", apps.list_namespaced_daemon_set, namespace) if namespace
+                  else items("daemonsets", apps.list_daemon_set_for_all_namespaces))
+
     def custom_items(group: str, version: str, plural: str) -> list[dict[str, Any]]:
         if namespace:
             return items(plural, custom.list_namespaced_custom_object, group, version,
@@ -52,4 +56,4 @@ def read_state(api_client: Any, namespace: str | None = None,
     podgroups = custom_items("scheduling.volcano.sh", "v1beta1", "podgroups")
     workloads = [item for (group, version, _), plural in WORKLOADS.items()
                  for item in custom_items(group, version, plural)]
-    return ClusterState(nodes, pods, podgroups, workloads)
+    return ClusterState(nodes, pods, podgroups, workloads, daemonsets)

@@ -4,7 +4,10 @@
   message:
   each Pod, Volcano Job, CronJob and JobTemplate is evaluated as its own CREATE (resourceRequests
   on pods Volcano places; nodeName on pods placed by any other scheduler, since Volcano binds
-  its own); the creator's name is not recorded on an object, so user exemptions cannot apply;
+  its own); the creator's name is not recorded on an object, so user exemptions cannot apply,
+  and a pod is judged as created by whom the cluster vouches for (`vouched_requester`);
+- pods claiming an exemption the cluster denies: a mirror pod its node does not own, a pod of a
+  DaemonSet that does not exist;
 - managed nodes whose accounted requests pass their allocatable (audit/accounting.py);
 - pods naming a PodGroup that does not exist, older than `audit.orphanGracePeriod`;
 - PodGroups without a generation id (when the guard stamps them).
@@ -26,7 +29,14 @@ from volcano_guard.base.node_selectors import is_managed
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies import enabled_checks, evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
-from volcano_guard.webhook.policies.node_name import NODES, node_labels
+from volcano_guard.webhook.policies.node_name import (
+    MIRROR_ANNOTATION,
+    NODE_USER_PREFIX,
+    NODES,
+    NODES_GROUP,
+    daemonset_owner,
+    node_labels,
+)
 from volcano_guard.webhook.policies.pod_groups import (
     GENERATION_ID,
     GROUP_NAME,
@@ -37,12 +47,14 @@ from volcano_guard.webhook.review import (
     AdmissionRequest,
     GroupVersionKind,
     GroupVersionResource,
+    UserInfo,
 )
 from volcano_guard.webhook.workloads import ObjectShapeError
 
 NODE_ACCOUNTING = "nodeAccounting"
 ORPHANED_PODS = "orphanedPods"
 GENERATION_IDS = "podGroupGenerationIds"
+EXEMPTION_CLAIMS = "exemptionClaims"
 # The Volcano kinds the audit evaluates besides pods: (group, version, kind) -> resource.
 WORKLOADS = {("batch.volcano.sh", "v1alpha1", "Job"): "jobs",
              ("batch.volcano.sh", "v1alpha1", "CronJob"): "cronjobs",
@@ -71,6 +83,7 @@ class ClusterState:
     pods: Sequence[dict[str, Any]] = ()
     podgroups: Sequence[dict[str, Any]] = ()
     workloads: Sequence[dict[str, Any]] = ()  # Volcano Jobs, CronJobs, JobTemplates
+    daemonsets: Sequence[dict[str, Any]] = ()  # their metadata: who vouches for their pods
     now: datetime.datetime = field(default_factory=lambda: datetime.datetime.now(datetime.UTC))
 
 
@@ -121,10 +134,18 @@ def policy_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
                                     for pg in state.podgroups})})
     checks = enabled_checks("validate", config)
     schedulers = config.volcanoSchedulerNames
+    node_uids = {_name(node): _metadata(node).get("uid") for node in state.nodes}
+    daemonset_uids = {(_namespace(ds), _name(ds)): _metadata(ds).get("uid")
+                      for ds in state.daemonsets}
     for pod in state.pods:
+        user = UserInfo()
         if _spec(pod).get("nodeName") and _spec(pod).get("schedulerName") in schedulers:
             pod = {**pod, "spec": {**_spec(pod), "nodeName": ""}}  # bound by Volcano itself
-        yield from _evaluated(pod, ("", "v1", "Pod"), "pods", context, checks)
+        elif _spec(pod).get("nodeName"):
+            user, denied = vouched_requester(pod, node_uids, daemonset_uids, config)
+            if denied:
+                yield Finding(EXEMPTION_CLAIMS, "Pod", _namespace(pod), _name(pod), denied)
+        yield from _evaluated(pod, ("", "v1", "Pod"), "pods", context, checks, user)
     for workload in state.workloads:
         group, _, version = str(workload.get("apiVersion", "")).rpartition("/")
         kind = (group, version, str(workload.get("kind", "")))
@@ -132,13 +153,47 @@ def policy_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
             yield from _evaluated(workload, kind, WORKLOADS[kind], context, checks)
 
 
+def vouched_requester(pod: dict[str, Any], node_uids: Mapping[str, Any],
+                      daemonset_uids: Mapping[tuple[str, str], Any],
+                      config: Config) -> tuple[UserInfo, str]:
+    """Who the cluster shows created a bound pod, for the nodeName exemption: its node, for a
+    mirror pod owned by that Node (as NodeRestriction makes a kubelet create it); the DaemonSet
+    controller, for a pod controlled by a DaemonSet that exists with that uid; else nobody. And,
+    when the pod claims to be one of these and the cluster says otherwise, the finding's text."""
+    node = str(_spec(pod).get("nodeName"))
+    owners = _metadata(pod).get("ownerReferences")
+    owners = owners if isinstance(owners, list) else []
+    if MIRROR_ANNOTATION in _annotations(pod):
+        node_owner = {"apiVersion": "v1", "kind": "Node", "name": node, "controller": True,
+                      "uid": node_uids.get(node)}
+        if node_uids.get(node) and any(
+                isinstance(o, dict) and node_owner.items() <= o.items() for o in owners):
+            return UserInfo(NODE_USER_PREFIX + node, (NODES_GROUP,)), ""
+        return UserInfo(), (
+            f"has the mirror-pod annotation {MIRROR_ANNOTATION} but is not owned by node "
+            f'"{node}" as a static pod its kubelet created is: someone else wrote it, and '
+            "the guard does not exempt it; delete the pod")
+    owner = daemonset_owner(pod) if config.policies.nodeName.allowDaemonSets else None
+    if owner is None:
+        return UserInfo(), ""
+    key = (_namespace(pod), str(owner.get("name")))
+    if daemonset_uids.get(key) and daemonset_uids.get(key) == owner.get("uid"):
+        controllers = config.policies.nodeName.daemonSetControllers
+        return UserInfo(controllers[0] if controllers else ""), ""
+    return UserInfo(), (
+        f'names DaemonSet "{key[1]}" (uid {owner.get("uid")}) as its controller, which does '
+        "not exist: the guard does not exempt it, and the garbage collector deletes the pods of "
+        "a deleted DaemonSet; delete the pod")
+
+
 def _evaluated(obj: dict[str, Any], kind: tuple[str, str, str], resource: str,
-               context: PolicyContext, checks: Any) -> Iterator[Finding]:
+               context: PolicyContext, checks: Any,
+               user: UserInfo = UserInfo()) -> Iterator[Finding]:  # noqa: B008 (immutable)
     group, version, kind_name = kind
     request = AdmissionRequest(
         uid=str(uuid.uuid4()), kind=GroupVersionKind(group, version, kind_name),
         resource=GroupVersionResource(group, version, resource), operation="CREATE",
-        namespace=_namespace(obj), name=_name(obj), object=obj)
+        namespace=_namespace(obj), name=_name(obj), user=user, object=obj)
     try:
         evaluation = evaluate("validate", request, context, checks)
     except ObjectShapeError as exc:

@@ -4,7 +4,8 @@ what it touches, not the cluster.
 - a pod: its own findings, its contribution to its node's account, its orphan status;
 - a node: its account, and the nodeName findings of the pods bound to it (managed or not);
 - a PodGroup: its generation-id finding, and the orphan status of the pods naming it;
-- a Volcano workload: its own findings.
+- a Volcano workload: its own findings;
+- a DaemonSet: the nodeName findings of the bound pods it controls (it vouches for them).
 
 What is kept of a pod is a PodRecord of a few hundred bytes (its node, its account, the
 PodGroup it names, its findings); of the few pods whose findings can change with their node,
@@ -44,7 +45,7 @@ from volcano_guard.audit.findings import (
 )
 from volcano_guard.base.node_selectors import is_managed
 from volcano_guard.webhook.config import Config
-from volcano_guard.webhook.policies.node_name import node_labels
+from volcano_guard.webhook.policies.node_name import daemonset_owner, node_labels
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for nodes
 _POD_SPEC_DROPPED = ("volumes", "affinity", "tolerations", "topologySpreadConstraints")
@@ -61,6 +62,8 @@ def trim(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                            "metadata": kept_metadata}
     spec, status = obj.get("spec"), obj.get("status")
+    if kind == "DaemonSet":  # who vouches for its pods: its name and uid
+        return out
     if kind == "Node":
         out["status"] = {"allocatable": status.get("allocatable")} if isinstance(
             status, dict) else {}
@@ -99,6 +102,14 @@ class View:
                        if finding.policy == ORPHANED_PODS)
 
 
+def _daemonset_key(pod: Mapping[str, Any]) -> Key | None:
+    """The DaemonSet a pod names as its controller (namespace, name), if it names one."""
+    owner = daemonset_owner(dict(pod))
+    if owner is None:
+        return None
+    return (str((pod.get("metadata") or {}).get("namespace") or ""), str(owner.get("name")))
+
+
 def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
@@ -125,6 +136,7 @@ class LiveAudit:
     pods: dict[Key, PodRecord] = field(default_factory=dict)
     podgroups: dict[Key, dict[str, Any]] = field(default_factory=dict)
     workloads: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    daemonsets: dict[Key, dict[str, Any]] = field(default_factory=dict)
     # Derived, kept current by the events:
     _object_findings: dict[tuple[str, str, str], tuple[Finding, ...]] = field(
         default_factory=dict)  # only objects with findings
@@ -134,6 +146,7 @@ class LiveAudit:
     _node_sensitive: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _on_node: dict[str, set[Key]] = field(default_factory=dict)  # node -> node-sensitive pods
     _naming: dict[Key, set[Key]] = field(default_factory=dict)  # PodGroup -> pods naming it
+    _controlled: dict[Key, set[Key]] = field(default_factory=dict)  # DaemonSet -> node-sensitive
 
     # -- events ---------------------------------------------------------------------------
 
@@ -148,11 +161,14 @@ class LiveAudit:
                 self._managed[name] = requests_of((node.get("status") or {}).get("allocatable"))
             else:
                 self._managed.pop(name, None)
-        for key in list(self._on_node.get(name, ())):  # managed or not may have changed
-            record = self.pods[key]
-            self.pods[key] = replace(record, policy_findings=self._policy_findings(
-                self._node_sensitive[key]))
-            self._judge_pod(key)
+        self._rejudge(self._on_node.get(name, ()))  # managed or not may have changed
+
+    def daemonset(self, obj: Mapping[str, Any] | None, key: Key) -> None:
+        if obj is None:
+            self.daemonsets.pop(key, None)
+        else:
+            self.daemonsets[key] = trim("DaemonSet", obj)
+        self._rejudge(self._controlled.get(key, ()))
 
     def pod(self, obj: Mapping[str, Any] | None, key: Key) -> None:
         self._forget_pod(key)
@@ -207,7 +223,18 @@ class LiveAudit:
     def _policy_findings(self, pod: dict[str, Any]) -> tuple[Finding, ...]:
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         nodes = [self.nodes[node]] if node in self.nodes else []
-        return tuple(policy_findings(ClusterState(nodes=nodes, pods=[pod]), self.config))
+        key = _daemonset_key(pod)
+        daemonset = self.daemonsets.get(key) if key else None
+        return tuple(policy_findings(ClusterState(
+            nodes=nodes, pods=[pod], daemonsets=[daemonset] if daemonset else []), self.config))
+
+    def _rejudge(self, keys: Iterable[Key]) -> None:
+        """Node-sensitive pods whose node or DaemonSet changed: their findings anew."""
+        for key in list(keys):
+            record = self.pods[key]
+            self.pods[key] = replace(record, policy_findings=self._policy_findings(
+                self._node_sensitive[key]))
+            self._judge_pod(key)
 
     def _add_pod(self, pod: dict[str, Any], key: Key) -> None:
         spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
@@ -224,6 +251,9 @@ class LiveAudit:
         if node and spec.get("schedulerName") not in self.config.volcanoSchedulerNames:
             self._node_sensitive[key] = pod
             self._on_node.setdefault(node, set()).add(key)
+            daemonset = _daemonset_key(pod)
+            if daemonset is not None:
+                self._controlled.setdefault(daemonset, set()).add(key)
         if record.group:
             self._naming.setdefault((key[0], record.group), set()).add(key)
 
@@ -235,8 +265,10 @@ class LiveAudit:
         if total is not None:
             for resource, amount in record.request:
                 total[resource] -= amount
-        if self._node_sensitive.pop(key, None) is not None:
+        pod = self._node_sensitive.pop(key, None)
+        if pod is not None:
             self._on_node.get(record.node, set()).discard(key)
+            self._controlled.get(_daemonset_key(pod) or ("", ""), set()).discard(key)
         if record.group:
             self._naming.get((key[0], record.group), set()).discard(key)
 

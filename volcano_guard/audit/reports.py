@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_guard.audit.findings import (
+    EXEMPTION_CLAIMS,
     GENERATION_IDS,
     NODE_ACCOUNTING,
     ORPHANED_PODS,
@@ -28,7 +29,8 @@ API_VERSION = "wgpolicyk8s.io/v1alpha2"
 REPORT_NAME = "volcano-guard"
 SOURCE = "volcano-guard"
 # How bad each kind of finding is, in the report's severities (critical high medium low info).
-SEVERITY = {NODE_ACCOUNTING: "critical", ORPHANED_PODS: "high", GENERATION_IDS: "low"}
+SEVERITY = {NODE_ACCOUNTING: "critical", ORPHANED_PODS: "high", GENERATION_IDS: "low",
+            EXEMPTION_CLAIMS: "high"}
 DEFAULT_SEVERITY = "medium"  # an object the webhook would refuse today
 _API_VERSIONS = {"Pod": "v1", "Node": "v1", "PodGroup": "scheduling.volcano.sh/v1beta1",
                  **{kind: f"{group}/{version}" for group, version, kind in WORKLOADS}}

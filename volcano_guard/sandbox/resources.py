@@ -10,6 +10,7 @@ CORE, SCHEDULING, BATCH = "", "scheduling.volcano.sh", "batch.volcano.sh"
 FLOW = "flow.volcano.sh"
 ADMISSION = "admissionregistration.k8s.io"
 COORDINATION, POLICY_REPORTS = "coordination.k8s.io", "wgpolicyk8s.io"
+APPS = "apps"
 _REPORT_FIELDS = ("scope", "scopeSelector", "summary", "results")
 
 
@@ -62,6 +63,9 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(CORE, "v1", "bindings", "Binding", True, create_only=True),
     ResourceType(CORE, "v1", "secrets", "Secret", True, strategic_merge=True,
                  fields=("data", "stringData", "type", "immutable")),
+    # The audit reads DaemonSets: they vouch for the pods that name them as their controller.
+    ResourceType(APPS, "v1", "daemonsets", "DaemonSet", True, ("ds",), status_subresource=True,
+                 strategic_merge=True),
     ResourceType(ADMISSION, "v1", "mutatingwebhookconfigurations",
                  "MutatingWebhookConfiguration", False, strategic_merge=True,
                  fields=("webhooks",)),

@@ -2,7 +2,9 @@
 
 Each document goes through the same path as an admission: a CREATE AdmissionRequest is built
 for it (a raw AdmissionReview is used as it is), /mutate's patch is applied, then /validate's
-violations are reported. Exit codes: 0 clean, 1 violations, 2 unusable input.
+violations are reported. There is no requester offline: a pod is judged as a user's, and a
+mirror or DaemonSet pod's violation says that only its creator could exempt it.
+Exit codes: 0 clean, 1 violations, 2 unusable input.
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ from volcano_guard.webhook import review
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
-from volcano_guard.webhook.policies.node_name import NODES, node_labels
+from volcano_guard.webhook.policies.node_name import NAME as NODE_NAME
+from volcano_guard.webhook.policies.node_name import NODES, node_labels, unvouched_claim
 from volcano_guard.webhook.policies.pod_groups import (
     GENERATION_ID,
     is_pod_group,
     podgroup_generation,
 )
 from volcano_guard.webhook.review import AdmissionRequest, GroupVersionKind, GroupVersionResource
-from volcano_guard.webhook.workloads import ObjectShapeError, group_of
+from volcano_guard.webhook.workloads import POD, ObjectShapeError, group_of
 
 EXIT_CLEAN, EXIT_VIOLATIONS, EXIT_UNUSABLE = 0, 1, 2
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -189,8 +192,12 @@ def _violations(
     if mutation.decision.patch and request.object is not None:
         patched = apply_patch(request.object, list(mutation.decision.patch))
         request = msgspec.structs.replace(request, object=patched)
+    claim = (unvouched_claim(request.object or {}, context.config.policies.nodeName)
+             if request.created(*POD) is not None else None)
     for result in evaluate("validate", request, context).results:
         for message in result.verdict.violations:
+            if claim and result.policy == NODE_NAME:
+                message = f"{message} ({claim})"
             yield Violation(
                 file, index, request.kind.kind, request.object_name, result.policy,
                 result.mode, message,

@@ -78,6 +78,11 @@ class NodeNameConfig(_Section, frozen=True, dict=True):  # dict: room for a cach
     exemptUsers: tuple[Name, ...] = ()
     exemptGroups: tuple[Name, ...] = ()
     allowDaemonSets: bool = True
+    # Who creates DaemonSet pods: the DaemonSet controller's identity (kube-controller-manager
+    # with --use-service-account-credentials; without it, system:kube-controller-manager).
+    daemonSetControllers: tuple[Name, ...] = (
+        "system:serviceaccount:kube-system:daemon-set-controller",
+    )
     bindingGuard: BindingGuardConfig = msgspec.field(default_factory=BindingGuardConfig)
 
     @cached_property

@@ -7,6 +7,10 @@ on `metadata.name`, ANDed into every existing term as the DaemonSet controller d
 the pod to Volcano. The binding guard refuses `pods/binding` onto a managed node
 by anyone but the configured Volcano scheduler identities.
 
+A pod may name a managed node only when its requester vouches for it (static_pod_of_its_node,
+daemonset_pod_of_its_controller): the fields that mark a mirror or DaemonSet pod are written by
+whoever creates the pod, so only who creates it decides, as NodeRestriction decides for nodes.
+
 Managed nodes are chosen as the Volcano scheduler's `--node-selector key:value` flags choose
 them (volcano_guard.base.node_selectors): a node is managed if any selector matches one of its
 labels; no selectors, every node.
@@ -45,12 +49,14 @@ from volcano_guard.webhook.policies.base import (
     WatchedList,
     pods_rule,
 )
-from volcano_guard.webhook.review import AdmissionRequest
+from volcano_guard.webhook.review import AdmissionRequest, UserInfo
 from volcano_guard.webhook.workloads import POD
 
 NAME = "nodeName"
 BINDING_NAME = "bindingGuard"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+# A kubelet's identity (the Node authorizer's): user system:node:<node> in group system:nodes.
+NODES_GROUP, NODE_USER_PREFIX = "system:nodes", "system:node:"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
@@ -133,18 +139,15 @@ def validate_binding(request: AdmissionRequest, context: PolicyContext) -> Verdi
 
 
 def scopes(config: Config) -> tuple[Scope, ...]:
-    """Pod CREATEs naming a node, but for the exempt (as _exempt decides). Which nodes are
+    """Pod CREATEs naming a node, but for the exempt (as exemption decides). Which nodes are
     managed is not known to the API server: every such pod is sent."""
     node_name = settings(config)
     condition = all_of(
         kind_is(*POD), operation_is("CREATE"), field_set("object.spec.nodeName"),
         negate(namespace_in(node_name.exemptNamespaces)),
         negate(user_in(node_name.exemptUsers, node_name.exemptGroups)),
-        negate(f"has(object.metadata.annotations) && {string(MIRROR_ANNOTATION)} in "
-               "object.metadata.annotations"),
-        negate("has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists("
-               "o, o.kind == 'DaemonSet' && has(o.controller) && o.controller == true)"
-               if node_name.allowDaemonSets else ""))
+        negate(_STATIC_POD_OF_ITS_NODE),
+        negate(_daemonset_pod_of_its_controller(node_name) if node_name.allowDaemonSets else ""))
     rules = (pods_rule("CREATE"),)
     validating = Scope(VALIDATE, rules, condition)
     return (Scope(MUTATE, rules, condition), validating) if node_name.action == "rewrite" else (
@@ -197,30 +200,82 @@ def _bound_node(request: AdmissionRequest, context: PolicyContext) -> str | None
         return None
     spec = pod.get("spec")
     node = spec.get("nodeName") if isinstance(spec, dict) else None
-    if not isinstance(node, str) or not node or _exempt(request, settings(context.config)):
+    if not isinstance(node, str) or not node or exemption(
+            pod, request.user, request.namespace, settings(context.config)):
         return None
     return node
 
 
-def _exempt(request: AdmissionRequest, config: NodeNameConfig) -> bool:
-    metadata = object_at(request.object or {}, "metadata")
-    annotations = metadata.get("annotations")
+def exemption(pod: dict[str, Any], user: UserInfo, namespace: str,
+              config: NodeNameConfig) -> str | None:
+    """Why a pod CREATE by user may name its node ('static pod', 'DaemonSet pod', 'namespace',
+    'user'), or None. The one rule; scopes() holds it in CEL, and the audit and `check` ask it
+    with the requester the cluster (or nothing) vouches for."""
+    if static_pod_of_its_node(pod, user):
+        return "static pod"
+    if config.allowDaemonSets and daemonset_pod_of_its_controller(pod, user, config):
+        return "DaemonSet pod"
+    if namespace in config.exemptNamespaces:
+        return "namespace"
+    if user.username in config.exemptUsers or set(user.groups) & set(config.exemptGroups):
+        return "user"
+    return None
+
+
+def static_pod_of_its_node(pod: dict[str, Any], user: UserInfo) -> bool:
+    """A mirror pod created by the kubelet of the node it names: NodeRestriction lets a node
+    create nothing else, and the annotation alone anyone may write."""
+    annotations = object_at(pod, "metadata").get("annotations")
+    return (isinstance(annotations, dict) and MIRROR_ANNOTATION in annotations
+            and NODES_GROUP in user.groups
+            and user.username == NODE_USER_PREFIX + str(object_at(pod, "spec").get("nodeName")))
+
+
+def daemonset_pod_of_its_controller(pod: dict[str, Any], user: UserInfo,
+                                    config: NodeNameConfig) -> bool:
+    """A pod created by the DaemonSet controller, controlled by an apps/v1 DaemonSet."""
+    return user.username in config.daemonSetControllers and daemonset_owner(pod) is not None
+
+
+def daemonset_owner(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's controlling apps/v1 DaemonSet owner reference, if it names one."""
+    owners = object_at(pod, "metadata").get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else ():
+        if (isinstance(owner, dict) and owner.get("apiVersion") == "apps/v1"
+                and owner.get("kind") == "DaemonSet" and owner.get("controller") is True):
+            return owner
+    return None
+
+
+def unvouched_claim(pod: dict[str, Any], config: NodeNameConfig) -> str | None:
+    """What the pod claims to be that only its requester can confirm, said for a reader who
+    cannot see the requester (`check`); None when it claims nothing."""
+    annotations = object_at(pod, "metadata").get("annotations")
     if isinstance(annotations, dict) and MIRROR_ANNOTATION in annotations:
-        return True  # static pods: the kubelet creates them on its own node
-    if request.namespace in config.exemptNamespaces:
-        return True
-    if request.user.username in config.exemptUsers:
-        return True
-    if set(request.user.groups) & set(config.exemptGroups):
-        return True
-    return config.allowDaemonSets and _owned_by_daemonset(metadata)
+        node = object_at(pod, "spec").get("nodeName")
+        return (f"it is a mirror pod, exempt only when created by node {node}'s kubelet "
+                f"(user {NODE_USER_PREFIX}{node} in {NODES_GROUP}), which cannot be judged "
+                "offline")
+    if config.allowDaemonSets and daemonset_owner(pod) is not None:
+        controllers = ", ".join(config.daemonSetControllers) or "no one (daemonSetControllers)"
+        return (f"it names a DaemonSet owner, exempt only when created by {controllers}, "
+                "which cannot be judged offline")
+    return None
 
 
-def _owned_by_daemonset(metadata: dict[str, Any]) -> bool:
-    owners = metadata.get("ownerReferences")
-    return isinstance(owners, list) and any(
-        isinstance(o, dict) and o.get("kind") == "DaemonSet" and o.get("controller") is True
-        for o in owners)
+_STATIC_POD_OF_ITS_NODE = (
+    f"has(object.metadata.annotations) && {string(MIRROR_ANNOTATION)} in "
+    f"object.metadata.annotations && has(request.userInfo.groups) && "
+    f"{string(NODES_GROUP)} in request.userInfo.groups && "
+    f"request.userInfo.username == {string(NODE_USER_PREFIX)} + object.spec.nodeName")
+
+
+def _daemonset_pod_of_its_controller(config: NodeNameConfig) -> str:
+    return all_of(
+        user_in(config.daemonSetControllers, ()),
+        "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+        "has(o.apiVersion) && o.apiVersion == 'apps/v1' && o.kind == 'DaemonSet' && "
+        "has(o.controller) && o.controller == true)") if config.daemonSetControllers else "false"
 
 
 def _is_binding(request: AdmissionRequest) -> bool:
