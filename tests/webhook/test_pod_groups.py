@@ -9,10 +9,12 @@ import time
 import uuid
 
 import aiohttp
+import msgspec
 import pytest
 from aiohttp import web
 
 from tests.conftest import HOSTNAME
+from volcano_guard.base.informer import empty_snapshot, static_snapshot
 from volcano_guard.base.jsonpatch import apply_patch
 from volcano_guard.base.kubeconfig import Cluster
 from volcano_guard.base.listen import Listen
@@ -24,6 +26,7 @@ from volcano_guard.sandbox.runner import SandboxThread
 from volcano_guard.sandbox.store import ApiError
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.metrics import LIVE_LOOKUPS
 from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.pod_groups import (
@@ -31,7 +34,9 @@ from volcano_guard.webhook.policies.pod_groups import (
     POD_GENERATION,
     PODGROUPS,
     UNFINISHED_PODS,
+    PodGroupRecord,
     live_members,
+    podgroup_record,
 )
 from volcano_guard.webhook.review import from_document
 from volcano_guard.webhook.server import running
@@ -92,10 +97,16 @@ def pg_review(operation, obj=None, old=None, options=None, user="system:servicea
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
-def context(pods=(), **pod_groups):
-    config = config_from_dict({"policies": {"podGroups": pod_groups}} if pod_groups else {})
+def context(pods=(), cached=None, fail_closed=True, **pod_groups):
+    """The config, the cluster's PodGroups (default: podgroup()) as the cache holds them, and
+    the pods a member lookup lists (None: the lookup failed)."""
+    data = {"policies": {"podGroups": pod_groups}} if pod_groups else {}
+    config = config_from_dict({**data, "failClosed": fail_closed})
+    cached = [podgroup()] if cached is None else cached
+    snapshots = {PODGROUPS: static_snapshot({
+        f"team-a/{pg['metadata']['name']}": podgroup_record(pg) for pg in cached})}
     listed = {UNFINISHED_PODS: None if pods is None else tuple(pods)}
-    return PolicyContext(config, listed=listed, new_generation_id=lambda: "0190-fixed-id")
+    return PolicyContext(config, snapshots, listed, new_generation_id=lambda: "0190-fixed-id")
 
 
 @pytest.mark.parametrize("annotations", [None, {}, {"other": "x"}])
@@ -159,7 +170,7 @@ def test_live_members_by_annotation_or_shared_controller_not_finished_not_termin
             member("d", group="podgroup-rs", phase="Succeeded"),
             member("e", group="podgroup-rs", phase="Failed"),
             member("f", group="other"), member("g", owner="other-rs")]
-    assert live_members(podgroup(), pods) == ["a", "b"]
+    assert live_members("podgroup-rs", RS_UID, pods) == ["a", "b"]
 
 
 def delete(pg, ctx, options=None, user=None):
@@ -171,12 +182,32 @@ def delete(pg, ctx, options=None, user=None):
 def test_a_plain_delete_under_live_pods_is_denied_naming_generation_age_pods_and_the_fix():
     pg = podgroup(annotations={GENERATION_ID: "0190-abc"})
     pods = [member(f"w{i}", group="podgroup-rs") for i in range(7)]
-    decision = delete(pg, context(pods)).decision
+    decision = delete(pg, context(pods, cached=[pg])).decision
     assert not decision.allowed
     assert "generation 0190-abc" in decision.message
     assert "ago" in decision.message
     assert "w0, w1, w2, w3, w4 and 2 more" in decision.message
     assert 'preconditions.uid: "pg-uid-1"' in decision.message
+
+
+def test_a_forged_review_for_a_podgroup_that_does_not_exist_lists_and_names_nothing():
+    # oldObject without a name, for a PodGroup the cluster does not have: the guard once
+    # answered with the namespace's pod names.
+    forged = pg_review("DELETE", None, {"metadata": {"name": "anything"}}, user="mallory")
+    forged["request"]["oldObject"] = {"metadata": {}}
+    request = from_document(forged)
+    ctx = context([member("secret-name-0", group="anything")])
+    assert not UNFINISHED_PODS.wanted(request, ctx.snapshots)
+    decision = evaluate("validate", request, ctx).decision
+    assert decision.allowed and "secret-name-0" not in json.dumps(msgspec.to_builtins(decision))
+
+
+def test_the_denial_describes_the_cached_podgroup_not_the_reviews_old_object():
+    forged = podgroup(uid="forged-uid", annotations={GENERATION_ID: "forged-gen"}, owner=None)
+    decision = delete(forged, context([member("w0", owner=RS_UID)])).decision
+    assert not decision.allowed  # w0 shares the cached PodGroup's controller
+    assert 'preconditions.uid: "pg-uid-1"' in decision.message
+    assert "forged" not in decision.message
 
 
 def _deep(depth):
@@ -190,17 +221,17 @@ def _deep(depth):
     ("creationTimestamp", _deep(990)), ("uid", _deep(990)), ("ownerReferences", 7),
     ("annotations", {GENERATION_ID: _deep(990)}),
 ])
-def test_a_delete_of_a_podgroup_with_odd_field_types_is_still_decided(field, value):
-    # The API server never sends these; any client can. Repr of a value nested 990 deep would
-    # raise RecursionError, so nothing may format one unbounded.
+def test_a_podgroup_with_odd_field_types_is_still_cached_and_guarded(field, value):
+    # The API server never serves these; the cache must not choke on them either. Repr of a
+    # value nested 990 deep would raise RecursionError, so nothing may format one unbounded.
     pg = podgroup(owner=None)
     pg["metadata"][field] = value
-    decision = delete(pg, context([member("w0", group="podgroup-rs")])).decision
+    decision = delete(pg, context([member("w0", group="podgroup-rs")], cached=[pg])).decision
     assert not decision.allowed and "still has 1 live pod(s): w0" in decision.message
 
 
-def test_a_podgroup_whose_metadata_is_not_an_object_has_no_members():
-    assert live_members({"metadata": "podgroup-rs"}, [member("w0", group="podgroup-rs")]) == []
+def test_a_podgroup_whose_metadata_is_not_an_object_is_cached_as_blank():
+    assert podgroup_record({"metadata": "podgroup-rs"}) == PodGroupRecord()
 
 
 def test_deletes_that_pass():
@@ -210,12 +241,19 @@ def test_deletes_that_pass():
     assert delete(pg, context(live), {"preconditions": {"uid": "pg-uid-1"}}).decision.allowed
     assert delete(pg, context(live, deleteGuard={"exemptUsers": ["admin"]}),
                   user="admin").decision.allowed
+    assert delete(pg, context(live, cached=[])).decision.allowed  # gone already: a 404
 
 
-def test_unknown_members_follow_fail_closed():
+def test_unknown_members_or_an_unsynced_cache_follow_fail_closed():
     pg = podgroup()
     assert not delete(pg, context(None)).decision.allowed
-    relaxed = PolicyContext(config_from_dict({"failClosed": False}), listed={UNFINISHED_PODS: None})
+    assert delete(pg, context(None, fail_closed=False)).decision.allowed
+    unsynced = PolicyContext(config_from_dict({}), {PODGROUPS: empty_snapshot()},
+                             {UNFINISHED_PODS: ()})
+    denied = delete(pg, unsynced).decision
+    assert not denied.allowed and "PodGroup cache is not synced" in denied.message
+    relaxed = PolicyContext(config_from_dict({"failClosed": False}),
+                            {PODGROUPS: empty_snapshot()}, {UNFINISHED_PODS: ()})
     assert delete(pg, relaxed).decision.allowed
 
 
@@ -263,6 +301,7 @@ async def test_the_one_zero_one_race_is_stopped(certs):
         assert new_pg["metadata"]["uid"] != old_pg["metadata"]["uid"]
 
         caches = Caches.for_config(config, Cluster(sandbox.url), lookup_timeout=0.5)
+        await synced(caches)
         tls = server_context(certs.cert_file, certs.key_file)
         async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
                            caches=caches) as (port, _):
@@ -299,6 +338,16 @@ async def test_the_one_zero_one_race_is_stopped(certs):
                 assert asyncio.get_running_loop().time() - started < 2.0
                 assert slow["allowed"] is False
                 assert "could not be listed in time" in slow["status"]["message"]
+        caches.stop()
+
+
+async def synced(caches):
+    caches.start()
+    for _ in range(200):
+        if caches.ready():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the caches did not sync")
 
 
 # --- pods learn the generation of the PodGroup they join -------------------------------------
@@ -315,11 +364,9 @@ def pod_review(annotations):
 
 
 def test_pod_naming_a_cached_podgroup_gets_its_generation():
-    from volcano_guard.base.informer import static_snapshot
-
     request, obj = pod_review({"scheduling.k8s.io/group-name": "podgroup-rs"})
-    ctx = PolicyContext(config_from_dict({}),
-                        {PODGROUPS: static_snapshot({"team-a/podgroup-rs": "0190-gen"})})
+    cached = {"team-a/podgroup-rs": PodGroupRecord("0190-gen")}
+    ctx = PolicyContext(config_from_dict({}), {PODGROUPS: static_snapshot(cached)})
     result = evaluate("mutate", request, ctx)
     patched = apply_patch(obj, list(result.decision.patch))
     assert patched["metadata"]["annotations"]["volcano-guard.io/podgroup-generation"] == \
@@ -327,8 +374,6 @@ def test_pod_naming_a_cached_podgroup_gets_its_generation():
 
 
 def test_pod_naming_an_uncached_podgroup_is_admitted_and_counted():
-    from volcano_guard.base.informer import static_snapshot
-
     request, _ = pod_review({"scheduling.k8s.io/group-name": "not-yet"})
     ctx = PolicyContext(config_from_dict({}), {PODGROUPS: static_snapshot({})})
     result = evaluate("mutate", request, ctx)
@@ -370,10 +415,8 @@ def pod_update(old, new):
 
 
 def generation_context():
-    from volcano_guard.base.informer import static_snapshot
-
     return PolicyContext(config_from_dict({}), {PODGROUPS: static_snapshot(
-        {f"team-a/podgroup-{RS_UID}": "0190-gen"})})
+        {f"team-a/podgroup-{RS_UID}": PodGroupRecord("0190-gen")})})
 
 
 @pytest.mark.parametrize("old_annotations", [{}, {"scheduling.k8s.io/group-name": ""}])
@@ -431,13 +474,8 @@ async def test_the_podgroup_cache_feeds_pod_annotations_end_to_end(certs):
         stamped["metadata"]["annotations"] = {GENERATION_ID: "0190-live"}
         sandbox.seed([stamped])
         caches = Caches.for_config(config, Cluster(sandbox.url))
-        caches.start()
         try:
-            for _ in range(200):
-                if caches.ready():
-                    break
-                await asyncio.sleep(0.02)
-            assert caches.ready()
+            await synced(caches)
             tls = server_context(certs.cert_file, certs.key_file)
             async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
                                caches=caches) as (port, _):
@@ -462,15 +500,22 @@ async def test_the_podgroup_cache_feeds_pod_annotations_end_to_end(certs):
 
 # --- the live member list ---------------------------------------------------------------------
 
-async def test_member_pods_are_listed_with_the_token_the_selector_and_only_objects(tmp_path):
-    seen: list[tuple[str, str, str | None]] = []
+async def test_member_pods_are_listed_as_metadata_page_by_page_with_the_token_and_selector(
+        tmp_path):
+    seen: list[dict[str, str | None]] = []
 
     async def pods(request: web.Request) -> web.Response:
-        seen.append((request.path, request.query.get("fieldSelector", ""),
-                     request.headers.get("Authorization")))
+        seen.append({"path": request.path, **request.query,
+                     "accept": request.headers.get("Accept"),
+                     "authorization": request.headers.get("Authorization")})
         if request.match_info["namespace"] == "forbidden":
             return web.json_response({"kind": "Status", "code": 403}, status=403)
-        return web.json_response({"kind": "PodList", "items": [member("w0"), "junk", 7]})
+        if "continue" not in request.query:
+            return web.json_response({"kind": "PartialObjectMetadataList",
+                                      "metadata": {"continue": "page-2"},
+                                      "items": [member("w0"), "junk", 7]})
+        return web.json_response({"kind": "PartialObjectMetadataList", "metadata": {},
+                                  "items": [member("w1")]})
 
     app = web.Application()
     app.router.add_get("/api/v1/namespaces/{namespace}/pods", pods)
@@ -484,10 +529,66 @@ async def test_member_pods_are_listed_with_the_token_the_selector_and_only_objec
     caches = Caches(cluster=Cluster(f"http://127.0.0.1:{port}", token_file=str(token)))
     try:
         listed = await caches.live_list(UNFINISHED_PODS, "team-a")
-        assert listed is not None and [p["metadata"]["name"] for p in listed] == ["w0"]
+        assert listed is not None and [p["metadata"]["name"] for p in listed] == ["w0", "w1"]
         assert await caches.live_list(UNFINISHED_PODS, "forbidden") is None  # the policy decides
     finally:
         await caches.close()
         await runner.cleanup()
-    assert seen[0] == ("/api/v1/namespaces/team-a/pods",
-                       "status.phase!=Succeeded,status.phase!=Failed", "Bearer s3cret")
+    first, second = seen[:2]
+    assert first["path"] == "/api/v1/namespaces/team-a/pods"
+    assert first["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
+    assert first["limit"] == "500" and second["continue"] == "page-2"
+    assert first["accept"].startswith(
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+    assert first["authorization"] == "Bearer s3cret"
+
+
+async def test_lookups_past_the_cap_get_no_list_and_are_counted():
+    release = asyncio.Event()
+    calls = 0
+
+    async def pods(request: web.Request) -> web.Response:
+        nonlocal calls
+        calls += 1
+        await release.wait()
+        return web.json_response({"kind": "PartialObjectMetadataList", "items": []})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/{namespace}/pods", pods)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    caches = Caches(cluster=Cluster(f"http://127.0.0.1:{runner.addresses[0][1]}"),
+                    max_lookups=2)
+    refused = LIVE_LOOKUPS.labels("pods", "refused")
+    before = refused._value.get()
+    try:
+        held = [asyncio.create_task(caches.live_list(UNFINISHED_PODS, "team-a"))
+                for _ in range(2)]
+        while calls < 2:
+            await asyncio.sleep(0.01)
+        assert await caches.live_list(UNFINISHED_PODS, "team-a") is None  # at once, no list
+        assert calls == 2 and refused._value.get() == before + 1
+        release.set()
+        assert await asyncio.gather(*held) == [(), ()]
+        assert await caches.live_list(UNFINISHED_PODS, "team-a") == ()  # room again
+    finally:
+        await caches.close()
+        await runner.cleanup()
+
+
+def test_the_sandbox_serves_member_pods_as_metadata_as_kube_apiserver_does():
+    with SandboxThread() as sandbox:
+        sandbox.seed([sandbox_pod("w0")])
+        caches = Caches(cluster=Cluster(sandbox.url))
+
+        async def listed():
+            try:
+                return await caches.live_list(UNFINISHED_PODS, "team-a")
+            finally:
+                await caches.close()
+
+        pods = asyncio.run(listed())
+    assert pods is not None and [p["kind"] for p in pods] == ["PartialObjectMetadata"]
+    assert set(pods[0]) == {"kind", "apiVersion", "metadata"}
+    assert pods[0]["metadata"]["annotations"] == {"scheduling.k8s.io/group-name": "podgroup-rs"}

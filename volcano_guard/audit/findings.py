@@ -42,6 +42,7 @@ from volcano_guard.webhook.policies.pod_groups import (
     GROUP_NAME,
     PODGROUPS,
     podgroup_generation,
+    podgroup_record,
 )
 from volcano_guard.webhook.review import (
     AdmissionRequest,
@@ -130,7 +131,7 @@ def account_findings(accounts: Iterable[NodeAccount]) -> Iterator[Finding]:
 def policy_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
     context = PolicyContext(config, {
         NODES: static_snapshot({_name(node): node_labels(node) for node in state.nodes}),
-        PODGROUPS: static_snapshot({f"{_namespace(pg)}/{_name(pg)}": podgroup_generation(pg)
+        PODGROUPS: static_snapshot({f"{_namespace(pg)}/{_name(pg)}": podgroup_record(pg)
                                     for pg in state.podgroups})})
     checks = enabled_checks("validate", config)
     schedulers = config.volcanoSchedulerNames

@@ -333,7 +333,9 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
     if info.verb == "list":
         labels, fields = _selectors(request, resource)
         items, resource_version = store.list(resource, namespace, labels, fields)
-        return _list_response(resource, *_page(request, items, resource_version))
+        metadata_only = _wants_metadata_only(request.headers.get("Accept", ""))
+        return _list_response(resource, *_page(request, items, resource_version),
+                              metadata_only=metadata_only)
     if info.verb == "get":
         return _object_response(store.get(resource, namespace, name))
     if info.verb in WRITE_VERBS and "dryRun" in request.query:
@@ -572,14 +574,49 @@ def _page(request: web.Request, items: list[Stored],
 
 
 def _list_response(resource: ResourceType, items: list[Stored], resource_version: int,
-                   continue_token: str = "") -> web.Response:
+                   continue_token: str = "", metadata_only: bool = False) -> web.Response:
     metadata = {"resourceVersion": str(resource_version)}
     if continue_token:
         metadata["continue"] = continue_token
-    head = json.dumps({"kind": resource.list_kind, "apiVersion": resource.api_version,
-                       "metadata": metadata}, separators=(",", ":")).encode()
-    body = head[:-1] + b',"items":[' + b",".join(s.raw for s in items) + b"]}"
+    kind, api_version = resource.list_kind, resource.api_version
+    raws = [s.raw for s in items]
+    if metadata_only:
+        kind, api_version = PARTIAL_METADATA_LIST, META_V1
+        raws = [json.dumps({"kind": "PartialObjectMetadata", "apiVersion": META_V1,
+                            "metadata": s.object().get("metadata", {})},
+                           separators=(",", ":")).encode() for s in items]
+    head = json.dumps({"kind": kind, "apiVersion": api_version, "metadata": metadata},
+                      separators=(",", ":")).encode()
+    body = head[:-1] + b',"items":[' + b",".join(raws) + b"]}"
     return web.Response(body=body, headers={"Content-Type": "application/json"})
+
+
+PARTIAL_METADATA_LIST, META_V1 = "PartialObjectMetadataList", "meta.k8s.io/v1"
+
+
+def _wants_metadata_only(accept: str) -> bool:
+    """Whether a list's Accept asks for metadata only, as kube-apiserver negotiates it: the first
+    media range it can serve wins; `as=PartialObjectMetadataList;g=meta.k8s.io;v=v1` is the
+    metadata form, plain JSON the objects (also the sandbox's answer to a protobuf-only Accept);
+    asking only for another `as=` form is 406."""
+    ranges = [part.strip() for part in accept.split(",") if part.strip()]
+    conversions = False
+    for media_range in ranges:
+        media_type, *raw_params = (piece.strip() for piece in media_range.split(";"))
+        params = dict(p.partition("=")[::2] for p in raw_params)
+        conversions = conversions or "as" in params
+        if media_type not in ("application/json", "application/*", "*/*"):
+            continue
+        if "as" not in params:
+            return False
+        if (params.get("as"), params.get("g"), params.get("v")) == (
+                PARTIAL_METADATA_LIST, "meta.k8s.io", "v1"):
+            return True
+    if not conversions:
+        return False
+    raise ApiError(406, "NotAcceptable", f"only the following media types are accepted: "
+                   f"application/json, application/json;as={PARTIAL_METADATA_LIST};"
+                   f"g=meta.k8s.io;v=v1 (Accept: {accept})")
 
 
 def _error(exc: ApiError) -> web.Response:

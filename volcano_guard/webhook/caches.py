@@ -16,14 +16,22 @@ import aiohttp
 
 from volcano_guard.base.apipaths import group_version_path
 from volcano_guard.base.informer import Informer, Snapshot, static_snapshot
-from volcano_guard.base.jsonbody import decode
+from volcano_guard.base.jsonbody import decode, object_at
 from volcano_guard.base.kubeconfig import Cluster, TokenSource, kubernetes_configuration
 from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.metrics import LIVE_LOOKUPS
 from volcano_guard.webhook.policies import enabled_policies, live_lookups, watched_data
 from volcano_guard.webhook.policies.base import LiveList, WatchedList
 
 log = logging.getLogger("volcano_guard.webhook")
 LOOKUP_TIMEOUT = 2.0  # seconds a rare-path lookup (LiveList) may hold its request
+# Lookups at once, per process: past it a decision gets failClosed's answer at once rather than
+# another LIST, so a flood of reviews cannot make the guard list large namespaces over and over.
+MAX_CONCURRENT_LOOKUPS = 4
+LOOKUP_PAGE = 500  # objects a page, as client-go's pager asks
+# Metadata only (as kube-apiserver serves it to controllers' metadata informers), or objects.
+METADATA_ONLY = ("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
+                 "application/json")
 
 
 def needs_cluster(config: Config) -> bool:
@@ -37,8 +45,10 @@ class Caches:
     def __init__(self, informers: Mapping[WatchedList[Any], Informer[Any]] | None = None,
                  fixed: Mapping[WatchedList[Any], Snapshot[Any]] | None = None,
                  cluster: Cluster | None = None,
-                 lookup_timeout: float = LOOKUP_TIMEOUT) -> None:
+                 lookup_timeout: float = LOOKUP_TIMEOUT,
+                 max_lookups: int = MAX_CONCURRENT_LOOKUPS) -> None:
         self._informers = dict(informers or {})
+        self._lookups, self._max_lookups = 0, max_lookups
         self._fixed = MappingProxyType(dict(fixed or {}))
         self._cluster, self._lookup_timeout = cluster, lookup_timeout
         self._tokens = TokenSource(cluster) if cluster is not None else None
@@ -81,28 +91,52 @@ class Caches:
         return {data: informer.snapshot for data, informer in self._informers.items()}
 
     async def live_list(self, data: LiveList, namespace: str) -> tuple[dict[str, Any], ...] | None:
-        """The data's objects in namespace, listed now on the event loop over one kept-alive
-        connection; None when there is no cluster or no answer within the lookup timeout."""
+        """The metadata of data's objects in namespace, listed now on the event loop over one
+        kept-alive connection, page by page; None when there is no cluster, no complete answer
+        within the lookup timeout, or already max_lookups under way."""
         if self._cluster is None or self._tokens is None:
             return None
+        if self._lookups >= self._max_lookups:
+            LIVE_LOOKUPS.labels(data.resource, "refused").inc()
+            return None
+        self._lookups += 1
+        try:
+            async with asyncio.timeout(self._lookup_timeout):
+                listed = await self._list_pages(data, namespace)
+            LIVE_LOOKUPS.labels(data.resource, "listed").inc()
+            return listed
+        except Exception as exc:  # timeouts, API errors, bad bodies: the policy decides
+            LIVE_LOOKUPS.labels(data.resource, "failed").inc()
+            log.warning("listing %s in %s failed: %r", data.resource, namespace, exc)
+            return None
+        finally:
+            self._lookups -= 1
+
+    async def _list_pages(self, data: LiveList, namespace: str) -> tuple[dict[str, Any], ...]:
+        assert self._cluster is not None and self._tokens is not None
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=self._cluster.ssl_context())
             self._session = aiohttp.ClientSession(connector=connector)
-        headers = {"Accept": "application/json", **self._tokens.authorization()}
+        headers = {"Accept": METADATA_ONLY, **self._tokens.authorization()}
         url = (f"{self._cluster.url}{group_version_path(data.group, data.version)}/namespaces/"
                f"{quote(namespace, safe='')}/{data.resource}")
-        params = {"fieldSelector": data.field_selector} if data.field_selector else {}
-        try:
-            async with asyncio.timeout(self._lookup_timeout):
-                async with self._session.get(url, params=params, headers=headers) as response:
-                    response.raise_for_status()
-                    # Policies read fixed paths of these pods: the parser's depth limit will do.
-                    listed = decode(await response.read(), max_depth=None)
-            items = listed.get("items") if isinstance(listed, dict) else None
-            return tuple(i for i in items if isinstance(i, dict)) if isinstance(items, list) else ()
-        except Exception as exc:  # timeouts, API errors, bad bodies: the policy decides
-            log.warning("listing %s in %s failed: %r", data.resource, namespace, exc)
-            return None
+        params = {"limit": str(LOOKUP_PAGE)}
+        if data.field_selector:
+            params["fieldSelector"] = data.field_selector
+        found: list[dict[str, Any]] = []
+        while True:
+            async with self._session.get(url, params=params, headers=headers) as response:
+                response.raise_for_status()
+                # Policies read fixed paths of these objects: the parser's depth limit will do.
+                page = decode(await response.read(), max_depth=None)
+            page = page if isinstance(page, dict) else {}
+            items = page.get("items")
+            if isinstance(items, list):
+                found.extend(item for item in items if isinstance(item, dict))
+            token = object_at(page, "metadata").get("continue")
+            if not isinstance(token, str) or not token:
+                return tuple(found)
+            params["continue"] = token
 
     async def close(self) -> None:
         """Close the lister's connection (the informers stop with stop())."""

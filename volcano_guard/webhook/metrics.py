@@ -29,3 +29,10 @@ ADMISSION_ERRORS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+LIVE_LOOKUPS = Counter(
+    f"{PREFIX}live_lookups_total",
+    "Rare-path lists a decision waited on (PodGroup delete members), by resource and outcome: "
+    "listed, failed (error or timeout), or refused (too many at once).",
+    ["resource", "outcome"],
+    registry=REGISTRY,
+)

@@ -118,11 +118,12 @@ async def _answer(request: web.Request, phase: Phase, config: Config, caches: Ca
         review_request = parse_review(body)
         listed = {}
         kind = review_request.kind
-        for lookup in checks.for_kind(kind.group, kind.kind).lookups:  # most kinds: none
-            if lookup.wanted(review_request):  # the rare requests whose policy lists live
-                listed[lookup] = await caches.live_list(lookup, review_request.namespace)
         # One snapshot per decision: every policy sees the same, unchanging cluster view.
-        context = PolicyContext(config, caches.snapshots(), listed)
+        snapshots = caches.snapshots()
+        for lookup in checks.for_kind(kind.group, kind.kind).lookups:  # most kinds: none
+            if lookup.wanted(review_request, snapshots):  # the rare requests that list live
+                listed[lookup] = await caches.live_list(lookup, review_request.namespace)
+        context = PolicyContext(config, snapshots, listed)
         answer = decide(phase, review_request, context, checks)
         ADMISSION_DURATION.observe(time.perf_counter() - started)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")

@@ -51,11 +51,12 @@ class WatchedList(Generic[T]):
 
 @dataclass(frozen=True, eq=False)
 class LiveList:
-    """Cluster data a policy reads on a few rare requests only (`wanted`): the objects of one
-    resource in the request's namespace, listed while the request waits, within a timeout."""
+    """Cluster data a policy reads on a few rare requests only (`wanted`, asked with the
+    decision's snapshots): the metadata of one resource's objects in the request's namespace,
+    listed while the request waits, page by page within a timeout."""
 
     resource: str
-    wanted: Callable[[AdmissionRequest], bool]
+    wanted: Callable[[AdmissionRequest, Mapping[WatchedList[Any], Snapshot[Any]]], bool]
     group: str = ""
     version: str = "v1"
     field_selector: str = ""

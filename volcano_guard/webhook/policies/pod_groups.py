@@ -6,13 +6,19 @@ the name; a retried delete by name then removes the new incarnation and its new 
 Pending forever. /mutate stamps every PodGroup with a generation id (UUIDv7) that no update may
 take away; /validate denies a plain delete of a PodGroup that still has live member pods. A
 delete with `preconditions.uid` (as the garbage collector sends) passes: the API server checks it.
+
+Nothing the review says about the PodGroup is trusted: it is looked up in the guard's own cache
+by the request's namespace and name (anyone who reaches the webhook can send a review), and its
+members are listed (metadata only) only when it exists there.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+import msgspec
 
 from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import object_at
@@ -66,9 +72,46 @@ def is_delete(request: AdmissionRequest) -> bool:
     return is_pod_group(request) and request.operation == "DELETE"
 
 
-# The namespace's pods that have not finished, listed for a PodGroup DELETE only (a rare path).
-UNFINISHED_PODS = LiveList("pods", wanted=is_delete,
-                           field_selector="status.phase!=Succeeded,status.phase!=Failed")
+class PodGroupRecord(msgspec.Struct, frozen=True, gc=False):
+    """What the PodGroup cache keeps of a PodGroup: its generation id, and what the delete guard
+    says of it."""
+
+    generation: str = ""
+    uid: str = ""
+    controller: str | None = None  # its controller's uid: a new member may not name it yet
+    created: str = ""  # creationTimestamp
+
+
+def podgroup_record(obj: dict[str, Any]) -> PodGroupRecord:
+    metadata = object_at(obj, "metadata")
+    return PodGroupRecord(podgroup_generation(obj), _text(metadata.get("uid")),
+                          controller_uid(obj), _text(metadata.get("creationTimestamp")))
+
+
+def podgroup_generation(obj: dict[str, Any]) -> str:
+    """A PodGroup object's generation id ("" for none)."""
+    return _text((_annotations(obj) or {}).get(GENERATION_ID))
+
+
+PODGROUPS = WatchedList("podgroups", "PodGroup", podgroup_record, "scheduling.volcano.sh",
+                        "v1beta1", namespaced=True)
+
+
+def guarded_podgroup(request: AdmissionRequest,
+                     snapshots: Mapping[WatchedList[Any], Any]) -> PodGroupRecord | None:
+    """The cached PodGroup a DELETE names, when its members must be counted: a plain delete
+    (no UID precondition) of a PodGroup that exists. The review's oldObject is not read."""
+    if not is_delete(request) or _uid_precondition(request):
+        return None
+    podgroups = snapshots.get(PODGROUPS)
+    return podgroups.items.get(f"{request.namespace}/{request.name}") if podgroups else None
+
+
+# The namespace's pods that have not finished, listed (metadata only) for a PodGroup DELETE that
+# guarded_podgroup finds: a rare path.
+UNFINISHED_PODS = LiveList(
+    "pods", wanted=lambda request, snapshots: guarded_podgroup(request, snapshots) is not None,
+    field_selector="status.phase!=Succeeded,status.phase!=Failed")
 
 
 def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
@@ -102,31 +145,44 @@ def validate_delete(request: AdmissionRequest, context: PolicyContext) -> Verdic
     if not is_delete(request):
         return None
     guard = settings(context.config).deleteGuard
-    preconditions = (request.options or {}).get("preconditions")
-    if isinstance(preconditions, dict) and preconditions.get("uid"):
+    if _uid_precondition(request):
         return NOTHING_FOUND  # the API server refuses it unless it names this incarnation
     if request.user.username in guard.exemptUsers or set(request.user.groups) & set(
             guard.exemptGroups):
         return NOTHING_FOUND
-    podgroup = request.old_object or {}
+    podgroups = context.snapshot(PODGROUPS)
+    if podgroups is None or not podgroups.synced:
+        return _unknown(request, context, "the PodGroup cache is not synced")
+    podgroup = guarded_podgroup(request, context.snapshots)
+    if podgroup is None:
+        return NOTHING_FOUND  # no such PodGroup: nothing to guard (the API server answers 404)
     pods = context.live(UNFINISHED_PODS)
     if pods is None:
-        if not context.config.failClosed:
-            return NOTHING_FOUND
-        return Verdict(violations=(
-            f"{request.describe()}: its member pods could not be listed in time, and "
-            "failClosed is true; retry, or delete with a UID precondition",))
-    members = live_members(podgroup, pods)
+        return _unknown(request, context, "its member pods could not be listed in time")
+    members = live_members(request.name, podgroup.controller, pods)
     if not members:
         return NOTHING_FOUND
     return Verdict(violations=(_message(request, podgroup, members, context),))
 
 
-def live_members(podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> list[str]:
+def _unknown(request: AdmissionRequest, context: PolicyContext, why: str) -> Verdict:
+    """The answer when the guard cannot tell: failClosed decides."""
+    if not context.config.failClosed:
+        return NOTHING_FOUND
+    return Verdict(violations=(
+        f"{request.describe()}: {why}, and failClosed is true; retry, or delete with a UID "
+        "precondition",))
+
+
+def _uid_precondition(request: AdmissionRequest) -> bool:
+    preconditions = (request.options or {}).get("preconditions")
+    return isinstance(preconditions, dict) and bool(preconditions.get("uid"))
+
+
+def live_members(name: str, controller: str | None,
+                 pods: Iterable[dict[str, Any]]) -> list[str]:
     """Pods that are not terminating and not finished, and that name the PodGroup or share its
     controller (a new pod may exist before Volcano annotates it)."""
-    name = object_at(podgroup, "metadata").get("name")
-    owner = controller_uid(podgroup)
     members = []
     for pod in pods:
         metadata = object_at(pod, "metadata")
@@ -135,7 +191,7 @@ def live_members(podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> li
         if object_at(pod, "status").get("phase") in ("Succeeded", "Failed"):
             continue
         named = object_at(metadata, "annotations").get(GROUP_NAME) == name
-        if named or (owner and controller_uid(pod) == owner):
+        if named or (controller and controller_uid(pod) == controller):
             members.append(str(metadata.get("name")))
     return sorted(members)
 
@@ -163,7 +219,8 @@ def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict |
         return None
     namespace = request.namespace or _text(object_at(pod, "metadata").get("namespace"))
     podgroups = context.snapshot(PODGROUPS)
-    generation = podgroups.items.get(f"{namespace}/{group}") if podgroups else None
+    record = podgroups.items.get(f"{namespace}/{group}") if podgroups else None
+    generation = record.generation if record else ""
     if not generation:
         return Verdict(outcome=OUTCOME_UNKNOWN)  # not cached (yet) or never stamped
     patch = jsonpatch.add(jsonpatch.pointer("metadata", "annotations", POD_GENERATION),
@@ -186,15 +243,6 @@ def joining_pod(request: AdmissionRequest) -> dict[str, Any] | None:
             GROUP_NAME):
         return None  # it had joined already
     return request.object
-
-
-def podgroup_generation(obj: dict[str, Any]) -> str:
-    """What the PodGroup cache keeps of a PodGroup: its generation id."""
-    return _text((_annotations(obj) or {}).get(GENERATION_ID))
-
-
-PODGROUPS = WatchedList("podgroups", "PodGroup", podgroup_generation, "scheduling.volcano.sh",
-                        "v1beta1", namespaced=True)
 
 
 def stamp_scopes(config: Config) -> tuple[Scope, ...]:
@@ -243,7 +291,7 @@ ENRICH_POLICY = Policy(
     mutate=annotate_pod, kinds=frozenset({POD}), scopes=enrich_scopes, watches=(PODGROUPS,))
 DELETE_POLICY = Policy(name=DELETE_GUARD, mode=lambda config: settings(config).deleteGuard.mode,
                        validate=validate_delete, kinds=frozenset({POD_GROUP}),
-                       scopes=delete_scopes, lookups=(UNFINISHED_PODS,))
+                       scopes=delete_scopes, watches=(PODGROUPS,), lookups=(UNFINISHED_PODS,))
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -252,24 +300,21 @@ def _annotations(obj: dict[str, Any]) -> dict[str, Any] | None:
     return annotations if isinstance(annotations, dict) else None
 
 
-def _message(request: AdmissionRequest, podgroup: dict[str, Any], members: list[str],
+def _message(request: AdmissionRequest, podgroup: PodGroupRecord, members: list[str],
              context: PolicyContext) -> str:
-    metadata = object_at(podgroup, "metadata")
-    generation = podgroup_generation(podgroup) or "unknown (not stamped)"
+    generation = podgroup.generation or "unknown (not stamped)"
     named = ", ".join(members[:MAX_NAMED_PODS])
     more = f" and {len(members) - MAX_NAMED_PODS} more" if len(members) > MAX_NAMED_PODS else ""
-    uid = _text(metadata.get("uid")) or "<uid>"
     return (
-        f"{request.describe()} (generation {generation}, created {_age(metadata, context)} ago) "
-        f"still has {len(members)} live pod(s): {named}{more}. A delete by name may be a stale "
-        "retry that would remove this newer incarnation under its pods. Delete the workload "
-        f"instead, or delete this exact incarnation with a UID precondition (DeleteOptions "
-        f'preconditions.uid: "{uid}"; kubectl delete --raw with that body)'
+        f"{request.describe()} (generation {generation}, created {_age(podgroup.created, context)}"
+        f" ago) still has {len(members)} live pod(s): {named}{more}. A delete by name may be a "
+        "stale retry that would remove this newer incarnation under its pods. Delete the workload "
+        "instead, or delete this exact incarnation with a UID precondition (DeleteOptions "
+        f'preconditions.uid: "{podgroup.uid or "<uid>"}"; kubectl delete --raw with that body)'
     )
 
 
-def _age(metadata: dict[str, Any], context: PolicyContext) -> str:
-    created = _text(metadata.get("creationTimestamp"))
+def _age(created: str, context: PolicyContext) -> str:
     try:
         then = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(
             tzinfo=datetime.UTC)
