@@ -72,7 +72,7 @@ async def test_bodies_headers_and_encodings_pass_through_byte_for_byte(recorder,
     async with sidecar_running(Cluster(url, token_file=str(token)), settings()) as sidecar, \
             aiohttp.ClientSession(auto_decompress=False) as session:
         headers = {"Content-Type": PROTOBUF, "Accept": PROTOBUF, "Content-Encoding": "gzip",
-                   "Impersonate-User": "alice", "Authorization": "Bearer client-token"}
+                   "Authorization": "Bearer client-token"}
         target = URL(f"{sidecar.url}/api/v1/namespaces/a/pods?x=1%2F2", encoded=True)
         async with session.post(target, data=body, headers=headers) as response:
             assert response.status == 200
@@ -83,7 +83,6 @@ async def test_bodies_headers_and_encodings_pass_through_byte_for_byte(recorder,
         method, path, upstream_headers, upstream_body = seen[-1]
         assert (method, path) == ("POST", "/api/v1/namespaces/a/pods?x=1%2F2")
         assert upstream_body == body
-        assert upstream_headers["Impersonate-User"] == "alice"
         assert upstream_headers["Accept"] == PROTOBUF
         assert upstream_headers["Authorization"] == "Bearer first-token"
 
@@ -92,6 +91,75 @@ async def test_bodies_headers_and_encodings_pass_through_byte_for_byte(recorder,
         async with session.get(f"{sidecar.url}/api") as response:
             await response.read()
         assert seen[-1][2]["Authorization"] == "Bearer rotated-token"
+
+
+async def test_impersonation_headers_never_reach_the_upstream(recorder, tmp_path):
+    url, seen = recorder
+    token = tmp_path / "token"
+    token.write_text("pod-token\n")
+    async with sidecar_running(Cluster(url, token_file=str(token)), settings()) as sidecar, \
+            aiohttp.ClientSession() as session:
+        headers = {"Impersonate-User": "system:admin", "Impersonate-Group": "system:masters",
+                   "Impersonate-Uid": "0", "Impersonate-Extra-Scopes": "all"}
+        async with session.get(f"{sidecar.url}/api/v1/secrets", headers=headers) as response:
+            assert response.status == 200
+    sent = {name.lower() for name in seen[-1][2]}
+    assert not {name for name in sent if name.startswith("impersonate-")}
+    assert seen[-1][2]["Authorization"] == "Bearer pod-token"
+
+
+async def raw_request(url: str, request_line: str, host: str, extra: str = "") -> bytes:
+    """One request as the bytes a client could send, the answer's status line and body."""
+    address = URL(url)
+    reader, writer = await asyncio.open_connection(address.host, address.port)
+    writer.write(f"{request_line}\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"
+                 .encode())
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    return answer
+
+
+@pytest.mark.parametrize(("request_line", "host", "said"), [
+    ("GET http://kubernetes.default.svc/api/v1/secrets HTTP/1.1", "kubernetes.default.svc",
+     b"only origin-form request targets"),
+    ("GET /api/v1/secrets HTTP/1.1", "attacker.example", b"is not the sidecar's loopback"),
+    ("GET /api/v1/secrets HTTP/1.1", "attacker.example:8001", b"is not the sidecar's loopback"),
+])
+async def test_targets_and_hosts_that_are_not_its_loopback_get_400(recorder, request_line, host,
+                                                                   said):
+    url, seen = recorder
+    async with sidecar_running(Cluster(url), settings()) as sidecar:
+        answer = await raw_request(sidecar.url, request_line, host)
+    assert answer.startswith(b"HTTP/1.1 400") and said in answer
+    assert seen == []
+
+
+@pytest.mark.parametrize("host", ["localhost:8001", "127.0.0.1", "[::1]:8001", "localhost"])
+async def test_loopback_hosts_are_served(recorder, host):
+    url, seen = recorder
+    async with sidecar_running(Cluster(url), settings()) as sidecar:
+        answer = await raw_request(sidecar.url, "GET /api HTTP/1.1", host)
+    assert answer.startswith(b"HTTP/1.1 200") and len(seen) == 1
+
+
+async def test_with_a_written_kubeconfig_only_its_token_borrows_the_pods(recorder, tmp_path):
+    url, seen = recorder
+    token = tmp_path / "token"
+    token.write_text("pod-token\n")
+    kubeconfig = tmp_path / "shared" / "kubeconfig"
+    changes = {"write_kubeconfig": str(kubeconfig)}
+    async with sidecar_running(Cluster(url, token_file=str(token)), settings(**changes)) as \
+            sidecar, aiohttp.ClientSession() as session:
+        for headers in ({}, {"Authorization": "Bearer pod-token"},
+                        {"Authorization": "Bearer wrong"}):
+            async with session.get(f"{sidecar.url}/api/v1/secrets", headers=headers) as answer:
+                assert answer.status == 401, headers
+        assert seen == []
+        own = f"Bearer {sidecar.proxy.client_token}"
+        async with session.get(f"{sidecar.url}/api", headers={"Authorization": own}) as answer:
+            assert answer.status == 200
+    assert seen[-1][2]["Authorization"] == "Bearer pod-token"
 
 
 async def test_large_streamed_response_is_relayed_in_full(recorder):
@@ -255,7 +323,7 @@ def test_a_stalled_watch_client_costs_the_sidecar_no_memory_and_ends_upstream_wh
             stalled = socket.socket()
             stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
             stalled.connect((host, int(port)))
-            stalled.sendall(f"GET {Q}?watch=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            stalled.sendall(f"GET {Q}?watch=true HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
             while not sandbox.call(lambda box: box.store.open_watches):
                 time.sleep(0.01)
             before = memory_kib(proc.pid)

@@ -1,6 +1,11 @@
 """The sidecar's HTTP side: a transparent API proxy that hands coalesced status writes to the
 coalescer and streams everything else through, byte for byte.
 
+It lends its credentials to no one else: only origin-form requests addressed to its loopback
+name are served, a client must present the per-pod token of the kubeconfig the sidecar wrote,
+and Impersonate-* headers are dropped (the service account's token, added here, must not act
+as someone the client names).
+
 Only coalesced resources' bodies are ever decoded: their status writes, and their GET, LIST and
 WATCH responses (read as they stream past, line by line for watches) to learn the versions
 writers base their writes on. Every other body is relayed chunk by chunk, never whole.
@@ -9,6 +14,7 @@ writers base their writes on. Every other body is relayed chunk by chunk, never 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import math
@@ -46,6 +52,9 @@ MAX_OBSERVED_BODY = 64 * 1024 * 1024  # larger coalesced-resource lists pass uno
 # itself ends such requests at 60 s (--request-timeout). Watches, followed logs and proxies
 # are long-running and have none.
 UPSTREAM_READ_TIMEOUT = 60.0
+# Host names a browser page or a remote client cannot make a loopback listener's requests carry
+# (as kubectl proxy's default --accept-hosts): a guard against DNS rebinding.
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 PATCH_KINDS = {
     "application/merge-patch+json": "merge",
     "application/json-patch+json": "json",
@@ -69,6 +78,9 @@ class Proxy:
     clock: Any = field(default=time.monotonic)
     streams: set[aiohttp.ClientResponse] = field(default_factory=set)
     read_timeout: float = UPSTREAM_READ_TIMEOUT
+    # The bearer token clients must present (the kubeconfig the sidecar writes holds it); None:
+    # clients are not authenticated (a sidecar run by hand, writing no kubeconfig).
+    client_token: str | None = None
 
     def close_streams(self) -> None:
         """End every relayed response (watches never end by themselves); clients re-watch."""
@@ -85,6 +97,9 @@ def create_app(proxy: Proxy) -> web.Application:
 
 async def handle(request: web.Request) -> web.StreamResponse:
     proxy = request.app[PROXY_KEY]
+    refused = refusal(request, proxy)
+    if refused is not None:
+        return refused
     if "upgrade" in request.headers.get("Connection", "").lower():
         return status_response(501, "the volcano-guard sidecar does not proxy upgraded "
                                "connections (exec, attach, port-forward); use the API server "
@@ -94,6 +109,28 @@ async def handle(request: web.Request) -> web.StreamResponse:
             and request.method in ("PUT", "PATCH") and "dryRun" not in request.query):
         return await coalesce_write(request, proxy, route)
     return await forward(request, proxy, route)
+
+
+def refusal(request: web.Request, proxy: Proxy) -> web.Response | None:
+    """The answer to a request the sidecar does not serve, or None."""
+    if not request.raw_path.startswith("/"):
+        return status_response(400, "the volcano-guard sidecar serves only origin-form request "
+                               "targets (a path), not an absolute URL: it is not a forward proxy")
+    if _host_name(request.headers.get("Host", "")) not in LOOPBACK_HOSTS:
+        return status_response(400, f"Host {request.headers.get('Host', '')!r} is not the "
+                               "sidecar's loopback address (localhost, 127.0.0.1 or [::1])")
+    if proxy.client_token is not None and not hmac.compare_digest(
+            request.headers.get("Authorization", "").encode(),
+            f"Bearer {proxy.client_token}".encode()):
+        return status_response(401, "the volcano-guard sidecar serves only clients with the "
+                               "token of the kubeconfig it wrote (--write-kubeconfig)")
+    return None
+
+
+def _host_name(host: str) -> str:
+    """The Host header without its port ("[::1]:8001" -> "[::1]")."""
+    name, _, port = host.rpartition(":")
+    return name if name and port.isdigit() and not host.endswith("]") else host
 
 
 async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> web.StreamResponse:
@@ -140,7 +177,7 @@ async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> we
 
 async def forward(request: web.Request, proxy: Proxy, route: Route | None,
                   body: bytes | None = None) -> web.StreamResponse:
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+    headers = {k: v for k, v in request.headers.items() if _relayed(k, proxy)}
     headers.update(proxy.tokens.authorization())
     data: Any = body if body is not None else (request.content if request.body_exists else None)
     timeout = None if _long_running(request) else aiohttp.ClientTimeout(
@@ -192,6 +229,15 @@ async def forward(request: web.Request, proxy: Proxy, route: Route | None,
     finally:
         proxy.streams.discard(upstream)
         upstream.release()
+
+
+def _relayed(header: str, proxy: Proxy) -> bool:
+    """Whether a client's request header goes upstream: not hop-by-hop, no impersonation, and
+    not the client's own token when the sidecar authenticated it (the upstream gets the pod's)."""
+    name = header.lower()
+    if name in HOP_BY_HOP or name.startswith("impersonate-"):
+        return False
+    return name != "authorization" or proxy.client_token is None
 
 
 def _long_running(request: web.Request) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -56,9 +57,12 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
     tokens = TokenSource(cluster)
     coalescer = Coalescer(settings.flush_interval, settings.max_pending)
     flusher = Flusher(coalescer, session, cluster.url, tokens, settings.max_upstream_qps)
+    # The kubeconfig it writes holds a token of this process's own: only the containers that
+    # mount that file (the pod's served containers) can use the proxy's credentials.
+    client_token = secrets.token_urlsafe(32) if settings.write_kubeconfig else None
     proxy = Proxy(cluster.url, session, tokens, coalescer, flusher,
                   frozenset(settings.coalesce), settings.ack, clock=time.monotonic,
-                  read_timeout=settings.upstream_read_timeout)
+                  read_timeout=settings.upstream_read_timeout, client_token=client_token)
     # auto_decompress=False: a gzip request body is relayed compressed, as the client sent it.
     # handler_cancellation: a client that leaves cancels its handler, which ends the upstream
     # request at once; a watch would otherwise stay open upstream until its next event.
@@ -95,7 +99,11 @@ async def serve(cluster: Cluster, settings: SidecarSettings) -> int:
         loop.add_signal_handler(signum, stop.set)
     async with running(cluster, settings) as sidecar:
         if settings.write_kubeconfig:
-            write_kubeconfig(settings.write_kubeconfig, sidecar.url)
+            write_kubeconfig(settings.write_kubeconfig, sidecar.url,
+                             token=sidecar.proxy.client_token)
+        else:
+            log.warning("no --write-kubeconfig: clients are not authenticated, and any process "
+                        "that reaches %s borrows the upstream credentials", sidecar.url)
         where = "loopback only" if settings.listen_host in ("127.0.0.1", "::1", "localhost") \
             else "NOT loopback: reachable from outside the pod"
         log.info("sidecar proxy on %s (%s) -> %s; coalescing status writes of %s; "
