@@ -138,6 +138,17 @@ def test_only_the_named_proxy_containers_are_pointed_at_the_sidecar():
     assert pod["spec"]["containers"][1]["args"] == ["--a"]
 
 
+def test_a_host_network_pod_is_refused_unless_configured_to_warn():
+    obj = volcano_controller_pod()
+    obj["spec"]["hostNetwork"] = True
+    refused = admit(obj).decision
+    assert not refused.allowed and "uses hostNetwork" in refused.message
+    assert "policies.sidecarInjection.hostNetwork: warn" in refused.message
+    warned = admit(obj, hostNetwork="warn").decision
+    assert warned.allowed and warned.patch
+    assert any("every process on the node can reach it" in w for w in warned.warnings)
+
+
 def test_injection_is_idempotent_and_unlabelled_pods_are_left_alone():
     once = injected(volcano_controller_pod())
     assert admit(once).decision.patch == ()

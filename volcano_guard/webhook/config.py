@@ -113,6 +113,8 @@ class SidecarInjectionConfig(_Section, frozen=True):
     ack: Literal["async", "sync"] = "async"  # per pod: annotation volcano-guard.io/ack
     drainTimeout: Seconds = 20.0
     proxyMode: Literal["args", "env"] = "args"  # per pod: annotation volcano-guard.io/proxy-mode
+    # A hostNetwork pod's loopback is the node's: every process there could reach the sidecar.
+    hostNetwork: Literal["refuse", "warn"] = "refuse"
     # The sidecar's own requests and limits, so injected pods pass resourceRequests.
     requests: dict[Name, QuantityText] = msgspec.field(
         default_factory=lambda: {"cpu": QuantityText("50m"), "memory": QuantityText("64Mi")})

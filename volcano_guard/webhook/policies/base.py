@@ -26,6 +26,7 @@ class Verdict(msgspec.Struct, frozen=True):
     violations: tuple[str, ...] = ()
     patch: tuple[Operation, ...] = ()
     changes: tuple[str, ...] = ()  # one human-readable line per thing the patch does
+    warnings: tuple[str, ...] = ()  # told to the client whatever the mode (kubectl prints them)
     outcome: str = ""  # a more telling metrics label than "allowed" for a verdict with no finding
 
 
@@ -143,6 +144,14 @@ OUTCOME_WARNED, OUTCOME_AUDITED = "warned", "audited"
 
 def apply_mode(policy: str, mode: Mode, verdict: Verdict) -> tuple[Decision, str]:
     """The one place a mode is applied: enforce denies or patches, warn and audit only tell."""
+    decision, outcome = _moded(policy, mode, verdict)
+    if verdict.warnings:
+        decision = decisions.with_warnings(
+            decision, (f"{policy}: {warning}" for warning in verdict.warnings))
+    return decision, outcome
+
+
+def _moded(policy: str, mode: Mode, verdict: Verdict) -> tuple[Decision, str]:
     if not verdict.violations and not verdict.changes:  # the common case: nothing found
         return decisions.allowed(), verdict.outcome or OUTCOME_ALLOWED
     findings = verdict.violations or tuple(f"would {change}" for change in verdict.changes)

@@ -1,5 +1,6 @@
 """Policy sidecarInjection: pods labelled `volcano-guard.io/inject: "true"` get the coalescing
-sidecar, and their app containers are pointed at it.
+sidecar, and their app containers are pointed at it. A hostNetwork pod is refused (by config,
+injected with a warning): on the node's network its loopback port is open to the whole node.
 
 The sidecar is a native sidecar by default (an init container with `restartPolicy: Always`,
 placed first: it is up before the app starts and stops after it). At start it writes a
@@ -41,6 +42,9 @@ VOLUME = "volcano-guard-kubeconfig"
 MOUNT_PATH = "/var/run/volcano-guard"
 KUBECONFIG = f"{MOUNT_PATH}/kubeconfig"
 GRACE_MARGIN = 10  # seconds beyond the drain timeout before the kubelet kills the sidecar
+HOST_NETWORK_RISK = ("the pod uses hostNetwork, so the sidecar's loopback port is the node's: "
+                     "every process on the node can reach it (it still requires the token of the "
+                     "kubeconfig it writes)")
 
 
 def settings(config: Config) -> SidecarInjectionConfig:
@@ -64,6 +68,10 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     options, problems = _options(annotations, config)
     targets, problem = _targets(app, annotations)
     problems += [problem] if problem else []
+    host_network = spec.get("hostNetwork") is True
+    if host_network and config.hostNetwork == "refuse":
+        problems.append(HOST_NETWORK_RISK + "; run it without hostNetwork, or set "
+                        "policies.sidecarInjection.hostNetwork: warn to inject anyway")
     if problems:
         return Verdict(violations=tuple(f"{request.describe()}: {p}" for p in problems))
     patch = _inject(spec, config, options)
@@ -75,7 +83,8 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
         patch.append(jsonpatch.add("/spec/terminationGracePeriodSeconds", grace))
     names = ", ".join(c.name for c in targets)
     return Verdict(patch=tuple(patch), changes=(
-        f"inject the volcano-guard sidecar into {request.describe()} and point {names} at it",))
+        f"inject the volcano-guard sidecar into {request.describe()} and point {names} at it",),
+        warnings=(f"{request.describe()}: {HOST_NETWORK_RISK}",) if host_network else ())
 
 
 def scopes(config: Config) -> tuple[Scope, ...]:
