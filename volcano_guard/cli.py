@@ -67,6 +67,9 @@ def _add_webhook(commands: argparse._SubParsersAction) -> None:
     webhook.add_argument("--listen", default="0.0.0.0:8443", help="HOST:PORT (default %(default)s)")
     webhook.add_argument("--tls-cert", required=True, help="serving certificate (PEM)")
     webhook.add_argument("--tls-key", required=True, help="serving key (PEM)")
+    webhook.add_argument("--client-ca", metavar="FILE", help="require a client certificate "
+                         "signed by this CA (the API server's, from its AdmissionConfiguration; "
+                         "a CA used for nothing else: `certs client` makes one)")
     webhook.add_argument(
         "--metrics-listen", default="0.0.0.0:9090", help="HOST:PORT for /metrics (plain HTTP)"
     )
@@ -101,6 +104,15 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
     inject.add_argument("--validating", action="append", default=[], metavar="NAME")
     inject.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
     inject.set_defaults(run=run_certs_inject)
+    client = actions.add_parser("client", help="a CA of its own and a client certificate for "
+                                "the API server, for webhook --client-ca")
+    client.add_argument("--out", required=True,
+                        help="directory for client-ca.crt, client.crt, client.key")
+    client.add_argument("--name", default="kube-apiserver",
+                        help="the certificate's common name (default %(default)s)")
+    client.add_argument("--days", type=int, default=365, help="validity (default %(default)s)")
+    client.add_argument("--force", action="store_true", help="replace an existing client CA")
+    client.set_defaults(run=run_certs_client)
     secret = actions.add_parser("secret", help="create or update the serving cert's Secret")
     secret.add_argument("--dir", required=True, help="directory with tls.crt, tls.key, ca.crt")
     secret.add_argument("--name", required=True)
@@ -276,7 +288,7 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
 
     config = exempt_own_namespace(_load_config_or_exit(args.config), own_namespace())
     listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
-    tls = server_context(args.tls_cert, args.tls_key)
+    tls = server_context(args.tls_cert, args.tls_key, args.client_ca)
     try:
         cluster = resolve(kubeconfig=args.kubeconfig) if needs_cluster(config) else None
     except KubeconfigError as exc:
@@ -322,6 +334,20 @@ def run_certs_generate(args: argparse.Namespace) -> int:
         return 1
     print(f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} "
           f"(valid until {made.not_after:%Y-%m-%d}; names: {', '.join(made.dns_names)})")
+    return 0
+
+
+def run_certs_client(args: argparse.Namespace) -> int:
+    from volcano_guard.certs.generate import CertsError, generate_client
+
+    try:
+        made = generate_client(args.name, args.out, days=args.days, force=args.force)
+    except (CertsError, OSError) as exc:
+        print(f"volcano-guard certs client: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} (client {made.name}, valid "
+          f"until {made.not_after:%Y-%m-%d}): pass {made.ca_file.name} to webhook --client-ca, "
+          "and the certificate and key to the API server's AdmissionConfiguration kubeconfig")
     return 0
 
 

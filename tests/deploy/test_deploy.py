@@ -1,6 +1,7 @@
 """deploy/ rendered with kubectl kustomize, every document validated against the Kubernetes
 1.30 schemas offline, and the invariants that keep the install working."""
 
+import os
 import shutil
 import subprocess
 
@@ -199,3 +200,23 @@ def test_the_reports_the_audit_writes_fit_the_shipped_crds(audit):
     bad = {**document, "results": [{**document["results"][0], "result": "failed"}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schemas[bad["kind"]])
+
+
+def test_the_network_policy_component_opens_only_the_webhooks_two_ports(tmp_path):
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    to_deploy = os.path.relpath(REPO / "deploy", overlay)
+    (overlay / "kustomization.yaml").write_text(
+        f"resources: [{to_deploy}/base]\ncomponents: [{to_deploy}/network-policy]\n")
+    docs = render(overlay)
+    [policy] = by_kind(docs, "NetworkPolicy")
+    kubernetes_validate.validate(policy, "1.30.0", strict=True)
+    [deployment] = by_kind(docs, "Deployment")
+    template = deployment["spec"]["template"]
+    assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= \
+        template["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    opened = {port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"]}
+    served = {port["containerPort"] for port in template["spec"]["containers"][0]["ports"]}
+    assert opened == served == {8443, 9090}

@@ -3,11 +3,13 @@
 import json
 import signal
 import socket
+import ssl
 import time
 
 import pytest
 
 from tests.builders import container, pod, review
+from tests.conftest import HOSTNAME
 from tests.processes import start_cli, tls_connect, wait_for_log
 
 
@@ -73,3 +75,63 @@ def test_tls_port_refuses_plain_http(process):
     sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     data = sock.recv(100)
     assert not data.startswith(b"HTTP/1.1 200")
+
+
+def test_with_client_ca_only_the_client_that_ca_signed_is_answered(certs, tmp_path):
+    from volcano_guard.base.tls import client_context
+    from volcano_guard.certs.generate import generate_client
+    from volcano_guard.cli import main
+
+    assert main(["certs", "client", "--out", str(tmp_path / "apiserver")]) == 0
+    assert main(["certs", "client", "--out", str(tmp_path / "apiserver")]) == 1  # no --force
+    apiserver = tmp_path / "apiserver"
+    stranger = generate_client("kube-apiserver", tmp_path / "stranger")  # another CA
+    proc = start_cli("webhook", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                     "--tls-cert", str(certs.cert_file), "--tls-key", str(certs.key_file),
+                     "--client-ca", str(apiserver / "client-ca.crt"), "--config",
+                     str(no_cluster_config(tmp_path)))
+    try:
+        port = int(wait_for_log(proc, r"https://[^:]+:(\d+), metrics")[1])
+
+        def answer(cert: object = None, key: object = None) -> bytes:
+            context = client_context(certs.ca_file)
+            if cert is not None:
+                context.load_cert_chain(str(cert), str(key))
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock, \
+                    context.wrap_socket(sock, server_hostname=HOSTNAME) as tls:
+                body = json.dumps(review(pod(container("c")))).encode()
+                tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                            b"application/json\r\nContent-Length: %d\r\nConnection: close\r\n"
+                            b"\r\n" % len(body) + body)
+                return tls.recv(65536)
+
+        assert answer(apiserver / "client.crt", apiserver / "client.key").startswith(
+            b"HTTP/1.1 200")
+        for cert, key in ((None, None), (stranger.cert_file, stranger.key_file)):
+            try:  # TLS 1.3: the server's verdict on the client arrives after the handshake
+                refused = answer(cert, key)
+            except (ssl.SSLError, ConnectionError) as exc:
+                refused = repr(exc).encode()
+            assert not refused.startswith(b"HTTP/"), refused
+            assert b"CERTIFICATE" in refused.upper() or refused == b"", refused
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_client_ca_that_is_not_a_ca_bundle_exits_2_naming_it(certs, tmp_path):
+    from volcano_guard.cli import main
+
+    bad = tmp_path / "client-ca.crt"
+    bad.write_text("garbage\n")
+    code = main(["webhook", "--tls-cert", str(certs.cert_file), "--tls-key",
+                 str(certs.key_file), "--client-ca", str(bad), "--config",
+                 str(no_cluster_config(tmp_path))])
+    assert code == 2
+
+
+def no_cluster_config(tmp_path):
+    config = tmp_path / "no-cluster.yaml"
+    config.write_text("policies: {nodeName: {mode: off, bindingGuard: {mode: off}}, podGroups: "
+                      "{stampGenerationId: false, deleteGuard: {mode: off}}}\n")
+    return config

@@ -1,4 +1,5 @@
-"""Certificate generation: an ECDSA P-256 CA and the webhook's serving certificate."""
+"""Certificate generation: an ECDSA P-256 CA and the webhook's serving certificate; and a CA of
+its own with a client certificate, for an API server the webhook verifies (`--client-ca`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
 CA_KEY_FILE = "ca.key"  # kept beside the CA so later rotations can sign with it
+CLIENT_CA_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE = "client-ca.crt", "client.crt", "client.key"
 _BACKDATE = datetime.timedelta(minutes=5)  # tolerate clock skew between nodes
 
 
@@ -50,14 +52,7 @@ def generate(
     extra_dns_names: tuple[str, ...] = (),
 ) -> GeneratedCerts:
     """Write ca.crt, ca.key, tls.crt and tls.key (keys 0600) to out_dir."""
-    if days < 1:
-        raise CertsError(f"--days must be at least 1, got {days}")
-    out = Path(out_dir)
-    if (out / CA_FILE).exists() and not force:
-        raise CertsError(f"{out / CA_FILE} exists; refusing to replace a CA (use --force)")
-    out.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    not_after = now + datetime.timedelta(days=days)
+    out, now, not_after = _validity(out_dir, CA_FILE, days, force)
     ca_key, ca_cert = issue_ca(f"volcano-guard-ca ({namespace}/{service})", now, not_after)
     dns_names = service_dns_names(service, namespace) + extra_dns_names
     key, cert = issue_leaf(ca_key, ca_cert, dns_names, now, not_after)
@@ -66,6 +61,45 @@ def generate(
     write_pem(out / CERT_FILE, cert_pem(cert))
     write_pem(out / CA_FILE, cert_pem(ca_cert))
     return GeneratedCerts(out / CA_FILE, out / CERT_FILE, out / KEY_FILE, dns_names, not_after)
+
+
+@dataclass(frozen=True)
+class GeneratedClient:
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+    name: str
+    not_after: datetime.datetime
+
+
+def generate_client(name: str, out_dir: str | Path, *, days: int = 365,
+                    force: bool = False) -> GeneratedClient:
+    """Write client-ca.crt, client.crt and client.key (0600): a CA used for nothing else, so
+    that trusting it admits this one client only, and its client certificate for `name`."""
+    out, now, not_after = _validity(out_dir, CLIENT_CA_FILE, days, force)
+    ca_key, ca_cert = issue_ca(f"volcano-guard-client-ca ({name})", now, not_after)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _leaf_certificate(key, ca_key, ca_cert, name, ExtendedKeyUsageOID.CLIENT_AUTH, (),
+                             now, not_after)
+    write_pem(out / CLIENT_KEY_FILE, key_pem(key), private=True)
+    write_pem(out / CLIENT_CERT_FILE, cert_pem(cert))
+    write_pem(out / CLIENT_CA_FILE, cert_pem(ca_cert))
+    return GeneratedClient(out / CLIENT_CA_FILE, out / CLIENT_CERT_FILE, out / CLIENT_KEY_FILE,
+                           name, not_after)
+
+
+def _validity(out_dir: str | Path, ca_file: str, days: int,
+              force: bool) -> tuple[Path, datetime.datetime, datetime.datetime]:
+    """The output folder (made), now and the end of validity; CertsError for a bad --days or
+    a CA that exists there without force."""
+    if days < 1:
+        raise CertsError(f"--days must be at least 1, got {days}")
+    out = Path(out_dir)
+    if (out / ca_file).exists() and not force:
+        raise CertsError(f"{out / ca_file} exists; refusing to replace a CA (use --force)")
+    out.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    return out, now, now + datetime.timedelta(days=days)
 
 
 def issue_ca(common_name: str, now: datetime.datetime, not_after: datetime.datetime) -> tuple[
@@ -80,7 +114,8 @@ def issue_leaf(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate,
                not_after: datetime.datetime) -> tuple[ec.EllipticCurvePrivateKey,
                                                       x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
-    return key, _serving_certificate(key, ca_key, ca_cert, dns_names, now, not_after)
+    return key, _leaf_certificate(key, ca_key, ca_cert, dns_names[-1],
+                                  ExtendedKeyUsageOID.SERVER_AUTH, dns_names, now, not_after)
 
 
 def cert_pem(cert: x509.Certificate) -> bytes:
@@ -108,14 +143,14 @@ def _ca_certificate(
     )
 
 
-def _serving_certificate(
+def _leaf_certificate(
     key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey,
-    ca_cert: x509.Certificate, dns_names: tuple[str, ...], now: datetime.datetime,
-    not_after: datetime.datetime,
+    ca_cert: x509.Certificate, common_name: str, usage: x509.ObjectIdentifier,
+    dns_names: tuple[str, ...], now: datetime.datetime, not_after: datetime.datetime,
 ) -> x509.Certificate:
-    return (
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[-1])]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -123,17 +158,17 @@ def _serving_certificate(
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(ca=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]),
-            critical=False,
-        )
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
             critical=False,
         )
-        .sign(ca_key, hashes.SHA256())
     )
+    if dns_names:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]),
+            critical=False)
+    return builder.sign(ca_key, hashes.SHA256())
 
 
 def _key_usage(*, ca: bool) -> x509.KeyUsage:
