@@ -220,3 +220,21 @@ def test_the_network_policy_component_opens_only_the_webhooks_two_ports(tmp_path
     opened = {port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"]}
     served = {port["containerPort"] for port in template["spec"]["containers"][0]["ports"]}
     assert opened == served == {8443, 9090}
+
+
+def test_the_serving_key_is_readable_by_the_webhooks_user_alone(base):
+    [deployment] = by_kind(base, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    [tls] = [v for v in spec["volumes"] if "secret" in v]
+    assert tls["secret"]["defaultMode"] == 0o400
+    # The kubelet makes the files group fsGroup with group read: the container's group.
+    assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsUser"]
+
+
+def test_the_sidecar_image_is_this_releases_own_as_deploy_names_it(base):
+    from volcano_guard.webhook.config import config_from_dict
+
+    [deployment] = by_kind(base, "Deployment")
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert config_from_dict({}).policies.sidecarInjection.image == image
+    assert not image.endswith(":latest")

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 import msgspec
 import yaml
 
+from volcano_guard import __version__
 from volcano_guard.base.connections import ConnectionLimits
 from volcano_guard.base.durations import parse_duration
 from volcano_guard.base.jsonbody import shown
@@ -104,7 +105,7 @@ class PodGroupsConfig(_Section, frozen=True):
 
 class SidecarInjectionConfig(_Section, frozen=True):
     mode: Mode = "enforce"
-    image: Name = "volcano-guard:latest"
+    image: Name = f"volcano-guard:{__version__}"  # this release's own image, never :latest
     nativeSidecar: bool = True
     port: Port = 8001
     metricsPort: Port = 9091
