@@ -169,6 +169,9 @@ def _add_sidecar(commands: argparse._SubParsersAction) -> None:
     sidecar.add_argument("--token-file", help="bearer token file, re-read when it changes")
     sidecar.add_argument("--ca-file", help="CA bundle for an https upstream")
     sidecar.add_argument("--kubeconfig", help="kubeconfig file (instead of --upstream)")
+    sidecar.add_argument("--allow-plaintext-token", action="store_true",
+                         help="send the token to an http:// upstream (in clear: anyone on the "
+                         "path can take it); refused without this flag")
     sidecar.add_argument("--flush-interval", type=_positive_float, default=1.0,
                          help="seconds between status writes of one object (default 1.0)")
     sidecar.add_argument("--ack", choices=("async", "sync"), default="async",
@@ -501,6 +504,11 @@ def run_sidecar(args: argparse.Namespace) -> int:
         cluster = resolve(args.upstream, args.token_file, args.ca_file, args.kubeconfig)
     except (ValueError, KubeconfigError) as exc:
         print(f"volcano-guard sidecar: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if (cluster.url.startswith("http://") and (cluster.token or cluster.token_file)
+            and not args.allow_plaintext_token):
+        print(f"volcano-guard sidecar: {cluster.url} is plain http and a token would be sent to "
+              "it in clear; use https, or pass --allow-plaintext-token", file=sys.stderr)
         return EXIT_USAGE
     settings = SidecarSettings(
         listen_host=listen.host, listen_port=listen.port,

@@ -276,6 +276,24 @@ def test_bad_sidecar_arguments_exit_2(capsys):
         main(["sidecar", "--flush-interval", "0"])
 
 
+def test_a_token_goes_to_a_plain_http_upstream_only_when_asked_for(tmp_path, capsys):
+    from volcano_guard.cli import main
+
+    token = tmp_path / "token"
+    token.write_text("pod-token\n")
+    assert main(["sidecar", "--upstream", "http://10.0.0.1:6443", "--token-file",
+                 str(token)]) == 2
+    assert "plain http and a token would be sent to it in clear" in capsys.readouterr().err
+    proc = start_cli("sidecar", "--upstream", "http://127.0.0.1:9", "--token-file", str(token),
+                     "--allow-plaintext-token", "--listen", "127.0.0.1:0",
+                     "--metrics-listen", "127.0.0.1:0")
+    try:
+        wait_for_log(proc, r"sidecar proxy on http://")
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
 async def test_unreachable_upstream_is_a_503_status():
     async with sidecar_running(Cluster("http://127.0.0.1:9"), settings()) as sidecar, \
             aiohttp.ClientSession() as session, session.get(f"{sidecar.url}/api") as response:
