@@ -119,10 +119,20 @@ def test_create_is_stamped_whether_or_not_annotations_exist(annotations):
         assert patched["metadata"]["annotations"][key] == value
 
 
-def test_an_existing_id_is_never_overwritten():
+def test_an_id_a_client_supplies_on_create_is_replaced_with_a_warning():
+    obj = podgroup(annotations={GENERATION_ID: "0180-an-old-incarnations"})
+    decision = evaluate("mutate", from_document(pg_review("CREATE", obj)), context()).decision
+    patched = apply_patch(obj, list(decision.patch))
+    assert patched["metadata"]["annotations"][GENERATION_ID] == "0190-fixed-id"
+    assert any('"0180-an-old-incarnations" is replaced by 0190-fixed-id' in warning
+               for warning in decision.warnings)
+
+
+def test_a_break_glass_user_keeps_the_id_it_restores():
     obj = podgroup(annotations={GENERATION_ID: "keep-me"})
-    request = from_document(pg_review("CREATE", obj))
-    assert evaluate("mutate", request, context()).decision.patch == ()
+    request = from_document(pg_review("CREATE", obj, user="velero"))
+    ctx = context(deleteGuard={"exemptUsers": ["velero"]})
+    assert evaluate("mutate", request, ctx).decision.patch == ()
 
 
 def test_an_update_that_drops_or_changes_the_id_gets_it_back():

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from volcano_guard.base import jsonpatch
-from volcano_guard.base.jsonbody import object_at
+from volcano_guard.base.jsonbody import object_at, shown
 from volcano_guard.webhook.cel import (
     all_of,
     annotation_set,
@@ -120,10 +120,14 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
         return None
     annotations = _annotations(request.object)
     current = annotations.get(GENERATION_ID) if annotations is not None else None
+    warnings: tuple[str, ...] = ()
     if request.operation == "CREATE":
-        if current:
-            return NOTHING_FOUND  # an id already present is kept
+        if current and _break_glass(request, context.config):
+            return NOTHING_FOUND  # a restore by a break-glass user keeps its id
         wanted = str(context.new_generation_id())
+        if current is not None:
+            warnings = (f"{request.describe()}: {GENERATION_ID} {shown(current)} is replaced by "
+                        f"{wanted}: only the guard stamps a new PodGroup's id",)
     elif request.operation == "UPDATE":
         old = _annotations(request.old_object or {}) or {}
         restored = old.get(GENERATION_ID)
@@ -138,17 +142,22 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
         patch = jsonpatch.add(jsonpatch.pointer("metadata", "annotations", GENERATION_ID), wanted)
     verb = "stamp" if request.operation == "CREATE" else "restore"
     change = f"{verb} {request.describe()} {GENERATION_ID}={wanted}"
-    return Verdict(patch=(patch,), changes=(change,))
+    return Verdict(patch=(patch,), changes=(change,), warnings=warnings)
+
+
+def _break_glass(request: AdmissionRequest, config: Config) -> bool:
+    """The delete guard's exempt users and groups: who may also keep a PodGroup's id."""
+    guard = settings(config).deleteGuard
+    return request.user.username in guard.exemptUsers or bool(
+        set(request.user.groups) & set(guard.exemptGroups))
 
 
 def validate_delete(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     if not is_delete(request):
         return None
-    guard = settings(context.config).deleteGuard
     if _uid_precondition(request):
         return NOTHING_FOUND  # the API server refuses it unless it names this incarnation
-    if request.user.username in guard.exemptUsers or set(request.user.groups) & set(
-            guard.exemptGroups):
+    if _break_glass(request, context.config):
         return NOTHING_FOUND
     podgroups = context.snapshot(PODGROUPS)
     if podgroups is None or not podgroups.synced:
@@ -246,13 +255,17 @@ def joining_pod(request: AdmissionRequest) -> dict[str, Any] | None:
 
 
 def stamp_scopes(config: Config) -> tuple[Scope, ...]:
-    """PodGroup CREATEs without an id; UPDATEs that drop or change the id they had."""
+    """PodGroup CREATEs (but those with an id by a break-glass user); UPDATEs that drop or
+    change the id they had."""
+    guard = settings(config).deleteGuard
     id_now, id_before = annotation_set("object", GENERATION_ID), annotation_set(
         "oldObject", GENERATION_ID)
     changed = (f"object.metadata.annotations[{string(GENERATION_ID)}] != "
                f"oldObject.metadata.annotations[{string(GENERATION_ID)}]")
     condition = all_of(kind_is(*POD_GROUP), any_of(
-        all_of(operation_is("CREATE"), negate(id_now)),
+        all_of(operation_is("CREATE"),
+               negate(all_of(id_now, user_in(guard.exemptUsers, guard.exemptGroups))
+                      if guard.exemptUsers or guard.exemptGroups else "")),
         all_of(operation_is("UPDATE"), id_before, any_of(negate(id_now), changed))))
     return (Scope(MUTATE, (_podgroups("CREATE", "UPDATE"),), condition),)
 
