@@ -8,119 +8,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from tests.conftest import NAMESPACE, SERVICE
-from volcano_guard.base.tls import server_context
+from tests.sandbox.admission_chain import POD_RULE, PODS, VALIDATING, Box, ScriptedWebhook, pod
 from volcano_guard.sandbox import matching
 from volcano_guard.sandbox.authn import AUTHENTICATED, TokenFileError, load_token_file
 from volcano_guard.sandbox.runner import running
 from volcano_guard.sandbox.server import SandboxSettings
-
-PODS = "/api/v1/namespaces/team-a/pods"
-MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
-POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["*"], "resources": ["pods"]}
-
-
-def pod(name: str = "p1", **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
-
-
-@dataclass
-class ScriptedWebhook:
-    """Answers every AdmissionReview with answer(request) (a response's fields, or an
-    aiohttp response as is); records what it was sent."""
-
-    port: int = 0
-    calls: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
-    answer: Callable[[dict[str, Any]], Any] = lambda request: {"allowed": True}
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        review = await request.json()
-        self.calls.append((request.path, dict(request.query), review))
-        result = self.answer(review["request"])
-        if asyncio.iscoroutine(result):
-            result = await result
-        if isinstance(result, web.StreamResponse):
-            return result
-        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                  "response": {"uid": review["request"]["uid"], **result}})
-
-    def requests(self, path: str | None = None) -> list[dict[str, Any]]:
-        return [review["request"] for called, _, review in self.calls
-                if path is None or called == path]
-
-
-@pytest.fixture
-async def scripted(certs) -> AsyncIterator[ScriptedWebhook]:
-    hook = ScriptedWebhook()
-    app = web.Application()
-    app.router.add_post("/{path:.*}", hook.handle)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)  # a slow answer ends
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context(certs.cert_file,
-                                                                        certs.key_file))
-    await site.start()
-    hook.port = runner.addresses[0][1]
-    yield hook
-    await runner.cleanup()
-
-
-@dataclass
-class Box:
-    url: str
-    session: aiohttp.ClientSession
-    ca_bundle: str
-
-    async def call(self, method: str, path: str, body: Any = None,
-                   token: str | None = None) -> tuple[int, Any, list[str]]:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with self.session.request(method, self.url + path, json=body,
-                                        headers=headers) as response:
-            return (response.status, await response.json(content_type=None),
-                    response.headers.getall("Warning", []))
-
-    async def register(self, kind: str, name: str, *hooks: dict[str, Any]) -> None:
-        path = MUTATING if kind == "mutating" else VALIDATING
-        status, body, _ = await self.call("POST", path, {"metadata": {"name": name},
-                                                          "webhooks": list(hooks)})
-        assert status == 201, body
-
-    def hook(self, name: str, path: str = "/validate", **fields: Any) -> dict[str, Any]:
-        return {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
-                "clientConfig": {"service": {"namespace": NAMESPACE, "name": SERVICE,
-                                             "path": path, "port": 443},
-                                 "caBundle": self.ca_bundle},
-                "rules": [POD_RULE], **fields}
-
-    async def audit(self) -> list[dict[str, Any]]:
-        async with self.session.get(self.url + "/sandbox/audit") as response:
-            return (await response.json())["items"]
-
-
-@pytest.fixture
-async def box(certs, scripted, tmp_path) -> AsyncIterator[Box]:
-    tokens = tmp_path / "tokens.csv"
-    tokens.write_text('admin,kubernetes-admin,0,"system:masters"\n'
-                      'alice-token,alice,a1,"team-a,devs"\n')
-    settings = SandboxSettings(services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", scripted.port)},
-                               tokens=load_token_file(tokens))
-    async with running(settings=settings) as sandbox, aiohttp.ClientSession(
-            headers={"Authorization": "Bearer admin"}) as session:
-        sandbox.seed([{"apiVersion": "v1", "kind": "Namespace",
-                       "metadata": {"name": "team-a", "labels": {"tier": "gold"}}}])
-        yield Box(sandbox.url, session,
-                  base64.b64encode(certs.ca_file.read_bytes()).decode())
-
 
 # -- which webhooks apply ----------------------------------------------------------------------
 

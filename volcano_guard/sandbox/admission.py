@@ -151,7 +151,7 @@ class Dispatcher:
         try:
             return should_call(hook, attributes)
         except ConditionError as exc:  # webhook.go ShouldCallHook: NewForbidden
-            raise _forbidden(attributes, str(exc)) from None
+            raise forbidden(attributes, str(exc)) from None
 
     async def _mutating_call(self, configuration: str, hook: Mapping[str, Any],
                              attributes: Attributes, record: Record, key: str,
@@ -335,13 +335,17 @@ def _denied(name: str, status: Any, attributes: Attributes) -> ApiError:
     return ApiError(max(code, 400), reason, text, details)
 
 
-def _forbidden(attributes: Attributes, cause: str) -> ApiError:
-    """apierrors.NewForbidden(resource, name, err)."""
+def forbidden(attributes: Attributes, cause: str) -> ApiError:
+    """admission.NewForbidden: apierrors.NewForbidden(resource, name, err), the name as
+    extractResourceName finds it (the request's, the object's, its generateName, "Unknown")."""
     resource = (f"{attributes.resource}.{attributes.group}" if attributes.group
                 else attributes.resource)
-    return ApiError(403, "Forbidden", f'{resource} "{attributes.name}" is forbidden: {cause}',
-                    {"name": attributes.name, "group": attributes.group,
-                     "kind": attributes.resource})
+    metadata = (attributes.object or {}).get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    name = (attributes.name or str(metadata.get("name") or "")
+            or str(metadata.get("generateName") or "") or "Unknown")
+    return ApiError(403, "Forbidden", f'{resource} "{name}" is forbidden: {cause}',
+                    {"name": name, "group": attributes.group, "kind": attributes.resource})
 
 
 def _internal(cause: str) -> ApiError:

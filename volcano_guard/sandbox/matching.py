@@ -91,11 +91,12 @@ def configured_webhooks(configurations: Iterable[Mapping[str, Any]]) -> list[
 
 
 def exempt(attributes: Attributes) -> bool:
-    """Writes of webhook configurations are never sent to webhooks (rules.go
-    IsExemptAdmissionConfigurationResource), so a webhook cannot lock itself in."""
+    """Writes of webhook configurations and admission policies are never sent to webhooks
+    (rules.go IsExemptAdmissionConfigurationResource), so a webhook cannot lock itself in."""
     group, _, kind = attributes.kind
     return group == "admissionregistration.k8s.io" and kind in (
-        "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+        "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
 def should_call(webhook: Mapping[str, Any], attributes: Attributes) -> bool:
@@ -194,7 +195,7 @@ def conditions_match(webhook: Mapping[str, Any], attributes: Attributes) -> bool
     if not conditions:
         return True
     variables = {"object": attributes.object, "oldObject": attributes.old_object,
-                 "request": _cel_request(attributes)}
+                 "request": cel_request(attributes)}
     matches, errors = evaluate_conditions(conditions, _program, variables)
     if not matches:
         return False
@@ -234,7 +235,7 @@ def evaluate(program: Callable[[str], cel.Expression], expression: str,
     return value.plain_value(), ""
 
 
-def _cel_request(attributes: Attributes) -> dict[str, Any]:
+def cel_request(attributes: Attributes) -> dict[str, Any]:
     """The CEL `request` variable: the AdmissionRequest without the objects, which are
     `object` and `oldObject`."""
     request = attributes.request(uid="")

@@ -18,6 +18,7 @@ an evaluation error here where the apiserver's type check refuses the policy.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -76,15 +77,38 @@ class PolicyInputs:
                 "namespaceObject": self.namespace_object}
 
 
-_ENVIRONMENT = kubernetes_cel.environment({
-    name: cel.Type.DYN
-    for name in ("object", "oldObject", "request", "params", "namespaceObject", "variables")})
+_VARIABLES = ("object", "oldObject", "request", "namespaceObject", "variables")
+_ENVIRONMENT = kubernetes_cel.environment({name: cel.Type.DYN
+                                           for name in (*_VARIABLES, "params")})
+# A policy without a paramKind has no `params` (plugin.go compilePolicy: HasParams).
+_WITHOUT_PARAMS = kubernetes_cel.environment({name: cel.Type.DYN for name in _VARIABLES})
 
 
 @functools.lru_cache(maxsize=512)
 def program(expression: str) -> cel.Expression:
     """The compiled expression; RuntimeError naming the problem if it does not compile."""
     return _ENVIRONMENT.compile(expression)
+
+
+def compile_errors(spec: Mapping[str, Any]) -> list[str]:
+    """Every expression of the policy that does not compile in its environment, as the API's
+    validation refuses it: `FIELD: Invalid value: "EXPRESSION": compilation failed: ...`."""
+    environment = _ENVIRONMENT if spec.get("paramKind") else _WITHOUT_PARAMS
+    errors = []
+    for field_name, key in (("matchConditions", "expression"), ("variables", "expression"),
+                            ("validations", "expression"),
+                            ("validations", "messageExpression"),
+                            ("auditAnnotations", "valueExpression")):
+        for index, item in enumerate(spec.get(field_name) or ()):
+            expression = item.get(key) if isinstance(item, Mapping) else None
+            if not expression:
+                continue
+            try:
+                environment.compile(str(expression))
+            except RuntimeError as exc:
+                errors.append(f"spec.{field_name}[{index}].{key}: Invalid value: "
+                              f"{json.dumps(str(expression))}: compilation failed: {exc}")
+    return errors
 
 
 def validate(spec: Mapping[str, Any], inputs: PolicyInputs) -> ValidateResult:

@@ -72,6 +72,14 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(ADMISSION, "v1", "validatingwebhookconfigurations",
                  "ValidatingWebhookConfiguration", False, strategic_merge=True,
                  fields=("webhooks",)),
+    ResourceType(ADMISSION, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy",
+                 False, status_subresource=True, strategic_merge=True),
+    ResourceType(ADMISSION, "v1", "validatingadmissionpolicybindings",
+                 "ValidatingAdmissionPolicyBinding", False, strategic_merge=True,
+                 fields=("spec",)),
+    # Params of admission policies (paramKind v1 ConfigMap).
+    ResourceType(CORE, "v1", "configmaps", "ConfigMap", True, ("cm",), strategic_merge=True,
+                 fields=("data", "binaryData", "immutable")),
     ResourceType(SCHEDULING, "v1beta1", "queues", "Queue", False, ("q", "queue-v1beta1"),
                  status_subresource=True),
     # Volcano's PodGroup CRD has no status subresource: status is written with the object.

@@ -3,7 +3,8 @@ pkg/endpoints/handlers create.go, update.go, patch.go, delete.go and pkg/registr
 registry/store.go):
 
     decode + default -> mutating webhooks -> the kind's own preparation and validation
-    (name, uid, status, generation; preconditions) -> validating webhooks -> store
+    (name, uid, status, generation; preconditions) -> ValidatingAdmissionPolicies ->
+    validating webhooks -> store
 
 An update whose object changed while its webhooks were being called is done again from the
 start, as the apiserver's GuaranteedUpdate retries; a precondition the client set still fails.
@@ -11,19 +12,24 @@ start, as the apiserver's GuaranteedUpdate retries; a precondition the client se
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from volcano_guard.sandbox import policies
 from volcano_guard.sandbox.admission import Dispatcher, Record
 from volcano_guard.sandbox.matching import Attributes, User, configuration_errors
-from volcano_guard.sandbox.resources import ADMISSION, ResourceType, served
+from volcano_guard.sandbox.policy_validation import compile_errors
+from volcano_guard.sandbox.resources import ADMISSION, RESOURCES, ResourceType, served
 from volcano_guard.sandbox.store import ApiError, Stale, Store, Stored, default
 
 MAX_ATTEMPTS = 5
 NAMESPACES = served("", "v1", "namespaces")
 MUTATING = served(ADMISSION, "v1", "mutatingwebhookconfigurations")
 VALIDATING = served(ADMISSION, "v1", "validatingwebhookconfigurations")
+POLICIES = served(ADMISSION, "v1", "validatingadmissionpolicies")
+BINDINGS = served(ADMISSION, "v1", "validatingadmissionpolicybindings")
 BINDING_KIND = ("", "v1", "Binding")
 
 
@@ -77,15 +83,40 @@ class Write:
         return options
 
     def configurations(self, resource: ResourceType) -> list[dict[str, Any]]:
-        items, _ = self.store.list(resource, "")
-        return [stored.object() for stored in items]
+        return self._objects(resource, "")
 
     async def mutate(self, attributes: Attributes) -> dict[str, Any] | None:
         return await self.dispatcher.mutate(attributes, self.configurations(MUTATING),
                                             self.record, lambda obj: default(self.resource, obj))
 
     async def validate(self, attributes: Attributes) -> None:
+        """The admission policies, then the validating webhooks (plugins.go's order)."""
+        policies.dispatch(attributes, self.configurations(POLICIES),
+                          self.configurations(BINDINGS), self.params,
+                          self._namespace_object(attributes), self.record)
         await self.dispatcher.validate(attributes, self.configurations(VALIDATING), self.record)
+
+    def params(self, api_version: str, kind: str) -> policies.ParamSource | None:
+        """Where a binding's params are: objects of a paramKind the sandbox serves."""
+        group, _, version = api_version.rpartition("/")
+        for resource in RESOURCES:
+            if (resource.group, resource.version, resource.kind) == (group, version, kind):
+                return policies.ParamSource(resource.namespaced, functools.partial(
+                    self._objects, resource))
+        return None
+
+    def _objects(self, resource: ResourceType, namespace: str) -> list[dict[str, Any]]:
+        items, _ = self.store.list(resource, namespace)
+        return [stored.object() for stored in items]
+
+    def _namespace_object(self, attributes: Attributes) -> dict[str, Any] | None:
+        """The request's Namespace (none for cluster-scoped objects and for a Namespace)."""
+        if not attributes.namespace or self.resource is NAMESPACES:
+            return None
+        try:
+            return self.store.get(NAMESPACES, "", attributes.namespace).object()
+        except ApiError:
+            return None
 
 
 async def create(write: Write, body: Any) -> Stored:
@@ -132,11 +163,16 @@ async def _update(write: Write, read: Any) -> Stored:
 
 
 def _check_configuration(resource: ResourceType, obj: dict[str, Any]) -> None:
-    """A webhook configuration the sandbox could not match by is refused, as the apiserver's
-    validation refuses it (422)."""
-    if resource not in (MUTATING, VALIDATING):
+    """A webhook configuration the sandbox could not match by, or an admission policy whose
+    expressions do not compile, is refused, as the apiserver's validation refuses it (422)."""
+    if resource in (MUTATING, VALIDATING):
+        errors = configuration_errors(obj)
+    elif resource is POLICIES:
+        errors = compile_errors(obj.get("spec") or {})
+    elif resource is BINDINGS:
+        errors = policies.binding_errors(obj.get("spec") or {})
+    else:
         return
-    errors = configuration_errors(obj)
     if errors:
         name = obj["metadata"].get("name", "")
         raise ApiError(422, "Invalid", f'{resource.kind}.admissionregistration.k8s.io "{name}" '
