@@ -4,6 +4,7 @@ token rotation, and the process's SIGTERM drain."""
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from tests.processes import start_cli, wait_for_log
 from tests.threaded import on_thread
 from volcano_guard.base.kubeconfig import Cluster, TokenSource
 from volcano_guard.base.processes import memory_kib
+from volcano_guard.base.tls import client_context
 from volcano_guard.sandbox.resources import find
 from volcano_guard.sandbox.runner import SandboxThread
 from volcano_guard.sidecar.service import SidecarSettings
@@ -135,7 +137,8 @@ async def test_targets_and_hosts_that_are_not_its_loopback_get_400(recorder, req
     assert seen == []
 
 
-@pytest.mark.parametrize("host", ["localhost:8001", "127.0.0.1", "[::1]:8001", "localhost"])
+@pytest.mark.parametrize("host", ["localhost:8001", "127.0.0.1", "[::1]:8001", "localhost",
+                                  "LocalHost:8001"])
 async def test_loopback_hosts_are_served(recorder, host):
     url, seen = recorder
     async with sidecar_running(Cluster(url), settings()) as sidecar:
@@ -150,16 +153,51 @@ async def test_with_a_written_kubeconfig_only_its_token_borrows_the_pods(recorde
     kubeconfig = tmp_path / "shared" / "kubeconfig"
     changes = {"write_kubeconfig": str(kubeconfig)}
     async with sidecar_running(Cluster(url, token_file=str(token)), settings(**changes)) as \
-            sidecar, aiohttp.ClientSession() as session:
+            sidecar, aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=client_context(sidecar.ca_file))) as session:
+        assert sidecar.url.startswith("https://127.0.0.1:")
         for headers in ({}, {"Authorization": "Bearer pod-token"},
                         {"Authorization": "Bearer wrong"}):
             async with session.get(f"{sidecar.url}/api/v1/secrets", headers=headers) as answer:
                 assert answer.status == 401, headers
         assert seen == []
-        own = f"Bearer {sidecar.proxy.client_token}"
-        async with session.get(f"{sidecar.url}/api", headers={"Authorization": own}) as answer:
-            assert answer.status == 200
+        for scheme in ("Bearer", "bearer"):  # the scheme is case-insensitive (RFC 7235)
+            own = f"{scheme} {sidecar.proxy.client_token}"
+            async with session.get(f"{sidecar.url}/api",
+                                   headers={"Authorization": own}) as answer:
+                assert answer.status == 200
     assert seen[-1][2]["Authorization"] == "Bearer pod-token"
+
+
+def test_kubectl_with_the_written_kubeconfig_reaches_the_cluster_and_nothing_else_does(
+        tmp_path):
+    """client-go sends a kubeconfig's token to https servers only: the kubeconfig the sidecar
+    writes must work for kubectl (and Volcano's components) as written."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (.ci/run installs it)")
+    kubeconfig = tmp_path / "shared" / "kubeconfig"
+    with SandboxThread() as sandbox:
+        sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}])
+        proc = start_cli("sidecar", "--upstream", sandbox.url, "--listen", "127.0.0.1:0",
+                         "--metrics-listen", "127.0.0.1:0", "--write-kubeconfig",
+                         str(kubeconfig))
+        try:
+            url = wait_for_log(proc, r"sidecar proxy on (https://[^ ]+) ")[1]
+            listed = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "get",
+                                     "namespaces", "-o", "name"], capture_output=True,
+                                    text=True, timeout=30)
+            assert listed.returncode == 0, listed.stderr
+            assert listed.stdout.strip() == "namespace/team-a"
+            stranger = subprocess.run([kubectl, "--server", url, "--insecure-skip-tls-verify",
+                                       "--token", "guess", "get", "namespaces"],
+                                      capture_output=True, text=True, timeout=30)
+            assert stranger.returncode != 0
+            assert "You must be logged in to the server (this request lacks the token" in \
+                stranger.stderr
+        finally:
+            proc.kill()
+            proc.wait(10)
 
 
 async def test_large_streamed_response_is_relayed_in_full(recorder):

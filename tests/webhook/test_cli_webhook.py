@@ -119,15 +119,18 @@ def test_with_client_ca_only_the_client_that_ca_signed_is_answered(certs, tmp_pa
         proc.wait(10)
 
 
-def test_a_client_ca_that_is_not_a_ca_bundle_exits_2_naming_it(certs, tmp_path):
+def test_a_client_ca_that_is_not_a_ca_bundle_exits_2_naming_it(certs, tmp_path, capsys):
     from volcano_guard.cli import main
 
-    bad = tmp_path / "client-ca.crt"
-    bad.write_text("garbage\n")
-    code = main(["webhook", "--tls-cert", str(certs.cert_file), "--tls-key",
-                 str(certs.key_file), "--client-ca", str(bad), "--config",
-                 str(no_cluster_config(tmp_path))])
-    assert code == 2
+    garbage = tmp_path / "client-ca.crt"
+    garbage.write_text("garbage\n")
+    for bad, said in ((garbage, "not a readable PEM CA bundle"),
+                      (certs.cert_file, "holds a certificate that is not a CA")):  # a leaf
+        code = main(["webhook", "--tls-cert", str(certs.cert_file), "--tls-key",
+                     str(certs.key_file), "--client-ca", str(bad), "--config",
+                     str(no_cluster_config(tmp_path))])
+        assert code == 2
+        assert f"--client-ca {bad}: {said}" in capsys.readouterr().err
 
 
 def no_cluster_config(tmp_path):

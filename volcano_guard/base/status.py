@@ -8,6 +8,7 @@ from aiohttp import web
 
 REASONS = {
     400: "BadRequest",
+    401: "Unauthorized",
     403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",

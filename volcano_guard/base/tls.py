@@ -19,8 +19,26 @@ def server_context(cert_file: str | Path, key_file: str | Path,
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f"--client-ca {client_ca}: not a readable PEM CA bundle "
                              f"({exc})") from None
+        not_ca = _not_ca(Path(client_ca).read_bytes())
+        if not_ca:
+            raise ValueError(f"--client-ca {client_ca}: holds a certificate that is not a CA "
+                             f"({not_ca}): no client certificate could be verified by it")
         context.verify_mode = ssl.CERT_REQUIRED
     return context
+
+
+def _not_ca(pem: bytes) -> str:
+    """The subject of the first certificate in pem that is not a CA, or ""."""
+    from cryptography import x509
+
+    for certificate in x509.load_pem_x509_certificates(pem):
+        try:
+            ca = certificate.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        except x509.ExtensionNotFound:
+            ca = False
+        if not ca:
+            return certificate.subject.rfc4514_string()
+    return ""
 
 
 def client_context(ca_file: str | Path) -> ssl.SSLContext:

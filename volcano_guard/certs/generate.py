@@ -4,6 +4,7 @@ its own with a client certificate, for an API server the webhook verifies (`--cl
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
 CA_KEY_FILE = "ca.key"  # kept beside the CA so later rotations can sign with it
 CLIENT_CA_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE = "client-ca.crt", "client.crt", "client.key"
+LOOPBACK_NAMES = ("localhost",)
+LOOPBACK_ADDRESSES = ("127.0.0.1", "::1")
 _BACKDATE = datetime.timedelta(minutes=5)  # tolerate clock skew between nodes
 
 
@@ -88,6 +91,27 @@ def generate_client(name: str, out_dir: str | Path, *, days: int = 365,
                            name, not_after)
 
 
+def generate_loopback(out_dir: str | Path, prefix: str, *, days: int = 365) -> GeneratedCerts:
+    """A CA of its own and a certificate for localhost, 127.0.0.1 and ::1, written as
+    PREFIX-ca.crt, PREFIX.crt and PREFIX.key (0600) and replacing any earlier ones: for a
+    server on loopback that its clients must reach over TLS (client-go sends a kubeconfig's
+    credentials to https servers only). The CA's key is kept nowhere."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    not_after = now + datetime.timedelta(days=days)
+    ca_key, ca_cert = issue_ca(f"volcano-guard-loopback-ca ({prefix})", now, not_after)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _leaf_certificate(key, ca_key, ca_cert, LOOPBACK_NAMES[0],
+                             ExtendedKeyUsageOID.SERVER_AUTH, LOOPBACK_NAMES, now, not_after,
+                             addresses=LOOPBACK_ADDRESSES)
+    files = out / f"{prefix}-ca.crt", out / f"{prefix}.crt", out / f"{prefix}.key"
+    write_pem(files[2], key_pem(key), private=True)
+    write_pem(files[1], cert_pem(cert))
+    write_pem(files[0], cert_pem(ca_cert))
+    return GeneratedCerts(*files, LOOPBACK_NAMES, not_after)
+
+
 def _validity(out_dir: str | Path, ca_file: str, days: int,
               force: bool) -> tuple[Path, datetime.datetime, datetime.datetime]:
     """The output folder (made), now and the end of validity; CertsError for a bad --days or
@@ -147,6 +171,7 @@ def _leaf_certificate(
     key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey,
     ca_cert: x509.Certificate, common_name: str, usage: x509.ObjectIdentifier,
     dns_names: tuple[str, ...], now: datetime.datetime, not_after: datetime.datetime,
+    addresses: tuple[str, ...] = (),
 ) -> x509.Certificate:
     builder = (
         x509.CertificateBuilder()
@@ -164,10 +189,10 @@ def _leaf_certificate(
             critical=False,
         )
     )
-    if dns_names:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]),
-            critical=False)
+    if dns_names or addresses:
+        names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+        names += [x509.IPAddress(ipaddress.ip_address(address)) for address in addresses]
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     return builder.sign(ca_key, hashes.SHA256())
 
 

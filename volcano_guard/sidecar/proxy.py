@@ -119,18 +119,19 @@ def refusal(request: web.Request, proxy: Proxy) -> web.Response | None:
     if _host_name(request.headers.get("Host", "")) not in LOOPBACK_HOSTS:
         return status_response(400, f"Host {request.headers.get('Host', '')!r} is not the "
                                "sidecar's loopback address (localhost, 127.0.0.1 or [::1])")
-    if proxy.client_token is not None and not hmac.compare_digest(
-            request.headers.get("Authorization", "").encode(),
-            f"Bearer {proxy.client_token}".encode()):
-        return status_response(401, "the volcano-guard sidecar serves only clients with the "
-                               "token of the kubeconfig it wrote (--write-kubeconfig)")
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if proxy.client_token is not None and not (scheme.lower() == "bearer" and hmac.compare_digest(
+            token.strip().encode(), proxy.client_token.encode())):
+        return status_response(401, "this request lacks the token of the kubeconfig the "
+                               "volcano-guard sidecar wrote (--write-kubeconfig): use that "
+                               "kubeconfig")
     return None
 
 
 def _host_name(host: str) -> str:
-    """The Host header without its port ("[::1]:8001" -> "[::1]")."""
-    name, _, port = host.rpartition(":")
-    return name if name and port.isdigit() and not host.endswith("]") else host
+    """The Host header's name, lower case, without its port ("[::1]:8001" -> "[::1]")."""
+    name, _, port = host.lower().rpartition(":")
+    return name if name and port.isdigit() and not host.endswith("]") else host.lower()
 
 
 async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> web.StreamResponse:

@@ -7,16 +7,20 @@ import asyncio
 import logging
 import secrets
 import signal
+import ssl
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
 from volcano_guard.base.kubeconfig import Cluster, TokenSource, write_kubeconfig
 from volcano_guard.base.metrics import metrics_app
+from volcano_guard.base.tls import server_context
+from volcano_guard.certs.generate import generate_loopback
 from volcano_guard.sidecar.coalescer import Coalescer
 from volcano_guard.sidecar.flusher import Flusher
 from volcano_guard.sidecar.proxy import UPSTREAM_READ_TIMEOUT, Proxy, create_app
@@ -46,6 +50,13 @@ class RunningSidecar:
     url: str
     metrics_url: str
     proxy: Proxy
+    ca_file: Path | None = None  # the CA of its loopback certificate, when it serves TLS
+
+
+def _loopback_tls(kubeconfig: str) -> tuple[ssl.SSLContext, Path]:
+    """A TLS context for loopback, its certificate and CA written beside the kubeconfig."""
+    made = generate_loopback(Path(kubeconfig).parent, "sidecar")
+    return server_context(made.cert_file, made.key_file), made.ca_file
 
 
 @asynccontextmanager
@@ -58,8 +69,11 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
     coalescer = Coalescer(settings.flush_interval, settings.max_pending)
     flusher = Flusher(coalescer, session, cluster.url, tokens, settings.max_upstream_qps)
     # The kubeconfig it writes holds a token of this process's own: only the containers that
-    # mount that file (the pod's served containers) can use the proxy's credentials.
+    # mount that file (the pod's served containers) can use the proxy's credentials. client-go
+    # sends a kubeconfig's credentials to https servers only, so the proxy then serves TLS, with
+    # a certificate for loopback whose CA the kubeconfig names.
     client_token = secrets.token_urlsafe(32) if settings.write_kubeconfig else None
+    tls = _loopback_tls(settings.write_kubeconfig) if settings.write_kubeconfig else None
     proxy = Proxy(cluster.url, session, tokens, coalescer, flusher,
                   frozenset(settings.coalesce), settings.ack, clock=time.monotonic,
                   read_timeout=settings.upstream_read_timeout, client_token=client_token)
@@ -73,10 +87,13 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
     await probes.setup()
     flusher.start()
     try:
-        await web.TCPSite(api, settings.listen_host, settings.listen_port).start()
+        await web.TCPSite(api, settings.listen_host, settings.listen_port,
+                          ssl_context=tls[0] if tls else None).start()
         await web.TCPSite(probes, settings.metrics_host, settings.metrics_port).start()
-        yield RunningSidecar(f"http://{settings.listen_host}:{api.addresses[0][1]}",
-                             f"http://{settings.metrics_host}:{probes.addresses[0][1]}", proxy)
+        scheme = "https" if tls else "http"
+        yield RunningSidecar(f"{scheme}://{settings.listen_host}:{api.addresses[0][1]}",
+                             f"http://{settings.metrics_host}:{probes.addresses[0][1]}", proxy,
+                             tls[1] if tls else None)
         proxy.draining = True
         left = await flusher.drain(settings.drain_timeout)
         if left:
@@ -100,7 +117,7 @@ async def serve(cluster: Cluster, settings: SidecarSettings) -> int:
     async with running(cluster, settings) as sidecar:
         if settings.write_kubeconfig:
             write_kubeconfig(settings.write_kubeconfig, sidecar.url,
-                             token=sidecar.proxy.client_token)
+                             token=sidecar.proxy.client_token, ca_file=sidecar.ca_file)
         else:
             log.warning("no --write-kubeconfig: clients are not authenticated, and any process "
                         "that reaches %s borrows the upstream credentials", sidecar.url)
