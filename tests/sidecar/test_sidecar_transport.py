@@ -127,6 +127,9 @@ async def raw_request(url: str, request_line: str, host: str, extra: str = "") -
      b"only origin-form request targets"),
     ("GET /api/v1/secrets HTTP/1.1", "attacker.example", b"is not the sidecar's loopback"),
     ("GET /api/v1/secrets HTTP/1.1", "attacker.example:8001", b"is not the sidecar's loopback"),
+    ("CONNECT kubernetes.default.svc:443 HTTP/1.1", "kubernetes.default.svc:443",
+     b"only origin-form request targets"),
+    ("OPTIONS * HTTP/1.1", "127.0.0.1", b"only origin-form request targets"),
 ])
 async def test_targets_and_hosts_that_are_not_its_loopback_get_400(recorder, request_line, host,
                                                                    said):

@@ -89,17 +89,21 @@ class Proxy:
 
 
 def create_app(proxy: Proxy) -> web.Application:
-    app = web.Application(client_max_size=MAX_WRITE_BODY)
+    app = web.Application(client_max_size=MAX_WRITE_BODY, middlewares=[_refuse_strangers])
     app[PROXY_KEY] = proxy
     app.router.add_route("*", "/{tail:.*}", handle)
     return app
 
 
+@web.middleware
+async def _refuse_strangers(request: web.Request, handler: Any) -> web.StreamResponse:
+    """refusal() before anything, also for the targets no route matches (CONNECT, OPTIONS *)."""
+    refused = refusal(request, request.app[PROXY_KEY])
+    return refused if refused is not None else await handler(request)
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
     proxy = request.app[PROXY_KEY]
-    refused = refusal(request, proxy)
-    if refused is not None:
-        return refused
     if "upgrade" in request.headers.get("Connection", "").lower():
         return status_response(501, "the volcano-guard sidecar does not proxy upgraded "
                                "connections (exec, attach, port-forward); use the API server "
