@@ -1,6 +1,7 @@
 """The sandbox's Kubernetes CEL libraries, pinned to their source: the k8s.quantity library's
 declarations (overload ids, member or global, parameter and result types) and every example its
-documentation gives (k8s.io/apiserver pkg/cel/library/quantity.go at the 1.30 release)."""
+documentation gives (k8s.io/apiserver pkg/cel/library/quantity.go at the 1.30 release); the
+examples of the lists and regex libraries, as Go evaluates them; and the strings extension."""
 
 from __future__ import annotations
 
@@ -119,3 +120,82 @@ def test_a_match_condition_may_use_quantities_as_in_the_apiserver():
 
     assert conditions_match(webhook, pod("2"))
     assert not conditions_match(webhook, pod("100m"))
+
+
+# -- k8s.lists and k8s.regex: the examples of their documentation, as Go evaluates them ----------
+
+LISTS_GO, REGEX_GO = "pkg/cel/library/lists.go", "pkg/cel/library/regex.go"
+ERROR = "error"
+
+
+def library_examples(path: str) -> list[tuple[str, str]]:
+    """(expression, what the documentation says) for each `//	expr // says` line."""
+    source = upstream_file("kubernetes-apiserver", APISERVER_1_30, path)
+    return re.findall(r"^//\t(\S.*?)\s*// (?:returns? |return )?(.+)$", source, re.M)
+
+
+def evaluated(expression: str) -> object:
+    value = environment({}).compile(expression).eval(data={})
+    return ERROR if value.type() == cel.Type.ERROR else value.plain_value()
+
+
+# What the documentation says, in CEL, where it says it in words or Go; and the examples that
+# are not CEL (emptyIntList is a Go variable of the tests; strings are not durations).
+LISTS_SAID = {"true": True, "false": False, "4": 4, "4.0": 4.0, "0": 0, "0.0": 0.0, "1": 1,
+              "3": 3, "2": 2, "-1": -1, "error": ERROR}
+LISTS_NOT_CEL = {"['1m', '1s'].sum()", "emptyIntList.sum()", "emptyDoubleList.sum()",
+                 "([0] + emptyList).min()",
+                 # indexOf/lastIndexOf are not offered (kubernetes_cel says why)
+                 "[1, 2, 2, 3].indexOf(2)", "['a', 'b', 'b', 'c'].lastIndexOf('b')",
+                 "[1.0].indexOf(1.1)", "[].indexOf('string')"}
+
+
+@pytest.mark.parametrize(("expression", "said"), [
+    example for example in library_examples(LISTS_GO) if example[0] not in LISTS_NOT_CEL])
+def test_every_lists_example_gives_what_its_documentation_says(expression, said):
+    assert evaluated(expression) == LISTS_SAID[said.strip()]
+
+
+def test_the_lists_examples_are_all_read():
+    examples = dict(library_examples(LISTS_GO))
+    assert len(examples) == 20 and set(examples) >= LISTS_NOT_CEL
+
+
+# Go's regexp finds the leftmost match, and an empty one counts: `[0-9]*` matches "" at the start
+# of "abc 123" (FindString gives ""), and between the digits of "123 abc 456" findAll returns the
+# empty matches that do not abut a match (regexp.go allMatches). The documentation's '123' and
+# ['123', '456'] are what `[0-9]+` gives; both are pinned.
+REGEX_GO_SEMANTICS = {
+    "\"abc 123\".find('[0-9]*')": "",
+    "\"123 abc 456\".findAll('[0-9]*')": ["123", "", "", "", "", "456"],
+}
+
+
+@pytest.mark.parametrize(("expression", "said"), library_examples(REGEX_GO))
+def test_every_regex_example_gives_what_go_gives(expression, said):
+    if expression in REGEX_GO_SEMANTICS:
+        assert evaluated(expression) == REGEX_GO_SEMANTICS[expression]
+        assert evaluated(expression.replace("[0-9]*", "[0-9]+")) == eval(said)
+    else:
+        assert evaluated(expression) == eval(said)  # a Python literal: '' or [...]
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    ("'a1b22c333'.findAll('[0-9]+', 2)", ["1", "22"]),
+    ("'aaa'.findAll('a*?')", ["", "", "", ""]),  # empty matches, none abutting a match
+    ("'x'.find('(?=x)')", ERROR),  # RE2 has no look-around
+    ("'x'.find('(')", ERROR),
+    ("'hello'.charAt(4)", "o"),  # the strings extension, version 2
+    ("'hello hello hello'.split(' ', 2)", ["hello", "hello hello"]),
+    ("['a', 'b'].join('-')", "a-b"),
+    ("'%d pods on %s'.format([3, 'gpu-1'])", "3 pods on gpu-1"),
+    ("[3, 1, 2].max()", 3),
+    ("[1, 'a'].isSorted()", ERROR),  # not one comparable type
+])
+def test_regex_strings_and_lists_beyond_the_examples(expression, expected):
+    assert evaluated(expression) == expected
+
+
+def test_a_strings_function_newer_than_1_30_does_not_compile():
+    with pytest.raises(RuntimeError, match="undeclared reference to 'reverse'"):
+        environment({}).compile("'abc'.reverse()")  # strings version 3 (1.32)

@@ -8,6 +8,17 @@ sandbox implements, each transcribed from its source:
   `isQuantity()`, and a Quantity's `isGreaterThan`, `isLessThan`, `compareTo`,
   `asApproximateFloat`, `asInteger`, `isInteger`, `add` and `sub` (members), and `sign` (a
   global function in the 1.30 declarations, though its documentation writes it as a member).
+- `k8s.lists` (pkg/cel/library/lists.go; since 1.0): a list's `isSorted`, `sum`, `min` and
+  `max`. The apiserver declares one overload a comparable or summable element type; here each
+  takes a list of any element and a wrong one is an evaluation error rather than a type-check
+  error. A list's `indexOf` and `lastIndexOf` are not offered: the C++ strings extension
+  declares those names for strings, and its binding cannot take list overloads beside them.
+- `k8s.regex` (pkg/cel/library/regex.go; since 1.0): a string's `find` and `findAll`, with Go's
+  regexp semantics for successive matches (regexp.go `allMatches`: an empty match right after a
+  match is skipped) on Python's `re`. Patterns RE2 refuses (look-arounds, back-references) are
+  refused as `Illegal regex`.
+- the strings extension at version 2 (cel-go ext `Strings(StringsVersion(2))`, registered since
+  1.29), which CEL's C++ runtime implements as `ExtStrings(2)`.
 
 cel-expr-python has no opaque values, so a Quantity is the protobuf message
 `kubernetes.Quantity`, the type name the apiserver gives it. The message holds the quantity's
@@ -18,11 +29,15 @@ apiserver's resource.Quantity rounds a fraction below 10^-9 up.
 
 from __future__ import annotations
 
+import datetime
+import itertools
+import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 from cel_expr_python import cel
+from cel_expr_python.ext.ext_strings import ExtStrings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from volcano_guard.base.quantity import EXACT, QuantityError, parse_quantity
@@ -124,14 +139,111 @@ QUANTITY_OVERLOADS: tuple[tuple[str, str, tuple[cel.Type, ...], cel.Type, bool, 
 
 def quantity_library() -> cel.CelExtension:
     """The k8s.quantity library as a cel-expr-python extension."""
+    return _library("k8s.quantity", QUANTITY_OVERLOADS)
+
+
+def _library(name: str, overloads: Any) -> cel.CelExtension:
     by_name: dict[str, list[cel.Overload]] = {}
-    for name, overload_id, parameters, result, member, implementation in QUANTITY_OVERLOADS:
-        by_name.setdefault(name, []).append(cel.Overload(
+    for function, overload_id, parameters, result, member, implementation in overloads:
+        by_name.setdefault(function, []).append(cel.Overload(
             overload_id, result, list(parameters), is_member=member, impl=implementation))
-    return cel.CelExtension("k8s.quantity", [cel.FunctionDecl(name, overloads)
-                                             for name, overloads in by_name.items()])
+    return cel.CelExtension(name, [cel.FunctionDecl(function, declared)
+                                   for function, declared in by_name.items()])
+
+
+# -- k8s.lists ----------------------------------------------------------------------------------
+
+def _ordered(items: list[Any], name: str) -> list[Any]:
+    """items, if CEL can compare them (one comparable type, numbers together); else an error."""
+    kinds = {"number" if isinstance(i, int | float) and not isinstance(i, bool) else type(i)
+             for i in items}
+    if len(kinds) > 1 or kinds & {dict, list, type(None)}:
+        raise ValueError(f"no such overload: {name} of a list of {sorted(map(str, kinds))}")
+    return items
+
+
+def is_sorted(items: list[Any]) -> bool:
+    ordered = _ordered(items, "isSorted")
+    return all(not a > b for a, b in itertools.pairwise(ordered))
+
+
+def list_sum(items: list[Any]) -> Any:
+    """lists.go sum: from the element type's zero (an int 0 for an empty list)."""
+    if items and all(isinstance(i, datetime.timedelta) for i in items):
+        return sum(items, datetime.timedelta(0))
+    if any(isinstance(i, bool) or not isinstance(i, int | float) for i in items):
+        raise ValueError("no such overload: sum of a list that is not of numbers or durations")
+    return sum(items)
+
+
+def _extreme(items: list[Any], name: str, pick: Any) -> Any:
+    if not items:
+        raise ValueError(f"{name} called on empty list")
+    return pick(_ordered(items, name))
+
+
+_LIST = cel.Type.List(cel.Type.DYN)
+LISTS_OVERLOADS = (
+    ("isSorted", "list_is_sorted_bool", (_LIST,), _T.BOOL, True, is_sorted),
+    ("sum", "list_sum", (_LIST,), _T.DYN, True, list_sum),
+    ("min", "list_min", (_LIST,), _T.DYN, True, lambda items: _extreme(items, "min", min)),
+    ("max", "list_max", (_LIST,), _T.DYN, True, lambda items: _extreme(items, "max", max)),
+)
+
+
+# -- k8s.regex ----------------------------------------------------------------------------------
+
+_NOT_RE2 = re.compile(r"\\(?:[1-9]|g<)|\(\?(?:=|!|<=|<!)")  # back-references, look-arounds
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    if _NOT_RE2.search(pattern):
+        raise ValueError(f"Illegal regex: error parsing regexp: invalid or unsupported Perl "
+                         f"syntax: `{pattern}`")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"Illegal regex: error parsing regexp: {exc}") from None
+
+
+def find(text: str, pattern: str) -> str:
+    """regex.go find: Go's FindString, the leftmost match ("" for none)."""
+    match = _regex(pattern).search(text)
+    return match.group() if match else ""
+
+
+def find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
+    """regex.go findAll: Go's FindAllString(text, limit), as regexp.go allMatches walks it."""
+    compiled, found = _regex(pattern), list[str]()
+    position, previous_end = 0, -1
+    while (limit < 0 or len(found) < limit) and position <= len(text):
+        match = compiled.search(text, position)
+        if match is None:
+            break
+        accept = True
+        if match.end() == position:  # an empty match: skip it right after a match
+            accept = match.start() != previous_end
+            position += 1
+        else:
+            position = match.end()
+        previous_end = match.end()
+        if accept:
+            found.append(match.group())
+    return found
+
+
+_LIST_OF_STRINGS = cel.Type.List(_T.STRING)
+REGEX_OVERLOADS = (
+    ("find", "string_find_string", (_T.STRING, _T.STRING), _T.STRING, True, find),
+    ("findAll", "string_find_all_string", (_T.STRING, _T.STRING), _LIST_OF_STRINGS, True,
+     find_all),
+    ("findAll", "string_find_all_string_int", (_T.STRING, _T.STRING, _T.INT),
+     _LIST_OF_STRINGS, True, find_all),
+)
 
 
 def environment(variables: Mapping[str, cel.Type]) -> cel.Env:
     """A CEL environment with the given variables and the Kubernetes libraries above."""
-    return cel.NewEnv(POOL, variables=dict(variables), extensions=[quantity_library()])
+    return cel.NewEnv(POOL, variables=dict(variables), extensions=[
+        quantity_library(), _library("k8s.lists", LISTS_OVERLOADS),
+        _library("k8s.regex", REGEX_OVERLOADS), ExtStrings(2)])
