@@ -485,10 +485,12 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
 
 
 def run_manifests(args: argparse.Namespace) -> int:
+    from volcano_guard.webhook.admission_policies import admission_policies
     from volcano_guard.webhook.registrations import render, webhook_configurations
 
     config = _load_config_or_exit(args.config)
-    print(render(webhook_configurations(config, args.namespace, args.service)), end="")
+    print(render([*webhook_configurations(config, args.namespace, args.service),
+                  *admission_policies(config)]), end="")
     return 0
 
 

@@ -77,3 +77,12 @@ def user_in(users: Iterable[str], groups: Iterable[str]) -> str:
 def namespace_in(namespaces: Iterable[str]) -> str:
     namespaces = tuple(namespaces)
     return f"request.namespace in {strings(namespaces)}" if namespaces else ""
+
+
+class Expr(str):
+    """A CEL expression among literal text, for concat()."""
+
+
+def concat(*parts: str) -> str:
+    """A CEL string expression joining literal text and Expr parts (which must be strings)."""
+    return " + ".join(part if isinstance(part, Expr) else string(part) for part in parts if part)

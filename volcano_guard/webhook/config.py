@@ -155,6 +155,9 @@ class Config(_Section, frozen=True):
     # Connections one webhook process holds open; past it new ones are closed on arrival and
     # those open keep being served (an idle TLS connection costs tens of KiB).
     maxConnections: Positive = ConnectionLimits.max_connections
+    # Also enforce the denies the API server can decide alone as ValidatingAdmissionPolicies
+    # (`manifests` prints them; Kubernetes 1.30+).
+    validatingAdmissionPolicies: bool = False
     policies: PoliciesConfig = msgspec.field(default_factory=PoliciesConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
 

@@ -112,12 +112,29 @@ class Scope(NamedTuple):
     object_labels: tuple[tuple[str, str], ...] = ()
 
 
+class InServerCheck(NamedTuple):
+    """A deny a request alone decides, as a ValidatingAdmissionPolicy runs it inside the API
+    server (webhook.admission_policies renders it): the requests it applies to (rules, and a
+    CEL condition over `object` and `request`), variables, and validations: (expression true
+    when the request is allowed, messageExpression saying why not)."""
+
+    name: str
+    rules: tuple[Rule, ...]
+    condition: str
+    validations: tuple[tuple[str, str], ...]
+    variables: tuple[tuple[str, str], ...] = ()
+
+
 def pods_rule(*operations: str) -> Rule:
     """The rule for core v1 pods (not their subresources) on these operations."""
     return Rule("", "v1", ("pods",), operations)
 
 
 def no_scopes(config: Config) -> tuple[Scope, ...]:
+    return ()
+
+
+def no_checks(config: Config) -> tuple[InServerCheck, ...]:
     return ()
 
 
@@ -135,6 +152,8 @@ class Policy:
     # The cluster data it reads (webhook.caches starts what the enabled policies declare).
     watches: tuple[WatchedList[Any], ...] = ()
     lookups: tuple[LiveList, ...] = ()
+    # Its denies that the API server can decide alone, under this config.
+    in_server: Callable[[Config], tuple[InServerCheck, ...]] = no_checks
 
 
 # Per-policy outcome label, as counted in volcano_guard_admission_requests_total{decision}.

@@ -26,7 +26,9 @@ from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import object_at
 from volcano_guard.base.node_selectors import is_managed
 from volcano_guard.webhook.cel import (
+    Expr,
     all_of,
+    concat,
     field_set,
     kind_is,
     namespace_in,
@@ -41,6 +43,7 @@ from volcano_guard.webhook.policies.base import (
     MUTATE,
     NOTHING_FOUND,
     VALIDATE,
+    InServerCheck,
     Policy,
     PolicyContext,
     Rule,
@@ -104,7 +107,7 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     if node is None or node_decision(node, context) is None:
         return None if node is None else NOTHING_FOUND
     spec = request.object["spec"] if request.object else {}
-    scheduler = context.config.volcanoSchedulerNames[0]
+    scheduler = first_scheduler(context.config)
     patch = (
         jsonpatch.remove("/spec/nodeName"),
         jsonpatch.add("/spec/affinity", pin_to_node(spec.get("affinity"), node)),
@@ -142,16 +145,41 @@ def scopes(config: Config) -> tuple[Scope, ...]:
     """Pod CREATEs naming a node, but for the exempt (as exemption decides). Which nodes are
     managed is not known to the API server: every such pod is sent."""
     node_name = settings(config)
-    condition = all_of(
-        kind_is(*POD), operation_is("CREATE"), field_set("object.spec.nodeName"),
-        negate(namespace_in(node_name.exemptNamespaces)),
-        negate(user_in(node_name.exemptUsers, node_name.exemptGroups)),
-        negate(_STATIC_POD_OF_ITS_NODE),
-        negate(_daemonset_pod_of_its_controller(node_name) if node_name.allowDaemonSets else ""))
+    condition = _named_node_not_exempt(node_name)
     rules = (pods_rule("CREATE"),)
     validating = Scope(VALIDATE, rules, condition)
     return (Scope(MUTATE, rules, condition), validating) if node_name.action == "rewrite" else (
         validating,)
+
+
+def _named_node_not_exempt(config: NodeNameConfig) -> str:
+    """CEL: a pod CREATE naming a node, by a requester exemption() does not exempt."""
+    return all_of(
+        kind_is(*POD), operation_is("CREATE"), field_set("object.spec.nodeName"),
+        negate(namespace_in(config.exemptNamespaces)),
+        negate(user_in(config.exemptUsers, config.exemptGroups)),
+        negate(_STATIC_POD_OF_ITS_NODE),
+        negate(_daemonset_pod_of_its_controller(config) if config.allowDaemonSets else ""))
+
+
+def in_server(config: Config) -> tuple[InServerCheck, ...]:
+    """Pods naming a node, decided by the API server, where it can: with no
+    managedNodeSelectors and unknownNodes: deny, every node a pod can name is one the webhook
+    refuses (managed, or unknown to it). With selectors the API server cannot tell a managed
+    node: only the webhook decides."""
+    node_name = settings(config)
+    if node_name.managed_selectors or node_name.unknownNodes != "deny":
+        return ()
+    message = concat(*_message_parts(
+        (Expr("request.kind.kind"), ' "', Expr("request.namespace"), "/",
+         Expr("object.metadata.name"), '"'), Expr("object.spec.nodeName"), "managed",
+        first_scheduler(config)))
+    return (InServerCheck("node-name", (pods_rule("CREATE"),), _named_node_not_exempt(node_name),
+                          (("false", message),)),)
+
+
+def first_scheduler(config: Config) -> str:
+    return config.volcanoSchedulerNames[0]
 
 
 def binding_scopes(config: Config) -> tuple[Scope, ...]:
@@ -163,7 +191,8 @@ def binding_scopes(config: Config) -> tuple[Scope, ...]:
 
 
 POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
-                validate=validate, kinds=frozenset({POD}), scopes=scopes, watches=(NODES,))
+                validate=validate, kinds=frozenset({POD}), scopes=scopes, watches=(NODES,),
+                in_server=in_server)
 _BINDING = ("", "Binding")  # the kind of both pods/binding and the bindings resource
 BINDING_POLICY = Policy(name=BINDING_NAME, mode=lambda config: settings(config).bindingGuard.mode,
                         validate=validate_binding, kinds=frozenset({_BINDING}),
@@ -297,9 +326,14 @@ def _reason_text(reason: str) -> str:
 
 
 def _message(request: AdmissionRequest, node: str, reason: str, config: Config) -> str:
-    return (
-        f'{request.describe()} sets spec.nodeName "{node}": {_reason_text(reason)}, and a pod '
-        "bound directly bypasses Volcano's resource accounting. Remove spec.nodeName; to run "
-        f'on that node use nodeSelector kubernetes.io/hostname: "{node}" or a required node '
-        f'affinity, with schedulerName "{config.volcanoSchedulerNames[0]}"'
-    )
+    return "".join(_message_parts((request.describe(),), node, reason,
+                                  first_scheduler(config)))
+
+
+def _message_parts(subject: tuple[str, ...], node: str, reason: str,
+                   scheduler: str) -> tuple[str, ...]:
+    """The denial's words; subject and node may be CEL Exprs (the in-server check's)."""
+    return (*subject, ' sets spec.nodeName "', node, f'": {_reason_text(reason)}, and a pod '
+            "bound directly bypasses Volcano's resource accounting. Remove spec.nodeName; to "
+            'run on that node use nodeSelector kubernetes.io/hostname: "', node,
+            f'" or a required node affinity, with schedulerName "{scheduler}"')

@@ -21,12 +21,13 @@ from typing import Any
 from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import shown
 from volcano_guard.base.quantity import QuantityError, parse_quantity
-from volcano_guard.webhook.cel import all_of, any_of, kind_is, operation_is, strings
+from volcano_guard.webhook.cel import Expr, all_of, any_of, concat, kind_is, operation_is, strings
 from volcano_guard.webhook.config import Config, ResourceRequestsConfig
 from volcano_guard.webhook.policies.base import (
     MUTATE,
     NOTHING_FOUND,
     VALIDATE,
+    InServerCheck,
     Policy,
     PolicyContext,
     Rule,
@@ -90,11 +91,52 @@ def scopes(config: Config) -> tuple[Scope, ...]:
         validating,)
 
 
+# The container lists of a pod spec in the order the webhook reports them, and their words.
+_CONTAINER_WORDS = (("initContainers", "init container"), ("containers", "container"))
+
+
+def missing_request(resource: str, path: str = "") -> tuple[str, ...]:
+    """The words for a container without a request of resource (the resource may be a CEL Expr:
+    the in-server check says the same)."""
+    return ("has no ", resource, f" request{path}; Volcano accounts node resources by requests, "
+            "so set resources.requests.", resource, " (or a limit, which Kubernetes copies into "
+            "the request)")
+
+
+def in_server(config: Config) -> tuple[InServerCheck, ...]:
+    """Volcano pods without a request, decided by the API server (pods only: its own validation
+    refuses a pod's unparsable or negative quantities and requests over limits before any
+    admission policy, and the Volcano kinds are not checked there yet). The first container
+    without a request, init containers first, is named as the webhook names it first; the
+    field path is left out (CEL has no index of a list element)."""
+    names, resources = config.volcanoSchedulerNames, strings(settings(config).resources)
+    condition = all_of("has(object.spec.schedulerName)",
+                       f"object.spec.schedulerName in {strings(names)}")
+    variables, validations = [], []
+    for field, kind in _CONTAINER_WORDS:
+        short, first = f"{field}WithoutRequests", f"{field}FirstMissing"
+        lacks = ("!(has(c.resources) && ((has(c.resources.requests) && r in "
+                 "c.resources.requests) || (has(c.resources.limits) && r in "
+                 "c.resources.limits)))")
+        variables += [
+            (short, f"has(object.spec.{field}) ? object.spec.{field}.filter(c, "
+                    f"{resources}.exists(r, {lacks})) : []"),
+            (first, f"size(variables.{short}) == 0 ? '' : {resources}.filter(r, "
+                    f"{lacks.replace('c.', f'variables.{short}[0].')})[0]")]
+        subject = (Expr("request.kind.kind"), ' "', Expr("request.namespace"), "/",
+                   Expr("object.metadata.name"), '": ', kind, ' "',
+                   Expr(f"variables.{short}[0].name"), '" ')
+        validations.append((f"size(variables.{short}) == 0", concat(
+            *subject, *missing_request(Expr(f"variables.{first}")))))
+    return (InServerCheck("resource-requests", (pods_rule("CREATE"),), condition,
+                          tuple(validations), tuple(variables)),)
+
+
 # The resources of the kinds in VOLCANO_JOB_SPEC_PATHS, as registrations name them.
 _VOLCANO_PLURALS = (("batch.volcano.sh", "jobs"), ("batch.volcano.sh", "cronjobs"),
                     ("flow.volcano.sh", "jobtemplates"))
 POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
-                validate=validate, kinds=SUPPORTED_KINDS, scopes=scopes)
+                validate=validate, kinds=SUPPORTED_KINDS, scopes=scopes, in_server=in_server)
 
 
 def violations(subject: Callable[[], str], templates: list[PodTemplate],
@@ -158,12 +200,8 @@ def _container_problems(container: Container, required: tuple[str, ...]) -> list
     limited = _quantities(container, "limits", limits, problems)
     for resource in required:
         if resource not in requests and resource not in limits:
-            problems.append(
-                f"has no {resource} request ({_path(container, 'requests', resource)}); "
-                "Volcano accounts node resources by requests, so set "
-                f"resources.requests.{resource} (or a limit, which Kubernetes copies into the "
-                "request)"
-            )
+            problems.append("".join(missing_request(
+                resource, f" ({_path(container, 'requests', resource)})")))
     for resource, value in requested.items():
         limit = limited.get(resource)
         if limit is not None and value > limit:
