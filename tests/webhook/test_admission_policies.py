@@ -38,7 +38,7 @@ from volcano_guard.webhook.review import (
 
 NODE_NAMES = ("gpu-1", "cpu-1", "web-1")  # every node the corpus names exists
 DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
-CONFIGS = {
+CONFIGS: dict[str, dict[str, Any]] = {
     "default": {"validatingAdmissionPolicies": True},
     "gpus, warn, exemptions": {
         "validatingAdmissionPolicies": True, "volcanoSchedulerNames": ["volcano", "batch"],
@@ -63,7 +63,7 @@ def test_manifests_prints_policies_valid_for_1_30_that_compile(name, tmp_path, c
     vaps = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
     bindings = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert {v["metadata"]["name"] for v in vaps} == {
-        "volcano-guard-resource-requests", "volcano-guard-node-name"}
+        "volcano-guard-resource-requests", "volcano-guard-node-name", "volcano-guard-bindings"}
     assert {b["spec"]["policyName"] for b in bindings} == {v["metadata"]["name"] for v in vaps}
     for document in vaps + bindings:
         kubernetes_validate.validate(document, "1.30.0", strict=True)
@@ -76,10 +76,10 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
     actions = {b["metadata"]["name"]: b["spec"]["validationActions"]
                for b in admission_policies(warn) if b["kind"].endswith("Binding")}
     assert actions == {"volcano-guard-resource-requests": ["Deny"],
-                       "volcano-guard-node-name": ["Warn"]}
+                       "volcano-guard-node-name": ["Warn"], "volcano-guard-bindings": ["Audit"]}
     assert admission_policies(config_from_dict({})) == []
-    off = config_from_dict({"validatingAdmissionPolicies": True,
-                            "policies": {"nodeName": {"mode": "off"}}})
+    off = config_from_dict({"validatingAdmissionPolicies": True, "policies": {
+        "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}}}})
     assert [p["metadata"]["name"] for p in admission_policies(off)
             if p["kind"] == "ValidatingAdmissionPolicy"] == ["volcano-guard-resource-requests"]
 
@@ -87,8 +87,8 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
 def test_with_managed_node_selectors_only_the_webhook_judges_node_names():
     selective = config_from_dict({"validatingAdmissionPolicies": True, "policies": {
         "nodeName": {"managedNodeSelectors": ["volcano.sh/role:train"]}}})
-    assert "volcano-guard-node-name" not in {p["metadata"]["name"]
-                                             for p in admission_policies(selective)}
+    names = {p["metadata"]["name"] for p in admission_policies(selective)}
+    assert not names & {"volcano-guard-node-name", "volcano-guard-bindings"}
 
 
 # -- the same verdicts ---------------------------------------------------------------------------
@@ -96,9 +96,11 @@ def test_with_managed_node_selectors_only_the_webhook_judges_node_names():
 def webhook_verdict(config: Config, pod: dict[str, Any], user: str,
                     groups: tuple[str, ...]) -> tuple[bool, dict[str, str]]:
     """(allowed, the first reason of each policy that denies, without its field path)."""
+    binding = pod["kind"] == "Binding"
     request = AdmissionRequest(
-        uid="u", kind=GroupVersionKind("", "v1", "Pod"),
+        uid="u", kind=GroupVersionKind("", "v1", pod["kind"]),
         resource=GroupVersionResource("", "v1", "pods"), operation="CREATE",
+        sub_resource="binding" if binding else "",
         namespace=pod["metadata"]["namespace"], name=pod["metadata"]["name"],
         user=UserInfo(user, groups), object=pod)
     nodes = static_snapshot({name: dict[str, str]() for name in NODE_NAMES})
@@ -118,9 +120,10 @@ def in_server_verdict(config: Config, pod: dict[str, Any], user: str,
     """(allowed, the denial's message, warnings) from the sandbox's admission-policy plugin."""
     objects = admission_policies(config)
     attributes = Attributes(
-        operation="CREATE", group="", version="v1", resource="pods", kind=("", "v1", "Pod"),
-        namespace=pod["metadata"]["namespace"], name=pod["metadata"]["name"],
-        user=User(user, "", groups), object=pod)
+        operation="CREATE", group="", version="v1", resource="pods",
+        subresource="binding" if pod["kind"] == "Binding" else "",
+        kind=("", "v1", pod["kind"]), namespace=pod["metadata"]["namespace"],
+        name=pod["metadata"]["name"], user=User(user, "", groups), object=pod)
     record = Record()
     try:
         plugin.dispatch(attributes, [o for o in objects if o["kind"].endswith("Policy")],
@@ -193,6 +196,21 @@ users = st.sampled_from([
 @given(pod=pods(), user=users)
 def test_generated_pods_get_the_same_verdict_and_reason(name, pod, user):
     assert_same_verdict(config_of(name), pod, *user)
+
+
+SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
+ENFORCED_BINDINGS = {**CONFIGS["default"],
+                     "policies": {"nodeName": {"bindingGuard": {"mode": "enforce"}}}}
+
+
+@settings(max_examples=100, deadline=None)
+@given(user=st.sampled_from([SCHEDULER, "alice", "", "other-scheduler"]),
+       node=st.sampled_from(["gpu-1", "web-1", ""]))
+def test_bindings_get_the_same_verdict_and_reason(user, node):
+    binding = {"apiVersion": "v1", "kind": "Binding",
+               "metadata": {"name": "p", "namespace": "team-a"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    assert_same_verdict(config_from_dict(ENFORCED_BINDINGS), binding, user, ())
 
 
 def example_pods() -> list[Any]:

@@ -84,5 +84,12 @@ class Expr(str):
 
 
 def concat(*parts: str) -> str:
-    """A CEL string expression joining literal text and Expr parts (which must be strings)."""
-    return " + ".join(part if isinstance(part, Expr) else string(part) for part in parts if part)
+    """A CEL string expression joining literal text and Expr parts (which must be strings);
+    an Expr with an operator in it is parenthesized (`a ? b : c + 'x'` would take the `+`)."""
+    return " + ".join(_operand(part) if isinstance(part, Expr) else string(part)
+                      for part in parts if part)
+
+
+def _operand(expression: str) -> str:
+    simple = expression.replace(".", "").replace("_", "").replace("[0]", "").isalnum()
+    return expression if simple else f"({expression})"

@@ -60,6 +60,7 @@ BINDING_NAME = "bindingGuard"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 # A kubelet's identity (the Node authorizer's): user system:node:<node> in group system:nodes.
 NODES_GROUP, NODE_USER_PREFIX = "system:nodes", "system:node:"
+ANONYMOUS = "an anonymous user"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
@@ -133,12 +134,34 @@ def validate_binding(request: AdmissionRequest, context: PolicyContext) -> Verdi
     if reason is None:
         return NOTHING_FOUND
     pod = f'{request.namespace}/{request.name}' if request.namespace else request.name
-    allowed = ", ".join(settings(context.config).bindingGuard.allowedBinders)
-    return Verdict(violations=(
-        f'{binder or "an anonymous user"} may not bind pod "{pod}" to node "{node}": '
-        f"{_reason_text(reason)}; only {allowed} may bind there (add the binder to "
-        "policies.nodeName.bindingGuard.allowedBinders if it is a Volcano scheduler)",
-    ))
+    return Verdict(violations=("".join(_binding_message_parts(
+        binder or ANONYMOUS, pod, node, reason, settings(context.config))),))
+
+
+def _binding_message_parts(binder: str, pod: str, node: str, reason: str,
+                           config: NodeNameConfig) -> tuple[str, ...]:
+    """The binding denial's words; binder, pod and node may be CEL Exprs."""
+    allowed = ", ".join(config.bindingGuard.allowedBinders)
+    return (binder, ' may not bind pod "', pod, '" to node "', node,
+            f'": {_reason_text(reason)}; only {allowed} may bind there (add the binder to '
+            "policies.nodeName.bindingGuard.allowedBinders if it is a Volcano scheduler)")
+
+
+def binding_in_server(config: Config) -> tuple[InServerCheck, ...]:
+    """Bindings by anyone but the allowed binders, decided by the API server where every node a
+    binding can name is refused (as in_server)."""
+    node_name = settings(config)
+    if node_name.managed_selectors or node_name.unknownNodes != "deny":
+        return ()
+    (scope,) = binding_scopes(config)
+    message = concat(*_binding_message_parts(
+        Expr(f"request.userInfo.username != '' ? request.userInfo.username : "
+             f"{string(ANONYMOUS)}"),
+        Expr("request.namespace + '/' + request.name"), Expr("object.target.name"), "managed",
+        node_name))
+    return (InServerCheck("bindings", scope.rules, scope.condition, ((
+        "!has(object.target) || !has(object.target.name) || object.target.name == ''",
+        message),)),)
 
 
 def scopes(config: Config) -> tuple[Scope, ...]:
@@ -196,7 +219,7 @@ POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mut
 _BINDING = ("", "Binding")  # the kind of both pods/binding and the bindings resource
 BINDING_POLICY = Policy(name=BINDING_NAME, mode=lambda config: settings(config).bindingGuard.mode,
                         validate=validate_binding, kinds=frozenset({_BINDING}),
-                        scopes=binding_scopes, watches=(NODES,))
+                        scopes=binding_scopes, watches=(NODES,), in_server=binding_in_server)
 
 
 def pin_to_node(affinity: Any, node: str) -> dict[str, Any]:
