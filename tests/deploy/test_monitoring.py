@@ -223,6 +223,24 @@ async def test_rules_dashboard_and_cases_use_only_names_the_guard_exports(aiohtt
     assert used - EXTERNAL <= exposed, sorted(used - EXTERNAL - exposed)
 
 
+def test_the_in_server_policy_panel_reads_the_apiservers_own_metric():
+    """A denial by the guard's ValidatingAdmissionPolicies is counted by kube-apiserver only
+    (pkg/admission/plugin/policy/validating/metrics, 1.30): the panel's series and labels are
+    the ones its source declares, and the policy names are the ones manifests prints."""
+    from tests.upstream import upstream_file
+    from volcano_guard.webhook.admission_policies import PREFIX
+
+    source = upstream_file("kubernetes-apiserver", "v0.30.14",
+                           "pkg/admission/plugin/policy/validating/metrics/metrics.go")
+    assert 'metricsNamespace = "apiserver"' in source
+    assert 'metricsSubsystem = "validating_admission_policy"' in source
+    assert 'Name:           "check_total"' in source
+    assert '[]string{"policy", "policy_binding", "enforcement_action", "state"}' in source
+    [query] = [q for q in dashboard_queries() if "apiserver_validating_admission_policy" in q]
+    assert "apiserver_validating_admission_policy_check_total" in query
+    assert "by (policy, enforcement_action)" in query and f'policy=~"{PREFIX}.*"' in query
+
+
 def test_the_podmonitor_scrapes_the_port_and_label_the_injection_writes():
     monitor = next(doc for doc in yaml.safe_load_all((MONITORING / "podmonitor.yaml").read_text())
                    if doc["metadata"]["name"] == "volcano-guard-sidecars")
