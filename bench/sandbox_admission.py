@@ -1,7 +1,10 @@
-"""What the admission chain costs a sandbox write: pod creates with no webhook registered, and
-with the guard's shipped registrations (`volcano-guard manifests`, caBundle set) and the guard's
-webhook process behind them. Rounds alternate (none, guard, none, guard...) so both are measured
-in the same moments of the machine; the configurations are deleted and created between rounds.
+"""What the admission chain costs a sandbox write: pod creates with no webhook registered, with
+the guard's shipped registrations (`volcano-guard manifests`, caBundle set) and the guard's
+webhook process behind them, and with the guard's ValidatingAdmissionPolicies instead
+(`manifests` with `validatingAdmissionPolicies: true`), which the sandbox runs in-process as
+kube-apiserver does. Rounds alternate (none, guard, policies, none...) so all are measured in
+the same moments of the machine; what a mode registers is deleted and created between rounds.
+Then the CEL time of each policy alone: one pod's validation, repeated, in this process.
 
 Volcano pods (with requests, so the guard allows them) are created by generateName: one at a
 time over one kept-alive connection (the latency a write gains), then by hey over 10 kept-alive
@@ -38,7 +41,10 @@ from volcano_guard.guarded_sandbox import NAMESPACE, SERVICE, shipped_config
 
 PODS = "/api/v1/namespaces/team-a/pods"
 CONFIGURATIONS = {"MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
-                  "ValidatingWebhookConfiguration": "validatingwebhookconfigurations"}
+                  "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+                  "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+                  "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
+GUARD, POLICIES = "guard registered", "policies in server"
 SEED = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}]
 
@@ -52,19 +58,30 @@ def volcano_pod() -> dict[str, Any]:
                  "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}}
 
 
+def manifests(tmp: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """What `volcano-guard manifests` prints for config."""
+    path = tmp / "manifests-config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    printed = subprocess.run([sys.executable, "-m", "volcano_guard.cli", "manifests",
+                              "--config", str(path)], check=True, capture_output=True,
+                             text=True).stdout
+    return [doc for doc in yaml.safe_load_all(printed) if doc]
+
+
 def registrations(tmp: Path, ca_file: Path) -> list[dict[str, Any]]:
     """The shipped config's registrations with caBundle set, as certs inject leaves them."""
-    config = tmp / "config.yaml"
-    config.write_text(yaml.safe_dump(shipped_config()))
-    printed = subprocess.run([sys.executable, "-m", "volcano_guard.cli", "manifests",
-                              "--config", str(config)], check=True, capture_output=True,
-                             text=True).stdout
     bundle = base64.b64encode(ca_file.read_bytes()).decode()
-    documents = [doc for doc in yaml.safe_load_all(printed) if doc]
+    documents = manifests(tmp, shipped_config())
     for document in documents:
         for webhook in document["webhooks"]:
             webhook["clientConfig"]["caBundle"] = bundle
     return documents
+
+
+def in_server_policies(tmp: Path) -> list[dict[str, Any]]:
+    """The shipped config's ValidatingAdmissionPolicies and bindings, and nothing else."""
+    config = {**shipped_config(), "validatingAdmissionPolicies": True}
+    return [doc for doc in manifests(tmp, config) if "AdmissionPolicy" in doc["kind"]]
 
 
 def api(url: str, method: str, path: str, body: Any = None) -> None:
@@ -111,23 +128,42 @@ def main() -> None:
                       "--metrics-listen", f"127.0.0.1:{free_port()}", "--tls-cert",
                       str(certs.cert_file), "--tls-key", str(certs.key_file), "--kubeconfig",
                       str(kubeconfig), "--config", str(config)], webhook_port)
-        documents = registrations(tmp, certs.ca_file)
+        registered = {GUARD: registrations(tmp, certs.ca_file), POLICIES: in_server_policies(tmp)}
         body = tmp / "pod.json"
         body.write_text(json.dumps(volcano_pod()))
         target = url + PODS
-        runs: dict[str, list[dict[str, dict]]] = {"no webhook": [], "guard registered": []}
-        for index in range(2 * args.rounds + 1):  # a first, unmeasured round warms both up
-            mode = list(runs)[index % 2]
-            guarded = mode == "guard registered"
-            if guarded:
-                register(url, documents, on=True)
+        runs: dict[str, list[dict[str, dict]]] = {"no webhook": [], GUARD: [], POLICIES: []}
+        for index in range(3 * args.rounds + 1):  # a first, unmeasured round warms up
+            mode = list(runs)[index % 3]
+            register(url, registered.get(mode, []), on=True)
             one_at_a_time = sequential(sandbox_port, body.read_bytes(), args.writes)
             closed = run_hey(hey, target, body, args.seconds, 10, None)
-            if guarded:
-                register(url, documents, on=False)
+            register(url, registered.get(mode, []), on=False)
             if index > 0:
                 runs[mode].append({"closed": closed, "one": one_at_a_time})
         report(runs, args.rounds)
+        cel_time(registered[POLICIES])
+
+
+def cel_time(documents: list[dict[str, Any]], repeats: int = 2000) -> None:
+    """Each policy's validation of one Volcano pod, alone, in this process (CEL compiled once,
+    as the sandbox keeps it)."""
+    from volcano_guard.sandbox.policy_validation import PolicyInputs, validate
+
+    pod = {**volcano_pod(), "metadata": {"name": "worker-1", "namespace": "team-a"}}
+    inputs = PolicyInputs(pod, None, {"kind": {"group": "", "version": "v1", "kind": "Pod"},
+                                      "namespace": "team-a", "name": "worker-1",
+                                      "operation": "CREATE",
+                                      "userInfo": {"username": "alice"}})
+    print(f"CEL time of each policy for one Volcano pod (median of {repeats}, in process):")
+    for policy in (d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"):
+        validate(policy["spec"], inputs)  # compiled and cached
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            validate(policy["spec"], inputs)
+            times.append((time.perf_counter() - started) * 1e6)
+        print(f"  {policy['metadata']['name']:<36}{statistics.median(times):>8.1f} us")
 
 
 def sequential(port: int, body: bytes, writes: int) -> dict[str, float]:
@@ -158,12 +194,13 @@ def report(runs: dict[str, list[dict[str, dict]]], rounds: int) -> None:
         print(f"{mode:<18}{median(mode, 'one', 'p50'):>22.2f}{median(mode, 'one', 'p99'):>8.2f}"
               f"{median(mode, 'closed', 'rps'):>28,.0f}{median(mode, 'closed', 'p50'):>8.2f}"
               f"{median(mode, 'closed', 'p99'):>8.2f}")
-    base, guard = "no webhook", "guard registered"
-    print(f"admission overhead a write: "
-          f"{median(guard, 'one', 'p50') - median(base, 'one', 'p50'):.2f} ms (p50), "
-          f"{median(guard, 'one', 'p99') - median(base, 'one', 'p99'):.2f} ms (p99); "
-          f"writes/s with the guard registered: "
-          f"{median(guard, 'closed', 'rps') / median(base, 'closed', 'rps'):.2f}x")
+    base = "no webhook"
+    for mode in (GUARD, POLICIES):
+        print(f"{mode}: overhead a write "
+              f"{median(mode, 'one', 'p50') - median(base, 'one', 'p50'):.2f} ms (p50), "
+              f"{median(mode, 'one', 'p99') - median(base, 'one', 'p99'):.2f} ms (p99); "
+              f"writes/s {median(mode, 'closed', 'rps') / median(base, 'closed', 'rps'):.2f}x "
+              "of none")
 
 
 if __name__ == "__main__":
