@@ -7,6 +7,7 @@ code give the same allow or deny, with the same reason."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ def test_manifests_prints_policies_valid_for_1_30_that_compile(name, tmp_path, c
     vaps = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
     bindings = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert {v["metadata"]["name"] for v in vaps} == {
-        "volcano-guard-resource-requests", "volcano-guard-node-name", "volcano-guard-bindings"}
+        "volcano-guard-resource-requests", "volcano-guard-volcano-resource-requests",
+        "volcano-guard-node-name", "volcano-guard-bindings"}
     assert {b["spec"]["policyName"] for b in bindings} == {v["metadata"]["name"] for v in vaps}
     for document in vaps + bindings:
         kubernetes_validate.validate(document, "1.30.0", strict=True)
@@ -76,12 +78,14 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
     actions = {b["metadata"]["name"]: b["spec"]["validationActions"]
                for b in admission_policies(warn) if b["kind"].endswith("Binding")}
     assert actions == {"volcano-guard-resource-requests": ["Deny"],
+                       "volcano-guard-volcano-resource-requests": ["Deny"],
                        "volcano-guard-node-name": ["Warn"], "volcano-guard-bindings": ["Audit"]}
     assert admission_policies(config_from_dict({})) == []
     off = config_from_dict({"validatingAdmissionPolicies": True, "policies": {
         "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}}}})
     assert [p["metadata"]["name"] for p in admission_policies(off)
-            if p["kind"] == "ValidatingAdmissionPolicy"] == ["volcano-guard-resource-requests"]
+            if p["kind"] == "ValidatingAdmissionPolicy"] == [
+        "volcano-guard-resource-requests", "volcano-guard-volcano-resource-requests"]
 
 
 def test_with_managed_node_selectors_only_the_webhook_judges_node_names():
@@ -264,3 +268,119 @@ def test_a_node_that_does_not_exist_is_refused_by_both_for_different_reasons():
     assert not allowed and not in_server_allowed
     assert "the node is not known to volcano-guard" in reasons["nodeName"]
     assert "the node is managed by the Volcano scheduler" in message
+
+
+# -- Volcano Jobs, CronJobs and JobTemplates --------------------------------------------------
+
+# What a reason says, whoever words it: (object, task, container kind, container, resource,
+# problem); the values and the parser's own words are not compared.
+REASON = re.compile(r'^\w+ "(?P<object>[^"]+)" task "(?P<task>[^"]+)": (?P<kind>init container'
+                    r'|container) "(?P<container>[^"]+)" (?:has no (?P<missing>\S+) request'
+                    r'|has an? (?P<unusable>invalid|negative) (?P<resource>\S+) (?P<field>'
+                    r'request|limit)|requests (?P<over>\S+) )')
+
+
+def reason(text: str) -> tuple[str | None, ...]:
+    match = REASON.match(text)
+    assert match, text
+    return tuple(match.groupdict().values())
+
+
+VOLCANO_KINDS = {"Job": ("batch.volcano.sh", "jobs"), "CronJob": ("batch.volcano.sh", "cronjobs"),
+                 "JobTemplate": ("flow.volcano.sh", "jobtemplates")}
+values = st.sampled_from(["500m", "3", 1, "-1", "-500m", "abc", "1.5 cores", "64Gi"])
+# A mutation of a complete container: a resource dropped, or a value replaced.
+mutations = st.tuples(st.sampled_from(["requests", "limits"]),
+                      st.sampled_from(["cpu", "memory", "gpu"]), st.one_of(st.none(), values))
+
+
+@st.composite
+def task_containers(draw: Any, prefix: str) -> list[dict[str, Any]]:
+    found = []
+    for index in range(draw(st.integers(0 if prefix == "init" else 1, 2))):
+        resources = {"requests": {"cpu": "1", "memory": "1Gi"},
+                     "limits": {"cpu": "2", "memory": "2Gi"}}
+        for field, resource, value in draw(st.lists(mutations, max_size=2)):
+            if value is None:
+                resources[field].pop(resource, None)
+            else:
+                resources[field][resource] = value
+        found.append({"name": f"{prefix}-{index}", "image": "x", "resources": resources})
+    return found
+
+
+@st.composite
+def volcano_objects(draw: Any) -> dict[str, Any]:
+    tasks = []
+    for index in range(draw(st.integers(1, 3))):
+        spec: dict[str, Any] = {"containers": draw(task_containers("main"))}
+        init = draw(task_containers("init"))
+        if init:
+            spec["initContainers"] = init
+        scheduler = draw(st.sampled_from([None, "volcano", "default-scheduler"]))
+        if scheduler:
+            spec["schedulerName"] = scheduler
+        tasks.append({"name": f"task-{index}", "replicas": 1, "template": {"spec": spec}})
+    job_spec: dict[str, Any] = {"tasks": tasks}
+    scheduler = draw(st.sampled_from([None, "volcano", "default-scheduler"]))
+    if scheduler:
+        job_spec["schedulerName"] = scheduler
+    kind = draw(st.sampled_from(sorted(VOLCANO_KINDS)))
+    group, _ = VOLCANO_KINDS[kind]
+    spec = {"schedule": "0 * * * *", "jobTemplate": {"spec": job_spec}} if kind == "CronJob" \
+        else job_spec
+    return {"apiVersion": f"{group}/v1alpha1", "kind": kind,
+            "metadata": {"name": "train", "namespace": "team-a"}, "spec": spec}
+
+
+def volcano_verdicts(config: Config, obj: dict[str, Any]) -> tuple[Any, Any]:
+    group, plural = VOLCANO_KINDS[obj["kind"]]
+    request = AdmissionRequest(
+        uid="u", kind=GroupVersionKind(group, "v1alpha1", obj["kind"]),
+        resource=GroupVersionResource(group, "v1alpha1", plural), operation="CREATE",
+        namespace="team-a", name="train", user=UserInfo("alice"), object=obj)
+    evaluation = evaluate("validate", request, PolicyContext(config))
+    reasons = [reason(v) for r in evaluation.results for v in r.verdict.violations]
+    objects = admission_policies(config)
+    attributes = Attributes(
+        operation="CREATE", group=group, version="v1alpha1", resource=plural,
+        kind=(group, "v1alpha1", obj["kind"]), namespace="team-a", name="train",
+        user=User("alice"), object=obj)
+    try:
+        plugin.dispatch(attributes, [o for o in objects if o["kind"].endswith("Policy")],
+                        [o for o in objects if o["kind"].endswith("Binding")],
+                        lambda *_: None, None, Record())
+    except ApiError as exc:
+        return reasons, reason(exc.message.split("denied request: ", 1)[1])
+    return reasons, None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=volcano_objects())
+def test_volcano_jobs_get_the_same_verdict_and_one_of_the_webhooks_reasons(obj):
+    reasons, denied = volcano_verdicts(config_of("default"), obj)
+    assert (denied is None) == (not reasons), (reasons, denied)
+    if denied is not None:
+        assert denied in reasons, (denied, reasons)
+
+
+@pytest.mark.parametrize(("requests", "limits", "expected"), [
+    ({"cpu": "1"}, {}, {"missing": "memory"}),
+    ({"cpu": "1", "memory": "-1Gi"}, {}, {"unusable": "negative", "resource": "memory",
+                                          "field": "request"}),
+    ({"cpu": "1", "memory": "1Gi"}, {"cpu": "abc"}, {"unusable": "invalid", "resource": "cpu",
+                                                    "field": "limit"}),
+    ({"cpu": "2", "memory": "1Gi"}, {"cpu": "1"}, {"over": "cpu"}),
+])
+def test_each_kind_of_problem_is_refused_in_the_server_for_the_same_reason(requests, limits,
+                                                                           expected):
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "train", "namespace": "team-a"},
+           "spec": {"tasks": [{"name": "worker", "template": {"spec": {"containers": [
+               {"name": "tf", "image": "x",
+                "resources": {"requests": requests, "limits": limits}}]}}}]}}
+    reasons, denied = volcano_verdicts(config_of("default"), job)
+    assert denied is not None and reasons == [denied]
+    said = dict(zip(REASON.groupindex, denied, strict=True))
+    assert (said["object"], said["task"], said["container"]) == ("team-a/train", "worker", "tf")
+    assert {key: said[key] for key in expected} == expected

@@ -21,7 +21,16 @@ from typing import Any
 from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import shown
 from volcano_guard.base.quantity import QuantityError, parse_quantity
-from volcano_guard.webhook.cel import Expr, all_of, any_of, concat, kind_is, operation_is, strings
+from volcano_guard.webhook.cel import (
+    Expr,
+    all_of,
+    any_of,
+    concat,
+    kind_is,
+    operation_is,
+    string,
+    strings,
+)
 from volcano_guard.webhook.config import Config, ResourceRequestsConfig
 from volcano_guard.webhook.policies.base import (
     MUTATE,
@@ -129,7 +138,85 @@ def in_server(config: Config) -> tuple[InServerCheck, ...]:
         validations.append((f"size(variables.{short}) == 0", concat(
             *subject, *missing_request(Expr(f"variables.{first}")))))
     return (InServerCheck("resource-requests", (pods_rule("CREATE"),), condition,
-                          tuple(validations), tuple(variables)),)
+                          tuple(validations), tuple(variables)), _volcano_in_server(config))
+
+
+def _volcano_in_server(config: Config) -> InServerCheck:
+    """Volcano Jobs, CronJobs and JobTemplates (CREATE and UPDATE), as the webhook judges their
+    task templates: a template Volcano places (its schedulerName, else the Job's, else the
+    first Volcano scheduler's) whose containers lack a request, have a quantity that does not
+    parse or is below zero, or request more than their limit. Their CRDs accept all of these.
+    One validation a kind of problem and container list; the first task and container with
+    it are named."""
+    names, resources = config.volcanoSchedulerNames, strings(settings(config).resources)
+    tasks = ("has(variables.jobSpec.tasks) ? variables.jobSpec.tasks.filter(t, "
+             "has(t.template) && has(t.template.spec) && ((has(t.template.spec.schedulerName) "
+             "&& t.template.spec.schedulerName != '') ? t.template.spec.schedulerName : "
+             f"variables.jobScheduler) in {strings(names)}) : []")
+    variables = [
+        ("jobSpec", "request.kind.kind == 'CronJob' ? object.spec.jobTemplate.spec : "
+                    "object.spec"),
+        ("jobScheduler", "has(variables.jobSpec.schedulerName) && "
+                         "variables.jobSpec.schedulerName != '' ? "
+                         f"variables.jobSpec.schedulerName : {string(names[0])}"),
+        ("tasks", tasks)]
+    validations = []
+    for field, kind in _CONTAINER_WORDS:
+        for problem, (found, key, words) in _problems(resources).items():
+            name = f"{field}{problem}"
+            variables.append((name, f"variables.tasks.filter(t, has(t.template.spec.{field}) "
+                                    f"&& t.template.spec.{field}.exists(c, {found}))"))
+            task = f"variables.{name}[0]"
+            container = f"{task}.template.spec.{field}.filter(c, {found})[0]"
+            subject = (Expr("request.kind.kind"), ' "', Expr("request.namespace"), "/",
+                       Expr("object.metadata.name"), '" task "', Expr(f"{task}.name"), '": ',
+                       kind, ' "', Expr(f"{container}.name"), '" ')
+            # The words read the container as c: the first such container stands in for it.
+            said = concat(*words(Expr(key))).replace("c.resources", f"{container}.resources")
+            validations.append((f"size(variables.{name}) == 0", f"{concat(*subject)} + {said}"))
+    rules = tuple(Rule(group, "v1alpha1", (plural,), ("CREATE", "UPDATE"))
+                  for group, plural in _VOLCANO_PLURALS)
+    return InServerCheck("volcano-resource-requests", rules, "has(object.spec)",
+                         tuple(validations), tuple(variables))
+
+
+def _quantity(value: str) -> str:
+    return f"quantity(string({value}))"
+
+
+def _problems(resources: str) -> dict[str, tuple[str, str, Any]]:
+    """Problem name -> (CEL: container c has it; CEL: the resource it concerns, in c; the
+    words, given that resource as an Expr), in the order the webhook finds them."""
+    present = ("has(c.resources) && ((has(c.resources.requests) && r in c.resources.requests) "
+               "|| (has(c.resources.limits) && r in c.resources.limits))")
+    problems: dict[str, tuple[str, str, Any]] = {}
+    for field in ("requests", "limits"):
+        values = f"c.resources.{field}"
+        listed = f"has(c.resources) && has({values}) && {values}"
+        invalid = f"!isQuantity(string({values}[k]))"
+        negative = (f"isQuantity(string({values}[k])) && "
+                    f"{_quantity(f'{values}[k]')}.isLessThan(quantity('0'))")
+        for problem, test in (("invalid", invalid), ("negative", negative)):
+            key = f"{values}.filter(k, {test})[0]"
+            problems[f"{problem.capitalize()}{field.capitalize()}"] = (
+                f"{listed}.exists(k, {test})", key,
+                lambda resource, problem=problem, field=field, values=values: unusable_quantity(
+                    problem, resource, field[:-1],
+                    Expr(f"'\"' + string({values}[{resource}]) + '\"'")))
+    problems["Missing"] = (f"{resources}.exists(r, !({present}))",
+                           f"{resources}.filter(r, !({present}))[0]", missing_request)
+    both = "has(c.resources) && has(c.resources.requests) && has(c.resources.limits)"
+    over = ("k in c.resources.limits && isQuantity(string(c.resources.requests[k])) && "
+            "isQuantity(string(c.resources.limits[k])) && "
+            f"{_quantity('c.resources.requests[k]')}.isGreaterThan("
+            f"{_quantity('c.resources.limits[k]')})")
+    problems["OverLimit"] = (
+        f"{both} && c.resources.requests.exists(k, {over})",
+        f"c.resources.requests.filter(k, {over})[0]",
+        lambda resource: over_limit(
+            resource, Expr(f"string(c.resources.requests[{resource}])"),
+            Expr(f"string(c.resources.limits[{resource}])")))
+    return problems
 
 
 # The resources of the kinds in VOLCANO_JOB_SPEC_PATHS, as registrations name them.
@@ -205,12 +292,25 @@ def _container_problems(container: Container, required: tuple[str, ...]) -> list
     for resource, value in requested.items():
         limit = limited.get(resource)
         if limit is not None and value > limit:
-            problems.append(
-                f"requests {resource} {shown(requests[resource])}, more than its limit "
-                f"{shown(limits[resource])} ({_path(container, 'requests', resource)}); "
-                "lower the request or raise the limit"
-            )
+            problems.append("".join(over_limit(
+                resource, shown(requests[resource]), shown(limits[resource]),
+                f" ({_path(container, 'requests', resource)})")))
     return problems
+
+
+def over_limit(resource: str, request: str, limit: str, path: str = "") -> tuple[str, ...]:
+    """The words for a request above its limit (any part may be a CEL Expr)."""
+    return ("requests ", resource, " ", request, ", more than its limit ", limit,
+            f"{path}; lower the request or raise the limit")
+
+
+def unusable_quantity(problem: str, resource: str, field: str, raw: str,
+                      path: str = "") -> tuple[str, ...]:
+    """The words for a quantity that does not parse ("invalid") or is below zero ("negative");
+    the webhook adds why an invalid one does not parse."""
+    article = "an" if problem == "invalid" else "a"
+    advice = "; use a value >= 0" if problem == "negative" else ""
+    return (f"has {article} {problem} ", resource, f" {field} ", raw, path, advice)
 
 
 def _quantities(container: Container, field: str, values: dict[str, Any],
@@ -218,15 +318,16 @@ def _quantities(container: Container, field: str, values: dict[str, Any],
     """values parsed; what cannot be (or is negative) is left out and told in problems."""
     parsed: dict[str, Decimal] = {}
     for resource, raw in values.items():
+        path = f" ({_path(container, field, resource)})"
         try:
             quantity = parse_quantity(raw)
         except QuantityError as exc:
-            problems.append(f"has an invalid {resource} {field[:-1]} {shown(raw)} "
-                            f"({_path(container, field, resource)}): {exc}")
+            problems.append("".join(unusable_quantity(
+                "invalid", resource, field[:-1], shown(raw), path)) + f": {exc}")
             continue
         if quantity < 0:
-            problems.append(f"has a negative {resource} {field[:-1]} {shown(raw)} "
-                            f"({_path(container, field, resource)}); use a value >= 0")
+            problems.append("".join(unusable_quantity(
+                "negative", resource, field[:-1], shown(raw), path)))
             continue
         parsed[resource] = quantity
     return parsed
