@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REPO
+from tests.upstream import volcano_file
 from volcano_guard.base.informer import static_snapshot
 from volcano_guard.cli import main
 from volcano_guard.sandbox import policies as plugin
@@ -384,3 +385,36 @@ def test_each_kind_of_problem_is_refused_in_the_server_for_the_same_reason(reque
     said = dict(zip(REASON.groupindex, denied, strict=True))
     assert (said["object"], said["task"], said["container"]) == ("team-a/train", "worker", "tf")
     assert {key: said[key] for key in expected} == expected
+
+
+def test_volcanos_job_crd_admits_the_negative_quantities_the_policy_refuses():
+    """Why the Volcano kinds' policy checks quantities: the Job CRD's pattern for a resource
+    quantity lets a sign through (and a request over its limit is no schema's concern), so
+    nothing before admission refuses them."""
+    crd = volcano_file("config/crd/volcano/bases/batch.volcano.sh_jobs.yaml", "v1.11.0")
+    patterns = set(re.findall(r"pattern: (\^\(\\\+\|-\)\?.*\$)", crd))
+    assert len(patterns) == 1
+    quantity = re.compile(patterns.pop())
+    assert quantity.match("-1") and quantity.match("-500m") and quantity.match("2Gi")
+    assert not quantity.match("abc") and not quantity.match("1.5 cores")
+
+
+def installer_pods() -> list[Any]:
+    """The pods of Volcano's own installer (its control plane), as their templates make them."""
+    found = []
+    for document in yaml.safe_load_all(volcano_file("installer/volcano-development.yaml",
+                                                    "v1.11.0")):
+        if document and document.get("kind") in ("Deployment", "Job", "DaemonSet"):
+            template = document["spec"]["template"]
+            metadata = {**template.get("metadata", {}), "name": document["metadata"]["name"],
+                        "namespace": document["metadata"]["namespace"]}
+            found.append(pytest.param({"apiVersion": "v1", "kind": "Pod",
+                                       "metadata": metadata, "spec": template["spec"]},
+                                      id=document["metadata"]["name"]))
+    return found
+
+
+@pytest.mark.parametrize("pod", installer_pods())
+def test_volcanos_control_plane_pods_get_the_same_verdict(pod):
+    assert_same_verdict(config_of("default"), pod)
+    assert_same_verdict(config_of("gpus, warn, exemptions"), pod)
