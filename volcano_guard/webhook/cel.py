@@ -93,3 +93,9 @@ def concat(*parts: str) -> str:
 def _operand(expression: str) -> str:
     simple = expression.replace(".", "").replace("_", "").replace("[0]", "").isalnum()
     return expression if simple else f"({expression})"
+
+
+# What AdmissionRequest.describe() says of the request's object (`Pod "team-a/train-0"`), as
+# CEL parts for concat(), for the in-server checks' messages.
+DESCRIBED = (Expr("request.kind.kind"), ' "', Expr("request.namespace"), "/",
+             Expr("object.metadata.name"), '"')

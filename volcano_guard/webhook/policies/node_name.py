@@ -26,6 +26,7 @@ from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import object_at
 from volcano_guard.base.node_selectors import is_managed
 from volcano_guard.webhook.cel import (
+    DESCRIBED,
     Expr,
     all_of,
     concat,
@@ -193,10 +194,8 @@ def in_server(config: Config) -> tuple[InServerCheck, ...]:
     node_name = settings(config)
     if node_name.managed_selectors or node_name.unknownNodes != "deny":
         return ()
-    message = concat(*_message_parts(
-        (Expr("request.kind.kind"), ' "', Expr("request.namespace"), "/",
-         Expr("object.metadata.name"), '"'), Expr("object.spec.nodeName"), "managed",
-        first_scheduler(config)))
+    message = concat(*_message_parts(DESCRIBED, Expr("object.spec.nodeName"), "managed",
+                                     first_scheduler(config)))
     return (InServerCheck("node-name", (pods_rule("CREATE"),), _named_node_not_exempt(node_name),
                           (("false", message),)),)
 

@@ -22,6 +22,7 @@ from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import shown
 from volcano_guard.base.quantity import QuantityError, parse_quantity
 from volcano_guard.webhook.cel import (
+    DESCRIBED,
     Expr,
     all_of,
     any_of,
@@ -132,9 +133,7 @@ def in_server(config: Config) -> tuple[InServerCheck, ...]:
                     f"{resources}.exists(r, {lacks})) : []"),
             (first, f"size(variables.{short}) == 0 ? '' : {resources}.filter(r, "
                     f"{lacks.replace('c.', f'variables.{short}[0].')})[0]")]
-        subject = (Expr("request.kind.kind"), ' "', Expr("request.namespace"), "/",
-                   Expr("object.metadata.name"), '": ', kind, ' "',
-                   Expr(f"variables.{short}[0].name"), '" ')
+        subject = (*DESCRIBED, ": ", kind, ' "', Expr(f"variables.{short}[0].name"), '" ')
         validations.append((f"size(variables.{short}) == 0", concat(
             *subject, *missing_request(Expr(f"variables.{first}")))))
     return (InServerCheck("resource-requests", (pods_rule("CREATE"),), condition,
@@ -168,9 +167,8 @@ def _volcano_in_server(config: Config) -> InServerCheck:
                                     f"&& t.template.spec.{field}.exists(c, {found}))"))
             task = f"variables.{name}[0]"
             container = f"{task}.template.spec.{field}.filter(c, {found})[0]"
-            subject = (Expr("request.kind.kind"), ' "', Expr("request.namespace"), "/",
-                       Expr("object.metadata.name"), '" task "', Expr(f"{task}.name"), '": ',
-                       kind, ' "', Expr(f"{container}.name"), '" ')
+            subject = (*DESCRIBED, ' task "', Expr(f"{task}.name"), '": ', kind, ' "',
+                       Expr(f"{container}.name"), '" ')
             # The words read the container as c: the first such container stands in for it.
             said = concat(*words(Expr(key))).replace("c.resources", f"{container}.resources")
             validations.append((f"size(variables.{name}) == 0", f"{concat(*subject)} + {said}"))
