@@ -101,6 +101,10 @@ def scopes(config: Config) -> tuple[Scope, ...]:
         validating,)
 
 
+# CEL: container c requests resource r, or limits it (Kubernetes copies a limit into a missing
+# request), as requests_and_limits reads a container.
+_REQUESTED = ("has(c.resources) && ((has(c.resources.requests) && r in c.resources.requests) "
+              "|| (has(c.resources.limits) && r in c.resources.limits))")
 # The container lists of a pod spec in the order the webhook reports them, and their words.
 _CONTAINER_WORDS = (("initContainers", "init container"), ("containers", "container"))
 
@@ -125,9 +129,7 @@ def in_server(config: Config) -> tuple[InServerCheck, ...]:
     variables, validations = [], []
     for field, kind in _CONTAINER_WORDS:
         short, first = f"{field}WithoutRequests", f"{field}FirstMissing"
-        lacks = ("!(has(c.resources) && ((has(c.resources.requests) && r in "
-                 "c.resources.requests) || (has(c.resources.limits) && r in "
-                 "c.resources.limits)))")
+        lacks = f"!({_REQUESTED})"
         variables += [
             (short, f"has(object.spec.{field}) ? object.spec.{field}.filter(c, "
                     f"{resources}.exists(r, {lacks})) : []"),
@@ -185,8 +187,6 @@ def _quantity(value: str) -> str:
 def _problems(resources: str) -> dict[str, tuple[str, str, Any]]:
     """Problem name -> (CEL: container c has it; CEL: the resource it concerns, in c; the
     words, given that resource as an Expr), in the order the webhook finds them."""
-    present = ("has(c.resources) && ((has(c.resources.requests) && r in c.resources.requests) "
-               "|| (has(c.resources.limits) && r in c.resources.limits))")
     problems: dict[str, tuple[str, str, Any]] = {}
     for field in ("requests", "limits"):
         values = f"c.resources.{field}"
@@ -201,8 +201,8 @@ def _problems(resources: str) -> dict[str, tuple[str, str, Any]]:
                 lambda resource, problem=problem, field=field, values=values: unusable_quantity(
                     problem, resource, field[:-1],
                     Expr(f"'\"' + string({values}[{resource}]) + '\"'")))
-    problems["Missing"] = (f"{resources}.exists(r, !({present}))",
-                           f"{resources}.filter(r, !({present}))[0]", missing_request)
+    problems["Missing"] = (f"{resources}.exists(r, !({_REQUESTED}))",
+                           f"{resources}.filter(r, !({_REQUESTED}))[0]", missing_request)
     both = "has(c.resources) && has(c.resources.requests) && has(c.resources.limits)"
     over = ("k in c.resources.limits && isQuantity(string(c.resources.requests[k])) && "
             "isQuantity(string(c.resources.limits[k])) && "
