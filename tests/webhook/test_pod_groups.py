@@ -7,6 +7,7 @@ import copy
 import json
 import time
 import uuid
+from contextlib import asynccontextmanager
 
 import aiohttp
 import msgspec
@@ -310,44 +311,55 @@ async def test_the_one_zero_one_race_is_stopped(certs):
         new_pg = sandbox.call(lambda sb: sb.store.get(PG, "team-a", "podgroup-rs").object())
         assert new_pg["metadata"]["uid"] != old_pg["metadata"]["uid"]
 
-        caches = Caches.for_config(config, Cluster(sandbox.url), lookup_timeout=0.5)
+        async with webhook_over(sandbox.url, config, certs, lookup_timeout=0.5) as review:
+            async def validate(options=None):
+                return await review("/validate", pg_review("DELETE", None, new_pg, options))
+
+            stale = await validate()  # the retried delete by name
+            assert stale["allowed"] is False
+            assert "web-new" in stale["status"]["message"]
+            assert "web-old" not in stale["status"]["message"]  # terminating
+            gc_style = await validate({"preconditions": {"uid": new_pg["metadata"]["uid"]}})
+            assert gc_style["allowed"] is True
+
+            # A UID precondition naming the old incarnation fails at the API server.
+            with pytest.raises(ApiError) as info:
+                sandbox.call(lambda sb: sb.store.delete(PG, "team-a", "podgroup-rs", {
+                    "preconditions": {"uid": old_pg["metadata"]["uid"]}}))
+            assert info.value.code == 409
+
+            # Once the new pod is gone, a plain delete is allowed.
+            sandbox.call(lambda sb: sb.store.delete(PODS, "team-a", "web-new"))
+            assert (await validate())["allowed"] is True
+
+            # A member list that does not come in time: failClosed denies.
+            sandbox.set_faults(FaultRule(verbs=frozenset({"list"}),
+                                         resources=frozenset({"pods"}), latency=3.0))
+            started = asyncio.get_running_loop().time()
+            slow = await validate()
+            assert asyncio.get_running_loop().time() - started < 2.0
+            assert slow["allowed"] is False
+            assert "could not be listed in time" in slow["status"]["message"]
+
+
+@asynccontextmanager
+async def webhook_over(url, config, certs, **options):
+    """The webhook over HTTPS, its caches synced from the sandbox at url; yields
+    review(path, body) -> the AdmissionReview's response."""
+    caches = Caches.for_config(config, Cluster(url), **options)
+    try:
         await synced(caches)
         tls = server_context(certs.cert_file, certs.key_file)
         async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
-                           caches=caches) as (port, _):
-            connector = aiohttp.TCPConnector(ssl=client_context(certs.ca_file))
-            async with aiohttp.ClientSession(connector=connector) as session:
-                async def validate(options=None):
-                    body = pg_review("DELETE", None, new_pg, options)
-                    async with session.post(f"https://127.0.0.1:{port}/validate", json=body,
-                                            server_hostname=HOSTNAME) as response:
-                        return (await response.json())["response"]
+                           caches=caches) as (port, _), aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=client_context(certs.ca_file))) as session:
+            async def review(path, body):
+                async with session.post(f"https://127.0.0.1:{port}{path}", json=body,
+                                        server_hostname=HOSTNAME) as response:
+                    return (await response.json())["response"]
 
-                stale = await validate()  # the retried delete by name
-                assert stale["allowed"] is False
-                assert "web-new" in stale["status"]["message"]
-                assert "web-old" not in stale["status"]["message"]  # terminating
-                gc_style = await validate({"preconditions": {"uid": new_pg["metadata"]["uid"]}})
-                assert gc_style["allowed"] is True
-
-                # A UID precondition naming the old incarnation fails at the API server.
-                with pytest.raises(ApiError) as info:
-                    sandbox.call(lambda sb: sb.store.delete(PG, "team-a", "podgroup-rs", {
-                        "preconditions": {"uid": old_pg["metadata"]["uid"]}}))
-                assert info.value.code == 409
-
-                # Once the new pod is gone, a plain delete is allowed.
-                sandbox.call(lambda sb: sb.store.delete(PODS, "team-a", "web-new"))
-                assert (await validate())["allowed"] is True
-
-                # A member list that does not come in time: failClosed denies.
-                sandbox.set_faults(FaultRule(verbs=frozenset({"list"}),
-                                             resources=frozenset({"pods"}), latency=3.0))
-                started = asyncio.get_running_loop().time()
-                slow = await validate()
-                assert asyncio.get_running_loop().time() - started < 2.0
-                assert slow["allowed"] is False
-                assert "could not be listed in time" in slow["status"]["message"]
+            yield review
+    finally:
         caches.stop()
 
 
@@ -483,29 +495,17 @@ async def test_the_podgroup_cache_feeds_pod_annotations_end_to_end(certs):
         stamped = sandbox_podgroup()
         stamped["metadata"]["annotations"] = {GENERATION_ID: "0190-live"}
         sandbox.seed([stamped])
-        caches = Caches.for_config(config, Cluster(sandbox.url))
-        try:
-            await synced(caches)
-            tls = server_context(certs.cert_file, certs.key_file)
-            async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
-                               caches=caches) as (port, _):
-                connector = aiohttp.TCPConnector(ssl=client_context(certs.ca_file))
-                async with aiohttp.ClientSession(connector=connector) as session:
-                    _, obj = pod_review({"scheduling.k8s.io/group-name": "podgroup-rs"})
-                    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                            "request": {"uid": "p", "operation": "CREATE",
-                                        "namespace": "team-a", "name": "w0",
-                                        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                                        "resource": {"group": "", "version": "v1",
-                                                     "resource": "pods"}, "object": obj}}
-                    async with session.post(f"https://127.0.0.1:{port}/mutate", json=body,
-                                            server_hostname=HOSTNAME) as response:
-                        answer = (await response.json())["response"]
-            patch = json.loads(base64.b64decode(answer["patch"]))
-            assert {"op": "add", "path": "/metadata/annotations/volcano-guard.io~1podgroup-"
-                    "generation", "value": "0190-live"} in patch
-        finally:
-            caches.stop()
+        async with webhook_over(sandbox.url, config, certs) as review:
+            _, obj = pod_review({"scheduling.k8s.io/group-name": "podgroup-rs"})
+            answer = await review("/mutate", {
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "p", "operation": "CREATE", "namespace": "team-a",
+                            "name": "w0", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                            "resource": {"group": "", "version": "v1", "resource": "pods"},
+                            "object": obj}})
+        patch = json.loads(base64.b64decode(answer["patch"]))
+        assert {"op": "add", "path": "/metadata/annotations/volcano-guard.io~1podgroup-"
+                "generation", "value": "0190-live"} in patch
 
 
 # --- the live member list ---------------------------------------------------------------------
