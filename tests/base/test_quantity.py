@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from volcano_guard.base.quantity import QuantityError, parse_quantity
+from volcano_guard.base.quantity import QuantityError, canonical_quantity, parse_quantity
 
 
 @pytest.mark.parametrize(
@@ -77,3 +77,21 @@ def test_arbitrary_text_either_parses_or_raises_quantity_error(text):
 def test_integer_with_suffix_round_trips(number, suffix):
     scale = {"": 1, "k": 10**3, "M": 10**6, "Ki": 2**10, "Mi": 2**20}[suffix]
     assert parse_quantity(f"{number}{suffix}") == number * scale
+
+
+# apimachinery pkg/api/resource quantity_test.go TestQuantityParseEmit's table (and its negated
+# run), and what CanonicalizeBytes makes of the suffix kinds and of whole multiples of 1000.
+@pytest.mark.parametrize(("text", "printed"), [
+    ("1Ki", "1Ki"), ("1Mi", "1Mi"), ("1Gi", "1Gi"), ("1024Mi", "1Gi"), ("1000M", "1G"),
+    (".001Ki", "1024m"), (".000001Ki", "1024u"), (".000000001Ki", "1024n"),
+    (".000000000001Ki", "2n"),
+    ("1.5", "1500m"), ("2000m", "2"), ("3000", "3k"), ("1500", "1500"), ("0.5Gi", "512Mi"),
+    ("1.5Ki", "1536"), ("1023Ki", "1023Ki"), ("1e3", "1e3"), ("80e-3", "80e-3"), ("1E", "1E"),
+])
+def test_a_quantity_is_printed_as_kubernetes_prints_it(text, printed):
+    assert canonical_quantity(text) == printed
+    assert canonical_quantity("-" + text) == "-" + printed
+
+
+def test_zero_is_printed_without_a_sign_or_suffix():
+    assert [canonical_quantity(text) for text in ("0", "-0", "0Gi", "0e3")] == ["0"] * 4

@@ -8,7 +8,7 @@ suffix: binary SI (Ki..Ei), decimal SI (n, u, m, "", k, M, G, T, P, E) or a deci
 from __future__ import annotations
 
 import re
-from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_UP, Context, Decimal
 from functools import lru_cache
 
 _PATTERN = re.compile(
@@ -63,3 +63,42 @@ def _parse_text(text: str) -> Decimal:
     if abs(exponent) > 10**6:
         raise QuantityError(f"exponent {exponent} is out of range")
     return EXACT.scaleb(number, exponent)
+
+
+_SI_SUFFIXES = {exponent: suffix for suffix, exponent in _DECIMAL.items()}
+_BINARY_SUFFIXES = {power: suffix for suffix, power in _BINARY.items()}
+NANO = Decimal("1e-9")
+
+
+def canonical_quantity(text: str) -> str:
+    """The quantity as Kubernetes prints it (resource.Quantity.String(), CanonicalizeBytes):
+    rounded away from zero to a nano; a binary suffix kept for a whole number of at least
+    1024 (the largest power of 1024 that divides it), else the decimal suffix or exponent form
+    of the largest power of 1000 that leaves a whole mantissa. Raises QuantityError."""
+    value = parse_quantity(text)
+    match = _PATTERN.fullmatch(text.strip()) if isinstance(text, str) else None
+    suffix = (match["suffix"] or "") if match else ""
+    value = value.quantize(NANO, rounding=ROUND_UP, context=EXACT).normalize(EXACT)
+    if value == 0:
+        return "0"
+    sign, magnitude = ("-" if value < 0 else ""), abs(value)
+    if suffix in _BINARY and magnitude >= 1024 and magnitude == magnitude.to_integral_value():
+        mantissa, power = int(magnitude), 0
+        while power < 6 and mantissa % 1024 == 0:
+            mantissa, power = mantissa // 1024, power + 1
+        return f"{sign}{mantissa}{_BINARY_SUFFIXES.get(power, '')}"
+    digits, exponent = _whole_mantissa(magnitude)
+    if len(suffix) > 1 and suffix[0] in "eE":  # a decimal exponent, not the suffix E
+        return f"{sign}{digits}" + (f"e{exponent}" if exponent else "")
+    while exponent > 18:  # past E: a longer mantissa
+        digits, exponent = digits * 1000, exponent - 3
+    return f"{sign}{digits}{_SI_SUFFIXES[exponent]}"
+
+
+def _whole_mantissa(magnitude: Decimal) -> tuple[int, int]:
+    """(m, e) with magnitude == m * 10**e, e a multiple of 3 and as large as can be."""
+    _, digit_tuple, exponent = magnitude.normalize(EXACT).as_tuple()
+    mantissa = int("".join(map(str, digit_tuple)))
+    assert isinstance(exponent, int)
+    shift = exponent % 3  # down to a multiple of 3: multiply the mantissa by 10 or 100
+    return mantissa * 10**shift, exponent - shift

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from volcano_guard.sandbox import policies
+from volcano_guard.sandbox import pod_validation, policies
 from volcano_guard.sandbox.admission import Dispatcher, Record
 from volcano_guard.sandbox.matching import Attributes, User, configuration_errors
 from volcano_guard.sandbox.policy_validation import compile_errors
@@ -30,6 +30,7 @@ MUTATING = served(ADMISSION, "v1", "mutatingwebhookconfigurations")
 VALIDATING = served(ADMISSION, "v1", "validatingwebhookconfigurations")
 POLICIES = served(ADMISSION, "v1", "validatingadmissionpolicies")
 BINDINGS = served(ADMISSION, "v1", "validatingadmissionpolicybindings")
+PODS = served("", "v1", "pods")
 BINDING_KIND = ("", "v1", "Binding")
 
 
@@ -123,11 +124,12 @@ async def create(write: Write, body: Any) -> Stored:
     store, resource, namespace = write.store, write.resource, write.namespace
     options = write.options("CreateOptions")
     obj = store.new_object(resource, namespace, body)
+    _check_decodes(resource, obj)
     # The request's name is the body's: empty with generateName, for both kinds of webhook.
     write.name = str(obj["metadata"].get("name") or "")
     obj = await write.mutate(write.attributes("CREATE", obj, None, options)) or obj
     obj = store.prepare_create(resource, namespace, obj)
-    _check_configuration(resource, obj)
+    _check_valid(resource, obj)
     await write.validate(write.attributes("CREATE", obj, None, options))
     stored = store.commit_create(resource, namespace, obj)
     write.name = obj["metadata"]["name"]
@@ -149,10 +151,11 @@ async def _update(write: Write, read: Any) -> Stored:
     options = write.options("UpdateOptions")
     for _ in range(MAX_ATTEMPTS):
         current, obj = read()
+        _check_decodes(resource, obj)
         old = current.object()
         obj = await write.mutate(write.attributes("UPDATE", obj, old, options)) or obj
         new = store.prepare_update(resource, namespace, name, current, obj, write.subresource)
-        _check_configuration(resource, new)
+        _check_valid(resource, new)
         await write.validate(write.attributes("UPDATE", new, old, options))
         try:
             return store.commit_update(resource, namespace, name, current, new)
@@ -162,9 +165,25 @@ async def _update(write: Write, read: Any) -> Stored:
                    f"updated ({MAX_ATTEMPTS} attempts); try again")
 
 
-def _check_configuration(resource: ResourceType, obj: dict[str, Any]) -> None:
-    """A webhook configuration the sandbox could not match by, or an admission policy whose
-    expressions do not compile, is refused, as the apiserver's validation refuses it (422)."""
+def _check_decodes(resource: ResourceType, obj: dict[str, Any]) -> None:
+    """A pod whose quantities do not parse is a bad request (400), before any admission."""
+    error = pod_validation.decode_error(obj) if resource is PODS else None
+    if error:
+        raise ApiError(400, "BadRequest", error)
+
+
+def _check_valid(resource: ResourceType, obj: dict[str, Any]) -> None:
+    """What the resource's own validation refuses (422), after the mutating webhooks and
+    before the validating plugins: a pod's negative quantities and requests above limits; a
+    webhook configuration the sandbox could not match by, or an admission policy whose
+    expressions do not compile."""
+    if resource is PODS:
+        pod_errors = pod_validation.resource_errors(obj)
+        if pod_errors:
+            name = obj["metadata"].get("name", "")
+            listed = pod_errors[0] if len(pod_errors) == 1 else f"[{', '.join(pod_errors)}]"
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: {listed}')
+        return
     if resource in (MUTATING, VALIDATING):
         errors = configuration_errors(obj)
     elif resource is POLICIES:
