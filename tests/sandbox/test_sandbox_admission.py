@@ -297,6 +297,16 @@ async def test_a_failed_call_follows_the_failure_policy(box, scripted, failure, 
             "failed-open.validating.webhook.admission.k8s.io/round_0_index_0": "v.example.com"}
 
 
+async def test_a_refused_connection_is_said_as_gos_dialer_says_it(box, scripted):
+    await box.register("validating", "guard", {**FAILURES["refused"](box, scripted)})
+    status, body, _ = await box.call("POST", PODS, pod())
+    assert status == 500
+    assert body["message"] == (
+        'Internal error occurred: failed calling webhook "v.example.com": failed to call '
+        'webhook: Post "https://127.0.0.1:1/validate?timeout=10s": dial tcp 127.0.0.1:1: '
+        'connect: connection refused')
+
+
 # -- users -------------------------------------------------------------------------------------
 
 async def test_an_unknown_or_missing_token_gets_401(box):

@@ -25,6 +25,7 @@ import base64
 import binascii
 import json
 import logging
+import os
 import ssl
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -228,6 +229,12 @@ class Dispatcher:
                 return data
         except TimeoutError:
             raise CallError("context deadline exceeded") from None
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc, aiohttp.ClientSSLError) or not exc.os_error.errno:
+                raise CallError(str(exc) or type(exc).__name__) from None
+            # as Go's dialer says it: "dial tcp 10.96.0.12:443: connect: connection refused"
+            reason = os.strerror(exc.os_error.errno).lower()
+            raise CallError(f"dial tcp {exc.host}:{exc.port}: connect: {reason}") from None
         except (aiohttp.ClientError, OSError, ssl.SSLError) as exc:
             raise CallError(str(exc) or type(exc).__name__) from None
 
