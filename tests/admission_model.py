@@ -1,7 +1,8 @@
 """Which admission webhooks kube-apiserver calls for a request, and what a request meets while
 none of them answers: a test-friendly request record over the sandbox's own matching
 (volcano_guard.sandbox.matching, which follows k8s.io/apiserver's and is pinned by
-tests/sandbox/test_sandbox_admission.py), with matchConditions evaluated by CEL's C++ runtime."""
+tests/sandbox/test_sandbox_admission.py), with matchConditions evaluated by CEL's C++ runtime,
+and the ValidatingAdmissionPolicies among the manifests run by the sandbox's plugin."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from volcano_guard.sandbox import matching
+from volcano_guard.sandbox import matching, policies
+from volcano_guard.sandbox.admission import Record
+from volcano_guard.sandbox.store import ApiError
 
 
 @dataclass(frozen=True)
@@ -58,10 +61,33 @@ def called(configurations: Iterable[Mapping[str, Any]],
             if matching.should_call(hook, attributes)]
 
 
-def during_outage(configurations: Iterable[Mapping[str, Any]], request: Request) -> str:
+def during_outage(manifests: Iterable[Mapping[str, Any]], request: Request) -> str:
     """What happens to the request while none of these webhooks answers: "admitted", or
-    "refused by NAME" for the first called webhook whose failurePolicy is Fail (the default)."""
-    for webhook in called(configurations, request):
-        if webhook.get("failurePolicy", "Fail") == "Fail":
-            return f"refused by {webhook['name']}"
+    "refused by NAME" for the first refusal in the API server's order: a called mutating
+    webhook whose failurePolicy is Fail (the default), a ValidatingAdmissionPolicy that denies
+    the request as sent, a called validating webhook that fails closed."""
+    manifests = list(manifests)
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        if kind == "ValidatingWebhookConfiguration" and (refusal := _policy_refusal(
+                manifests, request)):
+            return refusal
+        for webhook in called([m for m in manifests if m.get("kind") == kind], request):
+            if webhook.get("failurePolicy", "Fail") == "Fail":
+                return f"refused by {webhook['name']}"
     return "admitted"
+
+
+def _policy_refusal(manifests: list[Mapping[str, Any]], request: Request) -> str | None:
+    def of_kind(kind: str) -> list[Mapping[str, Any]]:
+        return [m for m in manifests if m.get("kind") == kind]
+
+    attributes = request.attributes()
+    namespace = {"metadata": {"name": request.namespace,
+                              "labels": dict(attributes.namespace_labels)}}
+    try:
+        policies.dispatch(attributes, of_kind("ValidatingAdmissionPolicy"),
+                          of_kind("ValidatingAdmissionPolicyBinding"), lambda *_: None,
+                          namespace if request.namespace else None, Record())
+    except ApiError as refusal:
+        return "refused by " + refusal.message.split("'")[1]  # ...AdmissionPolicy 'NAME'...
+    return None

@@ -490,7 +490,7 @@ def run_manifests(args: argparse.Namespace) -> int:
 
     config = _load_config_or_exit(args.config)
     print(render([*webhook_configurations(config, args.namespace, args.service),
-                  *admission_policies(config)]), end="")
+                  *admission_policies(config, args.namespace)]), end="")
     return 0
 
 

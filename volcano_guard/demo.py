@@ -4,8 +4,10 @@
    through the chain the API server runs, POST /mutate over real TLS (verified against the
    generated CA, hostname included), the returned JSON patch applied, then POST /validate.
 2. The guard registered in the sandbox API server as in a cluster (volcano_guard.guarded_sandbox:
-   the deploy/base webhook configurations, caBundle injected, the webhook process behind them)
-   and the kubectl commands a user would type, with what kubectl prints. Needs kubectl.
+   the deploy/base webhook configurations and admission policies, caBundle injected, the
+   webhook process behind them) and the kubectl commands a user would type, with what kubectl
+   prints; then the same commands on a fresh sandbox with the webhook process stopped, an
+   outage. Needs kubectl.
 3. The Queue status write storm against the sandbox API server, direct and through the
    coalescing sidecar, as a table of upstream writes, conflicts, backlog and memory.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 import shlex
 import tempfile
@@ -101,15 +104,37 @@ SANDBOX_SEED = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
                 for name, labels in DEMO_NODES.items()]
 
 
+OUTAGE = ("\nThe same commands on a fresh sandbox with the webhook process stopped (a guard "
+          "outage): the ValidatingAdmissionPolicies deploy/base installed in the API server "
+          "still refuse what the guard would; the registrations they cover fail open, so the "
+          "rest goes in. PodGroup writes wait for the guard.\n")
+
+
 def _kubectl_session() -> None:
     print("\nThe guard registered in the sandbox API server, as in a cluster: deploy/base's "
-          "webhook configurations applied, caBundle set by `volcano-guard certs inject`, the "
-          "webhook behind them. Then kubectl:\n")
+          "webhook configurations and admission policies applied, caBundle set by "
+          "`volcano-guard certs inject`, the webhook behind them. Then kubectl:\n")
     if kubectl_path() is None:
         print("  (skipped: kubectl is not installed)")
         return
+    _replay_kubectl(stop_webhook=False)
+    print(OUTAGE)
+    # What kubectl prints is the demo; the sandbox's log of each failed call is the API
+    # server's, which a user does not see.
+    sandbox_log = logging.getLogger("volcano_guard.sandbox")
+    level = sandbox_log.level
+    sandbox_log.setLevel(logging.ERROR)
+    try:
+        _replay_kubectl(stop_webhook=True)
+    finally:
+        sandbox_log.setLevel(level)
+
+
+def _replay_kubectl(stop_webhook: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="volcano-guard-demo-") as tmp, guarded_sandbox(
             Path(tmp), SANDBOX_SEED) as cluster:
+        if stop_webhook:
+            cluster.stop_webhook()
         for command in KUBECTL_SESSION:
             print(f"$ kubectl {command}")
             result = cluster.kubectl(*shlex.split(command), check=False, cwd=REPO_ROOT)

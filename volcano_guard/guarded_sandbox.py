@@ -1,7 +1,7 @@
 """A sandbox with the guard registered in it, as a user sets it up in a cluster: the webhook
-configurations applied with kubectl, caBundle set by `volcano-guard certs inject`, the webhook
-process behind them, and kubectl pointed at the sandbox over HTTPS with bearer tokens. The demo
-and the end-to-end tests run on it.
+configurations and admission policies applied with kubectl, caBundle set by `volcano-guard certs
+inject`, the webhook process behind them, and kubectl pointed at the sandbox over HTTPS with
+bearer tokens. The demo and the end-to-end tests run on it.
 """
 
 from __future__ import annotations
@@ -65,13 +65,16 @@ def with_policy_changes(config: Mapping[str, Any],
     return {**config, "policies": policies}
 
 
-def rendered_webhook_configurations(kubectl: str) -> str:
-    """The webhook configurations of `kubectl kustomize deploy/base` (the sandbox serves no
-    Deployments or RBAC: the rest of the base is for a real cluster)."""
+ADMISSION_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+                   "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def rendered_admission(kubectl: str) -> str:
+    """The webhook configurations and admission policies of `kubectl kustomize deploy/base`
+    (the sandbox serves no Deployments or RBAC: the rest of the base is for a real cluster)."""
     rendered = _run([kubectl, "kustomize", str(DEPLOY_BASE)]).stdout
     return yaml.safe_dump_all([doc for doc in yaml.safe_load_all(rendered)
-                               if doc and str(doc.get("kind", "")).endswith(
-                                   "WebhookConfiguration")])
+                               if doc and doc.get("kind") in ADMISSION_KINDS])
 
 
 @dataclass
@@ -111,8 +114,8 @@ class GuardedSandbox:
 @contextmanager
 def guarded_sandbox(directory: Path, seed: Iterable[Mapping[str, Any]],
                     config: Mapping[str, Any] | None = None) -> Iterator[GuardedSandbox]:
-    """The shipped deploy/base configurations and config; or, given a config, that config and
-    the registrations `volcano-guard manifests --config` prints for it."""
+    """The shipped deploy/base registrations, policies and config; or, given a config, that
+    config and what `volcano-guard manifests --config` prints for it."""
     kubectl = kubectl_path()
     if kubectl is None:
         raise GuardedSandboxError("kubectl is not installed")
@@ -124,7 +127,7 @@ def guarded_sandbox(directory: Path, seed: Iterable[Mapping[str, Any]],
     config_file.write_text(yaml.safe_dump(dict(config or shipped_config())), encoding="utf-8")
     cli = [sys.executable, "-m", "volcano_guard.cli"]
     registrations = (_run([*cli, "manifests", "--config", str(config_file)]).stdout if config
-                     else rendered_webhook_configurations(kubectl))
+                     else rendered_admission(kubectl))
     port, metrics = free_port(), free_port()
     settings = SandboxSettings(services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", port)},
                                tokens=load_token_file(directory / "tokens.csv"))

@@ -41,16 +41,27 @@ def test_demo_replays_the_examples_over_tls_and_prints_the_decisions(result):
     assert modes["sidecar"][4] == "0"  # and none through the sidecar
 
 
+def kubectl_sessions(stdout: str) -> tuple[dict[str, str], dict[str, str]]:
+    """What kubectl printed for each command: with the guard up, and with it stopped."""
+    up, down = stdout[stdout.index("$ kubectl create namespace team-a"):].split(
+        "with the webhook process stopped", 1)
+    down = down[down.index("$ kubectl create namespace team-a"):down.index("Queue status")]
+    return tuple(dict(block.split("\n", 1) for block in session.split("$ kubectl ")[1:])
+                 for session in (up, down))  # type: ignore[return-value]
+
+
+POLICY_REFUSED = ("ValidatingAdmissionPolicy 'volcano-guard-resource-requests' with binding "
+                  "'volcano-guard-resource-requests' denied request: Pod \"team-a/trainer\": "
+                  "container \"worker\" has no cpu request")
+
+
 def test_demo_shows_the_registered_guard_answering_kubectl(result):
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed")
     assert result.returncode == 0, result.stderr
-    session = result.stdout[result.stdout.index("$ kubectl create namespace team-a"):]
-    said = dict(block.split("\n", 1) for block in session.split("$ kubectl ")[1:])
+    said, _ = kubectl_sessions(result.stdout)
     assert said["create namespace team-a"].strip() == "namespace/team-a created"
-    assert ('admission webhook "validate.volcano-guard.io" denied the request: Pod '
-            '"team-a/trainer": container "worker" has no cpu request') in said[
-        "apply -f examples/kubectl/pod-without-requests.yaml"]
+    assert POLICY_REFUSED in said["apply -f examples/kubectl/pod-without-requests.yaml"]
     assert said["apply -f examples/kubectl/pod-with-requests.yaml"].strip() == (
         "pod/trainer created")
     assert "the node is managed by the Volcano scheduler" in said[
@@ -59,3 +70,20 @@ def test_demo_shows_the_registered_guard_answering_kubectl(result):
     assert "volcano-guard.io/generation-id" in said[
         "get podgroup pg-train -n team-a -o jsonpath={.metadata.annotations}"]
     assert "still has 1 live pod(s): member" in said["delete podgroup pg-train -n team-a"]
+
+
+def test_demo_replays_kubectl_with_the_guard_stopped(result):
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    _, said = kubectl_sessions(result.stdout)
+    assert POLICY_REFUSED in said["apply -f examples/kubectl/pod-without-requests.yaml"]
+    assert "ValidatingAdmissionPolicy 'volcano-guard-node-name'" in said[
+        "apply -f examples/kubectl/pod-on-a-node.yaml"]
+    assert said["apply -f examples/kubectl/pod-with-requests.yaml"].strip() == (
+        "pod/trainer created")
+    assert said["run web -n team-a --image=nginx"].strip() == "pod/web created"
+    podgroup = said["create -f examples/kubectl/podgroup.yaml"]
+    assert "pod/member created" in podgroup
+    assert 'failed calling webhook "mutate.volcano-guard.io"' in podgroup
+    assert "connect: connection refused" in podgroup
+    assert "Failed calling webhook" not in result.stderr  # the API server's log, unseen

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.volcano_fixtures import CONTROL_PLANE, VOLCANO_NAMESPACE, control_plane_pod
 from volcano_guard.guarded_sandbox import (
     OTHER_SCHEDULER,
     GuardedSandbox,
@@ -64,11 +65,16 @@ def volcano_pod(name: str, requests: dict[str, str] | None = None,
 REQUESTS = {"cpu": "1", "memory": "1Gi"}
 
 
+def refused_by_policy(policy: str) -> str:
+    """How kubectl prints a ValidatingAdmissionPolicy's denial (the binding has its name)."""
+    return (f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request: ")
+
+
 def test_a_volcano_pod_without_requests_is_refused_with_the_guards_message(shipped):
     result = shipped.create(volcano_pod("no-requests"), check=False)
     assert result.returncode != 0
-    assert ('admission webhook "validate.volcano-guard.io" denied the request: '
-            'Pod "team-a/no-requests": container "worker" has no cpu request') in result.stderr
+    assert (refused_by_policy("volcano-guard-resource-requests")
+            + 'Pod "team-a/no-requests": container "worker" has no cpu request') in result.stderr
     assert shipped.kubectl("get", "pod", "no-requests", "-n", "team-a",
                            check=False).returncode != 0
     assert "pod/with-requests created" in shipped.create(
@@ -93,7 +99,8 @@ def test_volcano_jobs_and_cronjobs_with_a_task_missing_memory_are_refused(shippe
 def test_a_pod_bound_by_node_name_to_a_managed_node_is_refused(shipped):
     result = shipped.create(volcano_pod("pinned", REQUESTS, nodeName="node-1"), check=False)
     assert result.returncode != 0
-    assert 'denied the request' in result.stderr and "node-1" in result.stderr
+    assert (refused_by_policy("volcano-guard-node-name")
+            + 'Pod "team-a/pinned" sets spec.nodeName "node-1"') in result.stderr
 
 
 MIRROR = {"kubernetes.io/config.mirror": "mirror-hash"}
@@ -176,21 +183,56 @@ def test_a_binding_by_another_schedulers_user_is_refused(variant):
     assert variant.get("pod", "to-bind", "-n", "team-a")["spec"]["nodeName"] == "node-1"
 
 
-def test_with_the_webhook_down_the_failure_policies_hold(tools, tmp_path):
-    with guarded_sandbox(tmp_path, SEED) as cluster:
+PLAIN = {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "web-7d4f9-abcde", "namespace": "team-a", "labels": {"app": "web"}},
+         "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+OUTAGE_SEED = [*SEED, {"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": VOLCANO_NAMESPACE}}]
+
+
+def test_with_the_webhook_down_the_api_server_still_refuses_what_the_guard_would(tools, tmp_path):
+    """deploy/ as shipped, the webhook process killed: nothing bad is admitted, and nothing
+    but PodGroup writes waits for the guard."""
+    with guarded_sandbox(tmp_path, OUTAGE_SEED) as cluster:
         cluster.stop_webhook()
-        # A pod the guard acts on: the validating webhook fails closed.
-        refused = cluster.create(volcano_pod("while-down"), check=False)
-        assert refused.returncode != 0 and "failed calling webhook" in refused.stderr
-        # A plain Deployment's pod: no registration sends it, so the outage does not stop it.
-        plain = {"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": "web-7d4f9-abcde", "namespace": "team-a",
-                              "labels": {"app": "web"}},
-                 "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
-        assert "created" in cluster.create(plain).stdout
-        # A plain pod labelled for injection: injection fails open, the pod goes in as sent.
-        labelled = {**plain, "metadata": {"name": "labelled", "namespace": "team-a",
+        refused = cluster.create(volcano_pod("no-requests"), check=False)
+        assert refused.returncode != 0
+        assert refused_by_policy("volcano-guard-resource-requests") in refused.stderr
+        negative = cluster.create(volcano_pod("negative", {"cpu": "-1", "memory": "1Gi"}),
+                                  check=False)
+        assert negative.returncode != 0
+        assert ('The Pod "negative" is invalid: spec.containers[0].resources.requests[cpu]: '
+                'Invalid value: "-1": must be greater than or equal to 0') in negative.stderr
+        pinned = cluster.create(volcano_pod("pinned", REQUESTS, nodeName="node-1"), check=False)
+        assert pinned.returncode != 0
+        assert refused_by_policy("volcano-guard-node-name") in pinned.stderr
+        # Admitted: a good Volcano pod, a Volcano Job's pod, a default-scheduler pod, Volcano's
+        # control plane, a labelled pod (without its sidecar).
+        job_pod = volcano_pod("mnist-worker-0", REQUESTS)
+        job_pod["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "mnist"}
+        for pod in (volcano_pod("good", REQUESTS), job_pod, PLAIN):
+            assert " created" in cluster.create(pod).stdout
+        for workload in CONTROL_PLANE:
+            assert " created" in cluster.create(control_plane_pod(*workload)).stdout
+        labelled = {**PLAIN, "metadata": {"name": "labelled", "namespace": "team-a",
                                           "labels": {"volcano-guard.io/inject": "true"}}}
         cluster.create(labelled)
         stored = cluster.get("pod", "labelled", "-n", "team-a")
         assert [c["name"] for c in stored["spec"]["containers"]] == ["web"]
+        # PodGroups wait for the guard: their generation id may not be skipped.
+        podgroup = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                    "metadata": {"name": "mnist", "namespace": "team-a"},
+                    "spec": {"minMember": 1}}
+        waiting = cluster.create(podgroup, check=False)
+        assert waiting.returncode != 0 and "failed calling webhook" in waiting.stderr
+
+
+def test_without_the_policies_the_validating_webhook_fails_closed(tools, tmp_path):
+    config = {**shipped_config(), "validatingAdmissionPolicies": False}
+    with guarded_sandbox(tmp_path, SEED, config) as cluster:
+        cluster.stop_webhook()
+        # A pod the guard acts on: the validating webhook fails closed.
+        refused = cluster.create(volcano_pod("while-down", REQUESTS), check=False)
+        assert refused.returncode != 0 and "failed calling webhook" in refused.stderr
+        # A plain Deployment's pod: no registration sends it, so the outage does not stop it.
+        assert "created" in cluster.create(PLAIN).stdout

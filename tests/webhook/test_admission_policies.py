@@ -81,7 +81,7 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
     assert actions == {"volcano-guard-resource-requests": ["Deny"],
                        "volcano-guard-volcano-resource-requests": ["Deny"],
                        "volcano-guard-node-name": ["Warn"], "volcano-guard-bindings": ["Audit"]}
-    assert admission_policies(config_from_dict({})) == []
+    assert admission_policies(config_from_dict({"validatingAdmissionPolicies": False})) == []
     off = config_from_dict({"validatingAdmissionPolicies": True, "policies": {
         "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}}}})
     assert [p["metadata"]["name"] for p in admission_policies(off)

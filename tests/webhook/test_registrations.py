@@ -26,6 +26,7 @@ from tests.volcano_fixtures import (
 )
 from volcano_guard.base.informer import Snapshot, static_snapshot
 from volcano_guard.cli import main
+from volcano_guard.webhook.admission_policies import admission_policies
 from volcano_guard.webhook.config import Config, config_from_dict, parse_config
 from volcano_guard.webhook.policies import evaluate, node_name, pod_groups
 from volcano_guard.webhook.policies.base import PolicyContext
@@ -44,7 +45,10 @@ def shipped_config_text() -> str:
 
 
 def shipped() -> list[dict[str, Any]]:
-    return webhook_configurations(parse_config(shipped_config_text()))
+    """What `manifests` prints for the shipped config: the webhook configurations, then the
+    admission policies."""
+    config = parse_config(shipped_config_text())
+    return [*webhook_configurations(config), *admission_policies(config)]
 
 
 def test_deploy_holds_what_manifests_prints_for_the_shipped_config(tmp_path, capsys):
@@ -59,16 +63,18 @@ def test_kustomize_renders_the_generated_registrations():
                               capture_output=True, text=True, check=True).stdout
     kinds = {d["kind"]: d for d in yaml.safe_load_all(rendered) if d}
     assert [w["name"] for w in kinds["MutatingWebhookConfiguration"]["webhooks"]] == [
-        "mutate.volcano-guard.io", "inject.volcano-guard.io"]
+        "mutate.volcano-guard.io", "mutate-open.volcano-guard.io", "inject.volcano-guard.io"]
     assert [w["name"] for w in kinds["ValidatingWebhookConfiguration"]["webhooks"]] == [
-        "validate.volcano-guard.io", "bindings.volcano-guard.io"]
+        "validate.volcano-guard.io", "validate-open.volcano-guard.io",
+        "bindings.volcano-guard.io"]
+    assert "ValidatingAdmissionPolicy" in kinds and "ValidatingAdmissionPolicyBinding" in kinds
 
 
 # --- requests, as the API server sees them ---------------------------------------------------
 
 def pod(name: str = "p", *, scheduler: str = "default-scheduler", node: str = "",
         annotations: dict | None = None, labels: dict | None = None,
-        owner: str | None = None) -> dict[str, Any]:
+        owner: str | None = None, requests: bool = True) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": "team-a"}
     if annotations:
         metadata["annotations"] = dict(annotations)
@@ -77,8 +83,10 @@ def pod(name: str = "p", *, scheduler: str = "default-scheduler", node: str = ""
     if owner:
         metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner, "name": "o",
                                         "uid": "owner-uid", "controller": True}]
-    spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [
-        {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}
+    container: dict[str, Any] = {"name": "c", "image": "x"}
+    if requests:
+        container["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [container]}
     if node:
         spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
@@ -136,6 +144,8 @@ def config_map() -> Request:
 DELETE_OPTIONS = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}
 GUARDED = "refused by validate.volcano-guard.io"
 MUTATED = "refused by mutate.volcano-guard.io"
+VALIDATE_OPEN, MUTATE_OPEN = "validate-open.volcano-guard.io", "mutate-open.volcano-guard.io"
+PINNED = "refused by volcano-guard-node-name"  # the policy in the API server
 JOINED = pod("w", scheduler="volcano", owner="ReplicaSet")
 JOINED_PATCHED = copy.deepcopy(JOINED)
 JOINED_PATCHED["metadata"]["annotations"] = {GROUP_NAME: "podgroup-rs"}
@@ -148,32 +158,32 @@ DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 TABLE = [
     ("a plain Deployment's pod", create_pod(pod(owner="ReplicaSet")), [], "admitted"),
     ("a ConfigMap", config_map(), [], "admitted"),
-    ("a Volcano pod", create_pod(pod(scheduler="volcano")), ["validate.volcano-guard.io"],
-     GUARDED),
+    ("a Volcano pod", create_pod(pod(scheduler="volcano")), [VALIDATE_OPEN], "admitted"),
+    ("a Volcano pod without requests", create_pod(pod(scheduler="volcano", requests=False)),
+     [VALIDATE_OPEN], "refused by volcano-guard-resource-requests"),
     ("a Volcano Job's pod (names its PodGroup)",
      create_pod(pod(scheduler="volcano", annotations={GROUP_NAME: "mnist"})),
-     ["mutate.volcano-guard.io", "validate.volcano-guard.io"], MUTATED),
-    ("a pod naming a node", create_pod(pod(node="gpu-1")), ["validate.volcano-guard.io"],
-     GUARDED),
+     [MUTATE_OPEN, VALIDATE_OPEN], "admitted"),
+    ("a pod naming a node", create_pod(pod(node="gpu-1")), [VALIDATE_OPEN], PINNED),
     ("a mirror pod created by its node",
      create_pod(pod(node="gpu-1", annotations=MIRROR), user=NODE_USER, groups=NODE_GROUPS), [],
      "admitted"),
     ("a pod with the mirror annotation created by a user",
-     create_pod(pod(node="gpu-1", annotations=MIRROR)), ["validate.volcano-guard.io"], GUARDED),
+     create_pod(pod(node="gpu-1", annotations=MIRROR)), [VALIDATE_OPEN], PINNED),
     ("a DaemonSet pod created by the DaemonSet controller",
      create_pod(pod(node="gpu-1", owner="DaemonSet"), user=DAEMONSET_CONTROLLER), [],
      "admitted"),
     ("a pod naming a DaemonSet owner created by a user",
-     create_pod(pod(node="gpu-1", owner="DaemonSet")), ["validate.volcano-guard.io"], GUARDED),
+     create_pod(pod(node="gpu-1", owner="DaemonSet")), [VALIDATE_OPEN], PINNED),
     ("a pod naming a node in kube-system", create_pod(pod(node="gpu-1"), "kube-system"), [],
      "admitted"),
     ("a pod labelled for injection",
      create_pod(pod(labels={"volcano-guard.io/inject": "true"})), ["inject.volcano-guard.io"],
      "admitted"),
     ("the UPDATE naming a Deployment pod's PodGroup", update_pod(JOINED, JOINED_PATCHED),
-     ["mutate.volcano-guard.io"], MUTATED),
+     [MUTATE_OPEN], "admitted"),
     ("a later pod UPDATE", update_pod(JOINED_PATCHED, JOINED_PATCHED), [], "admitted"),
-    ("a Volcano Job", volcano_job(), ["validate.volcano-guard.io"], GUARDED),
+    ("a Volcano Job", volcano_job(), [VALIDATE_OPEN], "admitted"),
     ("a PodGroup CREATE", podgroup_request("CREATE", podgroup()), ["mutate.volcano-guard.io"],
      MUTATED),
     ("a PodGroup UPDATE keeping its id",
@@ -240,7 +250,7 @@ def test_no_cycle_with_volcanos_pod_webhooks_in_either_configuration(volcano):
 
 
 def test_injection_alone_fails_open_and_only_for_labelled_pods():
-    [mutating, _] = shipped()
+    mutating = shipped()[0]
     inject = next(w for w in mutating["webhooks"] if w["name"] == "inject.volcano-guard.io")
     assert inject["failurePolicy"] == "Ignore"
     assert inject["objectSelector"] == {"matchLabels": {"volcano-guard.io/inject": "true"}}
@@ -253,9 +263,32 @@ def test_policies_turned_off_drop_their_registrations():
         "sidecarInjection": {"mode": "off"}}})
     mutating, validating = webhook_configurations(config)
     assert mutating["webhooks"] == []
-    assert [w["name"] for w in validating["webhooks"]] == ["validate.volcano-guard.io"]
+    assert [w["name"] for w in validating["webhooks"]] == [VALIDATE_OPEN]
     volcano_pod_on_a_node = create_pod(pod(node="gpu-1"))
     assert called([mutating, validating], volcano_pod_on_a_node) == []
+
+
+def test_without_the_in_server_policies_every_check_fails_closed():
+    config = config_from_dict({"validatingAdmissionPolicies": False})
+    mutating, validating = webhook_configurations(config)
+    failure = {w["name"]: w["failurePolicy"] for c in (mutating, validating)
+               for w in c["webhooks"]}
+    assert failure == {"mutate.volcano-guard.io": "Fail", "mutate-open.volcano-guard.io": "Ignore",
+                       "inject.volcano-guard.io": "Ignore", "validate.volcano-guard.io": "Fail",
+                       "bindings.volcano-guard.io": "Ignore"}
+    manifests = [mutating, validating]
+    assert during_outage(manifests, create_pod(pod(scheduler="volcano"))) == GUARDED
+    assert during_outage(manifests, create_pod(pod(node="gpu-1"))) == GUARDED
+
+
+def test_with_managed_node_selectors_the_node_name_check_stays_fail_closed():
+    config = config_from_dict({"policies": {
+        "nodeName": {"managedNodeSelectors": ["volcano.sh/role:train"]}}})
+    manifests = [*webhook_configurations(config), *admission_policies(config)]
+    assert [w["name"] for w in called(manifests, create_pod(pod(node="gpu-1")))] == [
+        "validate.volcano-guard.io"]
+    assert during_outage(manifests, create_pod(pod(node="gpu-1"))) == GUARDED
+    assert during_outage(manifests, create_pod(pod(scheduler="volcano"))) == "admitted"
 
 
 def test_registrations_follow_the_scheduler_names_and_exemptions_of_the_config():

@@ -37,8 +37,8 @@ def decode_error(pod: Any) -> str | None:
     return None
 
 
-def resource_errors(pod: Any) -> list[str]:
-    """`FIELD: Invalid value: "VALUE": DETAIL` for each negative quantity and each request
+def resource_errors(pod: Any) -> list[tuple[str, str]]:
+    """(FIELD, `Invalid value: "VALUE": DETAIL`) for each negative quantity and each request
     above its limit, containers in order, resources by name (Go ranges over a map)."""
     errors = []
     for path, resources in _requirements(pod):
@@ -50,15 +50,15 @@ def resource_errors(pod: Any) -> list[str]:
         for name in sorted(requests):
             errors += _negative(f"{path}.requests[{name}]", requests[name])
             if name in limits and _value(requests[name]) > _value(limits[name]):
-                errors.append(f'{path}.requests: Invalid value: "{_text(requests[name])}": '
-                              f"must be less than or equal to {name} limit of "
-                              f"{_text(limits[name])}")
+                errors.append((f"{path}.requests", f'Invalid value: "{_text(requests[name])}": '
+                               f"must be less than or equal to {name} limit of "
+                               f"{_text(limits[name])}"))
     return errors
 
 
-def _negative(path: str, quantity: Any) -> list[str]:
+def _negative(path: str, quantity: Any) -> list[tuple[str, str]]:
     if _value(quantity) < 0:
-        return [f'{path}: Invalid value: "{_text(quantity)}": must be greater than or equal to 0']
+        return [(path, f'Invalid value: "{_text(quantity)}": must be greater than or equal to 0')]
     return []
 
 

@@ -546,10 +546,19 @@ def not_found(resource: ResourceType, name: str) -> ApiError:
 
 
 def invalid(resource: ResourceType, name: str, field_path: str, detail: str) -> ApiError:
-    return ApiError(422, "Invalid", f'{resource.kind} "{name}" is invalid: {field_path}: {detail}',
+    return invalid_fields(resource, name, [(field_path, detail)])
+
+
+def invalid_fields(resource: ResourceType, name: str,
+                   errors: list[tuple[str, str]]) -> ApiError:
+    """NewInvalid: `KIND "NAME" is invalid: FIELD: DETAIL` (several in brackets, comma
+    separated), each error a cause kubectl lists."""
+    listed = [f"{field_path}: {detail}" for field_path, detail in errors]
+    joined = listed[0] if len(listed) == 1 else f"[{', '.join(listed)}]"
+    return ApiError(422, "Invalid", f'{resource.kind} "{name}" is invalid: {joined}',
                     {"name": name, "group": resource.group, "kind": resource.kind,
                      "causes": [{"reason": "FieldValueInvalid", "message": detail,
-                                 "field": field_path}]})
+                                 "field": field_path} for field_path, detail in errors]})
 
 
 def _qualified(resource: ResourceType) -> str:

@@ -22,7 +22,7 @@ from volcano_guard.sandbox.admission import Dispatcher, Record
 from volcano_guard.sandbox.matching import Attributes, User, configuration_errors
 from volcano_guard.sandbox.policy_validation import compile_errors
 from volcano_guard.sandbox.resources import ADMISSION, RESOURCES, ResourceType, served
-from volcano_guard.sandbox.store import ApiError, Stale, Store, Stored, default
+from volcano_guard.sandbox.store import ApiError, Stale, Store, Stored, default, invalid_fields
 
 MAX_ATTEMPTS = 5
 NAMESPACES = served("", "v1", "namespaces")
@@ -180,9 +180,7 @@ def _check_valid(resource: ResourceType, obj: dict[str, Any]) -> None:
     if resource is PODS:
         pod_errors = pod_validation.resource_errors(obj)
         if pod_errors:
-            name = obj["metadata"].get("name", "")
-            listed = pod_errors[0] if len(pod_errors) == 1 else f"[{', '.join(pod_errors)}]"
-            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: {listed}')
+            raise invalid_fields(resource, obj["metadata"].get("name", ""), pod_errors)
         return
     if resource in (MUTATING, VALIDATING):
         errors = configuration_errors(obj)

@@ -4,7 +4,8 @@ policy and its binding, enforced inside the API server with no network hop and n
 can be down. The mode sets the binding's validationActions: enforce Deny, warn Warn, audit Audit.
 
 `volcano-guard manifests` prints them after the webhook configurations when the config's
-`validatingAdmissionPolicies` is true.
+`validatingAdmissionPolicies` is true (the default). They judge the namespaces the webhook
+judges.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ from typing import Any
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies import POLICIES
 from volcano_guard.webhook.policies.base import InServerCheck
+from volcano_guard.webhook.registrations import unjudged_namespaces
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 PREFIX = "volcano-guard-"
 ACTIONS = {"enforce": ["Deny"], "warn": ["Warn"], "audit": ["Audit"]}
 
 
-def admission_policies(config: Config) -> list[dict[str, Any]]:
+def admission_policies(config: Config, namespace: str = "volcano-guard") -> list[dict[str, Any]]:
     """A ValidatingAdmissionPolicy and its binding for every in-server check of every enabled
-    policy; none when the config turns them off."""
+    policy, for the guard installed in `namespace`; none when the config turns them off."""
     if not config.validatingAdmissionPolicies:
         return []
     objects: list[dict[str, Any]] = []
@@ -31,17 +33,18 @@ def admission_policies(config: Config) -> list[dict[str, Any]]:
         if mode == "off":
             continue
         for check in policy.in_server(config):
-            objects += [_policy(check), _binding(check, ACTIONS[mode])]
+            objects += [_policy(check, namespace), _binding(check, ACTIONS[mode])]
     return objects
 
 
-def _policy(check: InServerCheck) -> dict[str, Any]:
+def _policy(check: InServerCheck, namespace: str) -> dict[str, Any]:
+    rules = [{"apiGroups": [rule.api_group], "apiVersions": [rule.api_version],
+              "operations": list(rule.operations), "resources": list(rule.resources)}
+             for rule in check.rules]
     spec: dict[str, Any] = {
         "failurePolicy": "Fail",
-        "matchConstraints": {"resourceRules": [
-            {"apiGroups": [rule.api_group], "apiVersions": [rule.api_version],
-             "operations": list(rule.operations), "resources": list(rule.resources)}
-            for rule in check.rules]},
+        "matchConstraints": {"namespaceSelector": unjudged_namespaces(namespace),
+                             "resourceRules": rules},
         "matchConditions": [{"name": "guarded", "expression": check.condition}],
     }
     if check.variables:

@@ -156,8 +156,9 @@ class Config(_Section, frozen=True):
     # those open keep being served (an idle TLS connection costs tens of KiB).
     maxConnections: Positive = ConnectionLimits.max_connections
     # Also enforce the denies the API server can decide alone as ValidatingAdmissionPolicies
-    # (`manifests` prints them; Kubernetes 1.30+).
-    validatingAdmissionPolicies: bool = False
+    # (`manifests` prints them; Kubernetes 1.30+), and let the webhook registrations they
+    # cover fail open. false for clusters older than 1.30.
+    validatingAdmissionPolicies: bool = True
     policies: PoliciesConfig = msgspec.field(default_factory=PoliciesConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
 

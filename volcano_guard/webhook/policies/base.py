@@ -89,6 +89,10 @@ Kind = tuple[str, str]  # a request's (API group, kind), as in request.kind
 # them in a denial): fail-closed mutation and validation, and two that fail open.
 MUTATE, VALIDATE = "mutate.volcano-guard.io", "validate.volcano-guard.io"
 INJECT, BINDINGS = "inject.volcano-guard.io", "bindings.volcano-guard.io"
+# What an outage may skip: the scopes of a policy whose in-server checks are installed (the API
+# server refuses what they would), and mutations nothing depends on.
+MUTATE_OPEN = "mutate-open.volcano-guard.io"
+VALIDATE_OPEN = "validate-open.volcano-guard.io"
 
 
 class Rule(NamedTuple):
@@ -152,7 +156,9 @@ class Policy:
     # The cluster data it reads (webhook.caches starts what the enabled policies declare).
     watches: tuple[WatchedList[Any], ...] = ()
     lookups: tuple[LiveList, ...] = ()
-    # Its denies that the API server can decide alone, under this config.
+    # Its denies that the API server can decide alone, under this config. A policy that
+    # returns any must return every deny its scopes exist for: with them installed, its
+    # registrations fail open (webhook.registrations).
     in_server: Callable[[Config], tuple[InServerCheck, ...]] = no_checks
 
 

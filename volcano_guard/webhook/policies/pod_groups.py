@@ -35,6 +35,7 @@ from volcano_guard.webhook.cel import (
 from volcano_guard.webhook.config import Config, PodGroupsConfig
 from volcano_guard.webhook.policies.base import (
     MUTATE,
+    MUTATE_OPEN,
     NOTHING_FOUND,
     VALIDATE,
     LiveList,
@@ -272,13 +273,14 @@ def stamp_scopes(config: Config) -> tuple[Scope, ...]:
 
 def enrich_scopes(config: Config) -> tuple[Scope, ...]:
     """Pods joining a PodGroup (joining_pod) that have no generation recorded: not every pod
-    UPDATE, only the one that adds the group name."""
+    UPDATE, only the one that adds the group name. It fails open: the annotation tells which
+    incarnation a pod joined, nothing depends on it, and a Volcano Job's pods all join one."""
     condition = all_of(
         kind_is(*POD), annotation_set("object", GROUP_NAME),
         negate(annotation_set("object", POD_GENERATION)),
         any_of(operation_is("CREATE"),
                all_of(operation_is("UPDATE"), negate(annotation_set("oldObject", GROUP_NAME)))))
-    return (Scope(MUTATE, (pods_rule("CREATE", "UPDATE"),), condition),)
+    return (Scope(MUTATE_OPEN, (pods_rule("CREATE", "UPDATE"),), condition),)
 
 
 def delete_scopes(config: Config) -> tuple[Scope, ...]:
