@@ -86,8 +86,15 @@ def _policy_refusal(manifests: list[Mapping[str, Any]], request: Request) -> str
                               "labels": dict(attributes.namespace_labels)}}
     try:
         policies.dispatch(attributes, of_kind("ValidatingAdmissionPolicy"),
-                          of_kind("ValidatingAdmissionPolicyBinding"), lambda *_: None,
+                          of_kind("ValidatingAdmissionPolicyBinding"), _no_config_maps,
                           namespace if request.namespace else None, Record())
     except ApiError as refusal:
         return "refused by " + refusal.message.split("'")[1]  # ...AdmissionPolicy 'NAME'...
     return None
+
+
+def _no_config_maps(api_version: str, kind: str) -> policies.ParamSource | None:
+    """Params as in a cluster where the guard has published none yet: ConfigMaps, but none."""
+    if (api_version, kind) != ("v1", "ConfigMap"):
+        return None
+    return policies.ParamSource(True, lambda namespace: [])

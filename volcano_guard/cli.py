@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from volcano_guard.certs.reload import CertReloader
     from volcano_guard.webhook.caches import Caches
     from volcano_guard.webhook.config import Config
+    from volcano_guard.webhook.node_states import NodeStatesPublisher
 
 EXIT_USAGE = 2
 # What the sandbox extra brings (pyproject.toml): the sandbox, the storm replay and the demo need
@@ -73,6 +74,9 @@ def _add_webhook(commands: argparse._SubParsersAction) -> None:
     webhook.add_argument(
         "--metrics-listen", default="0.0.0.0:9090", help="HOST:PORT for /metrics (plain HTTP)"
     )
+    webhook.add_argument("--namespace", help="the guard's namespace, where the node states "
+                         "of the in-server policies are published (default: the pod's own, "
+                         "else volcano-guard)")
     webhook.add_argument("--kubeconfig", help="kubeconfig for the node cache (default: "
                          "in-cluster config)")
     webhook.add_argument("--workers", type=_positive_int, default=1,
@@ -272,12 +276,15 @@ class _WebhookParts:
     tls: ssl.SSLContext
     caches: Caches
     reloader: CertReloader
+    publisher: NodeStatesPublisher | None = None
 
     async def serve(self, **options: Any) -> None:
         from volcano_guard.webhook.server import serve
 
+        background = (self.publisher.run,) if self.publisher else ()
         await serve(self.config, self.listen, self.metrics_listen, self.tls,
-                    caches=self.caches, reloader=self.reloader, **options)
+                    caches=self.caches, reloader=self.reloader, background=background,
+                    **options)
 
 
 def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
@@ -288,6 +295,7 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     from volcano_guard.certs.reload import CertReloader
     from volcano_guard.webhook.caches import Caches, needs_cluster
     from volcano_guard.webhook.config import exempt_own_namespace
+    from volcano_guard.webhook.node_states import publisher_for
 
     config = exempt_own_namespace(_load_config_or_exit(args.config), own_namespace())
     listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
@@ -297,8 +305,10 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     except KubeconfigError as exc:
         raise ValueError(str(exc)) from None
     caches = Caches.for_config(config, cluster)
+    namespace = args.namespace or own_namespace() or "volcano-guard"
     return _WebhookParts(config, listen, metrics_listen, tls, caches,
-                         CertReloader(tls, args.tls_cert, args.tls_key))
+                         CertReloader(tls, args.tls_cert, args.tls_key),
+                         publisher_for(config, cluster, namespace, caches.snapshots))
 
 
 def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
@@ -486,11 +496,13 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
 
 def run_manifests(args: argparse.Namespace) -> int:
     from volcano_guard.webhook.admission_policies import admission_policies
+    from volcano_guard.webhook.node_states import publishing_access
     from volcano_guard.webhook.registrations import render, webhook_configurations
 
     config = _load_config_or_exit(args.config)
     print(render([*webhook_configurations(config, args.namespace, args.service),
-                  *admission_policies(config, args.namespace)]), end="")
+                  *admission_policies(config, args.namespace),
+                  *publishing_access(config, args.namespace)]), end="")
     return 0
 
 

@@ -69,11 +69,10 @@ ADMISSION_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfigurati
                    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
-def rendered_admission(kubectl: str) -> str:
-    """The webhook configurations and admission policies of `kubectl kustomize deploy/base`
-    (the sandbox serves no Deployments or RBAC: the rest of the base is for a real cluster)."""
-    rendered = _run([kubectl, "kustomize", str(DEPLOY_BASE)]).stdout
-    return yaml.safe_dump_all([doc for doc in yaml.safe_load_all(rendered)
+def admission_only(manifests: str) -> str:
+    """The webhook configurations and admission policies among manifests (the sandbox serves
+    no Deployments or RBAC: the rest is for a real cluster)."""
+    return yaml.safe_dump_all([doc for doc in yaml.safe_load_all(manifests)
                                if doc and doc.get("kind") in ADMISSION_KINDS])
 
 
@@ -126,8 +125,9 @@ def guarded_sandbox(directory: Path, seed: Iterable[Mapping[str, Any]],
     config_file = directory / "config.yaml"
     config_file.write_text(yaml.safe_dump(dict(config or shipped_config())), encoding="utf-8")
     cli = [sys.executable, "-m", "volcano_guard.cli"]
-    registrations = (_run([*cli, "manifests", "--config", str(config_file)]).stdout if config
-                     else rendered_admission(kubectl))
+    registrations = admission_only(
+        _run([*cli, "manifests", "--config", str(config_file)]).stdout if config
+        else _run([kubectl, "kustomize", str(DEPLOY_BASE)]).stdout)
     port, metrics = free_port(), free_port()
     settings = SandboxSettings(services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", port)},
                                tokens=load_token_file(directory / "tokens.csv"))

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from tests.conftest import HOSTNAME
 from tests.deploy.test_deploy import by_kind, render
@@ -136,26 +137,61 @@ def ready(port: int) -> bool:
         return False
 
 
+@contextmanager
+def webhook_process(config: Path, cluster: Cluster, certs: Any) -> Iterator[
+        tuple[int, subprocess.Popen[bytes]]]:
+    """The webhook as its Deployment runs it, on the account's kubeconfig, until ready; yields
+    its admission port and process."""
+    port, metrics = free_port(), free_port()
+    webhook = subprocess.Popen(
+        [*CLI, "webhook", "--config", str(config), "--listen", f"127.0.0.1:{port}",
+         "--metrics-listen", f"127.0.0.1:{metrics}", "--tls-cert", str(certs.cert_file),
+         "--tls-key", str(certs.key_file), "--kubeconfig", str(cluster.kubeconfig)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: ready(metrics), "the webhook to be ready", webhook)
+        yield port, webhook
+    finally:
+        webhook.terminate()
+        webhook.wait(30)
+
+
 def test_the_webhook_account_may_do_exactly_what_the_webhook_does(deployed, tmp_path, certs):
     account = account_of(deployed, "Deployment", "volcano-guard")
     config = tmp_path / "config.yaml"
     [config_map] = by_kind(deployed, "ConfigMap")
     config.write_text(config_map["data"]["config.yaml"])
     with as_account(tmp_path, account) as cluster:
-        port, metrics = free_port(), free_port()
-        webhook = subprocess.Popen(
-            [*CLI, "webhook", "--config", str(config), "--listen", f"127.0.0.1:{port}",
-             "--metrics-listen", f"127.0.0.1:{metrics}", "--tls-cert", str(certs.cert_file),
-             "--tls-key", str(certs.key_file), "--kubeconfig", str(cluster.kubeconfig)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_for(lambda: ready(metrics), "the webhook to be ready", webhook)
+        with webhook_process(config, cluster, certs) as (port, _):
             answer = delete_review(port, certs.ca_file)  # the delete guard lists the members
             assert answer["allowed"] is False and "member" in answer["status"]["message"]
-        finally:
-            webhook.terminate()
-            webhook.wait(30)
         assert called(cluster.sandbox.stats()) == grants(deployed, account)
+
+
+def test_with_managed_node_selectors_the_webhook_may_publish_node_states_and_no_more(
+        deployed, tmp_path, certs):
+    """With managedNodeSelectors the in-server policies read node states the webhook publishes:
+    `manifests` adds the Role for it, and the webhook uses exactly that much more."""
+    account = account_of(deployed, "Deployment", "volcano-guard")
+    [config_map] = by_kind(deployed, "ConfigMap")
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    config["policies"]["nodeName"]["managedNodeSelectors"] = ["volcano.sh/role:train"]
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    printed = subprocess.run([*CLI, "manifests", "--config", str(config_file)],
+                             capture_output=True, text=True, check=True).stdout
+    access = [d for d in yaml.safe_load_all(printed) if d and d["kind"].startswith("Role")]
+    with as_account(tmp_path, account) as cluster:
+        with webhook_process(config_file, cluster, certs) as (port, webhook):
+            wait_for(lambda: bool(cluster.stored("configmaps")), "the node states", webhook)
+            cluster.sandbox.seed([{"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": "gpu-1", "labels": {"volcano.sh/role": "train"}}}])
+            wait_for(lambda: "gpu-1" in cluster.stored("configmaps")[0]["data"],
+                     "the new node's state", webhook)
+            delete_review(port, certs.ca_file)
+        [states] = cluster.stored("configmaps")
+        assert states["data"] == {"gpu-1": "managed", "node-1": "unmanaged"}
+        assert called(cluster.sandbox.stats()) == grants(deployed + access, account)
 
 
 def delete_review(port: int, ca_file: Path) -> dict[str, Any]:

@@ -6,6 +6,7 @@ behind them, and kubectl as the client, over HTTPS with bearer tokens
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -236,3 +237,31 @@ def test_without_the_policies_the_validating_webhook_fails_closed(tools, tmp_pat
         assert refused.returncode != 0 and "failed calling webhook" in refused.stderr
         # A plain Deployment's pod: no registration sends it, so the outage does not stop it.
         assert "created" in cluster.create(PLAIN).stdout
+
+
+def test_with_managed_node_selectors_the_published_states_hold_while_the_webhook_is_down(
+        tools, tmp_path):
+    config = with_policy_changes(shipped_config(), {
+        "nodeName": {"managedNodeSelectors": ["volcano.sh/role:train"]}})
+    seed = [*SEED, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "volcano-guard"}},
+            {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": "gpu-1", "labels": {"volcano.sh/role": "train"}}}]
+    with guarded_sandbox(tmp_path, seed, config) as cluster:
+        def published() -> dict[str, str]:
+            listed = cluster.get("configmaps", "-n", "volcano-guard", "-l",
+                                 "volcano-guard.io/params=node-states")
+            return {n: s for item in listed["items"] for n, s in item.get("data", {}).items()}
+
+        deadline = time.monotonic() + 30
+        while published() != {"gpu-1": "managed", "node-1": "unmanaged"}:
+            assert time.monotonic() < deadline, published()
+            time.sleep(0.2)
+        cluster.stop_webhook()
+        managed = cluster.create(volcano_pod("on-gpu", REQUESTS, nodeName="gpu-1"), check=False)
+        assert managed.returncode != 0
+        assert (refused_by_policy("volcano-guard-node-name") + 'Pod "team-a/on-gpu" sets '
+                'spec.nodeName "gpu-1": the node is managed') in managed.stderr
+        ghost = cluster.create(volcano_pod("on-ghost", REQUESTS, nodeName="ghost"), check=False)
+        assert ghost.returncode != 0 and "the node is not known to volcano-guard" in ghost.stderr
+        assert " created" in cluster.create(
+            volcano_pod("on-cpu", REQUESTS, nodeName="node-1")).stdout

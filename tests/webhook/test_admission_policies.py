@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from volcano_guard.sandbox.policy_validation import compile_errors
 from volcano_guard.sandbox.store import ApiError
 from volcano_guard.webhook.admission_policies import admission_policies
 from volcano_guard.webhook.config import Config, config_from_dict
+from volcano_guard.webhook.node_states import NodeRange, configmap, desired_states, plan
 from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.node_name import NODES
@@ -38,7 +40,11 @@ from volcano_guard.webhook.review import (
     UserInfo,
 )
 
-NODE_NAMES = ("gpu-1", "cpu-1", "web-1")  # every node the corpus names exists
+# Every node the corpus names exists; with managedNodeSelectors, the train ones are managed.
+NODE_LABELS = {"gpu-1": {"volcano.sh/role": "train"}, "cpu-1": {"volcano.sh/role": "train"},
+               "web-1": {"role": "web"}}
+NODE_NAMES = tuple(NODE_LABELS)
+SELECTORS = {"managedNodeSelectors": ["volcano.sh/role:train"]}
 DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 CONFIGS: dict[str, dict[str, Any]] = {
     "default": {"validatingAdmissionPolicies": True},
@@ -47,7 +53,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "policies": {"resourceRequests": {"resources": ["cpu", "nvidia.com/gpu"]},
                      "nodeName": {"mode": "warn", "exemptUsers": ["ops"],
                                   "exemptGroups": ["admins"], "allowDaemonSets": False}}},
+    # The node states published as params, split over several ConfigMaps (STATES_LIMIT).
+    "selectors": {"policies": {"nodeName": {**SELECTORS, "bindingGuard": {"mode": "enforce"}}}},
+    "selectors, unknown nodes allowed": {"policies": {"nodeName": {
+        **SELECTORS, "unknownNodes": "allow", "bindingGuard": {"mode": "enforce"}}}},
 }
+STATES_LIMIT = 20  # bytes of states a ConfigMap holds here: one or two nodes each
 
 
 def config_of(name: str) -> Config:
@@ -89,11 +100,18 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
         "volcano-guard-resource-requests", "volcano-guard-volcano-resource-requests"]
 
 
-def test_with_managed_node_selectors_only_the_webhook_judges_node_names():
-    selective = config_from_dict({"validatingAdmissionPolicies": True, "policies": {
-        "nodeName": {"managedNodeSelectors": ["volcano.sh/role:train"]}}})
-    names = {p["metadata"]["name"] for p in admission_policies(selective)}
-    assert not names & {"volcano-guard-node-name", "volcano-guard-bindings"}
+def test_with_managed_node_selectors_the_node_checks_read_the_published_states():
+    policies = {p["metadata"]["name"]: p for p in admission_policies(config_of("selectors"))
+                if p["kind"] == "ValidatingAdmissionPolicy"}
+    for name in ("volcano-guard-node-name", "volcano-guard-bindings"):
+        assert policies[name]["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    binding = next(p for p in admission_policies(config_of("selectors"))
+                   if p["kind"] == "ValidatingAdmissionPolicyBinding"
+                   and p["spec"]["policyName"] == "volcano-guard-node-name")
+    assert binding["spec"]["paramRef"] == {
+        "namespace": "volcano-guard", "parameterNotFoundAction": "Allow",
+        "selector": {"matchLabels": {"volcano-guard.io/params": "node-states"}}}
+    assert len(published_states(config_of("selectors"))) > 1  # the corpus spans ranges
 
 
 # -- the same verdicts ---------------------------------------------------------------------------
@@ -114,7 +132,7 @@ def webhook_evaluation(config: Config, obj: dict[str, Any], user: str,
         resource=GroupVersionResource(group, version, resource), operation="CREATE",
         sub_resource=subresource, namespace=obj["metadata"]["namespace"],
         name=obj["metadata"]["name"], user=UserInfo(user, groups), object=obj)
-    nodes = static_snapshot({name: dict[str, str]() for name in NODE_NAMES})
+    nodes = static_snapshot(NODE_LABELS)
     return evaluate("validate", request, PolicyContext(config, {NODES: nodes}))
 
 
@@ -132,9 +150,31 @@ def webhook_verdict(config: Config, pod: dict[str, Any], user: str,
     return evaluation.decision.allowed, reasons
 
 
+def published_states(config: Config, labels: Mapping[str, Mapping[str, str]] = NODE_LABELS,
+                     existing: list[NodeRange] | None = None) -> list[dict[str, Any]]:
+    """The node-state ConfigMaps the guard publishes for these nodes, as they are once its
+    writes are done."""
+    ranges = {r.start: r for r in existing or []}
+    for written in plan(list(ranges.values()), desired_states(labels, config), STATES_LIMIT):
+        ranges[written.start] = written
+    return [configmap(r, "volcano-guard") for r in ranges.values()]
+
+
+def params_of(configmaps: list[dict[str, Any]]) -> plugin.ParamLookup:
+    """The sandbox's params lookup over these ConfigMaps (the only paramKind used)."""
+    def lookup(api_version: str, kind: str) -> plugin.ParamSource | None:
+        if (api_version, kind) != ("v1", "ConfigMap"):
+            return None
+        return plugin.ParamSource(True, lambda namespace: [
+            c for c in configmaps if c["metadata"]["namespace"] == namespace])
+    return lookup
+
+
 def in_server_verdict(config: Config, obj: dict[str, Any], user: str,
-                      groups: tuple[str, ...]) -> tuple[bool, str, list[str]]:
-    """(allowed, the denial's message, warnings) from the sandbox's admission-policy plugin."""
+                      groups: tuple[str, ...],
+                      params: list[dict[str, Any]] | None = None) -> tuple[bool, str, list[str]]:
+    """(allowed, the denial's message, warnings) from the sandbox's admission-policy plugin,
+    the node states published for NODE_LABELS (or these ConfigMaps) as params."""
     group, version, resource, subresource = SENT_AS[obj["kind"]]
     objects = admission_policies(config)
     attributes = Attributes(
@@ -146,7 +186,8 @@ def in_server_verdict(config: Config, obj: dict[str, Any], user: str,
     try:
         plugin.dispatch(attributes, [o for o in objects if o["kind"].endswith("Policy")],
                         [o for o in objects if o["kind"].endswith("Binding")],
-                        lambda *_: None, None, record)
+                        params_of(published_states(config) if params is None else params),
+                        None, record)
     except ApiError as exc:
         return False, exc.message.split("denied request: ", 1)[1], record.warnings
     return True, "", record.warnings
@@ -415,3 +456,63 @@ def installer_pods() -> list[Any]:
 def test_volcanos_control_plane_pods_get_the_same_verdict(pod):
     assert_same_verdict(config_of("default"), pod)
     assert_same_verdict(config_of("gpus, warn, exemptions"), pod)
+
+
+# -- node states as params --------------------------------------------------------------------
+
+def pinned_pod(node: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}}
+
+
+@pytest.mark.parametrize("name", ["selectors", "selectors, unknown nodes allowed"])
+@pytest.mark.parametrize("node", [*NODE_NAMES, "ghost", "a", "zzz"])
+def test_known_and_unknown_nodes_get_the_same_verdict_and_reason_from_the_states(name, node):
+    assert_same_verdict(config_of(name), pinned_pod(node))
+    binding = {"apiVersion": "v1", "kind": "Binding",
+               "metadata": {"name": "p", "namespace": "team-a"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    assert_same_verdict(config_of(name), binding, "alice", ())
+
+
+def test_before_the_guard_publishes_any_state_the_policy_leaves_pods_to_the_webhook():
+    """Params are collected before matchConditions run: refusing when there are none would
+    refuse every pod CREATE in the cluster, so none means the check is skipped. A pinned pod
+    then gets through only if the webhook is down too."""
+    for node in ("gpu-1", "web-1"):
+        assert in_server_verdict(config_of("selectors"), pinned_pod(node), "alice", (),
+                                 params=[])[0]
+    unpinned = {**pinned_pod("x"), "spec": {"schedulerName": "volcano", "containers": [
+        {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", "memory": "1"}}}]}}
+    assert in_server_verdict(config_of("selectors"), unpinned, "alice", (), params=[])[0]
+
+
+def test_a_node_that_joins_while_the_guard_is_down_is_refused_until_it_is_published():
+    config, joined = config_of("selectors"), {**NODE_LABELS, "web-2": {"role": "web"}}
+    stale = published_states(config)
+    assert not in_server_verdict(config, pinned_pod("web-2"), "alice", (), stale)[0]
+    assert in_server_verdict(config, pinned_pod("web-2"), "alice", (),
+                             published_states(config, joined))[0]
+
+
+def test_a_node_relabelled_managed_while_the_guard_is_down_stays_unmanaged_until_it_is_back():
+    """The one way stale states admit what the webhook refuses (docs/decisions.md)."""
+    config, relabelled = config_of("selectors"), {**NODE_LABELS, "web-1": SELECTOR_LABELS}
+    pod = pinned_pod("web-1")
+    assert in_server_verdict(config, pod, "alice", (), published_states(config))[0]
+    assert not webhook_verdict_for(config, pod, relabelled)
+    assert not in_server_verdict(config, pod, "alice", (),
+                                 published_states(config, relabelled))[0]
+
+
+SELECTOR_LABELS = {"volcano.sh/role": "train"}
+
+
+def webhook_verdict_for(config: Config, pod: dict[str, Any],
+                        labels: Mapping[str, Mapping[str, str]]) -> bool:
+    request = AdmissionRequest(
+        uid="u", kind=GroupVersionKind("", "v1", "Pod"),
+        resource=GroupVersionResource("", "v1", "pods"), operation="CREATE",
+        namespace="team-a", name="p", user=UserInfo("alice", ()), object=pod)
+    return evaluate("validate", request, PolicyContext(
+        config, {NODES: static_snapshot(labels)})).decision.allowed

@@ -33,7 +33,7 @@ def admission_policies(config: Config, namespace: str = "volcano-guard") -> list
         if mode == "off":
             continue
         for check in policy.in_server(config):
-            objects += [_policy(check, namespace), _binding(check, ACTIONS[mode])]
+            objects += [_policy(check, namespace), _binding(check, ACTIONS[mode], namespace)]
     return objects
 
 
@@ -47,6 +47,8 @@ def _policy(check: InServerCheck, namespace: str) -> dict[str, Any]:
                              "resourceRules": rules},
         "matchConditions": [{"name": "guarded", "expression": check.condition}],
     }
+    if check.params_label:
+        spec["paramKind"] = {"apiVersion": "v1", "kind": "ConfigMap"}
     if check.variables:
         spec["variables"] = [{"name": name, "expression": expression}
                              for name, expression in check.variables]
@@ -56,7 +58,13 @@ def _policy(check: InServerCheck, namespace: str) -> dict[str, Any]:
             "metadata": {"name": PREFIX + check.name}, "spec": spec}
 
 
-def _binding(check: InServerCheck, actions: list[str]) -> dict[str, Any]:
+def _binding(check: InServerCheck, actions: list[str], namespace: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"policyName": PREFIX + check.name, "validationActions": actions}
+    if check.params_label:
+        key, value = check.params_label
+        # Allow: the API server collects params before it evaluates matchConditions, so Deny
+        # would refuse every pod the rules match (any pod CREATE) while none are published.
+        spec["paramRef"] = {"namespace": namespace, "selector": {"matchLabels": {key: value}},
+                            "parameterNotFoundAction": "Allow"}
     return {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": PREFIX + check.name},
-            "spec": {"policyName": PREFIX + check.name, "validationActions": actions}}
+            "metadata": {"name": PREFIX + check.name}, "spec": spec}

@@ -13,9 +13,9 @@ import logging
 import signal
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
-from typing import get_args
+from typing import Any, get_args
 
 import orjson
 from aiohttp import web
@@ -251,10 +251,12 @@ async def serve(
     reloader: CertReloader | None = None,
     reuse_port: bool = False,
     started: Callable[[int, int], None] | None = None,
+    background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
 ) -> None:
     """Serve until SIGTERM or SIGINT, then finish in-flight requests and return. With a
     reloader, changed certificate files are picked up without a restart; started is called with
-    the bound (admission, metrics) ports once both listen."""
+    the bound (admission, metrics) ports once both listen; each of background runs as a task
+    while the webhook serves (the node-state publisher)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -267,11 +269,13 @@ async def serve(
                  listen.host, port, metrics_listen.host, metrics_port)
         if started is not None:
             started(port, metrics_port)
-        watcher = asyncio.create_task(reloader.watch()) if reloader else None
+        tasks = [asyncio.create_task(work()) for work in background]
+        if reloader:
+            tasks.append(asyncio.create_task(reloader.watch()))
         await stop.wait()
         log.info("shutting down: finishing in-flight requests")
-        if watcher is not None:
-            watcher.cancel()
+        for task in tasks:
+            task.cancel()
     caches.stop()
 
 

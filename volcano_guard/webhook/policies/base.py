@@ -120,13 +120,16 @@ class InServerCheck(NamedTuple):
     """A deny a request alone decides, as a ValidatingAdmissionPolicy runs it inside the API
     server (webhook.admission_policies renders it): the requests it applies to (rules, and a
     CEL condition over `object` and `request`), variables, and validations: (expression true
-    when the request is allowed, messageExpression saying why not)."""
+    when the request is allowed, messageExpression saying why not). With `params_label`, the
+    guard's ConfigMaps carrying that label are its params (`params`), each judged alone; with
+    none at all, the check is skipped (parameterNotFoundAction Allow)."""
 
     name: str
     rules: tuple[Rule, ...]
     condition: str
     validations: tuple[tuple[str, str], ...]
     variables: tuple[tuple[str, str], ...] = ()
+    params_label: tuple[str, str] | None = None
 
 
 def pods_rule(*operations: str) -> Rule:

@@ -149,20 +149,21 @@ def _binding_message_parts(binder: str, pod: str, node: str, reason: str,
 
 
 def binding_in_server(config: Config) -> tuple[InServerCheck, ...]:
-    """Bindings by anyone but the allowed binders, decided by the API server where every node a
-    binding can name is refused (as in_server)."""
+    """Bindings by anyone but the allowed binders onto a node the webhook refuses, decided by
+    the API server (as in_server decides pods)."""
     node_name = settings(config)
-    if node_name.managed_selectors or node_name.unknownNodes != "deny":
-        return ()
     (scope,) = binding_scopes(config)
-    message = concat(*_binding_message_parts(
-        Expr(f"request.userInfo.username != '' ? request.userInfo.username : "
-             f"{string(ANONYMOUS)}"),
-        Expr("request.namespace + '/' + request.name"), Expr("object.target.name"), "managed",
-        node_name))
-    return (InServerCheck("bindings", scope.rules, scope.condition, ((
-        "!has(object.target) || !has(object.target.name) || object.target.name == ''",
-        message),)),)
+    node = ("has(object.target) && has(object.target.name) ? object.target.name : ''")
+
+    def message(reason: str) -> str:
+        return concat(*_binding_message_parts(
+            Expr(f"request.userInfo.username != '' ? request.userInfo.username : "
+                 f"{string(ANONYMOUS)}"),
+            Expr("request.namespace + '/' + request.name"), Expr("variables.node"), reason,
+            node_name))
+
+    return (_in_server_check("bindings", scope.rules, scope.condition, node, message,
+                             node_name),)
 
 
 def scopes(config: Config) -> tuple[Scope, ...]:
@@ -187,17 +188,68 @@ def _named_node_not_exempt(config: NodeNameConfig) -> str:
 
 
 def in_server(config: Config) -> tuple[InServerCheck, ...]:
-    """Pods naming a node, decided by the API server, where it can: with no
-    managedNodeSelectors and unknownNodes: deny, every node a pod can name is one the webhook
-    refuses (managed, or unknown to it). With selectors the API server cannot tell a managed
-    node: only the webhook decides."""
+    """Pods naming a node the webhook refuses, decided by the API server."""
     node_name = settings(config)
-    if node_name.managed_selectors or node_name.unknownNodes != "deny":
-        return ()
-    message = concat(*_message_parts(DESCRIBED, Expr("object.spec.nodeName"), "managed",
-                                     first_scheduler(config)))
-    return (InServerCheck("node-name", (pods_rule("CREATE"),), _named_node_not_exempt(node_name),
-                          (("false", message),)),)
+
+    def message(reason: str) -> str:
+        return concat(*_message_parts(DESCRIBED, Expr("variables.node"), reason,
+                                      first_scheduler(config)))
+
+    return (_in_server_check("node-name", (pods_rule("CREATE"),),
+                             _named_node_not_exempt(node_name), "object.spec.nodeName", message,
+                             node_name),)
+
+
+# The params of the in-server checks when the API server cannot tell a node's state alone:
+# ConfigMaps in the guard's namespace labelled NODE_STATES_LABEL, each holding node name ->
+# MANAGED or UNMANAGED for every node the guard knows whose name lies in [its NODES_FROM
+# annotation, its NODES_TO annotation) ("" : unbounded), kept by webhook.node_states. One
+# annotated NODES_PENDING refuses every name it holds (the first, while the rest are written).
+NODE_STATES_LABEL = ("volcano-guard.io/params", "node-states")
+NODES_FROM, NODES_TO = "volcano-guard.io/nodes-from", "volcano-guard.io/nodes-to"
+NODES_PENDING = "volcano-guard.io/nodes-pending"
+MANAGED, UNMANAGED = "managed", "unmanaged"
+
+
+def needs_node_states(config: NodeNameConfig) -> bool:
+    """Whether the in-server checks need the published node states: unless every node a pod
+    can name is refused (no managedNodeSelectors: every node is managed; unknownNodes: deny)."""
+    return bool(config.managed_selectors) or config.unknownNodes != "deny"
+
+
+def node_state(labels: Mapping[str, str], config: NodeNameConfig) -> str:
+    return MANAGED if is_managed(labels, config.managed_selectors) else UNMANAGED
+
+
+def _in_server_check(name: str, rules: tuple[Rule, ...], condition: str, node: str,
+                     message: Any, config: NodeNameConfig) -> InServerCheck:
+    """A check refusing what node_decision refuses of the node `node` (CEL) names, worded by
+    message(reason); "" (no node) is allowed. Each params object judges only the names in
+    its range, so the states can be spread over as many ConfigMaps as they need."""
+    if not needs_node_states(config):
+        return InServerCheck(name, rules, condition, ((
+            "variables.node == ''", message("managed")),), (("node", node),))
+    def annotation(key: str) -> str:
+        return (f"has(params.metadata.annotations) && {string(key)} in "
+                f"params.metadata.annotations ? params.metadata.annotations[{string(key)}] : ''")
+
+    variables = (
+        ("node", node), ("statesFrom", annotation(NODES_FROM)),
+        ("statesTo", annotation(NODES_TO)),
+        ("inRange", "variables.node >= variables.statesFrom && (variables.statesTo == '' || "
+                    "variables.node < variables.statesTo)"),
+        ("nodeState", f"has(params.metadata.annotations) && {string(NODES_PENDING)} in "
+                      "params.metadata.annotations ? 'pending' : has(params.data) && "
+                      "variables.node in params.data ? params.data[variables.node] : 'unknown'"))
+    allowed = ["variables.node == ''", "!variables.inRange",
+               f"variables.nodeState == {string(UNMANAGED)}"]
+    if config.unknownNodes == "allow":
+        allowed.append("variables.nodeState == 'unknown'")
+    refusal = (f"variables.nodeState == {string(MANAGED)} ? ({message('managed')}) : "
+               f"variables.nodeState == 'pending' ? ({message('pending')}) : "
+               f"({message('unknown')})")
+    return InServerCheck(name, rules, condition, ((" || ".join(allowed), refusal),), variables,
+                         NODE_STATES_LABEL)
 
 
 def first_scheduler(config: Config) -> str:
@@ -344,6 +396,8 @@ def _reason_text(reason: str) -> str:
                    "deny)",
         "not synced": "volcano-guard's node cache is not synced (starting up, or the API server "
                       "is unreachable; failClosed: true)",
+        "pending": "volcano-guard has not finished publishing node states for the API server "
+                   "(starting up)",
     }[reason]
 
 

@@ -1,0 +1,262 @@
+"""The node states the in-server node-name checks read, published from the webhook's node cache.
+
+A ValidatingAdmissionPolicy cannot look a node up, so when its verdict depends on which nodes
+are managed (managedNodeSelectors, or unknownNodes: allow) the guard publishes every node it
+knows as `name: managed|unmanaged` in ConfigMaps labelled NODE_STATES_LABEL in its own
+namespace: the policy's params (node_name._in_server_check). One ConfigMap holds 1 MiB, about
+20,000 node names, so the states are split by name into ranges, one ConfigMap each
+([volcano-guard.io/nodes-from, volcano-guard.io/nodes-to)), and the API server judges a node
+by the one range that holds its name.
+
+Ranges only ever split, a full one into two halves: the upper half is created before the full
+one shrinks to the lower, so at every moment every name is in some range, at worst in two that
+agree. The first range is created pending, holding every name and refusing them all, before the
+others; it takes its own states last. A name no node has is "unknown" (refused under
+unknownNodes: deny), so a node that joins while the guard is down is refused until the guard
+lists it; one relabelled managed while the guard is down is still judged unmanaged until it is
+back (docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import aiohttp
+
+from volcano_guard.base.informer import Snapshot
+from volcano_guard.base.kubeconfig import Cluster, TokenSource
+from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.policies.node_name import (
+    NODE_STATES_LABEL,
+    NODES,
+    NODES_FROM,
+    NODES_PENDING,
+    NODES_TO,
+    needs_node_states,
+    node_state,
+    settings,
+)
+
+log = logging.getLogger("volcano_guard.webhook")
+# Data a ConfigMap may hold: the API server refuses more than 1 MiB of keys and values
+# (ValidateConfigMap); a quarter is left for the object around it and for growth until the
+# next split.
+RANGE_BYTES = 768 * 1024
+NAME_PREFIX = "volcano-guard-node-states-"
+INTERVAL = 2.0  # seconds between looks at the node cache
+RESYNC = 300.0  # seconds after which the ConfigMaps are read again though nothing changed
+
+
+@dataclass(frozen=True)
+class NodeRange:
+    """One ConfigMap's worth: the states of the node names in [start, end) ("" : unbounded)."""
+
+    start: str
+    end: str
+    states: Mapping[str, str] = field(default_factory=dict)
+    resource_version: str = ""  # "" : not created yet
+    pending: bool = False  # refuses every name it holds
+
+    @property
+    def name(self) -> str:
+        """The ConfigMap's name, a function of where the range starts (so two replicas that
+        split alike create the same object, and the second's create fails harmlessly)."""
+        return NAME_PREFIX + hashlib.sha256(self.start.encode()).hexdigest()[:12]
+
+    def holds(self, node: str) -> bool:
+        return self.start <= node and (not self.end or node < self.end)
+
+    def size(self) -> int:
+        return sum(len(name) + len(state) for name, state in self.states.items())
+
+
+def desired_states(labels: Mapping[str, Mapping[str, str]], config: Config) -> dict[str, str]:
+    """Every known node's state under config."""
+    node_name = settings(config)
+    return {name: node_state(node_labels, node_name) for name, node_labels in labels.items()}
+
+
+def plan(existing: list[NodeRange], states: Mapping[str, str],
+         limit: int = RANGE_BYTES) -> list[NodeRange]:
+    """The ranges to write, in the order to write them, for the cluster to hold `states`:
+    every range split until it fits `limit`, a split's upper half before the range it leaves.
+    `existing` is read as a partition of all names (first start "", each end the next start,
+    last end ""), whatever overlaps or gaps it has."""
+    ranges = _partition(existing) or [NodeRange("", "")]
+    names = sorted(states)
+    wanted: list[NodeRange] = []
+    for current in ranges:
+        first = bisect.bisect_left(names, current.start)
+        last = bisect.bisect_left(names, current.end) if current.end else len(names)
+        held = {name: states[name] for name in names[first:last]}
+        wanted += _split(NodeRange(current.start, current.end, held,
+                                   current.resource_version), limit)
+    by_start = {current.start: current for current in existing}
+    changed = [r for r in wanted if _differs(r, by_start.get(r.start))]
+    # Creates first: a split's upper half exists before the range it came from shrinks.
+    writes = sorted(changed, key=lambda r: bool(r.resource_version))
+    if not existing and len(writes) > 1:  # nothing stored yet: every name refused, until
+        # the first range exists; it must go on refusing what the others do not hold yet
+        writes.remove(wanted[0])
+        writes = [NodeRange("", "", pending=True), *writes, wanted[0]]
+    return writes
+
+
+def _partition(existing: list[NodeRange]) -> list[NodeRange]:
+    """The ranges as a partition: the first from "", each to the next's start, the last to ""
+    (a range left over from an interrupted split shrinks to where the next begins)."""
+    ordered = sorted({r.start: r for r in existing}.values(), key=lambda r: r.start)
+    partition = []
+    for index, r in enumerate(ordered):
+        start = "" if index == 0 else r.start
+        end = ordered[index + 1].start if index + 1 < len(ordered) else ""
+        # A range whose start moves is another object (its name follows its start).
+        version = r.resource_version if start == r.start else ""
+        partition.append(NodeRange(start, end, r.states, version))
+    return partition
+
+
+def _split(whole: NodeRange, limit: int) -> list[NodeRange]:
+    if whole.size() <= limit or len(whole.states) < 2:
+        return [whole]
+    names = sorted(whole.states)
+    middle = names[len(names) // 2]
+    lower = NodeRange(whole.start, middle, {n: whole.states[n] for n in names if n < middle},
+                      whole.resource_version)
+    upper = NodeRange(middle, whole.end, {n: whole.states[n] for n in names if n >= middle})
+    return _split(lower, limit) + _split(upper, limit)
+
+
+def _differs(wanted: NodeRange, stored: NodeRange | None) -> bool:
+    return stored is None or (stored.start, stored.end, dict(stored.states), stored.pending) != (
+        wanted.start, wanted.end, dict(wanted.states), wanted.pending)
+
+
+def configmap(node_range: NodeRange, namespace: str) -> dict[str, Any]:
+    """The ConfigMap that holds node_range."""
+    key, value = NODE_STATES_LABEL
+    annotations = {NODES_FROM: node_range.start, NODES_TO: node_range.end}
+    if node_range.pending:
+        annotations[NODES_PENDING] = "true"
+    metadata: dict[str, Any] = {"name": node_range.name, "namespace": namespace,
+                                "labels": {key: value}, "annotations": annotations}
+    if node_range.resource_version:
+        metadata["resourceVersion"] = node_range.resource_version
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
+            "data": dict(sorted(node_range.states.items()))}
+
+
+def from_configmap(obj: Mapping[str, Any]) -> NodeRange:
+    metadata = obj.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    data = obj.get("data") or {}
+    return NodeRange(str(annotations.get(NODES_FROM, "")), str(annotations.get(NODES_TO, "")),
+                     {str(k): str(v) for k, v in data.items()},
+                     str(metadata.get("resourceVersion", "")), NODES_PENDING in annotations)
+
+
+class NodeStatesPublisher:
+    """Keeps the node-state ConfigMaps in `namespace` equal to the node cache: every INTERVAL
+    seconds, when the cache is synced and the states differ from those last written."""
+
+    def __init__(self, config: Config, cluster: Cluster, namespace: str,
+                 snapshot: Callable[[], Snapshot[Any] | None], interval: float = INTERVAL,
+                 limit: int = RANGE_BYTES) -> None:
+        self._config, self._cluster, self._namespace = config, cluster, namespace
+        self._snapshot, self._interval, self._limit = snapshot, interval, limit
+        self._tokens = TokenSource(cluster)
+        self._published: dict[str, str] | None = None
+        self._published_at = 0.0
+
+    async def run(self) -> None:
+        connector = aiohttp.TCPConnector(ssl=self._cluster.ssl_context())
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            while True:
+                try:
+                    await self.publish_once(session)
+                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    log.warning("publishing node states to %s failed (next try in %ss): %s",
+                                self._namespace, self._interval, exc)
+                await asyncio.sleep(self._interval)
+
+    async def publish_once(self, session: aiohttp.ClientSession) -> bool:
+        """Write what differs; False when the cache is not synced or nothing changed."""
+        snapshot = self._snapshot()
+        if snapshot is None or not snapshot.synced:
+            return False
+        states = desired_states(snapshot.items, self._config)
+        # Unchanged states are not written again, but the objects are read again now and then
+        # (a ConfigMap deleted or edited by hand is put back).
+        if states == self._published and time.monotonic() - self._published_at < RESYNC:
+            return False
+        url = f"{self._cluster.url}/api/v1/namespaces/{self._namespace}/configmaps"
+        headers = self._tokens.authorization()
+        key, value = NODE_STATES_LABEL
+        async with session.get(url, params={"labelSelector": f"{key}={value}"},
+                               headers=headers) as response:
+            response.raise_for_status()
+            listed = await response.json()
+        existing = [from_configmap(item) for item in listed.get("items") or ()]
+        written: dict[str, str] = {}  # name -> resourceVersion, of what this round wrote
+        for node_range in plan(existing, states, self._limit):
+            version = written.get(node_range.name, node_range.resource_version)
+            body = configmap(replace(node_range, resource_version=version), self._namespace)
+            if version:
+                request = session.put(f"{url}/{node_range.name}", json=body, headers=headers)
+            else:
+                request = session.post(url, json=body, headers=headers)
+            async with request as response:
+                if response.status == 409:  # another replica wrote first: read again next time
+                    return False
+                response.raise_for_status()
+                stored = await response.json()
+            written[node_range.name] = str(stored["metadata"]["resourceVersion"])
+        self._published, self._published_at = states, time.monotonic()
+        log.info("published the states of %d nodes to %s", len(states), self._namespace)
+        return True
+
+
+def publishes(config: Config) -> bool:
+    """Whether the config's in-server node-name checks read published node states."""
+    node_name = settings(config)
+    return (config.validatingAdmissionPolicies and needs_node_states(node_name)
+            and (node_name.mode != "off" or node_name.bindingGuard.mode != "off"))
+
+
+def publisher_for(config: Config, cluster: Cluster | None, namespace: str,
+                  snapshots: Callable[[], Mapping[Any, Snapshot[Any]]]) -> (
+        NodeStatesPublisher | None):
+    """The publisher this config needs, or None."""
+    if cluster is None or not publishes(config):
+        return None
+    return NodeStatesPublisher(config, cluster, namespace, lambda: snapshots().get(NODES))
+
+
+ROLE = "volcano-guard-node-states"
+
+
+def publishing_access(config: Config, namespace: str,
+                      service_account: str = "volcano-guard") -> list[dict[str, Any]]:
+    """The Role and RoleBinding that let the webhook's account publish node states in its
+    namespace (what NodeStatesPublisher calls); none when the config publishes none."""
+    if not publishes(config):
+        return []
+    metadata = {"name": ROLE, "namespace": namespace}
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [
+        {"apiVersion": rbac, "kind": "Role", "metadata": metadata,
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                    "verbs": ["list", "create", "update"]}]},
+        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": metadata,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE},
+         "subjects": [{"kind": "ServiceAccount", "name": service_account,
+                       "namespace": namespace}]},
+    ]
