@@ -188,13 +188,12 @@ class _RacedPut:
 async def test_a_replica_that_loses_a_race_reads_again_next_time(api_server):
     url, session = api_server
     cluster, config = Cluster(url, token="admin"), config_of("selectors")
-    labels = dict(LABELS)
-    publisher = NodeStatesPublisher(config, cluster, "volcano-guard",
-                                    lambda: static_snapshot(labels))
+    snapshot = static_snapshot(LABELS)
+    publisher = NodeStatesPublisher(config, cluster, "volcano-guard", lambda: snapshot)
     assert await publisher.publish_once(session)
-    labels["gpu-2"] = {"volcano.sh/role": "train"}
+    snapshot = static_snapshot({**LABELS, "gpu-2": {"volcano.sh/role": "train"}})
     assert not await publisher.publish_once(RacingSession(session))  # type: ignore[arg-type]
     assert "gpu-2" not in {n for c in await listed(session, url) for n in c["data"]}
-    assert await publisher.publish_once(session)
+    assert await publisher.publish_once(session)  # the same snapshot: tried again
     stored = {n: s for c in await listed(session, url) for n, s in c["data"].items()}
     assert stored == {"gpu-1": MANAGED, "gpu-2": MANAGED, "web-1": UNMANAGED}
