@@ -22,6 +22,7 @@ from tests.conftest import REPO
 from tests.upstream import volcano_file
 from volcano_guard.base.informer import static_snapshot
 from volcano_guard.cli import main
+from volcano_guard.sandbox import pod_validation
 from volcano_guard.sandbox import policies as plugin
 from volcano_guard.sandbox.admission import Record
 from volcano_guard.sandbox.matching import Attributes, User
@@ -295,6 +296,8 @@ def test_the_examples_get_the_same_verdict_and_reason(pod, request):
     if request.node.callspec.id in REFUSED_BEFORE_ADMISSION:
         assert not webhook_verdict(config_of("default"), pod, "alice", ())[0]
         assert in_server_verdict(config_of("default"), pod, "alice", ())[0]
+        # ... because the API server refuses it first (the sandbox as kube-apiserver does)
+        assert pod_validation.decode_error(pod) or pod_validation.resource_errors(pod)
         return
     assert_same_verdict(config_of("default"), pod)
 
