@@ -75,6 +75,13 @@ def test_left_overs_of_an_interrupted_split_are_read_as_a_partition():
     assert [(r.start, r.end, dict(r.states)) for r in writes] == [("", "m", {"a": MANAGED})]
 
 
+def test_a_first_range_deleted_by_hand_is_created_again():
+    upper = stored_copy(NodeRange("m", "", {"m": UNMANAGED, "z": MANAGED}))
+    writes = plan([upper], {"a": MANAGED, "m": UNMANAGED, "z": MANAGED}, limit=100)
+    assert [(r.start, r.end, dict(r.states), r.resource_version) for r in writes] == [
+        ("", "m", {"a": MANAGED}, "")]
+
+
 NAMES = st.sampled_from(["a", "b", "cc", "d", "ee", "f", "gg", "h"])
 STATES = st.dictionaries(NAMES, st.sampled_from([MANAGED, UNMANAGED]), max_size=8)
 

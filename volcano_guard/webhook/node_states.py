@@ -110,17 +110,14 @@ def plan(existing: list[NodeRange], states: Mapping[str, str],
 
 
 def _partition(existing: list[NodeRange]) -> list[NodeRange]:
-    """The ranges as a partition: the first from "", each to the next's start, the last to ""
-    (a range left over from an interrupted split shrinks to where the next begins)."""
+    """The ranges as a partition: each to the next's start, the last to "" (a range left over
+    from an interrupted split shrinks to where the next begins), and a new first one from ""
+    if that one is gone."""
     ordered = sorted({r.start: r for r in existing}.values(), key=lambda r: r.start)
-    partition = []
-    for index, r in enumerate(ordered):
-        start = "" if index == 0 else r.start
-        end = ordered[index + 1].start if index + 1 < len(ordered) else ""
-        # A range whose start moves is another object (its name follows its start).
-        version = r.resource_version if start == r.start else ""
-        partition.append(NodeRange(start, end, r.states, version))
-    return partition
+    if ordered and ordered[0].start:
+        ordered.insert(0, NodeRange("", ordered[0].start))
+    return [NodeRange(r.start, ordered[index + 1].start if index + 1 < len(ordered) else "",
+                      r.states, r.resource_version) for index, r in enumerate(ordered)]
 
 
 def _split(whole: NodeRange, limit: int) -> list[NodeRange]:
