@@ -113,3 +113,30 @@ def test_get_watch_streams_changes(kubectl, sandbox):
     out, _ = watcher.communicate(timeout=10)
     kinds = [line.split()[0] for line in out.splitlines()[1:] if line.strip()]
     assert kinds[:3] == ["ADDED", "MODIFIED", "DELETED"], out
+
+
+def policy(variables, conditions):
+    return json.dumps({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "reapplied"},
+        "spec": {"matchConstraints": {"resourceRules": [{
+            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+            "resources": ["pods"]}]},
+            "matchConditions": [{"name": n, "expression": "true"} for n in conditions],
+            "variables": [{"name": n, "expression": e} for n, e in variables],
+            "validations": [{"expression": "variables.b == 2"}]}})
+
+
+def test_reapplying_a_policy_keeps_its_variables_and_their_order(kubectl):
+    """kubectl apply sends a policy's variables and matchConditions as a strategic merge
+    patch keyed by name, with $setElementOrder: only what changed, then the order."""
+    kubectl("apply", "-f", "-", stdin=policy([("a", "1"), ("b", "variables.a + 1")], ["x"]))
+    changed = [("z", "0"), ("a", "1"), ("b", "variables.a + variables.z + 1"), ("c", "3")]
+    kubectl("apply", "-f", "-", stdin=policy(changed, ["x", "y"]))
+    spec = as_json(kubectl("get", "validatingadmissionpolicy", "reapplied", "-o", "json"))["spec"]
+    assert [(v["name"], v["expression"]) for v in spec["variables"]] == changed
+    assert [c["name"] for c in spec["matchConditions"]] == ["x", "y"]
+    kubectl("apply", "-f", "-", stdin=policy([("b", "2")], ["y"]))
+    spec = as_json(kubectl("get", "validatingadmissionpolicy", "reapplied", "-o", "json"))["spec"]
+    assert [(v["name"], v["expression"]) for v in spec["variables"]] == [("b", "2")]
+    assert [c["name"] for c in spec["matchConditions"]] == ["y"]

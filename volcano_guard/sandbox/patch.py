@@ -2,8 +2,9 @@
 
 Maps merge as in a JSON merge patch; lists with a patch merge key (containers by name, ...)
 merge element by element, `$patch: delete` removes an element, `$patch: replace` replaces the
-whole list or map; other lists are replaced. Directives the sandbox does not act on
-(`$setElementOrder/...`, `$retainKeys`, `$deleteFromPrimitiveList/...`) are dropped.
+whole list or map; other lists are replaced. `$setElementOrder/FIELD` orders a merged list: the
+elements it names in its order, then any others as they were. Directives the sandbox does not
+act on (`$retainKeys`, `$deleteFromPrimitiveList/...`) are dropped.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ MERGE_KEYS = {
     "taints": "key",
     "containerStatuses": "name",
     "initContainerStatuses": "name",
+    # admissionregistration/v1: a configuration's webhooks, and a webhook's or a policy's
+    # matchConditions and variables (kubectl apply sends only what changed, by name)
+    "webhooks": "name",
+    "matchConditions": "name",
+    "variables": "name",
 }
+ORDER = "$setElementOrder/"
 # Lists of scalars that strategic merge patch merges as sets (patchStrategy: merge).
 MERGED_SCALAR_LISTS = {"finalizers"}
 
@@ -50,6 +57,8 @@ def _merge_map(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
         return {}
     result = copy.deepcopy(target)
     for key, value in patch.items():
+        if key.startswith(ORDER) and key[len(ORDER):] in MERGE_KEYS:
+            continue  # applied below, once the list is merged
         if key.startswith("$"):
             continue
         if value is None:
@@ -67,7 +76,25 @@ def _merge_map(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
             result[key] = current + [v for v in value if v not in current]
         else:
             result[key] = copy.deepcopy(value)
+    for key, order in patch.items():
+        field = key[len(ORDER):] if key.startswith(ORDER) else ""
+        if field in MERGE_KEYS and isinstance(order, list) and isinstance(result.get(field),
+                                                                          list):
+            result[field] = _ordered(result[field], order, MERGE_KEYS[field])
     return result
+
+
+def _ordered(items: list[Any], order: list[Any], key: str) -> list[Any]:
+    """items with those order names first, in its order; the rest after, as they were."""
+    wanted = [entry.get(key) for entry in order if isinstance(entry, dict)]
+    position = {name: index for index, name in enumerate(wanted)}
+
+    def rank(pair: tuple[int, Any]) -> tuple[int, int]:
+        index, item = pair
+        name = item.get(key) if isinstance(item, dict) else None
+        return (position[name], 0) if name in position else (len(position), index)
+
+    return [item for _, item in sorted(enumerate(items), key=rank)]
 
 
 def _merge_list(target: list[Any], patch: list[Any], key: str) -> list[Any]:
