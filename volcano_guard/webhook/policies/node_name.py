@@ -18,7 +18,7 @@ labels; no selectors, every node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -222,7 +222,7 @@ def node_state(labels: Mapping[str, str], config: NodeNameConfig) -> str:
 
 
 def _in_server_check(name: str, rules: tuple[Rule, ...], condition: str, node: str,
-                     message: Any, config: NodeNameConfig) -> InServerCheck:
+                     message: Callable[[str], str], config: NodeNameConfig) -> InServerCheck:
     """A check refusing what node_decision refuses of the node `node` (CEL) names, worded by
     message(reason); "" (no node) is allowed. Each params object judges only the names in
     its range, so the states can be spread over as many ConfigMaps as they need."""
