@@ -328,12 +328,17 @@ def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
 
 
 def _webhook_worker(args: argparse.Namespace, report: Any) -> None:
-    """One of --workers: a whole webhook on the shared admission port, metrics on loopback."""
+    """One of --workers: a whole webhook on the shared admission port, metrics on loopback,
+    with its share of the pod's connections."""
+    import msgspec
+
     from volcano_guard.base.listen import Listen
 
     _configure_logging()
     parts = _webhook_parts(args)
-    parts = replace(parts, metrics_listen=Listen("127.0.0.1", 0))
+    share = max(1, parts.config.maxConnections // args.workers)  # the pod's cap, split
+    parts = replace(parts, metrics_listen=Listen("127.0.0.1", 0),
+                    config=msgspec.structs.replace(parts.config, maxConnections=share))
     asyncio.run(parts.serve(reuse_port=True, started=lambda *ports: report.send(ports)))
 
 

@@ -1,4 +1,5 @@
-"""The webhook's connections: a cap refused fast, deadlines for the handshake, a request and idle
+"""The webhook's connections: at the cap the idle longest makes room (a new one is refused only
+when all are busy), deadlines for the handshake, the first request, a request and idle
 keep-alive, and the memory an idle TLS connection costs (and gives back)."""
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ NO_CLUSTER = {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": 
                            "podGroups": {"stampGenerationId": False,
                                          "deleteGuard": {"mode": "off"}}}}
 BODY = json.dumps(review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"})))).encode()
-QUICK = ConnectionLimits(max_connections=1000, handshake_timeout=0.5, request_timeout=0.5,
-                         idle_timeout=0.8)
+QUICK = ConnectionLimits(max_connections=1000, handshake_timeout=0.5, first_request_timeout=1.0,
+                         request_timeout=0.5, idle_timeout=0.8)
 
 
 @asynccontextmanager
@@ -62,25 +63,52 @@ async def closed_within(reader: asyncio.StreamReader, seconds: float) -> float:
     return time.monotonic() - started
 
 
-async def test_past_max_connections_new_ones_are_refused_at_once_and_open_ones_served(certs):
+def counted(name: str) -> float:
+    return REGISTRY.get_sample_value(f"volcano_guard_connections_{name}_total") or 0
+
+
+async def test_at_the_cap_a_new_connection_takes_the_place_of_the_one_idle_longest(certs):
     limits = ConnectionLimits(max_connections=20)
-    refused_before = REGISTRY.get_sample_value("volcano_guard_connections_refused_total") or 0
+    evicted, refused = counted("evicted"), counted("refused")
     async with webhook(certs, limits) as port:
+        hostile = [await asyncio.open_connection("127.0.0.1", port)]  # never a ClientHello
+        hostile += [await tls_connect(certs, port) for _ in range(18)]  # never a request
         real = await tls_connect(certs, port)  # the API server's kept-alive connection
-        others = [await tls_connect(certs, port) for _ in range(19)]
+        assert await post(*real) == 200
+        newcomers = []
+        for _ in range(3):
+            started = time.monotonic()
+            newcomers.append(await tls_connect(certs, port))
+            assert await post(*newcomers[-1]) == 200
+            assert time.monotonic() - started < 1.0
+        assert await post(*real) == 200  # idle more recently than the hostile ones: kept
+        for reader, _ in hostile[:3]:  # the three idle longest made room
+            assert await closed_within(reader, 1.0) < 1.0
+    assert counted("evicted") - evicted == 3 and counted("refused") == refused
+
+
+async def test_a_new_connection_is_refused_only_when_every_one_has_a_request_in_flight(certs):
+    limits = ConnectionLimits(max_connections=3, request_timeout=5.0)
+    refused = counted("refused")
+    async with webhook(certs, limits) as port:
+        busy = [await tls_connect(certs, port) for _ in range(3)]
+        for _, writer in busy:  # headers sent, the body never comes
+            writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n")
+            await writer.drain()
+        await asyncio.sleep(0.1)
         started = time.monotonic()
         with pytest.raises((ConnectionError, OSError, asyncio.IncompleteReadError)):
             await tls_connect(certs, port)
         assert time.monotonic() - started < 1.0, "not refused fast"
-        for _ in range(3):
-            assert await post(*real) == 200
-        for _, writer in others:
+        for _, writer in busy:
             writer.close()
-        await asyncio.sleep(0.1)
-        later = await tls_connect(certs, port)  # room again
-        assert await post(*later) == 200
-    refused = REGISTRY.get_sample_value("volcano_guard_connections_refused_total")
-    assert refused - refused_before == 1
+    assert counted("refused") - refused == 1
+
+
+async def test_a_connection_that_never_asks_is_closed_at_the_first_request_deadline(certs):
+    async with webhook(certs) as port:
+        reader, _ = await tls_connect(certs, port)
+        assert 0.8 < await closed_within(reader, 3.0) < 1.6  # QUICK: 1 s from the accept
 
 
 async def test_a_peer_that_never_sends_a_client_hello_is_closed_at_the_handshake_deadline(certs):

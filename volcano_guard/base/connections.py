@@ -5,15 +5,20 @@ peer 60 s to finish its handshake and no deadline at all to send its headers or 
 connections 75 s, and allocates a 256 KiB read buffer for every connection, even one that never
 sends a ClientHello. In front of a fail-closed webhook that is an OOM kill waiting to happen.
 This listener, as Envoy's `max_connections`, `request_headers_timeout` and `idle_timeout` and
-kube-apiserver's own server do, holds each connection to:
+Go's net/http server (ReadHeaderTimeout, IdleTimeout) do, holds each connection to:
 
-- a cap per process: past `max_connections`, a new connection is closed at once, before any
-  TLS work, and counted; the connections already open keep being served;
+- a cap per process: at `max_connections`, a new connection takes the place of the one idle
+  longest (no request in flight: one still in its handshake, one that never sent a request,
+  a kept-alive one between requests), which is closed; only when every connection has a
+  request in flight is the new one closed at once, before any TLS work. Both are counted. So a
+  crowd of idle connections can never keep the API server's new connection out;
 - a handshake deadline (asyncio's own `ssl_handshake_timeout`);
+- a first-request deadline: a connection must begin its first request within
+  `first_request_timeout` of its accept (TLS handshake included);
 - a request deadline: from a request's first byte to the first byte of its answer, headers
   and body included (a peer dribbling bytes is closed when it passes). One sweep a second (a
-  quarter of the deadline if shorter) closes the connections past it: a timer per request
-  would cost more than the rest of the connection layer together;
+  quarter of the shortest deadline if shorter) closes the connections past either deadline: a
+  timer per request would cost more than the rest of the connection layer together;
 - an idle keep-alive timeout (aiohttp's `keepalive_timeout`, set on the runner);
 - a 16 KiB TLS read buffer (one TLS record) instead of asyncio's 256 KiB;
 - and when a crowd of connections has gone (half the peak, at least TRIM_AFTER fewer), the
@@ -27,6 +32,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import math
+import resource
 import socket
 import ssl
 import struct
@@ -41,7 +47,10 @@ from prometheus_client import Counter, Gauge
 from volcano_guard.base.metrics import PREFIX, REGISTRY
 
 REFUSED = Counter(f"{PREFIX}connections_refused_total",
-                  "Connections closed on arrival because the process had max_connections open.",
+                  "Connections closed on arrival: max_connections open, each with a request in "
+                  "flight.", registry=REGISTRY)
+EVICTED = Counter(f"{PREFIX}connections_evicted_total",
+                  "Idle connections closed to make room for a new one at max_connections.",
                   registry=REGISTRY)
 TIMED_OUT = Counter(f"{PREFIX}connections_timed_out_total",
                     "Connections closed because a request passed its deadline.",
@@ -51,18 +60,28 @@ OPEN = Gauge(f"{PREFIX}connections_open", "Connections open on the admission por
 
 
 TRIM_AFTER = 100  # connections gone since the peak before memory is handed back
+# A pod's connections, split among its --workers: what fits in half the Deployment's memory
+# limit at the cost of a hostile connection under the worst flood measured (re-opened as fast as
+# closed, bench/connection_flood.py: 104 KiB each, handshake state included), with two workers
+# under 768 MiB: (384 MiB - 225 MiB idle) / 104 KiB = 1,565, less a quarter (the peak under
+# such churn varies by 10 MiB and more between runs). One process under 512 MiB would hold
+# (256 - 71 MiB) / 104 KiB = 1,820.
+MAX_CONNECTIONS = 1200
 
 
 @dataclass(frozen=True, kw_only=True)
 class ConnectionLimits:
-    max_connections: int = 1000
+    max_connections: int = MAX_CONNECTIONS
     # The API server times a webhook call out after at most 30 s (timeoutSeconds) and sends its
     # request at once, so 10 s cuts off no real caller.
     handshake_timeout: float = 10.0
+    # From the accept to the first request's first byte; with request_timeout, a connection
+    # has sent its first request whole within 30 s of its accept, TLS included.
+    first_request_timeout: float = 20.0
     request_timeout: float = 10.0
-    # Above the 90 s for which the API server's webhook client keeps an idle connection, so the
-    # client closes first and never sends a request on a connection the server is closing.
-    idle_timeout: float = 95.0
+    # Go's net/http IdleTimeout; the API server's webhook client keeps an idle connection as
+    # long, and sends again on a fresh one when a kept one was closed before it wrote.
+    idle_timeout: float = 90.0
 
 
 class BoundedTLSSite(web.TCPSite):
@@ -74,6 +93,8 @@ class BoundedTLSSite(web.TCPSite):
         super().__init__(runner, host, port, reuse_port=reuse_port)
         self._tls, self._limits = ssl_context, limits
         self._connections: set[_Connection] = set()
+        # Those with no request in flight, the one idle longest first (insertion order).
+        self._idle: dict[_Connection, None] = {}
         self._peak = 0  # most connections open since memory was last handed back
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -92,11 +113,14 @@ class BoundedTLSSite(web.TCPSite):
 
     def _accept(self) -> asyncio.BaseProtocol:
         if len(self._connections) >= self._limits.max_connections:
-            REFUSED.inc()
-            return _Refused()
+            if not self._idle:
+                REFUSED.inc()
+                return _Refused()
+            EVICTED.inc()
+            next(iter(self._idle)).close()  # the idle longest makes room
         handler, loop = self._runner.server, asyncio.get_running_loop()
         assert handler is not None
-        connection = _Connection(handler(), loop.time)
+        connection = _Connection(handler(), loop.time, self._idle)
         self._connections.add(connection)
         self._peak = max(self._peak, len(self._connections))
         OPEN.inc()
@@ -107,6 +131,7 @@ class BoundedTLSSite(web.TCPSite):
 
     def _closed(self, connection: _Connection) -> None:
         self._connections.discard(connection)
+        self._idle.pop(connection, None)
         OPEN.dec()
         still_open = len(self._connections)
         if self._peak - still_open >= max(TRIM_AFTER, self._peak // 2):
@@ -114,13 +139,26 @@ class BoundedTLSSite(web.TCPSite):
             asyncio.get_running_loop().call_soon(release_free_memory)
 
     def _sweep(self) -> None:
-        """Close the connections whose request has passed its deadline; run again later."""
+        """Close the connections past a deadline; run again later."""
         loop = asyncio.get_running_loop()
-        timeout = self._limits.request_timeout
-        late = loop.time() - timeout
-        for connection in [c for c in self._connections if c.request_started < late]:
+        limits = self._limits
+        now = loop.time()
+        late, unasked = now - limits.request_timeout, now - limits.first_request_timeout
+        for connection in [c for c in self._connections if c.request_started < late
+                           or c.awaiting_first_request_since < unasked]:
             connection.expire()
-        self._sweeper = loop.call_later(min(1.0, timeout / 4), self._sweep)
+        shortest = min(limits.request_timeout, limits.first_request_timeout)
+        self._sweeper = loop.call_later(min(1.0, shortest / 4), self._sweep)
+
+
+def raise_open_file_limit(files: int) -> None:
+    """Raise this process's soft limit of open files to `files` (never above the hard limit,
+    never down); ValueError naming both when the hard limit is lower."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < files:
+        raise ValueError(f"{files} open files needed; the hard limit is {hard}")
+    if soft != resource.RLIM_INFINITY and soft < files:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, hard))
 
 
 def _malloc_trim() -> Any:
@@ -150,13 +188,19 @@ class _Refused(asyncio.Protocol):
 
 
 class _BoundedSSLProtocol(sslproto.SSLProtocol):
-    """asyncio's TLS protocol with a one-record read buffer, reporting when it closes."""
+    """asyncio's TLS protocol with a one-record read buffer, reporting when it closes, and
+    handing its connection the socket's transport (to close it even mid-handshake)."""
 
     max_size = 16 * 1024
 
-    def __init__(self, *args: Any, closed: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._on_closed = closed
+    def __init__(self, loop: asyncio.AbstractEventLoop, connection: _Connection, *args: Any,
+                 closed: Any, **kwargs: Any) -> None:
+        super().__init__(loop, connection, *args, **kwargs)
+        self._connection, self._on_closed = connection, closed
+
+    def connection_made(self, transport: transports.BaseTransport) -> None:
+        self._connection.closes_with(transport)
+        super().connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         try:
@@ -168,31 +212,47 @@ class _BoundedSSLProtocol(sslproto.SSLProtocol):
 class _Connection(asyncio.Protocol):
     """Between TLS and aiohttp's request handler: notes when a request's first byte came (its
     deadline runs from there) until the handler starts writing its answer (aiohttp's keep-alive
-    timer then takes over)."""
+    timer then takes over), and keeps itself in `idle` (the site's, oldest first) while no
+    request is in flight. Made at the accept, before the TLS handshake."""
 
-    def __init__(self, handler: Any, clock: Callable[[], float]) -> None:
-        self._handler, self._clock = handler, clock
+    def __init__(self, handler: Any, clock: Callable[[], float],
+                 idle: dict[_Connection, None]) -> None:
+        self._handler, self._clock, self._idle = handler, clock, idle
         self.request_started = math.inf  # no request under way
-        self._transport: asyncio.Transport | None = None
+        self.awaiting_first_request_since = clock()  # inf once a request has begun
+        self._socket: transports.BaseTransport | None = None  # the socket's, from the accept
+        idle[self] = None
 
     def connection_made(self, transport: transports.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
         self._handler.connection_made(_AnsweringTransport(transport, self))
 
     def data_received(self, data: bytes) -> None:
         if self.request_started == math.inf:
             self.request_started = self._clock()
+            self.awaiting_first_request_since = math.inf
+            self._idle.pop(self, None)
         self._handler.data_received(data)
 
     def answered(self) -> None:
-        self.request_started = math.inf
+        if self.request_started != math.inf:
+            self.request_started = math.inf
+            self._idle[self] = None  # the most recently idle: last in line to make room
 
     def expire(self) -> None:
         TIMED_OUT.inc()
-        self.answered()
-        if self._transport is not None:
-            self._transport.abort()
+        self.close()
+
+    def close(self) -> None:
+        """Abort the connection, even mid-handshake."""
+        self.request_started = self.awaiting_first_request_since = math.inf
+        self._idle.pop(self, None)
+        if self._socket is not None:
+            assert isinstance(self._socket, asyncio.Transport)
+            self._socket.abort()
+
+    def closes_with(self, transport: transports.BaseTransport) -> None:
+        self._socket = transport
 
     def eof_received(self) -> bool | None:
         return self._handler.eof_received()

@@ -152,8 +152,8 @@ class Config(_Section, frozen=True):
     # Larger admission bodies get 413 without being read whole (the apiserver caps at 3 MiB
     # for etcd objects; 7 MiB leaves room for oldObject on UPDATE).
     maxRequestBytes: Positive = DEFAULT_MAX_REQUEST_BYTES
-    # Connections one webhook process holds open; past it new ones are closed on arrival and
-    # those open keep being served (an idle TLS connection costs tens of KiB).
+    # Connections a webhook pod holds open, split evenly among its --workers; at the cap a new
+    # one takes the place of the one idle longest (a hostile connection costs about 55 KiB).
     maxConnections: Positive = ConnectionLimits.max_connections
     # Also enforce the denies the API server can decide alone as ValidatingAdmissionPolicies
     # (`manifests` prints them; Kubernetes 1.30+), and let the webhook registrations they

@@ -20,7 +20,7 @@ from typing import Any, get_args
 import orjson
 from aiohttp import web
 
-from volcano_guard.base.connections import BoundedTLSSite, ConnectionLimits
+from volcano_guard.base.connections import BoundedTLSSite, ConnectionLimits, raise_open_file_limit
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.metrics import add_probes, metrics_app
 from volcano_guard.base.status import status_response
@@ -38,6 +38,7 @@ log = logging.getLogger("volcano_guard.webhook")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _READ_CHUNK = 64 * 1024
 SHUTDOWN_TIMEOUT = 30.0  # seconds SIGTERM waits for started requests
+OTHER_FILES = 256  # beside its connections: listeners, the caches' connections, logs, libraries
 
 
 class InFlight:
@@ -219,6 +220,10 @@ async def running(
     # No access log: a line per admission costs more than the decision (bench/admission_load.py);
     # decisions are counted in the metrics instead.
     limits = limits or ConnectionLimits(max_connections=config.maxConnections)
+    try:  # each connection is a file: the cap must not be the open-file limit's to set
+        raise_open_file_limit(limits.max_connections + OTHER_FILES)
+    except ValueError as exc:
+        log.warning("maxConnections %d may not be reached: %s", limits.max_connections, exc)
     admission = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None,
                               keepalive_timeout=limits.idle_timeout)
     metrics = web.AppRunner(metrics_app(caches.ready), access_log=None)
