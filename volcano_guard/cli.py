@@ -154,8 +154,8 @@ def _add_audit(commands: argparse._SubParsersAction) -> None:
                        help="HOST:PORT for /metrics, /healthz, /readyz with --watch "
                        "(default %(default)s)")
     audit.add_argument("--lease-namespace", help="where --watch replicas elect the active one "
-                       "(a Lease named volcano-guard-audit; default: its own namespace, else "
-                       "volcano-guard)")
+                       "(a Lease named volcano-guard-audit; default: the pod's own namespace, "
+                       "else the kubeconfig context's, else default)")
     audit.add_argument("--lease-duration", type=int, default=15, metavar="SECONDS",
                        help="how long a standby waits for a silent leader (default 15)")
     audit.set_defaults(run=run_audit)
@@ -479,7 +479,7 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
     from volcano_guard.audit.lease import LeaseSettings
     from volcano_guard.audit.report import EXIT_UNREADABLE
     from volcano_guard.audit.watch import watch
-    from volcano_guard.base.kubeconfig import own_namespace
+    from volcano_guard.base.kubeconfig import context_namespace, own_namespace
     from volcano_guard.base.listen import parse_listen
 
     if args.namespace:
@@ -492,9 +492,13 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
         print(f"volcano-guard audit: {exc}", file=sys.stderr)
         return EXIT_USAGE
     api_client = _api_client(args.kubeconfig, "audit", EXIT_UNREADABLE)
-    lease = LeaseSettings(namespace=args.lease_namespace or own_namespace() or "volcano-guard",
-                          duration=args.lease_duration,
-                          retry=min(2.0, args.lease_duration / 3))
+    # As kubectl defaults a namespace: in a pod its own; else the kubeconfig context's, else
+    # default.
+    namespace = (args.lease_namespace or own_namespace()
+                 or context_namespace(args.kubeconfig) or "default")
+    lease = LeaseSettings(namespace=namespace, duration=args.lease_duration,
+                          renew_deadline=args.lease_duration * 2 / 3,
+                          retry=min(2.0, args.lease_duration / 5))
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
     return asyncio.run(watch(api_client, config, metrics_listen, lease, identity))
 

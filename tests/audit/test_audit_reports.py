@@ -98,14 +98,71 @@ def test_a_failed_write_is_counted_and_retried_with_backoff(sandbox, api, custom
                                                "policyreports", "volcano-guard")
 
 
+class Replica:
+    """An elector with a clock of its own: `local` seconds (monotonic), and a wall clock
+    `skew` seconds off the true time."""
+
+    def __init__(self, api, identity: str, settings: LeaseSettings, skew: float = 0) -> None:
+        self.local, self.skew = 0.0, skew
+        self.elector = LeaseElector(api, identity, settings, clock=lambda: self.local)
+
+    def tick(self, seconds: float) -> bool:
+        """`seconds` later on both clocks, one try."""
+        self.local += seconds
+        return self.elector.try_lead(NOW + datetime.timedelta(seconds=self.local + self.skew))
+
+
 def test_one_replica_leads_and_another_takes_over_once_the_lease_runs_out(sandbox, api):
     settings = LeaseSettings(namespace="team-a", duration=15)
-    first, second = (LeaseElector(api, name, settings) for name in ("audit-a", "audit-b"))
-    assert first.try_lead(NOW) and not second.try_lead(NOW)
-    assert first.try_lead(NOW + datetime.timedelta(seconds=10))  # renewed
-    assert not second.try_lead(NOW + datetime.timedelta(seconds=20))  # 10 s since the renewal
-    assert second.try_lead(NOW + datetime.timedelta(seconds=26))  # 16 s: it ran out
-    assert not first.try_lead(NOW + datetime.timedelta(seconds=27))
+    first, second = (Replica(api, name, settings) for name in ("audit-a", "audit-b"))
+    assert first.tick(0) and not second.tick(0)
+    assert first.tick(10)  # renewed
+    assert not second.tick(10)  # it saw the renewal 0 s ago on its clock
+    assert not second.tick(14)  # 14 s since the change it saw
+    assert second.tick(2)  # 16 s: it ran out
+    assert not first.tick(17)
     lease = client.CoordinationV1Api(api).read_namespaced_lease("volcano-guard-audit",
                                                                 "team-a")
     assert (lease.spec.holder_identity, lease.spec.lease_transitions) == ("audit-b", 1)
+
+
+def test_clocks_60_s_apart_still_give_one_leader(sandbox, api):
+    """The renewTime a replica 60 s behind writes looks expired to one on true time, and one
+    60 s ahead writes renewals that look 60 s away: neither counts, only seeing them change."""
+    settings = LeaseSettings(namespace="team-a", duration=15)
+    for skews in ((-60, 0), (60, 0), (0, -60), (0, 60)):
+        client.CoordinationV1Api(api).delete_collection_namespaced_lease("team-a")
+        leader, standby = (Replica(api, name, settings, skew) for name, skew in
+                           zip(("audit-a", "audit-b"), skews, strict=True))
+        assert leader.tick(0) and not standby.tick(0)
+        for _ in range(30):  # a minute of renewals and tries, 2 s apart
+            assert leader.tick(2) and not standby.tick(2), skews
+        assert not standby.tick(14)  # the leader stops: its record unchanged for 14 s
+        assert standby.tick(2)
+
+
+def test_a_leader_that_cannot_renew_stops_before_another_may_take_over(sandbox, api):
+    settings = LeaseSettings(namespace="team-a", duration=15, renew_deadline=10)
+    leader, standby = (Replica(api, name, settings) for name in ("audit-a", "audit-b"))
+    assert leader.tick(0) and not standby.tick(0)
+    sandbox.set_faults(FaultRule(resources=frozenset({"leases"}), error_rate=1.0))
+    assert leader.tick(9)  # renewals failing, within the renew deadline
+    assert not leader.tick(1.5)  # 10.5 s without a renewal: it stops at once
+    sandbox.set_faults()
+    assert not standby.tick(11)  # 11 s after the change it saw: the lease still runs
+    assert standby.tick(4)  # 15 s: it takes over, the old leader long stopped
+
+
+def test_a_leader_that_stops_releases_the_lease_to_the_next_try(sandbox, api):
+    settings = LeaseSettings(namespace="team-a", duration=15)
+    leader, standby = (Replica(api, name, settings) for name in ("audit-a", "audit-b"))
+    assert leader.tick(0) and not standby.tick(0)
+    leader.elector.release()
+    assert standby.tick(2)
+
+
+def test_a_lease_namespace_that_does_not_exist_is_named_with_its_flag(sandbox, api):
+    elector = LeaseElector(api, "audit-a", LeaseSettings(namespace="nowhere"))
+    assert not elector.try_lead(NOW)
+    assert elector.problem == ("lease nowhere/volcano-guard-audit: the namespace nowhere does "
+                               "not exist; create it or choose another with --lease-namespace")

@@ -1,10 +1,14 @@
 """One active audit replica at a time: leader election over a coordination.k8s.io/v1 Lease, as
-client-go's leaderelection does it (holderIdentity, leaseDurationSeconds, acquireTime,
-renewTime, leaseTransitions; optimistic concurrency on the Lease's resourceVersion).
+client-go's leaderelection does it (tools/leaderelection/leaderelection.go: holderIdentity,
+leaseDurationSeconds, acquireTime, renewTime, leaseTransitions; optimistic concurrency on the
+Lease's resourceVersion).
 
-A replica holds the lease while it renews it within leaseDurationSeconds; another takes it
-only once it has not been renewed for that long. A write that loses a race (409) or cannot be
-made means not leading, until the next try.
+Time is this replica's own: a record's expiry runs from the local moment this replica last saw
+it change (client-go's observedTime), never from the renewTime another replica wrote, so two
+replicas whose clocks disagree still agree on who leads. A leader renews every `retry` seconds;
+one that has not renewed for `renew_deadline` (shorter than the lease's duration) stops leading
+at once, before any other may take over. A leader that stops releases the lease (holder empty),
+so another takes over at its next try.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +29,10 @@ log = logging.getLogger("volcano_guard.audit.lease")
 class LeaseSettings:
     namespace: str
     name: str = "volcano-guard-audit"
-    duration: int = 15  # seconds without a renewal before another replica may take over
+    duration: int = 15  # seconds a record may go unchanged before another replica takes over
+    renew_deadline: float = 10.0  # seconds the leader may go without renewing, then stops
     retry: float = 2.0  # seconds between tries (renewals by the leader)
+    namespace_flag: str = "--lease-namespace"  # what sets the namespace, for messages
 
 
 def _micro_time(moment: datetime.datetime) -> str:
@@ -39,33 +48,69 @@ def _parse(text: Any) -> datetime.datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
 
 
-class LeaseElector:
-    """try_lead() once every `retry` seconds; True while this identity holds the lease."""
+def _record(spec: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(spec.get(key) for key in ("holderIdentity", "leaseDurationSeconds",
+                                           "acquireTime", "renewTime", "leaseTransitions"))
 
-    def __init__(self, api_client: Any, identity: str, settings: LeaseSettings) -> None:
+
+class LeaseElector:
+    """try_lead() once every `retry` seconds; True while this identity holds the lease.
+    `problem` says why the lease cannot be read or written (None when it can)."""
+
+    def __init__(self, api_client: Any, identity: str, settings: LeaseSettings,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         from kubernetes import client
 
         self._api = client.CoordinationV1Api(api_client)
-        self.identity, self.settings = identity, settings
+        self.identity, self.settings, self._clock = identity, settings, clock
         self.leading = False
+        self.problem: str | None = None
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = -math.inf  # this replica's clock when the record last changed
+        self._renewed_at = -math.inf  # this replica's clock at its last renewal
 
     def try_lead(self, now: datetime.datetime | None = None) -> bool:
         from kubernetes.client.exceptions import ApiException
 
         now = now or datetime.datetime.now(datetime.UTC)
+        local = self._clock()
         try:
-            self.leading = self._try(now)
+            self.leading = self._try(now, local)
+            self._say(None)
         except ApiException as exc:
-            if exc.status != 409:
-                log.warning("lease %s/%s: %s %s", self.settings.namespace, self.settings.name,
-                            exc.status, exc.reason)
-            self.leading = False
-        except Exception as exc:  # the API server unreachable: not leading until it answers
-            log.warning("lease %s/%s: %s", self.settings.namespace, self.settings.name, exc)
-            self.leading = False
+            if exc.status != 409:  # a 409 is a rival's write winning: nothing wrong
+                self._say(self._explain(exc))
+            self._keep_leading_until_the_deadline(local)
+        except Exception as exc:  # the API server unreachable: lead on until the deadline
+            self._say(f"lease {self._where()}: {exc}")
+            self._keep_leading_until_the_deadline(local)
         return self.leading
 
-    def _try(self, now: datetime.datetime) -> bool:
+    def release(self) -> None:
+        """Give the lease up (holder empty, 1 s), so another replica takes it at once."""
+        if not self.leading:
+            return
+        self.leading = False
+        settings = self.settings
+        try:
+            read: Any = self._api.read_namespaced_lease(settings.name, settings.namespace,
+                                                        _preload_content=False)
+            lease = json.loads(read.data)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                return
+            now = _micro_time(datetime.datetime.now(datetime.UTC))
+            lease["spec"] = {"holderIdentity": "", "leaseDurationSeconds": 1,
+                             "acquireTime": now, "renewTime": now,
+                             "leaseTransitions": spec.get("leaseTransitions") or 0}
+            self._api.replace_namespaced_lease(settings.name, settings.namespace, lease)
+        except Exception as exc:  # it expires in its own time
+            log.warning("lease %s: not released: %s", self._where(), exc)
+
+    def _keep_leading_until_the_deadline(self, local: float) -> None:
+        self.leading = self.leading and local - self._renewed_at < self.settings.renew_deadline
+
+    def _try(self, now: datetime.datetime, local: float) -> bool:
         from kubernetes.client.exceptions import ApiException
 
         settings = self.settings
@@ -79,21 +124,26 @@ class LeaseElector:
                      "metadata": {"name": settings.name, "namespace": settings.namespace},
                      "spec": self._spec(now, transitions=0, acquired=now)}
             self._api.create_namespaced_lease(settings.namespace, lease)
+            self._renewed(lease["spec"], local)
             return True
         current = json.loads(lease.data)
         spec = current.get("spec") or {}
+        if _record(spec) != self._observed:
+            self._observed, self._observed_at = _record(spec), local
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime"))
         duration = int(spec.get("leaseDurationSeconds") or settings.duration)
-        expired = renewed is None or (now - renewed).total_seconds() > duration
-        if holder != self.identity and not expired:
+        if holder and holder != self.identity and local < self._observed_at + duration:
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)
         acquired = now if holder != self.identity else _parse(spec.get("acquireTime")) or now
         current["spec"] = self._spec(now, transitions, acquired)
         # The resourceVersion read makes this a compare-and-swap: a rival's write wins (409).
         self._api.replace_namespaced_lease(settings.name, settings.namespace, current)
+        self._renewed(current["spec"], local)
         return True
+
+    def _renewed(self, spec: dict[str, Any], local: float) -> None:
+        self._observed, self._observed_at, self._renewed_at = _record(spec), local, local
 
     def _spec(self, now: datetime.datetime, transitions: int,
               acquired: datetime.datetime) -> dict[str, Any]:
@@ -101,3 +151,27 @@ class LeaseElector:
                 "leaseDurationSeconds": self.settings.duration,
                 "acquireTime": _micro_time(acquired), "renewTime": _micro_time(now),
                 "leaseTransitions": transitions}
+
+    def _where(self) -> str:
+        return f"{self.settings.namespace}/{self.settings.name}"
+
+    def _explain(self, exc: Any) -> str:
+        """One line on what is wrong with the lease, naming the flag that moves it."""
+        settings, flag = self.settings, self.settings.namespace_flag
+        if exc.status == 404:
+            return (f"lease {self._where()}: the namespace {settings.namespace} does not exist; "
+                    f"create it or choose another with {flag}")
+        if exc.status in (401, 403):
+            return (f"lease {self._where()}: {exc.status} {exc.reason}: this account may not "
+                    f"get, create and update Leases in {settings.namespace} (grant it, or "
+                    f"choose another namespace with {flag})")
+        return f"lease {self._where()}: {exc.status} {exc.reason}"
+
+    def _say(self, problem: str | None) -> None:
+        """Log a problem once, when it starts or changes, and when it is over."""
+        if problem != self.problem:
+            if problem:
+                log.warning("%s", problem)
+            elif self.problem:
+                log.info("lease %s: reachable again", self._where())
+        self.problem = problem

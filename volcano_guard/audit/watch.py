@@ -190,7 +190,7 @@ async def watch(api_client: Any, config: Config, metrics_listen: Listen,
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(metrics_app(audit.ready), access_log=None)
+    runner = web.AppRunner(metrics_app(audit.ready, lambda: elector.problem), access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, metrics_listen.host, metrics_listen.port).start()
@@ -202,6 +202,8 @@ async def watch(api_client: Any, config: Config, metrics_listen: Listen,
         await stop.wait()
         for task in tasks:
             task.cancel()
+        await asyncio.to_thread(elector.release)  # the standby takes over at its next try
+        LEADING.set(0)
     finally:
         audit.stop()
         await runner.cleanup()

@@ -153,6 +153,27 @@ def own_namespace() -> str | None:
         return None
 
 
+def context_namespace(kubeconfig: str | None = None) -> str | None:
+    """The namespace of the kubeconfig's current context, as kubectl reads it (--kubeconfig,
+    else the first file in $KUBECONFIG, else ~/.kube/config); None when it names none."""
+    import yaml
+
+    path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or str(
+        Path.home() / ".kube" / "config")
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    current = document.get("current-context")
+    for entry in document.get("contexts") or ():
+        if isinstance(entry, dict) and entry.get("name") == current:
+            namespace = (entry.get("context") or {}).get("namespace")
+            return str(namespace) if namespace else None
+    return None
+
+
 def write_kubeconfig(path: str | Path, server: str, *, token: str | None = None,
                      ca_file: str | Path | None = None) -> None:
     """A kubeconfig whose server is `server`, with a bearer token and a CA if given. The sidecar

@@ -15,7 +15,8 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
 
 
-def metrics_app(ready: Callable[[], bool] = lambda: True) -> web.Application:
+def metrics_app(ready: Callable[[], bool] = lambda: True,
+                unready_because: Callable[[], str | None] = lambda: None) -> web.Application:
     """GET /metrics, /healthz and /readyz, for the metrics port."""
 
     async def metrics(_: web.Request) -> web.Response:
@@ -24,15 +25,20 @@ def metrics_app(ready: Callable[[], bool] = lambda: True) -> web.Application:
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    add_probes(app, ready)
+    add_probes(app, ready, unready_because)
     return app
 
 
-def add_probes(app: web.Application, ready: Callable[[], bool]) -> None:
+def add_probes(app: web.Application, ready: Callable[[], bool],
+               unready_because: Callable[[], str | None] = lambda: None) -> None:
+    """/healthz, and /readyz: 503 while caches are not synced, or for the reason
+    unready_because gives."""
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     async def readyz(_: web.Request) -> web.Response:
+        if reason := unready_because():
+            return web.Response(status=503, text=f"not ready: {reason}")
         if ready():
             return web.Response(text="ok")
         return web.Response(status=503, text="not ready: caches are not synced yet")
