@@ -5,7 +5,7 @@ folder, the wheel is built there as `pip wheel` builds it in the image, and the 
 against the repository's package (every file of volcano_guard/ is in it, nothing else is). The
 wheel is then installed as the image installs it, into a clean virtualenv with no extra and the
 repository nowhere on the path; every module of the package is imported and every command that
-deploy/ starts is run with --help.
+deploy/ starts is run with --help (the install takes 18 s: those tests are in the slow suite).
 """
 
 from __future__ import annotations
@@ -210,6 +210,7 @@ def run_installed(bin_dir: Path, *command: str) -> subprocess.CompletedProcess[s
                           env=environment, timeout=60, check=False)
 
 
+@pytest.mark.slow  # a pip install of the wheel into a fresh venv: 18 s
 def test_the_installed_package_imports_every_module_but_the_sandbox_extras(installed):
     ran = run_installed(installed, str(installed / "python"), "-c", IMPORT_EVERY_MODULE)
     assert ran.returncode == 0, ran.stderr
@@ -226,6 +227,7 @@ def test_the_installed_package_imports_every_module_but_the_sandbox_extras(insta
     assert shipped - {PACKAGE} == set(results["imported"]) | set(results["failed"])
 
 
+@pytest.mark.slow  # a pip install of the wheel into a fresh venv: 18 s
 def test_the_default_install_leaves_the_sandbox_dependencies_out(installed):
     installed_names = distributions(installed)
     assert "volcano-guard" in installed_names
@@ -233,6 +235,7 @@ def test_the_default_install_leaves_the_sandbox_dependencies_out(installed):
     assert not sandbox_extra() & installed_names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", deployed_commands(), ids=lambda c: " ".join(c[:2]))
 def test_every_command_deploy_starts_runs_from_the_installed_package(installed, command):
     ran = run_installed(installed, "volcano-guard", *command, "--help")
@@ -240,6 +243,7 @@ def test_every_command_deploy_starts_runs_from_the_installed_package(installed, 
     assert ran.stdout.startswith("usage: volcano-guard"), ran.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["demo"], ["sandbox", "--listen", "127.0.0.1:0"]])
 def test_the_developer_commands_name_the_extra_they_need(installed, command):
     ran = run_installed(installed, "volcano-guard", *command)
