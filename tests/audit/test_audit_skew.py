@@ -6,7 +6,7 @@ Long: in the slow suite (.ci/run installs faketime and runs it)."""
 
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
 import sys
 import time
@@ -41,9 +41,12 @@ def orphan(index: int) -> dict:
             "spec": {"schedulerName": "volcano", "containers": [{"name": "c", "image": "x"}]}}
 
 
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[SandboxThread]:
-    if shutil.which("faketime") is None:
+    if LIBFAKETIME is None:
         pytest.skip("faketime is not installed (.ci/run installs it)")
     (tmp_path / "tokens.csv").write_text(TOKENS)
     settings = SandboxSettings(tokens=load_token_file(tmp_path / "tokens.csv"),
@@ -62,12 +65,15 @@ def replica(sandbox: SandboxThread, directory: Path, user: str,
     config = directory / "config.yaml"
     config.write_text("audit: {orphanGracePeriod: 1s}\n")
     port = free_port()
-    clock = ["faketime", "-f", f"{skew:+d}s"] if skew else []
-    proc = subprocess.Popen([*clock, sys.executable, "-m", "volcano_guard.cli", "audit",
+    # libfaketime preloaded into the replica itself (the faketime wrapper would be the process
+    # a kill reaches, and the replica would live on)
+    clock = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"{skew:+d}s"} if skew else {}
+    proc = subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", "audit",
                              "--watch", "--kubeconfig", str(kubeconfig), "--config", str(config),
                              "--metrics-listen", f"127.0.0.1:{port}", "--lease-namespace",
                              "team-a", "--lease-duration", str(LEASE_SECONDS)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **clock})
     return proc, port
 
 
@@ -117,11 +123,10 @@ def test_clocks_60_s_apart_one_leader_one_report_writer_and_a_takeover(cluster, 
         leader.kill()
         killed = time.monotonic()
         # The survivor saw the last renewal up to a retry after it was made and tries again up
-        # to a retry after the lease ran out on its clock: 4.2 s at most by that count. With
-        # one clock shifted by faketime takeovers of 2.6 s to over 7 s were measured, not yet
-        # understood (docs/decisions.md); this asserts that the survivor does take over.
+        # to a retry after the lease ran out on its clock: 4.2 s by that count; the bound
+        # leaves room for a loaded machine and the scrapes.
         while leading(survivor_port) != 1:
-            assert time.monotonic() - killed < 30, "no takeover"
+            assert time.monotonic() - killed < 2 * LEASE_SECONDS + 2.0, "no takeover"
             time.sleep(0.05)
     finally:
         for proc in (a, b):
