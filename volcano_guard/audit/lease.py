@@ -93,9 +93,7 @@ class LeaseElector:
         self.leading = False
         settings = self.settings
         try:
-            read: Any = self._api.read_namespaced_lease(settings.name, settings.namespace,
-                                                        _preload_content=False)
-            lease = json.loads(read.data)
+            lease = self._read()
             spec = lease.get("spec") or {}
             if spec.get("holderIdentity") != self.identity:
                 return
@@ -115,18 +113,16 @@ class LeaseElector:
 
         settings = self.settings
         try:
-            lease: Any = self._api.read_namespaced_lease(settings.name, settings.namespace,
-                                                         _preload_content=False)
+            current = self._read()
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            lease: Any = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                      "metadata": {"name": settings.name, "namespace": settings.namespace},
                      "spec": self._spec(now, transitions=0, acquired=now)}
             self._api.create_namespaced_lease(settings.namespace, lease)
             self._renewed(lease["spec"], local)
             return True
-        current = json.loads(lease.data)
         spec = current.get("spec") or {}
         if _record(spec) != self._observed:
             self._observed, self._observed_at = _record(spec), local
@@ -141,6 +137,12 @@ class LeaseElector:
         self._api.replace_namespaced_lease(settings.name, settings.namespace, current)
         self._renewed(current["spec"], local)
         return True
+
+    def _read(self) -> Any:
+        """The Lease as JSON (raw: its times kept as written); ApiException if unreadable."""
+        read: Any = self._api.read_namespaced_lease(self.settings.name, self.settings.namespace,
+                                                    _preload_content=False)
+        return json.loads(read.data)
 
     def _renewed(self, spec: dict[str, Any], local: float) -> None:
         self._observed, self._observed_at, self._renewed_at = _record(spec), local, local
