@@ -126,6 +126,17 @@ def test_one_replica_leads_and_another_takes_over_once_the_lease_runs_out(sandbo
     assert (lease.spec.holder_identity, lease.spec.lease_transitions) == ("audit-b", 1)
 
 
+def test_a_standby_tries_again_the_moment_the_lease_it_saw_runs_out(sandbox, api):
+    settings = LeaseSettings(namespace="team-a", duration=3, retry=0.6)
+    leader, standby = (Replica(api, name, settings) for name in ("audit-a", "audit-b"))
+    assert leader.tick(0) and leader.elector.next_try_in() == 0.6  # the leader renews
+    assert not standby.tick(0.5)  # it saw the record change at 0.5 s on its clock
+    assert standby.elector.next_try_in() == 0.6
+    standby.local += 2.6  # its tries at 1.1 ... 2.9 s saw no change; now 3.1 s
+    assert abs(standby.elector.next_try_in() - 0.4) < 1e-9  # it runs out at 3.5 s, not 3.7 s
+    assert standby.tick(0.4)  # 3 s after the change it saw: it takes over
+
+
 def test_clocks_60_s_apart_still_give_one_leader(sandbox, api):
     """The renewTime a replica 60 s behind writes looks expired to one on true time, and one
     60 s ahead writes renewals that look 60 s away: neither counts, only seeing them change."""

@@ -25,6 +25,7 @@ from volcano_guard.sandbox.server import AUDIT_KEY, SandboxSettings
 pytestmark = pytest.mark.slow
 LEASE_SECONDS, RETRY = 3, 0.6  # --lease-duration 3: renewals min(2, 3/5) s apart
 WINDOW = 120.0
+SLACK = 0.5  # seconds for the survivor's write and the test's scrape
 TOKENS = """audit-a,audit-a,1,"system:serviceaccounts"
 audit-b,audit-b,2,"system:serviceaccounts"
 """
@@ -122,12 +123,14 @@ def test_clocks_60_s_apart_one_leader_one_report_writer_and_a_takeover(cluster, 
         leader, survivor_port = (a, b_port) if leader_is_a else (b, a_port)
         leader.kill()
         killed = time.monotonic()
-        # The survivor saw the last renewal up to a retry after it was made and tries again up
-        # to a retry after the lease ran out on its clock: 4.2 s by that count; the bound
-        # leaves room for a loaded machine and the scrapes.
+        # The survivor saw the last renewal at most a retry after it was made and tries again
+        # the moment that record runs out on its clock: duration + retry after the kill, and
+        # a little for the write and the scrape.
         while leading(survivor_port) != 1:
-            assert time.monotonic() - killed < 2 * LEASE_SECONDS + 2.0, "no takeover"
+            waited = time.monotonic() - killed
+            assert waited < LEASE_SECONDS + RETRY + SLACK, f"no takeover in {waited:.2f} s"
             time.sleep(0.05)
+        print(f"takeover {time.monotonic() - killed:.2f} s after the kill")
     finally:
         for proc in (a, b):
             if proc.poll() is None:

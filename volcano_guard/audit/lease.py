@@ -5,10 +5,12 @@ Lease's resourceVersion).
 
 Time is this replica's own: a record's expiry runs from the local moment this replica last saw
 it change (client-go's observedTime), never from the renewTime another replica wrote, so two
-replicas whose clocks disagree still agree on who leads. A leader renews every `retry` seconds;
-one that has not renewed for `renew_deadline` (shorter than the lease's duration) stops leading
-at once, before any other may take over. A leader that stops releases the lease (holder empty),
-so another takes over at its next try.
+replicas whose clocks disagree still agree on who leads. The leader renews every `retry`
+seconds; one that has not renewed for `renew_deadline` (shorter than the lease's duration)
+stops leading at once, before any other may take over. A standby tries every `retry` seconds
+and again the moment the record it saw runs out, so it takes over within duration + retry of
+the leader's last renewal. A leader that stops releases the lease (holder empty), so another
+takes over at its next try.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class LeaseElector:
         self.leading = False
         self.problem: str | None = None
         self._observed: tuple[Any, ...] | None = None
+        self._holder: str | None = None  # the holder this replica last read
+        self._duration = float(settings.duration)  # the duration that holder declared
         self._observed_at = -math.inf  # this replica's clock when the record last changed
         self._renewed_at = -math.inf  # this replica's clock at its last renewal
 
@@ -85,6 +89,14 @@ class LeaseElector:
             self._say(f"lease {self._where()}: {exc}")
             self._keep_leading_until_the_deadline(local)
         return self.leading
+
+    def next_try_in(self) -> float:
+        """Seconds to the next try: `retry`, or sooner when another's record runs out first,
+        so a standby takes over within duration + retry of the last renewal it saw."""
+        if self.leading or self._holder in (None, "", self.identity):
+            return self.settings.retry
+        expiry = self._observed_at + self._duration
+        return max(0.0, min(self.settings.retry, expiry - self._clock()))
 
     def release(self) -> None:
         """Give the lease up (holder empty, 1 s), so another replica takes it at once."""
@@ -121,13 +133,14 @@ class LeaseElector:
                      "metadata": {"name": settings.name, "namespace": settings.namespace},
                      "spec": self._spec(now, transitions=0, acquired=now)}
             self._api.create_namespaced_lease(settings.namespace, lease)
+            self._holder = self.identity
             self._renewed(lease["spec"], local)
             return True
         spec = current.get("spec") or {}
         if _record(spec) != self._observed:
             self._observed, self._observed_at = _record(spec), local
-        holder = spec.get("holderIdentity")
-        duration = int(spec.get("leaseDurationSeconds") or settings.duration)
+        holder = self._holder = spec.get("holderIdentity")
+        duration = self._duration = int(spec.get("leaseDurationSeconds") or settings.duration)
         if holder and holder != self.identity and local < self._observed_at + duration:
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)
@@ -135,6 +148,7 @@ class LeaseElector:
         current["spec"] = self._spec(now, transitions, acquired)
         # The resourceVersion read makes this a compare-and-swap: a rival's write wins (409).
         self._api.replace_namespaced_lease(settings.name, settings.namespace, current)
+        self._holder = self.identity
         self._renewed(current["spec"], local)
         return True
 

@@ -174,7 +174,7 @@ async def lead_and_report(audit: AuditWatch, elector: LeaseElector,
             view, at = published
             await asyncio.to_thread(writer.sync, list(view.findings),
                                     datetime.datetime.fromtimestamp(at, datetime.UTC))
-        await asyncio.sleep(elector.settings.retry)
+        await asyncio.sleep(elector.next_try_in())
 
 
 async def watch(api_client: Any, config: Config, metrics_listen: Listen,
