@@ -43,8 +43,8 @@ COUNTERS = ("evicted", "refused", "timed_out")
 
 
 def memory_limit_mib(workers: int) -> int:
-    """The Deployment's memory limit: 512Mi for one process, 768Mi with more (install guide)."""
-    return 512 if workers == 1 else 768
+    """The Deployment's memory limit: 512Mi for one process, 1Gi with more (install guide)."""
+    return 512 if workers == 1 else 1024
 
 
 def open_files_for(connections: int) -> None:
@@ -196,6 +196,9 @@ def run(workers: int, hostile_count: int, reopen: bool = False,
         found = wait_for_log(proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)",
                              timeout=60)
         port, metrics_port = int(found[1]), int(found[2])
+        if workers > 1:  # that was a worker's own; the parent's sums them all
+            metrics_port = int(wait_for_log(proc, r"merged metrics on http://[^:]+:(\d+)",
+                                            timeout=60)[1])
         time.sleep(1.0 if workers == 1 else 3.0)
         print(f"webhook, {workers} process(es); {hostile_count:,} hostile connections"
               f"{', re-opened as fast as they are closed' if reopen else ''}")
