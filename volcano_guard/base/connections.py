@@ -8,10 +8,11 @@ This listener, as Envoy's `max_connections`, `request_headers_timeout` and `idle
 Go's net/http server (ReadHeaderTimeout, IdleTimeout) do, holds each connection to:
 
 - a cap per process: at `max_connections`, a new connection takes the place of the one idle
-  longest (no request in flight: one still in its handshake, one that never sent a request,
-  a kept-alive one between requests), which is closed; only when every connection has a
-  request in flight is the new one closed at once, before any TLS work. Both are counted. So a
-  crowd of idle connections can never keep the API server's new connection out;
+  longest (no request in flight: one still in its handshake, one that never sent a request or
+  has not finished its headers, a kept-alive one between requests), which is closed; only
+  when every connection has a request in flight (its headers whole) is the new one closed at
+  once, before any TLS work. Both are counted. So a crowd of idle or dribbling connections can
+  never keep the API server's new connection out, nor leave together at one deadline;
 - a handshake deadline (asyncio's own `ssl_handshake_timeout`);
 - a first-request deadline: a connection must begin its first request within
   `first_request_timeout` of its accept (TLS handshake included);
@@ -20,7 +21,8 @@ Go's net/http server (ReadHeaderTimeout, IdleTimeout) do, holds each connection 
   quarter of the shortest deadline if shorter) closes the connections past either deadline: a
   timer per request would cost more than the rest of the connection layer together;
 - an idle keep-alive timeout (aiohttp's `keepalive_timeout`, set on the runner);
-- a 16 KiB TLS read buffer (one TLS record) instead of asyncio's 256 KiB;
+- a 16 KiB TLS read buffer (one TLS record) instead of asyncio's 256 KiB, one for all the
+  connections of an event loop rather than one each;
 - and when a crowd of connections has gone (half the peak, at least TRIM_AFTER fewer), the
   memory they held is handed back to the system (glibc's malloc_trim): otherwise the heap keeps
   its high-water mark and the next flood starts from there.
@@ -36,6 +38,7 @@ import resource
 import socket
 import ssl
 import struct
+import threading
 from asyncio import sslproto, transports
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -59,14 +62,14 @@ OPEN = Gauge(f"{PREFIX}connections_open", "Connections open on the admission por
              registry=REGISTRY)
 
 
+END_OF_HEADERS = b"\r\n\r\n"
 TRIM_AFTER = 100  # connections gone since the peak before memory is handed back
-# A pod's connections, split among its --workers: what fits in half the Deployment's memory
-# limit at the cost of a hostile connection under the worst flood measured (re-opened as fast as
-# closed, bench/connection_flood.py: 104 KiB each, handshake state included), with two workers
-# under 768 MiB: (384 MiB - 225 MiB idle) / 104 KiB = 1,565, less a quarter (the peak under
-# such churn varies by 10 MiB and more between runs). One process under 512 MiB would hold
-# (256 - 71 MiB) / 104 KiB = 1,820.
-MAX_CONNECTIONS = 1200
+# A pod's connections, split among its --workers: what fits in half the default Deployment's
+# memory limit (512 MiB, one process idling at 71 MiB) at the cost of a hostile connection
+# under the worst flood measured (10,000 re-opened as fast as closed, bench/connection_flood.py:
+# 69 to 75 KiB each, handshakes under way included): (256 - 71 MiB) / 75 KiB = 2,525, less a
+# tenth for the peaks' variance between runs. Two workers idle at 225 MiB, hence their 1 GiB.
+MAX_CONNECTIONS = 2200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,6 +190,19 @@ class _Refused(asyncio.Protocol):
         transport.abort()
 
 
+class _ReadBuffer(threading.local):
+    """One TLS record's room, one per thread (an event loop's): the loop reads into it and
+    hands the bytes on before it reads for another connection (get_buffer, recv_into,
+    buffer_updated in one callback), so one serves all its connections, 16 KiB each saved."""
+
+    def __init__(self) -> None:
+        self.room = bytearray(16 * 1024)
+        self.view = memoryview(self.room)
+
+
+_READ_BUFFER = _ReadBuffer()
+
+
 class _BoundedSSLProtocol(sslproto.SSLProtocol):
     """asyncio's TLS protocol with a one-record read buffer, reporting when it closes, and
     handing its connection the socket's transport (to close it even mid-handshake)."""
@@ -197,6 +213,7 @@ class _BoundedSSLProtocol(sslproto.SSLProtocol):
                  closed: Any, **kwargs: Any) -> None:
         super().__init__(loop, connection, *args, **kwargs)
         self._connection, self._on_closed = connection, closed
+        self._ssl_buffer, self._ssl_buffer_view = _READ_BUFFER.room, _READ_BUFFER.view
 
     def connection_made(self, transport: transports.BaseTransport) -> None:
         self._connection.closes_with(transport)
@@ -213,13 +230,16 @@ class _Connection(asyncio.Protocol):
     """Between TLS and aiohttp's request handler: notes when a request's first byte came (its
     deadline runs from there) until the handler starts writing its answer (aiohttp's keep-alive
     timer then takes over), and keeps itself in `idle` (the site's, oldest first) while no
-    request is in flight. Made at the accept, before the TLS handshake."""
+    request is in flight, that is until a request's headers have come whole: a peer dribbling
+    its headers has asked nothing yet, and counted as busy, dribblers would hold the cap and
+    leave together at one deadline. Made at the accept, before the TLS handshake."""
 
     def __init__(self, handler: Any, clock: Callable[[], float],
                  idle: dict[_Connection, None]) -> None:
         self._handler, self._clock, self._idle = handler, clock, idle
         self.request_started = math.inf  # no request under way
         self.awaiting_first_request_since = clock()  # inf once a request has begun
+        self._tail = b""  # the last bytes of a request's headers so far
         self._socket: transports.BaseTransport | None = None  # the socket's, from the accept
         idle[self] = None
 
@@ -231,7 +251,11 @@ class _Connection(asyncio.Protocol):
         if self.request_started == math.inf:
             self.request_started = self._clock()
             self.awaiting_first_request_since = math.inf
-            self._idle.pop(self, None)
+            self._tail = b""
+        if self in self._idle:  # in flight once its headers are whole
+            if END_OF_HEADERS in data or END_OF_HEADERS in self._tail + data[:3]:
+                self._idle.pop(self)
+            self._tail = (self._tail + data[-3:])[-3:]
         self._handler.data_received(data)
 
     def answered(self) -> None:
