@@ -76,7 +76,10 @@ events = st.lists(st.tuples(st.sampled_from(["set", "set", "delete"]),
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=events)
 def test_event_by_event_equals_a_full_audit_of_the_same_objects(events):
-    live = LiveAudit(CONFIG, clock=lambda: NOW)
+    # Events a grace period before the view: the live audit times a pod on a missing node
+    # from when it saw it so, a full audit (knowing no history) from its creation.
+    moment = [NOW - CONFIG.audit.missing_node_grace]
+    live = LiveAudit(CONFIG, clock=lambda: moment[0])
     current: dict[tuple[str, str], dict[str, Any]] = {}
     for action, obj in events:
         kind, name = obj["kind"], obj["metadata"]["name"]
@@ -98,6 +101,7 @@ def test_event_by_event_equals_a_full_audit_of_the_same_objects(events):
         pods=[o for (k, _), o in current.items() if k == "Pod"],
         podgroups=[o for (k, _), o in current.items() if k == "PodGroup"],
         daemonsets=[o for (k, _), o in current.items() if k == "DaemonSet"], now=NOW)
+    moment[0] = NOW
     view = live.view()
     assert list(view.findings) == findings(state, CONFIG)
     assert accounts(view.accounts) == accounts(managed_accounts(state, CONFIG))
@@ -116,3 +120,32 @@ def test_what_is_kept_of_a_pod_is_what_the_audit_reads():
                                            "resources": {"requests": {"cpu": "1",
                                                                       "memory": "1Gi"}}}]
     assert kept["status"] == {"phase": "Running"}
+
+
+def test_live_volcano_control_plane_and_pods_left_on_a_deleted_node():
+    from tests.audit.test_control_plane import exited, scheduler_deployment, scheduler_pod
+
+    moment = [NOW]
+    live = LiveAudit(CONFIG, clock=lambda: moment[0])
+    scheduler = scheduler_pod(scheduler_deployment())
+    live.pod(exited(scheduler, 2, "2026-11-24T11:50:00Z"), ("volcano-system", "s"))
+    assert "env" in live._control_plane[("volcano-system", "s")]["spec"]["containers"][0]
+    assert {(f.policy, f.result) for f in live.view().findings} == {
+        ("schedulerPanics", "warn"), ("controlPlaneRestarts", "fail")}
+    moment[0] = NOW + datetime.timedelta(hours=1)  # the exit ages out of the window
+    assert {f.policy for f in live.view().findings} == {"schedulerPanics"}
+
+    live.node(node("n1", True, "4"), "n1")
+    live.pod(pod("p1", "n1", "volcano", "1", None, "Running"), ("a", "p1"))
+    live.node(None, "n1")  # deleted under its pod
+    assert "podsOnMissingNodes" not in {f.policy for f in live.view().findings}
+    moment[0] += CONFIG.audit.missing_node_grace
+    assert "podsOnMissingNodes" in {f.policy for f in live.view().findings}
+    live.node(node("n1", True, "4"), "n1")  # back
+    assert "podsOnMissingNodes" not in {f.policy for f in live.view().findings}
+
+
+def test_only_volcanos_own_pods_keep_their_env_and_exits():
+    kept = trim("Pod", pod("p1", "n1", "volcano", "1", "g1", "Running"))
+    assert "env" not in kept["spec"]["containers"][0]
+    assert "containerStatuses" not in kept["status"]

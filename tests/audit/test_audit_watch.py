@@ -132,6 +132,23 @@ def test_an_orphan_is_counted_once_its_podgroup_is_gone(watching, core, custom):
     wait_for(watching, lambda page: sample(page, "orphaned_pods", namespace="team-a") == 1)
 
 
+def test_node_updates_are_counted_by_field_and_annotation_key_with_kubectl(watching, kubectl):
+    for n in range(5):  # as a device plugin rewriting its annotation
+        kubectl("annotate", "node", "gpu-1", "--overwrite", f"vendor.example/devices=gpu-{n}")
+    kubectl("label", "node", "gpu-1", "pool=volcano")
+    wait_for(watching, lambda page: sample(page, "audit_node_updates_total",
+                                           field="labels") == 1)  # the last one
+    page = scrape(watching)
+    assert sample(page, "audit_node_updates_total", field="annotations") == 5
+    assert sample(page, "audit_node_updates_total", field="allocatable") == 0
+    assert sample(page, "audit_node_annotation_updates_total", key="vendor.example/devices") == 5
+    rate = sample(page, "audit_node_update_rate", node="gpu-1")
+    assert rate is not None and 5 < rate <= 6  # six updates in a minute's average
+    assert sample(page, "audit_churning_nodes") == 0  # not yet above 6 a minute
+    linted = check_metrics(page)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
 def test_two_replicas_one_reports_and_the_other_takes_over(sandbox, custom, tmp_path):
     sandbox.seed([NODE])
     for replica in ("a", "b"):

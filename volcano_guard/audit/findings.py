@@ -10,7 +10,11 @@
   DaemonSet that does not exist;
 - managed nodes whose accounted requests pass their allocatable (audit/accounting.py);
 - pods naming a PodGroup that does not exist, older than `audit.orphanGracePeriod`;
-- PodGroups without a generation id (when the guard stamps them).
+- PodGroups without a generation id (when the guard stamps them);
+- Volcano schedulers armed to panic (no PANIC_ON_ERROR=false): a warning, a failure while a
+  managed node is over-committed (its next scheduling session on that node panics);
+- pods bound to a node that does not exist, past `audit.missingNodeGracePeriod`;
+- Volcano control-plane containers that exited non-zero within `audit.restartWindow`.
 
 Pure: a ClusterState and the config in, findings out; reading the cluster is cluster.py's.
 """
@@ -25,7 +29,17 @@ from typing import Any
 
 from volcano_guard.audit.accounting import NodeAccount, is_accounted, node_account
 from volcano_guard.base.informer import static_snapshot
+from volcano_guard.base.jsonbody import object_at
 from volcano_guard.base.node_selectors import is_managed
+from volcano_guard.base.volcano import (
+    NEGATIVE_IDLE_RISK,
+    SCHEDULER_PANICS,
+    armed_schedulers,
+    component,
+    containers,
+    may_run_volcano,
+    panic_message,
+)
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies import enabled_checks, evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
@@ -56,6 +70,10 @@ NODE_ACCOUNTING = "nodeAccounting"
 ORPHANED_PODS = "orphanedPods"
 GENERATION_IDS = "podGroupGenerationIds"
 EXEMPTION_CLAIMS = "exemptionClaims"
+MISSING_NODES = "podsOnMissingNodes"
+CONTROL_PLANE_RESTARTS = "controlPlaneRestarts"
+FAIL, WARN = "fail", "warn"
+GO_PANIC_EXIT = 2  # what a Go program exits with when a panic is not recovered
 # The Volcano kinds the audit evaluates besides pods: (group, version, kind) -> resource.
 WORKLOADS = {("batch.volcano.sh", "v1alpha1", "Job"): "jobs",
              ("batch.volcano.sh", "v1alpha1", "CronJob"): "cronjobs",
@@ -69,11 +87,13 @@ class Finding:
     namespace: str  # "" for nodes
     name: str
     message: str
+    result: str = FAIL  # or WARN: printed and reported, but not a failure of the audit
 
     def line(self) -> str:
         """One line, as `check` prints one."""
         where = f"{self.namespace}/{self.name}" if self.namespace else self.name
-        return f"{self.kind} {where}: {self.policy}: {self.message}"
+        flag = "" if self.result == FAIL else f" [{self.result}]"
+        return f"{self.kind} {where}: {self.policy}{flag}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -90,8 +110,10 @@ class ClusterState:
 
 def findings(state: ClusterState, config: Config) -> list[Finding]:
     """Every finding, in a stable order: nodes, then objects by namespace and name."""
-    found = [*node_findings(state, config), *policy_findings(state, config),
-             *orphaned_pods(state, config), *unstamped_podgroups(state, config)]
+    nodes = list(node_findings(state, config))
+    found = [*nodes, *policy_findings(state, config), *orphaned_pods(state, config),
+             *unstamped_podgroups(state, config), *missing_node_findings(state, config),
+             *control_plane_findings(state.pods, config, state.now, overcommitted=bool(nodes))]
     return sorted(found, key=finding_order)
 
 
@@ -224,8 +246,116 @@ def orphan_finding(namespace: str, name: str, group: str, created: datetime.date
     if created is None or now - created < config.audit.orphan_grace:
         return None
     return Finding(ORPHANED_PODS, "Pod", namespace, name, (
-        f'names PodGroup "{group}", which does not exist (pod age {now - created}); Volcano '
+        f'names PodGroup "{group}", which does not exist (the pod was created '
+        f"{_stamp(created)}); Volcano "
         "will not schedule it: recreate the PodGroup or the pod's workload"))
+
+
+def missing_node_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
+    existing = {_name(node) for node in state.nodes}
+    for pod in state.pods:
+        node = bound_node(pod)
+        if node and node not in existing and not finished(pod):
+            finding = missing_node_finding(_namespace(pod), _name(pod), node, created_at(pod),
+                                           state.now, config)
+            if finding is not None:
+                yield finding
+
+
+def missing_node_finding(namespace: str, name: str, node: str,
+                         since: datetime.datetime | None, now: datetime.datetime,
+                         config: Config) -> Finding | None:
+    """The finding for a pod bound to a node that does not exist, once it has been so for
+    the grace period (since: when it was first seen so, or its creation)."""
+    if since is None or now - since < config.audit.missing_node_grace:
+        return None
+    return Finding(MISSING_NODES, "Pod", namespace, name, (
+        f'is bound to node "{node}", which does not exist: no kubelet runs it, and '
+        "Volcano's agent scheduler panics on such a pod "
+        "(volcano-sh/volcano#5924); kube-controller-manager's pod garbage collector deletes "
+        "these within about a minute, so check that it runs, or delete the pod"))
+
+
+def control_plane_findings(pods: Iterable[Mapping[str, Any]], config: Config,
+                           now: datetime.datetime, overcommitted: bool) -> Iterator[Finding]:
+    """Schedulers armed to panic (one finding a workload, its replicas alike) and recent
+    non-zero exits of Volcano's control-plane containers."""
+    armed: dict[Finding, None] = {}
+    images = config.audit.component_images
+    for pod in pods:
+        if finished(pod) or not may_run_volcano(_spec(pod), images):
+            continue
+        for container in armed_schedulers(_spec(pod), config.volcanoSchedulerNames,
+                                           config.audit.component_images):
+            armed[scheduler_finding(pod, container, overcommitted)] = None
+        yield from restart_findings(pod, config, now)
+    yield from armed
+
+
+def scheduler_finding(pod: Mapping[str, Any], container: str, overcommitted: bool) -> Finding:
+    kind, name = owning_workload(pod)
+    risk = ("a Volcano-managed node is over-committed now (nodeAccounting), so its next "
+            "scheduling session on that node panics" if overcommitted else NEGATIVE_IDLE_RISK)
+    return Finding(SCHEDULER_PANICS, kind, _namespace(pod), name,
+                   panic_message(container, risk), FAIL if overcommitted else WARN)
+
+
+def restart_findings(pod: Mapping[str, Any], config: Config,
+                     now: datetime.datetime) -> Iterator[Finding]:
+    """A finding for each Volcano control-plane container of the pod whose last run ended
+    with a non-zero exit within the restart window."""
+    specs = {str(c.get("name")): c for c in containers(_spec(pod))}
+    statuses = _status(pod).get("containerStatuses")
+    for status in statuses if isinstance(statuses, list) else ():
+        if not isinstance(status, dict):
+            continue
+        name = str(status.get("name", ""))
+        spec = specs.get(name, {})
+        which = component({**spec, "image": spec.get("image") or status.get("image")},
+                          config.volcanoSchedulerNames, config.audit.component_images)
+        terminated = object_at(object_at(status, "lastState"), "terminated")
+        code, ended = terminated.get("exitCode"), _time(terminated.get("finishedAt"))
+        if (which is None or not isinstance(code, int) or code == 0 or ended is None
+                or now - ended > config.audit.restart_window):
+            continue
+        cause = ("a Go panic's exit code" if code == GO_PANIC_EXIT
+                 else str(terminated.get("reason") or "error"))
+        yield Finding(CONTROL_PLANE_RESTARTS, "Pod", _namespace(pod), _name(pod), (
+            f"Volcano's {which} (container {name}) exited with code {code} ({cause}) at "
+            f"{_stamp(ended)} and has restarted "
+            f"{status.get('restartCount', 0)} times: read its last log with kubectl logs "
+            f"--previous -n {_namespace(pod)} {_name(pod)} -c {name}"))
+
+
+def owning_workload(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """The Deployment a pod's ReplicaSet belongs to (its name less the pod-template-hash), the
+    other controller it names, or the pod itself."""
+    for owner in _metadata(pod).get("ownerReferences") or ():
+        if not isinstance(owner, dict) or not owner.get("controller"):
+            continue
+        name, kind = str(owner.get("name", "")), str(owner.get("kind", ""))
+        template_hash = (_metadata(pod).get("labels") or {}).get("pod-template-hash")
+        if kind == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
+            return "Deployment", name.removesuffix(f"-{template_hash}")
+        return kind, name
+    return "Pod", _name(pod)
+
+
+def bound_node(pod: Mapping[str, Any]) -> str:
+    node = _spec(pod).get("nodeName")
+    return node if isinstance(node, str) else ""
+
+
+def _stamp(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _time(text: Any) -> datetime.datetime | None:
+    try:
+        moment = datetime.datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=datetime.UTC)
 
 
 def pod_group_name(pod: Mapping[str, Any]) -> str:
@@ -234,12 +364,7 @@ def pod_group_name(pod: Mapping[str, Any]) -> str:
 
 
 def created_at(obj: Mapping[str, Any]) -> datetime.datetime | None:
-    created = _metadata(obj).get("creationTimestamp")
-    try:
-        moment = datetime.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%SZ")
-    except ValueError:
-        return None
-    return moment.replace(tzinfo=datetime.UTC)
+    return _time(_metadata(obj).get("creationTimestamp"))
 
 
 def unstamped_podgroups(state: ClusterState, config: Config) -> Iterator[Finding]:
@@ -264,6 +389,11 @@ def finished(pod: Mapping[str, Any]) -> bool:
 def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = obj.get("metadata")
     return metadata if isinstance(metadata, dict) else {}
+
+
+def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    status = obj.get("status")
+    return status if isinstance(status, dict) else {}
 
 
 def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -3,6 +3,7 @@ what it touches, not the cluster.
 
 - a pod: its own findings, its contribution to its node's account, its orphan status;
 - a node: its account, and the nodeName findings of the pods bound to it (managed or not);
+  deleted, the pods bound to it (reported past a grace); added, those pods no longer;
 - a PodGroup: its generation-id finding, and the orphan status of the pods naming it;
 - a Volcano workload: its own findings;
 - a DaemonSet: the nodeName findings of the bound pods it controls (it vouches for them).
@@ -30,54 +31,78 @@ from volcano_guard.audit.accounting import (
     pod_request,
     requests_of,
 )
+from volcano_guard.audit.churn import ChurnView, NodeChurn
 from volcano_guard.audit.findings import (
+    FAIL,
     ORPHANED_PODS,
     ClusterState,
     Finding,
     account_findings,
+    control_plane_findings,
     created_at,
     finding_order,
     finished,
+    missing_node_finding,
     orphan_finding,
     pod_group_name,
     policy_findings,
     unstamped_podgroups,
 )
 from volcano_guard.base.node_selectors import is_managed
+from volcano_guard.base.volcano import COMPONENT_IMAGES, may_run_volcano
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies.node_name import daemonset_owner, node_labels
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for nodes
 _POD_SPEC_DROPPED = ("volumes", "affinity", "tolerations", "topologySpreadConstraints")
 _CONTAINER_KEPT = ("name", "resources", "restartPolicy", "image")
+_CONTROL_PLANE_KEPT = ("command", "args", "env")  # of Volcano's own pods: what arms a panic
 
 
-def trim(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What the audit keeps of an object: the fields the policies and the accounting read."""
+def trim(kind: str, obj: Mapping[str, Any],
+         images: Mapping[str, str] = COMPONENT_IMAGES) -> dict[str, Any]:
+    """What the audit keeps of an object: the fields the policies and the accounting read, and
+    of a pod that may run a Volcano component (by `images`), its containers' command, args and
+    env and their last exits."""
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     assert isinstance(metadata, dict)
     kept_metadata = {key: metadata[key] for key in (
         "name", "namespace", "uid", "labels", "annotations", "ownerReferences",
         "creationTimestamp") if key in metadata}
+    if kind == "Node":  # an update is told from a re-list's replay by its resourceVersion
+        kept_metadata["resourceVersion"] = metadata.get("resourceVersion")
     out: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                            "metadata": kept_metadata}
     spec, status = obj.get("spec"), obj.get("status")
     if kind == "DaemonSet":  # who vouches for its pods: its name and uid
         return out
-    if kind == "Node":
-        out["status"] = {"allocatable": status.get("allocatable")} if isinstance(
-            status, dict) else {}
+    if kind == "Node":  # what the accounting and the churn counts read
+        out["status"] = {key: status.get(key) for key in (
+            "allocatable", "capacity", "conditions")} if isinstance(status, dict) else {}
         return out
     if kind == "Pod" and isinstance(spec, dict):
+        control_plane = may_run_volcano(spec, images)
+        kept = _CONTAINER_KEPT + _CONTROL_PLANE_KEPT if control_plane else _CONTAINER_KEPT
         spec = {key: value for key, value in spec.items() if key not in _POD_SPEC_DROPPED}
         for field_name in ("containers", "initContainers"):
             if isinstance(spec.get(field_name), list):
                 spec[field_name] = [
-                    {key: c[key] for key in _CONTAINER_KEPT if key in c}
+                    {key: c[key] for key in kept if key in c}
                     if isinstance(c, dict) else c for c in spec[field_name]]
         out["status"] = {"phase": status.get("phase")} if isinstance(status, dict) else {}
+        if control_plane and isinstance(status, dict):
+            out["status"]["containerStatuses"] = _last_exits(status.get("containerStatuses"))
     out["spec"] = spec
     return out
+
+
+def _last_exits(statuses: Any) -> list[dict[str, Any]]:
+    """Container statuses as the restart finding reads them."""
+    return [{"name": status.get("name"), "image": status.get("image"),
+             "restartCount": status.get("restartCount"),
+             "lastState": {"terminated": (status.get("lastState") or {}).get("terminated")}}
+            for status in statuses if isinstance(status, dict)] if isinstance(
+                statuses, list) else []
 
 
 @dataclass(frozen=True)
@@ -86,10 +111,17 @@ class View:
 
     findings: tuple[Finding, ...]
     accounts: tuple[NodeAccount, ...]  # every managed node's
+    churn: ChurnView | None = None  # managed nodes' updates (--watch only)
 
     def violations(self) -> Counter[tuple[str, str]]:
-        """(policy, namespace) -> findings."""
-        return Counter((finding.policy, finding.namespace) for finding in self.findings)
+        """(policy, namespace) -> failures."""
+        return Counter((finding.policy, finding.namespace) for finding in self.findings
+                       if finding.result == FAIL)
+
+    def warnings(self) -> Counter[tuple[str, str]]:
+        """(policy, namespace) -> warnings."""
+        return Counter((finding.policy, finding.namespace) for finding in self.findings
+                       if finding.result != FAIL)
 
     def overcommitted(self) -> Counter[str]:
         """resource -> managed nodes over their allocatable on it."""
@@ -108,6 +140,10 @@ def _daemonset_key(pod: Mapping[str, Any]) -> Key | None:
     if owner is None:
         return None
     return (str((pod.get("metadata") or {}).get("namespace") or ""), str(owner.get("name")))
+
+
+def _version(node: Mapping[str, Any]) -> Any:
+    return (node.get("metadata") or {}).get("resourceVersion")
 
 
 def _utc_now() -> datetime.datetime:
@@ -147,20 +183,33 @@ class LiveAudit:
     _on_node: dict[str, set[Key]] = field(default_factory=dict)  # node -> node-sensitive pods
     _naming: dict[Key, set[Key]] = field(default_factory=dict)  # PodGroup -> pods naming it
     _controlled: dict[Key, set[Key]] = field(default_factory=dict)  # DaemonSet -> node-sensitive
+    _control_plane: dict[Key, dict[str, Any]] = field(default_factory=dict)  # Volcano's pods
+    # Pods bound to a node that does not exist: (the node, when first seen so).
+    _unplaced: dict[Key, tuple[str, datetime.datetime]] = field(default_factory=dict)
+    churn: NodeChurn = field(default_factory=NodeChurn)
 
     # -- events ---------------------------------------------------------------------------
 
     def node(self, obj: Mapping[str, Any] | None, name: str) -> None:
         """A node added or changed (obj), or deleted (None)."""
         if obj is None:
-            self.nodes.pop(name, None)
+            if self.nodes.pop(name, None) is not None:
+                self._unplace(key for key, record in self.pods.items() if record.node == name)
             self._managed.pop(name, None)
+            self.churn.forget(name)
         else:
-            node = self.nodes[name] = trim("Node", obj)
+            if name not in self.nodes:
+                for key in [k for k, (node, _) in self._unplaced.items() if node == name]:
+                    del self._unplaced[key]
+            old, node = self.nodes.get(name), trim("Node", obj)
+            self.nodes[name] = node
             if is_managed(node_labels(node), self.config.policies.nodeName.managed_selectors):
                 self._managed[name] = requests_of((node.get("status") or {}).get("allocatable"))
+                if old is not None and _version(old) != _version(node):
+                    self.churn.updated(name, old, node, self.clock().timestamp())
             else:
                 self._managed.pop(name, None)
+                self.churn.forget(name)
         self._rejudge(self._on_node.get(name, ()))  # managed or not may have changed
 
     def daemonset(self, obj: Mapping[str, Any] | None, key: Key) -> None:
@@ -173,7 +222,7 @@ class LiveAudit:
     def pod(self, obj: Mapping[str, Any] | None, key: Key) -> None:
         self._forget_pod(key)
         if obj is not None:
-            self._add_pod(trim("Pod", obj), key)
+            self._add_pod(trim("Pod", obj, self.config.audit.component_images), key)
         self._judge_pod(key)
 
     def podgroup(self, obj: Mapping[str, Any] | None, key: Key) -> None:
@@ -208,9 +257,18 @@ class LiveAudit:
 
     def view(self) -> View:
         accounts = tuple(self._accounts())
+        now = self.clock()
+        overcommitted = any(account.overcommitted() for account in accounts)
         found = [*account_findings(accounts),
-                 *(finding for found in self._object_findings.values() for finding in found)]
-        return View(tuple(sorted(found, key=finding_order)), accounts)
+                 *(finding for found in self._object_findings.values() for finding in found),
+                 *control_plane_findings(self._control_plane.values(), self.config, now,
+                                         overcommitted),
+                 *(finding for finding in (
+                     missing_node_finding(*key, node, since, now, self.config)
+                     for key, (node, since) in self._unplaced.items()) if finding)]
+        audit = self.config.audit
+        return View(tuple(sorted(found, key=finding_order)), accounts, self.churn.view(
+            now.timestamp(), audit.nodeUpdatesPerMinute, audit.schedulerDeviceSharing))
 
     # -- internals ------------------------------------------------------------------------
 
@@ -256,8 +314,21 @@ class LiveAudit:
                 self._controlled.setdefault(daemonset, set()).add(key)
         if record.group:
             self._naming.setdefault((key[0], record.group), set()).add(key)
+        if may_run_volcano(spec, self.config.audit.component_images):
+            self._control_plane[key] = pod
+        if node and node not in self.nodes:
+            self._unplace([key])
+
+    def _unplace(self, keys: Iterable[Key]) -> None:
+        """Pods now bound to a node that does not exist, from now (finished ones aside)."""
+        now = self.clock()
+        for key in list(keys):
+            if not self.pods[key].finished:
+                self._unplaced.setdefault(key, (self.pods[key].node, now))
 
     def _forget_pod(self, key: Key) -> None:
+        self._control_plane.pop(key, None)
+        self._unplaced.pop(key, None)
         record = self.pods.pop(key, None)
         if record is None:
             return

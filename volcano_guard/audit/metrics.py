@@ -7,9 +7,10 @@ import math
 from collections.abc import Callable, Iterator
 
 from prometheus_client import Counter, Gauge
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from volcano_guard.audit.churn import ANNOTATION_KEYS, RATE_WINDOW, TOP_NODES, ChurnView
 from volcano_guard.audit.live import View
 from volcano_guard.base.metrics import PREFIX, REGISTRY
 
@@ -24,18 +25,22 @@ ALWAYS_REPORTED = frozenset({"cpu", "memory", "pods"})
 
 
 class AuditCollector(Collector):
-    """volcano_guard_audit_violations{policy,namespace}, node_request_ratio{node,resource},
+    """volcano_guard_audit_violations{policy,namespace}, audit_warnings{policy,namespace},
+    node_request_ratio{node,resource},
     overcommitted_nodes{resource}, orphaned_pods{namespace},
     audit_last_evaluation_timestamp_seconds."""
 
     def __init__(self, view: Callable[[], tuple[View, float] | None]) -> None:
         self._view = view  # (the view, when it was evaluated) or None before the first
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         published = self._view()
         violations = GaugeMetricFamily(
             f"{PREFIX}audit_violations", "Findings of the audit now, by policy and namespace "
             "(namespace empty for nodes).", labels=["policy", "namespace"])
+        warnings = GaugeMetricFamily(
+            f"{PREFIX}audit_warnings", "Warnings of the audit now (risks that are not failures "
+            "yet), by policy and namespace.", labels=["policy", "namespace"])
         ratio = GaugeMetricFamily(
             f"{PREFIX}node_request_ratio", "A Volcano-managed node's accounted requests over "
             "its allocatable, by resource (+Inf: requested of none).", labels=["node", "resource"])
@@ -52,6 +57,8 @@ class AuditCollector(Collector):
             view, at = published
             for (policy, namespace), count in sorted(view.violations().items()):
                 violations.add_metric([policy, namespace], count)
+            for (policy, namespace), count in sorted(view.warnings().items()):
+                warnings.add_metric([policy, namespace], count)
             for account in view.accounts:
                 for resource in account.resources():
                     value = account.ratio(resource)
@@ -63,4 +70,37 @@ class AuditCollector(Collector):
             for namespace, count in sorted(view.orphans().items()):
                 orphans.add_metric([namespace], count)
             evaluated.add_metric([], at)
-        yield from (violations, ratio, overcommitted, orphans, evaluated)
+        yield from (violations, warnings, ratio, overcommitted, orphans, evaluated)
+        yield from churn_families(published[0].churn if published is not None else None)
+
+
+def churn_families(churn: ChurnView | None) -> Iterator[Metric]:
+    """The managed nodes' update counts and rates (audit/churn.py); no samples before the
+    first view."""
+    updates = CounterMetricFamily(
+        f"{PREFIX}audit_node_updates", "Updates of Volcano-managed nodes (each reaches Volcano's "
+        "scheduler cache), by the field they changed (other: none of these).", labels=["field"])
+    annotations = CounterMetricFamily(
+        f"{PREFIX}audit_node_annotation_updates", "Updates of Volcano-managed nodes by the "
+        f"annotation key they changed (the first {ANNOTATION_KEYS} keys; other: the rest).",
+        labels=["key"])
+    rate = GaugeMetricFamily(
+        f"{PREFIX}audit_node_update_rate", f"Updates a minute of the {TOP_NODES} busiest "
+        f"Volcano-managed nodes (averaged over about {RATE_WINDOW:.0f} s).", labels=["node"])
+    churning = GaugeMetricFamily(
+        f"{PREFIX}audit_churning_nodes", "Volcano-managed nodes updated more often than "
+        "audit.nodeUpdatesPerMinute.")
+    sharing = GaugeMetricFamily(
+        f"{PREFIX}audit_scheduler_device_sharing", "1 when the config says Volcano's scheduler "
+        "runs with device sharing (audit.schedulerDeviceSharing), where node updates race "
+        "its scheduling.")
+    if churn is not None:
+        for name, count in sorted(churn.updates.items()):
+            updates.add_metric([name], count)
+        for key, count in sorted(churn.annotation_updates.items()):
+            annotations.add_metric([key], count)
+        for node, per_minute in churn.busiest:
+            rate.add_metric([node], per_minute)
+        churning.add_metric([], churn.churning)
+        sharing.add_metric([], 1 if churn.device_sharing else 0)
+    yield from (updates, annotations, rate, churning, sharing)

@@ -16,10 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_guard.audit.findings import (
+    CONTROL_PLANE_RESTARTS,
     EXEMPTION_CLAIMS,
+    FAIL,
     GENERATION_IDS,
+    MISSING_NODES,
     NODE_ACCOUNTING,
     ORPHANED_PODS,
+    SCHEDULER_PANICS,
+    WARN,
     WORKLOADS,
     Finding,
 )
@@ -30,9 +35,12 @@ REPORT_NAME = "volcano-guard"
 SOURCE = "volcano-guard"
 # How bad each kind of finding is, in the report's severities (critical high medium low info).
 SEVERITY = {NODE_ACCOUNTING: "critical", ORPHANED_PODS: "high", GENERATION_IDS: "low",
-            EXEMPTION_CLAIMS: "high"}
+            EXEMPTION_CLAIMS: "high", SCHEDULER_PANICS: "critical", MISSING_NODES: "high",
+            CONTROL_PLANE_RESTARTS: "high"}
 DEFAULT_SEVERITY = "medium"  # an object the webhook would refuse today
 _API_VERSIONS = {"Pod": "v1", "Node": "v1", "PodGroup": "scheduling.volcano.sh/v1beta1",
+                 **{kind: "apps/v1" for kind in ("Deployment", "StatefulSet", "DaemonSet",
+                                                 "ReplicaSet")},
                  **{kind: f"{group}/{version}" for group, version, kind in WORKLOADS}}
 
 ReportKey = tuple[str, str]  # (kind, namespace): ("ClusterPolicyReport", "") for nodes
@@ -71,7 +79,8 @@ def _report(key: ReportKey, found: list[Finding], first_seen: Mapping[Finding, i
     if namespace:
         metadata["namespace"] = namespace
     return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata,
-            "summary": {"pass": 0, "fail": len(found), "warn": 0, "error": 0, "skip": 0},
+            "summary": {"pass": 0, "fail": sum(f.result == FAIL for f in found),
+                        "warn": sum(f.result == WARN for f in found), "error": 0, "skip": 0},
             "results": [_result(finding, first_seen.get(finding, 0)) for finding in found[:limit]]}
 
 
@@ -80,7 +89,7 @@ def _result(finding: Finding, seen: int) -> dict[str, Any]:
                                "kind": finding.kind, "name": finding.name}
     if finding.namespace:
         subject["namespace"] = finding.namespace
-    return {"source": SOURCE, "policy": finding.policy, "result": "fail",
+    return {"source": SOURCE, "policy": finding.policy, "result": finding.result,
             "severity": SEVERITY.get(finding.policy, DEFAULT_SEVERITY), "scored": True,
             "category": "Volcano", "message": finding.message,
             "timestamp": {"seconds": seen, "nanos": 0}, "resources": [subject]}

@@ -55,12 +55,13 @@ def _split(key: str) -> tuple[str, str]:
     return namespace, name
 
 
-def watched_kinds() -> list[Watched]:
+def watched_kinds(config: Config) -> list[Watched]:
     """What --watch lists and watches, and how each change reaches the LiveAudit."""
     kinds = [
         Watched(WatchedList("nodes", "Node", functools.partial(trim, "Node")),
                 lambda live, key, obj: live.node(obj, key)),
-        Watched(WatchedList("pods", "Pod", functools.partial(trim, "Pod"), namespaced=True),
+        Watched(WatchedList("pods", "Pod", functools.partial(
+            trim, "Pod", images=config.audit.component_images), namespaced=True),
                 lambda live, key, obj: live.pod(obj, _split(key))),
         Watched(WatchedList("daemonsets", "DaemonSet", functools.partial(trim, "DaemonSet"),
                             "apps", namespaced=True),
@@ -102,7 +103,7 @@ class AuditWatch:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        for watched in watched_kinds():
+        for watched in watched_kinds(self.live.config):
             if not self._served(watched.data):
                 log.info("%s are not served by this cluster (no CRD): none to audit",
                          watched.data.resource)

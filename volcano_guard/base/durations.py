@@ -15,3 +15,12 @@ def parse_duration(text: str) -> datetime.timedelta:
         return datetime.timedelta(seconds=int(text[:-1]) * _UNITS[text[-1]])
     except OverflowError:
         raise ValueError(f"{text!r} is longer than a duration can be") from None
+
+
+def format_duration(delta: datetime.timedelta) -> str:
+    """A duration as kubectl prints an age, in its largest whole unit: 45s, 5m, 3h, 2d."""
+    seconds = max(0, int(delta.total_seconds()))
+    for unit, size in _UNITS.items():
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return "0s"

@@ -21,6 +21,13 @@ import yaml
 from volcano_guard.base.informer import Snapshot, static_snapshot
 from volcano_guard.base.jsonbody import object_at
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard.base.volcano import (
+    NEGATIVE_IDLE_RISK,
+    SCHEDULER_PANICS,
+    armed_schedulers,
+    panic_message,
+    pod_template_spec,
+)
 from volcano_guard.webhook import review
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies import evaluate
@@ -188,6 +195,11 @@ def _violations(
         yield Violation(file, index, request.kind.kind, request.object_name, "podGroups", "info",
                         f"{request.describe()} has no {GENERATION_ID} yet; the webhook stamps "
                         "one when the PodGroup is created through the API server")
+    for container in armed_schedulers(pod_template_spec(request.object or {}),
+                                      context.config.volcanoSchedulerNames,
+                                      context.config.audit.component_images):
+        yield Violation(file, index, request.kind.kind, request.object_name, SCHEDULER_PANICS,
+                        "warn", panic_message(container, NEGATIVE_IDLE_RISK))
     mutation = evaluate("mutate", request, context)
     if mutation.decision.patch and request.object is not None:
         patched = apply_patch(request.object, list(mutation.decision.patch))

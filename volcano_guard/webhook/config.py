@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import re
 import typing
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -25,8 +26,11 @@ from volcano_guard.base.durations import parse_duration
 from volcano_guard.base.jsonbody import shown
 from volcano_guard.base.node_selectors import kept_selector, selector_set
 from volcano_guard.base.quantity import QuantityError, parse_quantity
+from volcano_guard.base.volcano import COMPONENT_IMAGES
 
 Mode = Literal["enforce", "warn", "audit", "off"]
+VolcanoComponent = Literal["scheduler", "agent-scheduler", "controller-manager",
+                           "hypernode-controller-manager", "admission"]
 MODES: tuple[str, ...] = get_args(Mode)
 DEFAULT_MAX_REQUEST_BYTES = 7 * 1024 * 1024
 
@@ -138,11 +142,37 @@ class AuditConfig(_Section, frozen=True, dict=True):
     # A pod naming a PodGroup that does not exist is reported once it is this old (a duration:
     # 90s, 5m, 1h): younger ones may be waiting for their PodGroup to be created.
     orphanGracePeriod: DurationText = DurationText("5m")
+    # A pod bound to a node that does not exist is reported once it has been so this long:
+    # kube-controller-manager's pod garbage collector deletes such pods within about a minute.
+    missingNodeGracePeriod: DurationText = DurationText("2m")
+    # A Volcano control-plane container's non-zero exit is reported for this long after it.
+    restartWindow: DurationText = DurationText("1h")
+    # Image names (the last path segment, without registry or tag) of Volcano components
+    # besides the installer's own (vc-scheduler...), e.g. a mirror's renamed copy.
+    volcanoImages: dict[Name, VolcanoComponent] = msgspec.field(default_factory=dict)
+    # A managed node updated more often than this a minute (smoothed over minutes) is counted
+    # as churning: every update of a node reaches Volcano's scheduler cache (SetNode).
+    nodeUpdatesPerMinute: Annotated[float, msgspec.Meta(gt=0)] = 6.0
+    # Whether Volcano's scheduler runs with device sharing (its deviceshare plugin: GPU
+    # sharing, vGPU, vNPU), where node updates race its scheduling (the churn alert's gate).
+    schedulerDeviceSharing: bool = False
     maxResultsPerReport: Positive = 100  # results a PolicyReport lists; the total is kept apart
 
     @cached_property
     def orphan_grace(self) -> datetime.timedelta:
         return parse_duration(self.orphanGracePeriod)
+
+    @cached_property
+    def missing_node_grace(self) -> datetime.timedelta:
+        return parse_duration(self.missingNodeGracePeriod)
+
+    @cached_property
+    def restart_window(self) -> datetime.timedelta:
+        return parse_duration(self.restartWindow)
+
+    @cached_property
+    def component_images(self) -> Mapping[str, str]:
+        return {**COMPONENT_IMAGES, **self.volcanoImages}
 
 
 class Config(_Section, frozen=True):
@@ -153,7 +183,7 @@ class Config(_Section, frozen=True):
     # for etcd objects; 7 MiB leaves room for oldObject on UPDATE).
     maxRequestBytes: Positive = DEFAULT_MAX_REQUEST_BYTES
     # Connections a webhook pod holds open, split evenly among its --workers; at the cap a new
-    # one takes the place of the one idle longest (a hostile connection costs about 55 KiB).
+    # one takes the place of the one idle longest (a hostile connection costs up to 75 KiB).
     maxConnections: Positive = ConnectionLimits.max_connections
     # Also enforce the denies the API server can decide alone as ValidatingAdmissionPolicies
     # (`manifests` prints them; Kubernetes 1.30+), and let the webhook registrations they

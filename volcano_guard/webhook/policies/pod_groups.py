@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from volcano_guard.base import jsonpatch
+from volcano_guard.base.durations import format_duration
 from volcano_guard.base.jsonbody import object_at, shown
 from volcano_guard.webhook.cel import (
     all_of,
@@ -335,11 +336,7 @@ def _age(created: str, context: PolicyContext) -> str:
             tzinfo=datetime.UTC)
     except ValueError:
         return "an unknown time"
-    seconds = max(0, int(context.clock() - then.timestamp()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    return format_duration(datetime.timedelta(seconds=context.clock() - then.timestamp()))
 
 
 def _text(value: Any) -> str:
