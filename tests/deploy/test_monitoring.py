@@ -101,6 +101,29 @@ CASES: dict[str, tuple[list[dict[str, str]], list[dict[str, str]], int]] = {
           "values": "3x30"}],
         [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, policy="orphanedPods", '
                     'namespace="team-a"}', "values": "0x30"}], 20),
+    "VolcanoGuardSchedulerWillPanic": (
+        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, policy="schedulerPanics", '
+                    'namespace="volcano-system"}', "values": "1x10"}],
+        [{"series": f'volcano_guard_audit_warnings{{{AUDIT_POD}, policy="schedulerPanics", '
+                    'namespace="volcano-system"}', "values": "1x10"}], 5),
+    "VolcanoGuardControlPlaneRestarts": (
+        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, '
+                    'policy="controlPlaneRestarts", namespace="volcano-system"}',
+          "values": "1x10"}],
+        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, policy="orphanedPods", '
+                    'namespace="volcano-system"}', "values": "1x10"}], 5),
+    "VolcanoGuardPodsOnMissingNodes": (
+        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, '
+                    'policy="podsOnMissingNodes", namespace="team-a"}', "values": "2x20"}],
+        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, '
+                    'policy="podsOnMissingNodes", namespace="team-a"}', "values": "0x20"}], 10),
+    "VolcanoGuardNodeChurn": (
+        [{"series": f"volcano_guard_audit_churning_nodes{{{AUDIT}}}", "values": "3x30"},
+         {"series": f"volcano_guard_audit_scheduler_device_sharing{{{AUDIT}}}",
+          "values": "1x30"}],
+        [{"series": f"volcano_guard_audit_churning_nodes{{{AUDIT}}}", "values": "3x30"},
+         {"series": f"volcano_guard_audit_scheduler_device_sharing{{{AUDIT}}}",
+          "values": "0x30"}], 20),
     "VolcanoGuardAuditStale": (
         [{"series": f"volcano_guard_audit_last_evaluation_timestamp_seconds{{{AUDIT}}}",
           "values": "60x200"}],
@@ -119,6 +142,9 @@ ALERT_LABELS = {
     "VolcanoGuardSidecarMemoryHigh": ON_SIDECAR,
     "VolcanoGuardOvercommittedNode": {"resource": "cpu"},
     "VolcanoGuardOrphanedPods": {"namespace": "team-a"},
+    "VolcanoGuardSchedulerWillPanic": {"namespace": "volcano-system"},
+    "VolcanoGuardControlPlaneRestarts": {"namespace": "volcano-system"},
+    "VolcanoGuardPodsOnMissingNodes": {"namespace": "team-a"},
 }
 
 
