@@ -144,6 +144,69 @@ def test_a_stale_podgroup_delete_is_refused_and_a_uid_preconditioned_one_allowed
                            check=False).returncode != 0
 
 
+def owned_pod(name: str, owner: dict[str, Any]) -> dict[str, Any]:
+    """A pod as the owner's controller makes it from its template."""
+    pod = volcano_pod(name, REQUESTS)
+    pod["metadata"]["labels"] = owner["spec"]["selector"]["matchLabels"]
+    pod["metadata"]["ownerReferences"] = [{
+        "apiVersion": "apps/v1", "kind": owner["kind"], "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+    return pod
+
+
+def grouped(cluster: GuardedSandbox, owner: dict[str, Any], pod_name: str) -> dict[str, Any]:
+    """One incarnation: the owner's pod, then as Volcano's PodGroup controller takes it
+    (createNormalPodPGIfNotExist): PodGroup `podgroup-<owner uid>`, and the pod annotated with
+    it by a strategic merge patch. The stored PodGroup."""
+    group = f"podgroup-{owner['metadata']['uid']}"
+    cluster.create(owned_pod(pod_name, owner))
+    cluster.create({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                    "metadata": {"name": group, "namespace": "team-a",
+                                 "ownerReferences": owned_pod("x", owner)["metadata"][
+                                     "ownerReferences"]},
+                    "spec": {"minMember": 1}})
+    cluster.kubectl("patch", "pod", pod_name, "-n", "team-a", "--type=strategic", "-p",
+                    json.dumps({"metadata": {"annotations": {
+                        "scheduling.k8s.io/group-name": group}}}))
+    return cluster.get("podgroup", group, "-n", "team-a")
+
+
+@pytest.mark.parametrize(("kind", "pod_name"), [("StatefulSet", "web-0"),
+                                                ("ReplicaSet", "web-7d4f9")])
+def test_a_stale_replicas_zero_delete_after_scaling_back_up_is_refused(shipped, kind, pod_name):
+    """Volcano's PodGroup controller deletes podgroup-<uid> by name, with no preconditions,
+    whenever it handles its owner at replicas 0 (addStatefulSet, addReplicaSet; #5972): scaled
+    1 -> 0 -> 1, a late or retried such delete would take the new pod's PodGroup."""
+    name = f"web-{kind.lower()}"
+    shipped.create({"apiVersion": "apps/v1", "kind": kind,
+                    "metadata": {"name": name, "namespace": "team-a"},
+                    "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                             "template": {"metadata": {"labels": {"app": name}},
+                                          "spec": volcano_pod("t", REQUESTS)["spec"]}}})
+    owner = shipped.get(kind.lower(), name, "-n", "team-a")
+    first = grouped(shipped, owner, pod_name)
+
+    def scale(replicas: int) -> None:
+        shipped.kubectl("patch", kind.lower(), name, "-n", "team-a", "--type=merge", "-p",
+                        json.dumps({"spec": {"replicas": replicas}}))
+
+    scale(0)  # its pod goes, and Volcano deletes the PodGroup: no live member, allowed
+    shipped.kubectl("delete", "pod", pod_name, "-n", "team-a")
+    shipped.kubectl("delete", "podgroup", first["metadata"]["name"], "-n", "team-a")
+    scale(1)  # a new pod, and a new PodGroup of the same name
+    second = grouped(shipped, owner, pod_name)
+    assert second["metadata"]["uid"] != first["metadata"]["uid"]
+
+    stale = shipped.kubectl("delete", "podgroup", second["metadata"]["name"], "-n", "team-a",
+                            check=False)  # the replicas == 0 event, handled late
+    assert stale.returncode != 0 and pod_name in stale.stderr, stale.stderr
+    kept = shipped.get("podgroup", second["metadata"]["name"], "-n", "team-a")
+    assert kept["metadata"]["uid"] == second["metadata"]["uid"]
+    pod = shipped.get("pod", pod_name, "-n", "team-a")
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == kept[
+        "metadata"]["name"]
+
+
 def test_a_labelled_pod_is_created_with_the_sidecar_in_it(shipped):
     pod = volcano_pod("controller", REQUESTS)
     pod["metadata"]["labels"] = {"volcano-guard.io/inject": "true"}

@@ -488,6 +488,19 @@ def test_volcanos_source_still_names_deployment_pods_groups_by_a_patch():
     assert 'KubeGroupNameAnnotationKey = "scheduling.k8s.io/group-name"' in keys
 
 
+@pytest.mark.parametrize(("handler_name", "owner"), [("addStatefulSet", "sts"),
+                                                     ("addReplicaSet", "rs")])
+def test_volcanos_source_deletes_an_owners_podgroup_by_name_at_replicas_zero(handler_name, owner):
+    """The stale delete the e2e replays: podgroup-<owner uid>, no preconditions (#5972)."""
+    from tests.upstream import go_function, volcano_file
+
+    handler = go_function(volcano_file("pkg/controllers/podgroup/pg_controller_handler.go"),
+                          handler_name)
+    at_zero = handler[handler.index(f"if *{owner}.Spec.Replicas == 0 {{"):]
+    assert f"pgName := batchv1alpha1.PodgroupNamePrefix + string({owner}.UID)" in at_zero
+    assert "Delete(context.TODO(), pgName, metav1.DeleteOptions{})" in at_zero
+
+
 async def test_the_podgroup_cache_feeds_pod_annotations_end_to_end(certs):
     config = config_from_dict({"policies": {"nodeName": {"mode": "off",
                                                           "bindingGuard": {"mode": "off"}}}})

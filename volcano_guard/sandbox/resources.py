@@ -66,6 +66,11 @@ RESOURCES: tuple[ResourceType, ...] = (
     # The audit reads DaemonSets: they vouch for the pods that name them as their controller.
     ResourceType(APPS, "v1", "daemonsets", "DaemonSet", True, ("ds",), status_subresource=True,
                  strategic_merge=True),
+    # The owners whose pods Volcano's PodGroup controller groups (podgroup-<owner uid>).
+    ResourceType(APPS, "v1", "statefulsets", "StatefulSet", True, ("sts",),
+                 status_subresource=True, strategic_merge=True),
+    ResourceType(APPS, "v1", "replicasets", "ReplicaSet", True, ("rs",),
+                 status_subresource=True, strategic_merge=True),
     ResourceType(ADMISSION, "v1", "mutatingwebhookconfigurations",
                  "MutatingWebhookConfiguration", False, strategic_merge=True,
                  fields=("webhooks",)),
