@@ -61,11 +61,15 @@ def _container_requests(container: Any) -> Resources:
 
 
 def _add(total: Resources, more: Mapping[str, Decimal]) -> Resources:
+    if not more:  # most pods: no overhead, no init containers
+        return total
     return {name: total.get(name, Decimal(0)) + more.get(name, Decimal(0))
             for name in total.keys() | more.keys()}
 
 
-def _largest(one: Mapping[str, Decimal], other: Mapping[str, Decimal]) -> Resources:
+def _largest(one: Resources, other: Mapping[str, Decimal]) -> Resources:
+    if not other:
+        return one
     return {name: max(one.get(name, Decimal(0)), other.get(name, Decimal(0)))
             for name in one.keys() | other.keys()}
 

@@ -316,16 +316,17 @@ def _quantities(container: Container, field: str, values: dict[str, Any],
     """values parsed; what cannot be (or is negative) is left out and told in problems."""
     parsed: dict[str, Decimal] = {}
     for resource, raw in values.items():
-        path = f" ({_path(container, field, resource)})"
         try:
             quantity = parse_quantity(raw)
         except QuantityError as exc:
             problems.append("".join(unusable_quantity(
-                "invalid", resource, field[:-1], shown(raw), path)) + f": {exc}")
+                "invalid", resource, field[:-1], shown(raw),
+                f" ({_path(container, field, resource)})")) + f": {exc}")
             continue
         if quantity < 0:
             problems.append("".join(unusable_quantity(
-                "negative", resource, field[:-1], shown(raw), path)))
+                "negative", resource, field[:-1], shown(raw),
+                f" ({_path(container, field, resource)})")))
             continue
         parsed[resource] = quantity
     return parsed
