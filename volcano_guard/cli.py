@@ -386,7 +386,7 @@ def run_certs_rotate(args: argparse.Namespace) -> int:
 
 
 def run_certs_inject(args: argparse.Namespace) -> int:
-    from volcano_guard.certs.cluster import inject_ca_bundle
+    from volcano_guard.certs.cluster import UnfitCABundle, inject_ca_bundle, read_ca_bundle
     from volcano_guard.certs.generate import CertsError
 
     if not args.mutating and not args.validating:
@@ -394,7 +394,12 @@ def run_certs_inject(args: argparse.Namespace) -> int:
               "configuration", file=sys.stderr)
         return EXIT_USAGE
     try:
-        patched = inject_ca_bundle(_api_client(args.kubeconfig), args.ca, args.mutating,
+        pem = read_ca_bundle(args.ca)  # before the cluster is touched
+    except UnfitCABundle as exc:
+        print(f"volcano-guard certs inject: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        patched = inject_ca_bundle(_api_client(args.kubeconfig), pem, args.mutating,
                                    args.validating)
     except CertsError as exc:
         print(f"volcano-guard certs inject: {exc}", file=sys.stderr)

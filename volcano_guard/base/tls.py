@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
+import re
 import ssl
 from pathlib import Path
+from typing import Any
 
 
 def server_context(cert_file: str | Path, key_file: str | Path,
@@ -19,26 +22,58 @@ def server_context(cert_file: str | Path, key_file: str | Path,
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f"--client-ca {client_ca}: not a readable PEM CA bundle "
                              f"({exc})") from None
-        not_ca = _not_ca(Path(client_ca).read_bytes())
-        if not_ca:
-            raise ValueError(f"--client-ca {client_ca}: holds a certificate that is not a CA "
-                             f"({not_ca}): no client certificate could be verified by it")
+        problem = ca_bundle_problem(Path(client_ca).read_bytes())
+        if problem:
+            raise ValueError(f"--client-ca {client_ca}: {problem}")
         context.verify_mode = ssl.CERT_REQUIRED
     return context
 
 
-def _not_ca(pem: bytes) -> str:
-    """The subject of the first certificate in pem that is not a CA, or ""."""
+def _is_ca(certificate: Any) -> bool:
     from cryptography import x509
 
-    for certificate in x509.load_pem_x509_certificates(pem):
-        try:
-            ca = certificate.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-        except x509.ExtensionNotFound:
-            ca = False
-        if not ca:
-            return certificate.subject.rfc4514_string()
-    return ""
+    try:
+        return bool(certificate.extensions.get_extension_for_class(
+            x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+
+
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----")
+
+
+def ca_bundle_problem(pem: bytes, now: datetime.datetime | None = None) -> str | None:
+    """What makes pem unfit to be a caBundle (which everyone who may read webhook
+    configurations can read, and which the API server trusts), or None: it must hold one or
+    more PEM CA certificates, current, and nothing else."""
+    from cryptography import x509
+
+    kinds = [kind.decode() for kind in _PEM_BLOCK.findall(pem)]
+    if not pem.strip():
+        return "is empty"
+    secrets = [kind for kind in kinds if "PRIVATE KEY" in kind]
+    if secrets:
+        return (f"holds a private key ({secrets[0]}): a caBundle is readable by anyone who may "
+                "read webhook configurations; pass the CA certificate (ca.crt)")
+    if not kinds:
+        return "holds no PEM block (-----BEGIN CERTIFICATE-----): not a CA certificate"
+    others = [kind for kind in kinds if kind != "CERTIFICATE"]
+    if others:
+        return f"holds a {others[0]} block: a caBundle holds CA certificates only"
+    try:
+        certificates = x509.load_pem_x509_certificates(pem)
+    except ValueError as exc:
+        return f"holds a certificate that does not parse ({exc})"
+    now = now or datetime.datetime.now(datetime.UTC)
+    for certificate in certificates:
+        subject = certificate.subject.rfc4514_string() or "(no subject)"
+        if not _is_ca(certificate):
+            return (f"holds a certificate that is not a CA ({subject}): the serving "
+                    "certificate, perhaps; pass the CA that signed it")
+        if certificate.not_valid_after_utc <= now:
+            return (f"holds a CA certificate that expired on "
+                    f"{certificate.not_valid_after_utc:%Y-%m-%d} ({subject})")
+    return None
 
 
 def client_context(ca_file: str | Path) -> ssl.SSLContext:

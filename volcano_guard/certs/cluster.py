@@ -8,21 +8,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from volcano_guard.base.tls import ca_bundle_problem
 from volcano_guard.certs.generate import CA_FILE, CERT_FILE, KEY_FILE, CertsError
 
 
-def inject_ca_bundle(api_client: Any, ca_file: str | Path, mutating: list[str],
+def inject_ca_bundle(api_client: Any, pem: bytes, mutating: list[str],
                      validating: list[str]) -> list[str]:
-    """Set clientConfig.caBundle on every webhook of the named configurations; returns what
-    was patched. Each patch tests the webhook's name first, so a configuration edited
-    meanwhile fails loudly instead of receiving a bundle at the wrong index."""
+    """Set clientConfig.caBundle to pem (from read_ca_bundle) on every webhook of the named
+    configurations; returns what was patched. Each patch tests the webhook's name first, so a
+    configuration edited meanwhile fails loudly instead of receiving a bundle at the wrong
+    index."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    try:
-        bundle = base64.b64encode(Path(ca_file).read_bytes()).decode("ascii")
-    except OSError as exc:
-        raise CertsError(f"cannot read the CA bundle: {exc}") from None
+    bundle = base64.b64encode(pem).decode("ascii")
     api = client.AdmissionregistrationV1Api(api_client)
     targets: list[tuple[str, str, Callable[..., Any], Callable[..., Any]]]
     targets = [("MutatingWebhookConfiguration", name, api.read_mutating_webhook_configuration,
@@ -46,6 +45,23 @@ def inject_ca_bundle(api_client: Any, ca_file: str | Path, mutating: list[str],
             raise CertsError(f"{kind} {name}: {exc.status} {exc.reason}") from None
         patched.append(f"{kind}/{name} ({len(webhooks)} webhooks)")
     return patched
+
+
+class UnfitCABundle(CertsError):
+    """A file that must not become a caBundle; the message names it and says why."""
+
+
+def read_ca_bundle(ca_file: str | Path) -> bytes:
+    """The PEM CA certificates in ca_file, checked fit for a caBundle; UnfitCABundle naming
+    the file and what is wrong otherwise."""
+    try:
+        pem = Path(ca_file).read_bytes()
+    except OSError as exc:
+        raise UnfitCABundle(f"{ca_file}: cannot read it ({exc.strerror or exc})") from None
+    problem = ca_bundle_problem(pem)
+    if problem:
+        raise UnfitCABundle(f"{ca_file}: {problem}; no caBundle was changed")
+    return pem
 
 
 def write_secret(api_client: Any, directory: str | Path, namespace: str, name: str) -> str:
