@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import importlib.util
 import logging
 import ssl
@@ -108,6 +109,23 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
     inject.add_argument("--validating", action="append", default=[], metavar="NAME")
     inject.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
     inject.set_defaults(run=run_certs_inject)
+    ensure = actions.add_parser("ensure", help="make, renew and rotate the webhook's "
+                                "certificates in the cluster, in an order that never breaks TLS")
+    ensure.add_argument("--service", default="volcano-guard",
+                        help="the webhook's Service (default %(default)s)")
+    ensure.add_argument("--namespace", required=True, help="the Service's and Secrets' namespace")
+    ensure.add_argument("--ca-secret", default="volcano-guard-ca",
+                        help="Secret holding the CAs and the CA key (default %(default)s)")
+    ensure.add_argument("--tls-secret", default="volcano-guard-tls",
+                        help="Secret the webhook mounts (default %(default)s)")
+    ensure.add_argument("--mutating", action="append", default=[], metavar="NAME")
+    ensure.add_argument("--validating", action="append", default=[], metavar="NAME")
+    ensure.add_argument("--ca-valid", type=_duration, default="3650d",
+                        help="a new CA's lifetime (default %(default)s)")
+    ensure.add_argument("--cert-valid", type=_duration, default="365d",
+                        help="a serving certificate's lifetime (default %(default)s)")
+    ensure.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
+    ensure.set_defaults(run=run_certs_ensure)
     client = actions.add_parser("client", help="a CA of its own and a client certificate for "
                                 "the API server, for webhook --client-ca")
     client.add_argument("--out", required=True,
@@ -203,6 +221,18 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def _duration(text: str) -> datetime.timedelta:
+    from volcano_guard.base.durations import parse_duration
+
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not value:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive duration")
     return value
 
 
@@ -405,6 +435,27 @@ def run_certs_inject(args: argparse.Namespace) -> int:
         print(f"volcano-guard certs inject: {exc}", file=sys.stderr)
         return 1
     print("caBundle set on " + ", ".join(patched))
+    return 0
+
+
+def run_certs_ensure(args: argparse.Namespace) -> int:
+    from volcano_guard.certs.ensure import Target, ensure
+    from volcano_guard.certs.generate import CertsError
+    from volcano_guard.certs.plan import Lifetimes
+
+    if not args.mutating and not args.validating:
+        print("volcano-guard certs ensure: name at least one --mutating or --validating "
+              "configuration", file=sys.stderr)
+        return EXIT_USAGE
+    target = Target(args.namespace, args.service, args.ca_secret, args.tls_secret,
+                    tuple(args.mutating), tuple(args.validating))
+    try:
+        taken = ensure(_api_client(args.kubeconfig), target, Lifetimes(
+            args.ca_valid, args.cert_valid), said=lambda step, why: print(f"{step}: {why}"))
+    except CertsError as exc:
+        print(f"volcano-guard certs ensure: {exc}", file=sys.stderr)
+        return 1
+    print(f"certificates current ({len(taken)} steps taken)")
     return 0
 
 

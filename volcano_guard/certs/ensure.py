@@ -1,0 +1,216 @@
+"""`volcano-guard certs ensure`: bring the webhook's certificates in the cluster up to date, one
+step of certs/plan.py at a time, reading the state again before each.
+
+What it keeps:
+- the CA Secret (Opaque; `ca.crt`: the CAs trusted, the newest, which signs, first; `ca.key`:
+  the newest CA's key). Only this command reads it;
+- the TLS Secret (kubernetes.io/tls; `tls.crt`, `tls.key`, and `ca.crt`: the same bundle), which
+  the webhook mounts;
+- the caBundle of every webhook of the named configurations: the CA Secret's bundle.
+
+Every Secret write names the resourceVersion it read, so of two runs at once one fails (409)
+and changes nothing; the next run goes on from whatever state the last step left.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from volcano_guard.base.tls import ca_bundle_problem
+from volcano_guard.certs.cluster import inject_ca_bundle
+from volcano_guard.certs.generate import (
+    CA_FILE,
+    CA_KEY_FILE,
+    CERT_FILE,
+    KEY_FILE,
+    CertsError,
+    cert_pem,
+    issue_ca,
+    issue_leaf,
+    key_pem,
+    service_dns_names,
+)
+from volcano_guard.certs.plan import CertState, Lifetimes, Step, fingerprint, plan
+
+MAX_STEPS = 8  # from nothing: make-ca, trust, issue; a rotation: make-ca, trust, issue
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the certificates live and whom they serve."""
+
+    namespace: str
+    service: str
+    ca_secret: str = "volcano-guard-ca"
+    tls_secret: str = "volcano-guard-tls"
+    mutating: tuple[str, ...] = ()
+    validating: tuple[str, ...] = ()
+
+
+def ensure(api_client: Any, target: Target, lifetimes: Lifetimes,
+           now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+           said: Callable[[str, str], None] = lambda step, why: None) -> list[Step]:
+    """Carry out steps until the plan says done; the steps taken. CertsError names what failed
+    (a run stopped by it is finished by the next)."""
+    cluster = _Cluster(api_client, target)
+    taken: list[Step] = []
+    for _ in range(MAX_STEPS):
+        state = cluster.read()
+        step, why = plan(state.plan_state, now(), lifetimes)
+        if step == "done":
+            return taken
+        said(step, why)
+        cluster.carry_out(step, state, now(), lifetimes)
+        taken.append(step)
+    raise CertsError(f"no end after {MAX_STEPS} steps: {', '.join(taken)}")
+
+
+@dataclass(frozen=True)
+class _Read:
+    plan_state: CertState
+    ca_key: Any  # the newest CA's private key, or None
+    ca_version: str | None  # the CA Secret's resourceVersion (None: there is none)
+    tls_version: str | None
+    tls_cas: tuple[x509.Certificate, ...]  # the CAs the TLS Secret says to trust
+
+
+class _Cluster:
+    def __init__(self, api_client: Any, target: Target) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.admission = client.AdmissionregistrationV1Api(api_client)
+        self.api_client, self.target = api_client, target
+
+    def read(self) -> _Read:
+        ca_data, ca_version = self._secret(self.target.ca_secret)
+        tls_data, tls_version = self._secret(self.target.tls_secret)
+        cas = _certificates(ca_data.get(CA_FILE), f"Secret {self.target.ca_secret} ca.crt")
+        key = _private_key(ca_data.get(CA_KEY_FILE), f"Secret {self.target.ca_secret} ca.key")
+        cert = _certificates(tls_data.get(CERT_FILE), f"Secret {self.target.tls_secret} tls.crt")
+        tls_cas = _certificates(tls_data.get(CA_FILE), f"Secret {self.target.tls_secret} ca.crt")
+        state = CertState(cas, key is not None, cert[0] if cert else None, self._bundles())
+        return _Read(state, key, ca_version, tls_version, tls_cas)
+
+    def carry_out(self, step: Step, read: _Read, now: datetime.datetime,
+                  lifetimes: Lifetimes) -> None:
+        cas = list(read.plan_state.cas)
+        if step == "make-ca":
+            key, ca = issue_ca(f"volcano-guard-ca ({self.target.namespace}/"
+                               f"{self.target.service})", now, now + lifetimes.ca)
+            known = {fingerprint(c) for c in cas}
+            # Still trusted: the CAs before it, and (from an install that kept no CA Secret)
+            # the one that signed the certificate served now.
+            kept = [c for c in (*cas, *(c for c in read.tls_cas if fingerprint(c) not in known))
+                    if c.not_valid_after_utc > now]
+            self._write_ca([ca, *kept], key, read.ca_version)
+        elif step == "trust":
+            bundle = _pem(cas)
+            problem = ca_bundle_problem(bundle, now)
+            if problem:
+                raise CertsError(f"Secret {self.target.ca_secret} ca.crt {problem}")
+            inject_ca_bundle(self.api_client, bundle, list(self.target.mutating),
+                             list(self.target.validating))
+        elif step == "issue":
+            signing = cas[0]
+            key, cert = issue_leaf(read.ca_key, signing, service_dns_names(
+                self.target.service, self.target.namespace), now,
+                min(now + lifetimes.cert, signing.not_valid_after_utc))
+            self._write(self.target.tls_secret, "kubernetes.io/tls", {
+                CERT_FILE: cert_pem(cert), KEY_FILE: key_pem(key), CA_FILE: _pem(cas)},
+                read.tls_version)
+        elif step == "retire":
+            self._write_ca([cas[0], *(c for c in cas[1:] if c.not_valid_after_utc > now)],
+                           read.ca_key, read.ca_version)
+
+    def _write_ca(self, cas: list[x509.Certificate], key: Any, version: str | None) -> None:
+        self._write(self.target.ca_secret, "Opaque", {CA_FILE: _pem(cas),
+                                                      CA_KEY_FILE: key_pem(key)}, version)
+
+    def _secret(self, name: str) -> tuple[dict[str, bytes], str | None]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            secret = self.core.read_namespaced_secret(name, self.target.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return {}, None
+            raise CertsError(f"Secret {self.target.namespace}/{name}: {exc.status} "
+                             f"{exc.reason}") from None
+        data = {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
+        return data, secret.metadata.resource_version if secret.metadata else None
+
+    def _write(self, name: str, kind: str, data: dict[str, bytes], version: str | None) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret", "type": kind,
+                                "metadata": {"name": name, "namespace": self.target.namespace,
+                                             "labels": {"app.kubernetes.io/name": "volcano-guard"}},
+                                "data": {key: base64.b64encode(value).decode("ascii")
+                                         for key, value in data.items()}}
+        try:
+            if version is None:
+                self.core.create_namespaced_secret(self.target.namespace, body)  # type: ignore[arg-type]  # a dict works
+            else:
+                body["metadata"]["resourceVersion"] = version  # a compare-and-swap
+                self.core.replace_namespaced_secret(name, self.target.namespace,
+                                                    body)  # type: ignore[arg-type]
+        except ApiException as exc:
+            raise CertsError(f"Secret {self.target.namespace}/{name}: {exc.status} "
+                             f"{exc.reason}" + (" (changed meanwhile by another run; run "
+                                                "again)" if exc.status == 409 else "")) from None
+
+    def _bundles(self) -> dict[str, frozenset[bytes]]:
+        """Each named configuration's webhook -> the CAs its caBundle holds."""
+        from kubernetes.client.exceptions import ApiException
+
+        reads: list[tuple[str, str, Callable[[str], Any]]] = [
+            ("MutatingWebhookConfiguration", name,
+             self.admission.read_mutating_webhook_configuration)
+            for name in self.target.mutating]
+        reads += [("ValidatingWebhookConfiguration", name,
+                   self.admission.read_validating_webhook_configuration)
+                  for name in self.target.validating]
+        bundles: dict[str, frozenset[bytes]] = {}
+        for kind, name, read in reads:
+            try:
+                webhooks = read(name).webhooks or []
+            except ApiException as exc:
+                raise CertsError(f"{kind} {name}: {exc.status} {exc.reason}") from None
+            for webhook in webhooks:
+                encoded = webhook.client_config.ca_bundle
+                pem = base64.b64decode(encoded) if encoded else b""
+                bundles[f"{kind}/{name}/{webhook.name}"] = frozenset(
+                    fingerprint(c) for c in _certificates(pem, ""))
+        return bundles
+
+
+def _certificates(pem: bytes | None, where: str) -> tuple[x509.Certificate, ...]:
+    if not pem:
+        return ()
+    try:
+        return tuple(x509.load_pem_x509_certificates(pem))
+    except ValueError:
+        if not where:
+            return ()  # a caBundle that does not parse trusts nothing
+        raise CertsError(f"{where} does not hold PEM certificates") from None
+
+
+def _private_key(pem: bytes | None, where: str) -> Any:
+    if not pem:
+        return None
+    try:
+        return serialization.load_pem_private_key(pem, None)
+    except (ValueError, TypeError):
+        raise CertsError(f"{where} does not hold a PEM private key") from None
+
+
+def _pem(cas: list[x509.Certificate] | tuple[x509.Certificate, ...]) -> bytes:
+    return b"".join(cert_pem(ca) for ca in cas)
