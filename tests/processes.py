@@ -15,6 +15,10 @@ from pathlib import Path
 from tests.conftest import HOSTNAME
 from volcano_guard.base.tls import client_context
 
+# Debian's faketime: preloaded into a process (LD_PRELOAD, FAKETIME="+60s"), it shifts that
+# process's clock alone. None where it is not installed (.ci/run installs it).
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
+
 
 def admissions_counted(metrics: str) -> float:
     """How many admissions a webhook answered, read from its /metrics text."""

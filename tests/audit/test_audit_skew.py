@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import LIBFAKETIME
 from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.base.processes import free_port
 from volcano_guard.sandbox.authn import load_token_file
@@ -42,7 +43,6 @@ def orphan(index: int) -> dict:
             "spec": {"schedulerName": "volcano", "containers": [{"name": "c", "image": "x"}]}}
 
 
-LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import yaml
 
 from tests.conftest import HOSTNAME
 from tests.deploy.test_deploy import by_kind, render
+from tests.processes import LIBFAKETIME
 from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.base.processes import free_port
 from volcano_guard.base.tls import client_context
@@ -61,6 +62,7 @@ def deployed() -> list[dict[str, Any]]:
     return render("deploy/base") + render("deploy/audit")
 
 
+
 def grants(docs: list[dict[str, Any]], account: str) -> set[Grant]:
     """Every (group, resource, verb) the account's bound Roles and ClusterRoles allow."""
     roles = {(d["kind"], d["metadata"]["name"]): d for d in docs
@@ -78,9 +80,14 @@ def grants(docs: list[dict[str, Any]], account: str) -> set[Grant]:
     return allowed
 
 
-def account_of(docs: list[dict[str, Any]], kind: str, name: str) -> str:
+def pod_spec_of(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     [workload] = [d for d in by_kind(docs, kind) if d["metadata"]["name"] == name]
-    return str(workload["spec"]["template"]["spec"]["serviceAccountName"])
+    spec = workload["spec"]
+    return dict((spec["jobTemplate"]["spec"] if kind == "CronJob" else spec)["template"]["spec"])
+
+
+def account_of(docs: list[dict[str, Any]], kind: str, name: str) -> str:
+    return str(pod_spec_of(docs, kind, name)["serviceAccountName"])
 
 
 def called(stats: dict[str, Any]) -> set[Grant]:
@@ -215,23 +222,26 @@ def delete_review(port: int, ca_file: Path) -> dict[str, Any]:
 
 def test_the_certificate_account_may_do_exactly_what_the_certificate_job_does(deployed,
                                                                                tmp_path):
+    """The Job's command as it runs in the cluster: at install, again (nothing to do), and two
+    thirds of the CA's lifetime later under faketime (a CA rotation: every write it has)."""
     account = account_of(deployed, "Job", "volcano-guard-certs")
     assert account != account_of(deployed, "Deployment", "volcano-guard")
-    [job] = [d for d in by_kind(deployed, "Job") if d["metadata"]["name"] == account]
-    [container] = job["spec"]["template"]["spec"]["containers"]
-    script = " ".join(container["args"]).replace("/scratch", str(tmp_path / "scratch"))
-    for verb in ("secret", "inject"):  # the Job runs in the cluster; here, the sandbox's
-        script = script.replace(f"volcano-guard certs {verb}",
-                                f"volcano-guard certs {verb} --kubeconfig {{kubeconfig}}")
-    env = {**os.environ, "POD_NAMESPACE": NAMESPACE,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    assert account == account_of(deployed, "CronJob", "volcano-guard-certs")
+    [container] = pod_spec_of(deployed, "Job", "volcano-guard-certs")["containers"]
+    assert container == pod_spec_of(deployed, "CronJob", "volcano-guard-certs")["containers"][0]
+    if LIBFAKETIME is None:
+        pytest.skip("faketime is not installed (.ci/run installs it)")
+    args = [arg.replace("$(POD_NAMESPACE)", NAMESPACE) for arg in container["args"]]
     registrations = [d for d in deployed if d["kind"].endswith("WebhookConfiguration")]
     with as_account(tmp_path, account, registrations) as cluster:
-        for _ in range(2):  # re-run, as its comment says to: the Secret exists the second time
-            command = container["command"] + [script.format(kubeconfig=cluster.kubeconfig)]
-            result = subprocess.run(command, env=env, capture_output=True, text=True,
-                                    timeout=60)
+        command = [sys.executable, "-m", "volcano_guard.cli", *container["command"][1:], *args,
+                   "--kubeconfig", str(cluster.kubeconfig)]
+        years_on = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": "+2500d"}  # the CA is due
+        for clock in ({}, {}, years_on):
+            result = subprocess.run(command, env={**os.environ, **clock}, capture_output=True,
+                                    text=True, timeout=60)
             assert result.returncode == 0, result.stderr
+        assert "make-ca" in result.stdout  # the rotation ran
         assert called(cluster.sandbox.stats()) == grants(deployed, account)
 
 
@@ -270,5 +280,5 @@ def test_the_audit_account_may_do_exactly_what_the_audit_does(deployed, tmp_path
 def test_every_account_in_deploy_is_one_processs(deployed):
     accounts = [d["metadata"]["name"] for d in by_kind(deployed, "ServiceAccount")]
     used = [account_of(deployed, d["kind"], d["metadata"]["name"]) for d in deployed
-            if d["kind"] in ("Deployment", "Job")]
-    assert sorted(accounts) == sorted(used)
+            if d["kind"] in ("Deployment", "Job", "CronJob")]
+    assert sorted(accounts) == sorted(set(used))
