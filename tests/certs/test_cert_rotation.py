@@ -178,3 +178,42 @@ async def test_no_write_order_or_garbage_breaks_a_single_handshake(tmp_path, ord
     assert reloader.reloads == (1 if usable_at_end else 0)
     errors = REGISTRY.get_sample_value("volcano_guard_cert_reload_errors_total") - errors_before
     assert errors == len(writes) - 1 if usable_at_end else errors >= 1
+
+
+async def test_an_expired_certificate_makes_the_webhook_unready_until_a_renewed_one_arrives(
+        tmp_path):
+    import urllib.request
+
+    from volcano_guard.certs.generate import cert_pem, issue_ca, issue_leaf, key_pem
+
+    made = generate(SERVICE, NAMESPACE, tmp_path)
+    long_ago = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
+    ca_key, ca = issue_ca("old", long_ago, long_ago + datetime.timedelta(days=30))
+    key, leaf = issue_leaf(ca_key, ca, (HOSTNAME,), long_ago, long_ago + datetime.timedelta(
+        days=30))
+    made.key_file.write_bytes(key_pem(key))
+    made.cert_file.write_bytes(cert_pem(leaf))
+    tls = server_context(made.cert_file, made.key_file)
+    reloader = CertReloader(tls, made.cert_file, made.key_file)
+    config = config_from_dict({"policies": {"nodeName": {"mode": "off", "bindingGuard": {
+        "mode": "off"}}, "podGroups": {"stampGenerationId": False, "deleteGuard": {
+            "mode": "off"}}}})
+
+    def readyz(port: int) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as page:
+                return page.status, page.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
+                       unready_because=reloader.problem) as (_, metrics):
+        status, text = await asyncio.to_thread(readyz, metrics)
+        assert status == 503 and "expired at 2020-01-31" in text, text
+        generate(SERVICE, NAMESPACE, tmp_path / "new")  # the renewed pair arrives
+        made.key_file.write_bytes((tmp_path / "new" / "tls.key").read_bytes())
+        made.cert_file.write_bytes((tmp_path / "new" / "tls.crt").read_bytes())
+        assert reloader.check()
+        assert await asyncio.to_thread(readyz, metrics) == (200, "ok")
+        assert REGISTRY.get_sample_value("volcano_guard_cert_expiry_timestamp_seconds") == \
+            reloader.expires_at

@@ -8,16 +8,19 @@ certificate) leaves the previous one serving, is logged once and counted in
 volcano_guard_cert_reload_errors_total; the next change of the files is tried again. Loading
 straight into the live context would not be safe: OpenSSL installs the new certificate, then
 rejects a key that does not match it, and the context is left with no usable pair.
-The leaf's expiry is exported as volcano_guard_cert_expiry_timestamp_seconds.
+The leaf's expiry is exported as volcano_guard_cert_expiry_timestamp_seconds, and once it has
+passed with no renewed pair, `problem()` says so (the webhook's /readyz answers 503 with it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import os
 import ssl
 import tempfile
+import time
 from pathlib import Path
 
 from cryptography import x509
@@ -40,7 +43,17 @@ class CertReloader:
         self.reloads = 0
         self._stamp = self._files_stamp()
         self._refused: tuple[int, ...] | None = None  # files already found unusable
-        CERT_EXPIRY.set(_expiry(self.cert_file.read_bytes()))
+        self.expires_at = _expiry(self.cert_file.read_bytes())
+        CERT_EXPIRY.set(self.expires_at)
+
+    def problem(self) -> str | None:
+        """Why the webhook should not be ready: the certificate it serves has expired (no
+        renewed pair has arrived), else None."""
+        if time.time() < self.expires_at:
+            return None
+        expired = datetime.datetime.fromtimestamp(self.expires_at, datetime.UTC)
+        return (f"the serving certificate {self.cert_file} expired at {expired:%Y-%m-%d %H:%M:%S}"
+                " UTC and no renewed one has arrived")
 
     def _files_stamp(self) -> tuple[int, ...]:
         stats = [os.stat(path) for path in (self.cert_file, self.key_file)]
@@ -65,6 +78,7 @@ class CertReloader:
                       self.key_file, exc)
             return False
         CERT_EXPIRY.set(expiry)
+        self.expires_at = expiry
         self._stamp, self._refused = stamp, None
         self.reloads += 1
         log.info("serving certificate reloaded from %s", self.cert_file)

@@ -84,15 +84,16 @@ class RequestError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-def create_app(config: Config, caches: Caches | None = None) -> web.Application:
+def create_app(config: Config, caches: Caches | None = None,
+               unready_because: Callable[[], str | None] = lambda: None) -> web.Application:
     """The admission app: POST /mutate, POST /validate, GET /healthz, GET /readyz (ready once
-    the caches have synced)."""
+    the caches have synced, unless unready_because gives a reason)."""
     caches = caches or Caches()
     app = web.Application(client_max_size=config.maxRequestBytes + 1)
     in_flight = app[IN_FLIGHT_KEY] = InFlight()
     for phase in get_args(Phase):
         app.router.add_post(f"/{phase}", _handler(phase, config, caches, in_flight))
-    add_probes(app, caches.ready)
+    add_probes(app, caches.ready, unready_because)
     return app
 
 
@@ -210,13 +211,15 @@ async def running(
     caches: Caches | None = None,
     reuse_port: bool = False,
     limits: ConnectionLimits | None = None,
+    unready_because: Callable[[], str | None] = lambda: None,
 ) -> AsyncIterator[tuple[int, int]]:
     """Serve inside the block; yields the bound (admission, metrics) ports (0 picks free ones).
     Leaving the block stops accepting and waits up to shutdown_timeout for in-flight requests.
     reuse_port lets several worker processes share the admission port (SO_REUSEPORT); limits
-    (default ConnectionLimits with the config's maxConnections) bound each connection."""
+    (default ConnectionLimits with the config's maxConnections) bound each connection;
+    unready_because gives a reason for both /readyz to answer 503 (an expired certificate)."""
     caches = caches or Caches()
-    app = create_app(config, caches)
+    app = create_app(config, caches, unready_because)
     # No access log: a line per admission costs more than the decision (bench/admission_load.py);
     # decisions are counted in the metrics instead.
     limits = limits or ConnectionLimits(max_connections=config.maxConnections)
@@ -226,7 +229,7 @@ async def running(
         log.warning("maxConnections %d may not be reached: %s", limits.max_connections, exc)
     admission = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None,
                               keepalive_timeout=limits.idle_timeout)
-    metrics = web.AppRunner(metrics_app(caches.ready), access_log=None)
+    metrics = web.AppRunner(metrics_app(caches.ready, unready_because), access_log=None)
     await admission.setup()
     await metrics.setup()
     try:
@@ -269,7 +272,9 @@ async def serve(
     caches = caches or Caches()
     caches.start()
     async with running(config, listen, metrics_listen, tls, shutdown_timeout=shutdown_timeout,
-                       caches=caches, reuse_port=reuse_port) as (port, metrics_port):
+                       caches=caches, reuse_port=reuse_port,
+                       unready_because=reloader.problem if reloader else lambda: None) as (
+            port, metrics_port):
         log.info("webhook listening on https://%s:%d, metrics on http://%s:%d",
                  listen.host, port, metrics_listen.host, metrics_port)
         if started is not None:
