@@ -451,7 +451,8 @@ def run_certs_ensure(args: argparse.Namespace) -> int:
                     tuple(args.mutating), tuple(args.validating))
     try:
         taken = ensure(_api_client(args.kubeconfig), target, Lifetimes(
-            args.ca_valid, args.cert_valid), said=lambda step, why: print(f"{step}: {why}"))
+            args.ca_valid, args.cert_valid),
+            said=lambda step, why: print(f"{step}: {why}", flush=True))  # logs as they happen
     except CertsError as exc:
         print(f"volcano-guard certs ensure: {exc}", file=sys.stderr)
         return 1

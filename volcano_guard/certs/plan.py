@@ -51,9 +51,10 @@ def fingerprint(certificate: x509.Certificate) -> bytes:
     return certificate.fingerprint(hashes.SHA256())
 
 
-def due(certificate: x509.Certificate, now: datetime.datetime, lifetimes: Lifetimes) -> bool:
-    """Whether a certificate has less than its renewal share of its lifetime left."""
-    lifetime = certificate.not_valid_after_utc - certificate.not_valid_before_utc
+def due(certificate: x509.Certificate, now: datetime.datetime, lifetime: datetime.timedelta,
+        lifetimes: Lifetimes) -> bool:
+    """Whether a certificate has less than the renewal share of `lifetime` (the configured
+    one: certificates are back-dated, so their own span is longer) left."""
     return certificate.not_valid_after_utc - now <= lifetime * lifetimes.renew_when_left
 
 
@@ -62,7 +63,7 @@ def plan(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> tupl
     if not state.cas or not state.has_ca_key:
         return "make-ca", "there is no CA"
     signing = state.cas[0]
-    if due(signing, now, lifetimes):
+    if due(signing, now, lifetimes.ca, lifetimes):
         return "make-ca", (f"the CA expires on {signing.not_valid_after_utc:%Y-%m-%d %H:%M}: "
                            "a new one joins it")
     wanted = frozenset(fingerprint(ca) for ca in state.cas)
@@ -74,7 +75,7 @@ def plan(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> tupl
         return "issue", "there is no serving certificate"
     if cert.issuer != signing.subject or not _signed_by(cert, signing):
         return "issue", "the serving certificate is not signed by the newest CA"
-    if due(cert, now, lifetimes):
+    if due(cert, now, lifetimes.cert, lifetimes):
         return "issue", (f"the serving certificate expires on "
                          f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M}")
     expired = [ca for ca in state.cas[1:] if ca.not_valid_after_utc <= now]
