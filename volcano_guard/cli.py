@@ -439,7 +439,7 @@ def run_certs_inject(args: argparse.Namespace) -> int:
 
 
 def run_certs_ensure(args: argparse.Namespace) -> int:
-    from volcano_guard.certs.ensure import Target, ensure
+    from volcano_guard.certs.ensure import Target, Unreachable, ensure
     from volcano_guard.certs.generate import CertsError
     from volcano_guard.certs.plan import Lifetimes
 
@@ -455,7 +455,7 @@ def run_certs_ensure(args: argparse.Namespace) -> int:
             said=lambda step, why: print(f"{step}: {why}", flush=True))  # logs as they happen
     except CertsError as exc:
         print(f"volcano-guard certs ensure: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE if isinstance(exc, Unreachable) else 1
     print(f"certificates current ({len(taken)} steps taken)")
     return 0
 

@@ -134,3 +134,15 @@ def test_bad_lifetimes_are_refused_in_words(flag, value, capsys):
         main(["certs", "ensure", "--namespace", NAMESPACE, "--validating", "x", flag, value])
     assert exited.value.code == 2
     assert flag in capsys.readouterr().err
+
+
+def test_an_api_server_that_refuses_connections_is_one_line_and_exit_2(tmp_path, capsys):
+    from volcano_guard.base.kubeconfig import write_kubeconfig
+    from volcano_guard.base.processes import free_port
+
+    kubeconfig = tmp_path / "kubeconfig"
+    write_kubeconfig(str(kubeconfig), f"http://127.0.0.1:{free_port()}")  # nobody listens
+    assert main(["certs", "ensure", "--namespace", NAMESPACE, "--validating", "volcano-guard",
+                 "--kubeconfig", str(kubeconfig)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "the API server cannot be reached" in err, err

@@ -42,6 +42,10 @@ from volcano_guard.certs.plan import CertState, Lifetimes, Step, fingerprint, pl
 MAX_STEPS = 8  # from nothing: make-ca, trust, issue; a rotation: make-ca, trust, issue
 
 
+class Unreachable(CertsError):
+    """No API server answers; the message says what the connection met."""
+
+
 @dataclass(frozen=True)
 class Target:
     """Where the certificates live and whom they serve."""
@@ -59,16 +63,22 @@ def ensure(api_client: Any, target: Target, lifetimes: Lifetimes,
            said: Callable[[str, str], None] = lambda step, why: None) -> list[Step]:
     """Carry out steps until the plan says done; the steps taken. CertsError names what failed
     (a run stopped by it is finished by the next)."""
+    from urllib3.exceptions import HTTPError
+
     cluster = _Cluster(api_client, target)
     taken: list[Step] = []
-    for _ in range(MAX_STEPS):
-        state = cluster.read()
-        step, why = plan(state.plan_state, now(), lifetimes)
-        if step == "done":
-            return taken
-        said(step, why)
-        cluster.carry_out(step, state, now(), lifetimes)
-        taken.append(step)
+    try:
+        for _ in range(MAX_STEPS):
+            state = cluster.read()
+            step, why = plan(state.plan_state, now(), lifetimes)
+            if step == "done":
+                return taken
+            said(step, why)
+            cluster.carry_out(step, state, now(), lifetimes)
+            taken.append(step)
+    except (HTTPError, OSError) as exc:  # the API server away: one line, not a traceback
+        reason = getattr(exc, "reason", None) or exc
+        raise Unreachable(f"the API server cannot be reached: {reason}") from None
     raise CertsError(f"no end after {MAX_STEPS} steps: {', '.join(taken)}")
 
 
