@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 from kubernetes import client
 
 from tests.conftest import NAMESPACE, SERVICE
 from volcano_guard.certs.cluster import write_secret
 from volcano_guard.certs.ensure import Target, ensure
 from volcano_guard.certs.generate import CertsError, generate
-from volcano_guard.certs.plan import Lifetimes, fingerprint
+from volcano_guard.certs.plan import Lifetimes, fingerprint, signed_by
 from volcano_guard.cli import main
 
 TARGET = Target(NAMESPACE, SERVICE, mutating=("volcano-guard",), validating=("volcano-guard",))
@@ -43,13 +42,7 @@ def bundles(api) -> list[set[bytes]]:
 
 def verifies(cert_pem: bytes, cas: list[x509.Certificate]) -> bool:
     cert = x509.load_pem_x509_certificate(cert_pem)
-    for ca in cas:
-        try:
-            cert.verify_directly_issued_by(ca)
-            return True
-        except (InvalidSignature, ValueError, TypeError):
-            continue
-    return False
+    return any(signed_by(cert, ca) for ca in cas)
 
 
 def test_from_nothing_and_again_with_nothing_to_do(cluster, capsys):

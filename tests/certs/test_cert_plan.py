@@ -8,10 +8,9 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 
 from volcano_guard.certs.generate import issue_ca, issue_leaf
-from volcano_guard.certs.plan import CertState, Lifetimes, fingerprint, plan
+from volcano_guard.certs.plan import CertState, Lifetimes, fingerprint, plan, signed_by
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 LIFETIMES = Lifetimes(ca=datetime.timedelta(days=90), cert=datetime.timedelta(days=30))
@@ -66,17 +65,9 @@ class Cluster:
         if cert is None or not cert.not_valid_before_utc <= now < cert.not_valid_after_utc:
             return False
         everywhere = set.intersection(*(set(b) for b in self.bundles.values()))
-        return any(signed(cert, ca) and ca.not_valid_after_utc > now for ca in self.cas
+        return any(signed_by(cert, ca) and ca.not_valid_after_utc > now for ca in self.cas
                    if fingerprint(ca) in everywhere)
 
-
-def signed(cert: x509.Certificate, ca: x509.Certificate) -> bool:
-    """By the signature: every CA here has the same name."""
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (InvalidSignature, ValueError):
-        return False
-    return True
 
 
 def test_from_nothing_a_ca_trusted_everywhere_then_a_certificate():

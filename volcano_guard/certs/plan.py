@@ -73,7 +73,7 @@ def plan(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> tupl
     cert = state.cert
     if cert is None:
         return "issue", "there is no serving certificate"
-    if cert.issuer != signing.subject or not _signed_by(cert, signing):
+    if cert.issuer != signing.subject or not signed_by(cert, signing):
         return "issue", "the serving certificate is not signed by the newest CA"
     if due(cert, now, lifetimes.cert, lifetimes):
         return "issue", (f"the serving certificate expires on "
@@ -85,7 +85,8 @@ def plan(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> tupl
     return "done", "the certificates are current"
 
 
-def _signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    """Whether ca's key signed cert (by the signature: names alone can repeat)."""
     try:
         cert.verify_directly_issued_by(ca)
     except (InvalidSignature, ValueError, TypeError):  # another CA's, or not one at all
