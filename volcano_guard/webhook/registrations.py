@@ -154,7 +154,8 @@ HEADER = """\
 # never stops a pod the guard would have allowed untouched. With validatingAdmissionPolicies (the
 # default), ValidatingAdmissionPolicies follow: the denies the API server can decide alone, run
 # inside it, and the registrations they cover fail open.
-# caBundle is set by `volcano-guard certs inject` (the certs Job) or by cert-manager's cainjector.
+# caBundle is set by `volcano-guard certs ensure` (the certs Job and CronJob) or, with the
+# deploy/cert-manager component, by cert-manager's cainjector.
 """
 
 
