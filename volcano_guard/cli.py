@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from volcano_guard import __version__
 
 if TYPE_CHECKING:
+    from volcano_guard.base.kubeconfig import Cluster
     from volcano_guard.base.listen import Listen
     from volcano_guard.certs.reload import CertReloader
     from volcano_guard.webhook.caches import Caches
@@ -78,8 +79,7 @@ def _add_webhook(commands: argparse._SubParsersAction) -> None:
     webhook.add_argument("--namespace", help="the guard's namespace, where the node states "
                          "of the in-server policies are published (default: the pod's own, "
                          "else volcano-guard)")
-    webhook.add_argument("--kubeconfig", help="kubeconfig for the node cache (default: "
-                         "in-cluster config)")
+    _add_cluster_flags(webhook)
     webhook.add_argument("--workers", type=_positive_int, default=1,
                          help="processes sharing the admission port (SO_REUSEPORT); one uses "
                          "one core (default %(default)s)")
@@ -107,7 +107,7 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
     inject.add_argument("--ca", required=True, help="CA bundle file (ca.crt)")
     inject.add_argument("--mutating", action="append", default=[], metavar="NAME")
     inject.add_argument("--validating", action="append", default=[], metavar="NAME")
-    inject.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
+    _add_cluster_flags(inject)
     inject.set_defaults(run=run_certs_inject)
     ensure = actions.add_parser("ensure", help="make, renew and rotate the webhook's "
                                 "certificates in the cluster, in an order that never breaks TLS")
@@ -124,7 +124,7 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
                         help="a new CA's lifetime (default %(default)s)")
     ensure.add_argument("--cert-valid", type=_duration, default="365d",
                         help="a serving certificate's lifetime (default %(default)s)")
-    ensure.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
+    _add_cluster_flags(ensure)
     ensure.set_defaults(run=run_certs_ensure)
     client = actions.add_parser("client", help="a CA of its own and a client certificate for "
                                 "the API server, for webhook --client-ca")
@@ -139,7 +139,7 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
     secret.add_argument("--dir", required=True, help="directory with tls.crt, tls.key, ca.crt")
     secret.add_argument("--name", required=True)
     secret.add_argument("--namespace", required=True)
-    secret.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
+    _add_cluster_flags(secret)
     secret.set_defaults(run=run_certs_secret)
 
 
@@ -161,7 +161,7 @@ def _add_audit(commands: argparse._SubParsersAction) -> None:
     audit = commands.add_parser(
         "audit", help="find what the policies and Volcano's node accounting object to in the "
         "cluster as it is (exit 0 clean, 1 findings, 2 the cluster cannot be read)")
-    audit.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
+    _add_cluster_flags(audit)
     audit.add_argument("--config", help="YAML config file (default: every default)")
     audit.add_argument("--namespace", help="only this namespace's objects (node accounting, "
                        "which needs every pod, is then skipped)")
@@ -172,8 +172,8 @@ def _add_audit(commands: argparse._SubParsersAction) -> None:
                        help="HOST:PORT for /metrics, /healthz, /readyz with --watch "
                        "(default %(default)s)")
     audit.add_argument("--lease-namespace", help="where --watch replicas elect the active one "
-                       "(a Lease named volcano-guard-audit; default: the pod's own namespace, "
-                       "else the kubeconfig context's, else default)")
+                       "(a Lease named volcano-guard-audit; default: the kubeconfig context's "
+                       "namespace, else the pod's own, else default)")
     audit.add_argument("--lease-duration", type=int, default=15, metavar="SECONDS",
                        help="how long a standby waits for a silent leader (default 15)")
     audit.set_defaults(run=run_audit)
@@ -190,7 +190,7 @@ def _add_sidecar(commands: argparse._SubParsersAction) -> None:
     sidecar.add_argument("--upstream", help="API server URL (default: kubeconfig or in-cluster)")
     sidecar.add_argument("--token-file", help="bearer token file, re-read when it changes")
     sidecar.add_argument("--ca-file", help="CA bundle for an https upstream")
-    sidecar.add_argument("--kubeconfig", help="kubeconfig file (instead of --upstream)")
+    _add_cluster_flags(sidecar)
     sidecar.add_argument("--allow-plaintext-token", action="store_true",
                          help="send the token to an http:// upstream (in clear: anyone on the "
                          "path can take it); refused without this flag")
@@ -215,6 +215,14 @@ def _add_sidecar(commands: argparse._SubParsersAction) -> None:
                          help="write a kubeconfig pointing at this proxy (for the app's "
                          "containers; the injected sidecar uses it)")
     sidecar.set_defaults(run=run_sidecar)
+
+
+def _add_cluster_flags(parser: argparse.ArgumentParser) -> None:
+    """How a command finds its cluster, as kubectl does."""
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: "
+                        "$KUBECONFIG's files, else ~/.kube/config, else the in-cluster config)")
+    parser.add_argument("--context", help="the kubeconfig context to use (default: its "
+                        "current-context)")
 
 
 def _positive_float(text: str) -> float:
@@ -331,7 +339,8 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
     tls = server_context(args.tls_cert, args.tls_key, args.client_ca)
     try:
-        cluster = resolve(kubeconfig=args.kubeconfig) if needs_cluster(config) else None
+        cluster = (resolve(kubeconfig=args.kubeconfig, context=args.context)
+                   if needs_cluster(config) else None)
     except KubeconfigError as exc:
         raise ValueError(str(exc)) from None
     caches = Caches.for_config(config, cluster)
@@ -429,7 +438,7 @@ def run_certs_inject(args: argparse.Namespace) -> int:
         print(f"volcano-guard certs inject: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        patched = inject_ca_bundle(_api_client(args.kubeconfig), pem, args.mutating,
+        patched = inject_ca_bundle(_api_client(args), pem, args.mutating,
                                    args.validating)
     except CertsError as exc:
         print(f"volcano-guard certs inject: {exc}", file=sys.stderr)
@@ -450,7 +459,7 @@ def run_certs_ensure(args: argparse.Namespace) -> int:
     target = Target(args.namespace, args.service, args.ca_secret, args.tls_secret,
                     tuple(args.mutating), tuple(args.validating))
     try:
-        taken = ensure(_api_client(args.kubeconfig), target, Lifetimes(
+        taken = ensure(_api_client(args), target, Lifetimes(
             args.ca_valid, args.cert_valid),
             said=lambda step, why: print(f"{step}: {why}", flush=True))  # logs as they happen
     except CertsError as exc:
@@ -465,7 +474,7 @@ def run_certs_secret(args: argparse.Namespace) -> int:
     from volcano_guard.certs.generate import CertsError
 
     try:
-        done = write_secret(_api_client(args.kubeconfig), args.dir, args.namespace, args.name)
+        done = write_secret(_api_client(args), args.dir, args.namespace, args.name)
     except CertsError as exc:
         print(f"volcano-guard certs secret: {exc}", file=sys.stderr)
         return 1
@@ -473,14 +482,19 @@ def run_certs_secret(args: argparse.Namespace) -> int:
     return 0
 
 
-def _api_client(kubeconfig: str | None, command: str = "certs",
-                exit_code: int = EXIT_USAGE) -> object:
-    from kubernetes import client
+def _api_client(args: argparse.Namespace, command: str = "certs",
+                exit_code: int = EXIT_USAGE) -> Any:
+    """A kubernetes ApiClient for the command's cluster, or exit naming what is missing."""
+    from volcano_guard.base.kubeconfig import api_client
 
-    from volcano_guard.base.kubeconfig import KubeconfigError, kubernetes_configuration, resolve
+    return api_client(_cluster_or_exit(args, command, exit_code))
+
+
+def _cluster_or_exit(args: argparse.Namespace, command: str, exit_code: int) -> Cluster:
+    from volcano_guard.base.kubeconfig import KubeconfigError, resolve
 
     try:
-        return client.ApiClient(kubernetes_configuration(resolve(kubeconfig=kubeconfig)))
+        return resolve(kubeconfig=args.kubeconfig, context=args.context)
     except KubeconfigError as exc:
         print(f"volcano-guard {command}: {exc}", file=sys.stderr)
         raise SystemExit(exit_code) from None
@@ -515,7 +529,7 @@ def run_audit(args: argparse.Namespace) -> int:
             print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
 
     try:
-        state = read_state(_api_client(args.kubeconfig, "audit", EXIT_UNREADABLE),
+        state = read_state(_api_client(args, "audit", EXIT_UNREADABLE),
                            args.namespace, progress)
     except ClusterReadError as exc:
         print(f"\nvolcano-guard audit: cannot read the cluster: {exc}" if on_terminal else
@@ -536,7 +550,7 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
     from volcano_guard.audit.lease import LeaseSettings
     from volcano_guard.audit.report import EXIT_UNREADABLE
     from volcano_guard.audit.watch import watch
-    from volcano_guard.base.kubeconfig import context_namespace, own_namespace
+    from volcano_guard.base.kubeconfig import api_client
     from volcano_guard.base.listen import parse_listen
 
     if args.namespace:
@@ -548,16 +562,13 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
     except ValueError as exc:
         print(f"volcano-guard audit: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    api_client = _api_client(args.kubeconfig, "audit", EXIT_UNREADABLE)
-    # As kubectl defaults a namespace: in a pod its own; else the kubeconfig context's, else
-    # default.
-    namespace = (args.lease_namespace or own_namespace()
-                 or context_namespace(args.kubeconfig) or "default")
+    cluster = _cluster_or_exit(args, "audit", EXIT_UNREADABLE)
+    namespace = args.lease_namespace or cluster.default_namespace()
     lease = LeaseSettings(namespace=namespace, duration=args.lease_duration,
                           renew_deadline=args.lease_duration * 2 / 3,
                           retry=min(2.0, args.lease_duration / 5))
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
-    return asyncio.run(watch(api_client, config, metrics_listen, lease, identity))
+    return asyncio.run(watch(api_client(cluster), config, metrics_listen, lease, identity))
 
 
 def run_manifests(args: argparse.Namespace) -> int:
@@ -581,9 +592,11 @@ def run_sidecar(args: argparse.Namespace) -> int:
     try:
         listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
         coalesce = tuple(parse_resource(r) for r in args.coalesce or DEFAULT_COALESCED)
-        cluster = resolve(args.upstream, args.token_file, args.ca_file, args.kubeconfig)
+        cluster = resolve(args.upstream, args.token_file, args.ca_file, args.kubeconfig,
+                          args.context)
     except (ValueError, KubeconfigError) as exc:
-        print(f"volcano-guard sidecar: {exc}", file=sys.stderr)
+        also = "" if args.upstream or args.kubeconfig or args.context else " or --upstream URL"
+        print(f"volcano-guard sidecar: {exc}{also}", file=sys.stderr)
         return EXIT_USAGE
     if (cluster.url.startswith("http://") and (cluster.token or cluster.token_file)
             and not args.allow_plaintext_token):

@@ -31,6 +31,7 @@ class Cluster:
     client_cert: str | None = None
     client_key: str | None = None
     verify: bool = True
+    namespace: str | None = None  # the kubeconfig context's, or the pod's own in a cluster
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         """For aiohttp's `ssl=`: True (the default; unused) for plain http, False to skip
@@ -44,49 +45,173 @@ class Cluster:
             context.load_cert_chain(self.client_cert, self.client_key)
         return context
 
+    def default_namespace(self) -> str:
+        """The namespace a command works in when none is given, as kubectl picks it."""
+        return self.namespace or own_namespace() or "default"
+
 
 def resolve(url: str | None = None, token_file: str | None = None, ca_file: str | None = None,
-            kubeconfig: str | None = None) -> Cluster:
-    """--upstream/--token-file/--ca-file, else --kubeconfig, else the in-cluster config."""
+            kubeconfig: str | None = None, context: str | None = None) -> Cluster:
+    """An explicit URL (the sidecar's --upstream), else the kubeconfig as kubectl loads it
+    (--kubeconfig, else $KUBECONFIG, else ~/.kube/config), else the in-cluster config."""
     if url:
         if not url.startswith(("http://", "https://")):
             raise KubeconfigError(f"upstream {url!r} must start with http:// or https://")
         return Cluster(url.rstrip("/"), token_file=token_file, ca_file=ca_file)
-    if kubeconfig:
-        return _from_kubeconfig(kubeconfig)
-    return _in_cluster()
+    loaded = load_kubeconfig(kubeconfig)
+    chosen = context or (loaded.current_context if loaded else "")
+    if loaded is not None and chosen:
+        return _from_kubeconfig(loaded, chosen)
+    if context:
+        raise KubeconfigError(f"--context {context}: {_nowhere(loaded)}")
+    return _in_cluster(loaded)
 
 
-def _from_kubeconfig(path: str) -> Cluster:
+@dataclass(frozen=True)
+class Kubeconfig:
+    """Kubeconfig files merged as client-go's loader merges them (clientcmd/loader.go
+    ClientConfigLoadingRules.Load): the first file to name a cluster, user or context wins it
+    whole, the first non-empty current-context wins, and relative paths are made absolute
+    against the file that holds them."""
+
+    document: dict[str, Any]
+    files: tuple[str, ...]
+
+    @property
+    def current_context(self) -> str:
+        return str(self.document.get("current-context") or "")
+
+    def names(self, section: str) -> list[str]:
+        return [entry["name"] for entry in self.document[section]]
+
+    def describe(self) -> str:
+        return f"kubeconfig {', '.join(self.files)}"
+
+
+# The fields client-go resolves against the file they come from (loader.go ResolveLocalPaths).
+_FILE_FIELDS = {"clusters": ("cluster", ("certificate-authority",)),
+                "users": ("user", ("client-certificate", "client-key", "tokenFile"))}
+
+
+def load_kubeconfig(explicit: str | None = None) -> Kubeconfig | None:
+    """--kubeconfig alone (it must exist), else the files of $KUBECONFIG, else ~/.kube/config
+    (missing ones skipped); None when there is no file. KubeconfigError names a file that
+    cannot be read or parsed."""
+    if explicit:
+        paths = [explicit]
+    elif os.environ.get("KUBECONFIG"):
+        paths = list(dict.fromkeys(p for p in os.environ["KUBECONFIG"].split(os.pathsep) if p))
+    else:
+        paths = [str(Path.home() / ".kube" / "config")]
+    documents = []
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            if explicit:
+                raise KubeconfigError(f"--kubeconfig {path}: no such file") from None
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KubeconfigError(f"kubeconfig {path}: cannot be read: "
+                                  f"{getattr(exc, 'strerror', None) or exc}") from None
+        documents.append((path, _parse(path, text)))
+    if not documents:
+        return None
+    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "clusters": [],
+                              "users": [], "contexts": [], "current-context": ""}
+    for path, document in documents:
+        for section in ("clusters", "users", "contexts"):
+            taken = {entry["name"] for entry in merged[section]}
+            merged[section] += [_absolute(section, entry, path) for entry in document[section]
+                                if entry["name"] not in taken]
+        merged["current-context"] = merged["current-context"] or document["current-context"]
+    return Kubeconfig(merged, tuple(path for path, _ in documents))
+
+
+def _parse(path: str, text: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise KubeconfigError(f"kubeconfig {path}{where}: not YAML: {problem}") from None
+    document = document if document is not None else {}  # an empty file is an empty config
+    if not isinstance(document, dict):
+        raise KubeconfigError(f"kubeconfig {path}: not a kubeconfig (a mapping with clusters, "
+                              "users and contexts)")
+    parsed: dict[str, Any] = {"current-context": str(document.get("current-context") or "")}
+    for section in ("clusters", "users", "contexts"):
+        entries = document.get(section) or []
+        if not isinstance(entries, list) or not all(
+                isinstance(entry, dict) and isinstance(entry.get("name"), str)
+                for entry in entries):
+            raise KubeconfigError(f"kubeconfig {path}: {section} must be a list of entries "
+                                  "with a name")
+        parsed[section] = entries
+    return parsed
+
+
+def _absolute(section: str, entry: dict[str, Any], origin: str) -> dict[str, Any]:
+    if section not in _FILE_FIELDS:
+        return entry
+    key, fields = _FILE_FIELDS[section]
+    body = entry.get(key)
+    if not isinstance(body, dict):
+        return entry
+    base = Path(origin).absolute().parent
+    body = {name: str(base / value) if name in fields and isinstance(value, str) and value
+            and not os.path.isabs(value) else value for name, value in body.items()}
+    return {**entry, key: body}
+
+
+def _from_kubeconfig(loaded: Kubeconfig, context: str) -> Cluster:
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    if context not in loaded.names("contexts"):
+        known = ", ".join(loaded.names("contexts")) or "none"
+        raise KubeconfigError(f"{loaded.describe()}: no context {context!r} (contexts: {known})")
     configuration = client.Configuration()
     try:
-        config.load_kube_config(config_file=path, client_configuration=configuration,
-                                persist_config=False)
-    except (ConfigException, OSError, TypeError, ValueError) as exc:
-        raise KubeconfigError(f"kubeconfig {path}: {exc}") from None
+        config.load_kube_config_from_dict(loaded.document, context=context,
+                                          client_configuration=configuration,
+                                          persist_config=False)
+    except (ConfigException, OSError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise KubeconfigError(f"{loaded.describe()}, context {context}: {exc}") from None
     # Recent kubernetes packages key the token "BearerToken", older ones "authorization".
     authorization = (configuration.api_key.get("BearerToken")
                      or configuration.api_key.get("authorization") or "")
     token = authorization.removeprefix("Bearer ").strip() or None
+    [entry] = [c for c in loaded.document["contexts"] if c["name"] == context]
+    namespace = (entry.get("context") or {}).get("namespace") or None
     return Cluster(configuration.host.rstrip("/"), token=token,
                    ca_file=configuration.ssl_ca_cert, client_cert=configuration.cert_file,
-                   client_key=configuration.key_file, verify=configuration.verify_ssl)
+                   client_key=configuration.key_file, verify=configuration.verify_ssl,
+                   namespace=str(namespace) if namespace else None)
 
 
-def _in_cluster() -> Cluster:
+def _nowhere(loaded: Kubeconfig | None) -> str:
+    """Where a kubeconfig was looked for, in words."""
+    if loaded is not None:
+        return f"{loaded.describe()} sets no current-context"
+    if os.environ.get("KUBECONFIG"):
+        return f"no file of $KUBECONFIG ({os.environ['KUBECONFIG']}) exists"
+    return f"there is no {Path.home() / '.kube' / 'config'} and $KUBECONFIG is unset"
+
+
+def _in_cluster(loaded: Kubeconfig | None) -> Cluster:
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get(
         "KUBERNETES_SERVICE_PORT")
     token = SERVICE_ACCOUNT / "token"
     if not host or not port or not token.exists():
-        raise KubeconfigError("not running in a cluster (KUBERNETES_SERVICE_HOST/PORT or the "
-                              "service-account token is missing): pass --upstream or "
-                              "--kubeconfig")
+        raise KubeconfigError(f"no cluster to talk to: {_nowhere(loaded)}, and this is not a "
+                              "pod in a cluster; pass --kubeconfig (and --context)")
     host = f"[{host}]" if ":" in host else host
     return Cluster(f"https://{host}:{port}", token_file=str(token),
-                   ca_file=str(SERVICE_ACCOUNT / "ca.crt"))
+                   ca_file=str(SERVICE_ACCOUNT / "ca.crt"), namespace=own_namespace())
 
 
 class TokenSource:
@@ -143,6 +268,13 @@ def kubernetes_configuration(cluster: Cluster) -> Any:
     return configuration
 
 
+def api_client(cluster: Cluster) -> Any:
+    """A `kubernetes` ApiClient for cluster."""
+    from kubernetes import client
+
+    return client.ApiClient(kubernetes_configuration(cluster))
+
+
 def own_namespace() -> str | None:
     """The namespace this process runs in: $POD_NAMESPACE, else the service account's."""
     if os.environ.get("POD_NAMESPACE"):
@@ -151,27 +283,6 @@ def own_namespace() -> str | None:
         return (SERVICE_ACCOUNT / "namespace").read_text(encoding="utf-8").strip() or None
     except OSError:
         return None
-
-
-def context_namespace(kubeconfig: str | None = None) -> str | None:
-    """The namespace of the kubeconfig's current context, as kubectl reads it (--kubeconfig,
-    else the first file in $KUBECONFIG, else ~/.kube/config); None when it names none."""
-    import yaml
-
-    path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or str(
-        Path.home() / ".kube" / "config")
-    try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return None
-    if not isinstance(document, dict):
-        return None
-    current = document.get("current-context")
-    for entry in document.get("contexts") or ():
-        if isinstance(entry, dict) and entry.get("name") == current:
-            namespace = (entry.get("context") or {}).get("namespace")
-            return str(namespace) if namespace else None
-    return None
 
 
 def write_kubeconfig(path: str | Path, server: str, *, token: str | None = None,

@@ -17,7 +17,7 @@ import aiohttp
 from volcano_guard.base.apipaths import group_version_path
 from volcano_guard.base.informer import Informer, Snapshot, static_snapshot
 from volcano_guard.base.jsonbody import decode, object_at
-from volcano_guard.base.kubeconfig import Cluster, TokenSource, kubernetes_configuration
+from volcano_guard.base.kubeconfig import Cluster, TokenSource, api_client
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.metrics import LIVE_LOOKUPS
 from volcano_guard.webhook.policies import enabled_policies, live_lookups, watched_data
@@ -69,10 +69,8 @@ class Caches:
             needing = [p.name for p in enabled_policies(config) if p.watches or p.lookups]
             raise ValueError(f"policies {', '.join(needing)} read the cluster: pass "
                              "--kubeconfig, run in a cluster, or set their modes to off")
-        from kubernetes import client
-
-        api_client = client.ApiClient(kubernetes_configuration(cluster))
-        informers = {data: Informer(data.resource, lister(api_client, data), data.keep)
+        kubernetes = api_client(cluster)
+        informers = {data: Informer(data.resource, lister(kubernetes, data), data.keep)
                      for data in watched_data(config)}
         return cls(informers, cluster=cluster, lookup_timeout=lookup_timeout)
 
