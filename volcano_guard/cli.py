@@ -12,9 +12,9 @@ import importlib.util
 import logging
 import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from volcano_guard import __version__
 
@@ -46,8 +46,15 @@ def _configure_logging() -> None:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that says what is wrong in one line, as kubectl does, not with the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="volcano-guard",
         description="Admission webhook and status-coalescing proxy for the Volcano scheduler.",
     )
@@ -76,9 +83,9 @@ def _add_webhook(commands: argparse._SubParsersAction) -> None:
     webhook.add_argument(
         "--metrics-listen", default="0.0.0.0:9090", help="HOST:PORT for /metrics (plain HTTP)"
     )
-    webhook.add_argument("--namespace", help="the guard's namespace, where the node states "
-                         "of the in-server policies are published (default: the pod's own, "
-                         "else volcano-guard)")
+    webhook.add_argument("--namespace", type=_namespace, help="the guard's namespace, where "
+                         "the node states of the in-server policies are published (default: "
+                         "the pod's own, else volcano-guard)")
     _add_cluster_flags(webhook)
     webhook.add_argument("--workers", type=_positive_int, default=1,
                          help="processes sharing the admission port (SO_REUSEPORT); one uses "
@@ -90,36 +97,44 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
     certs = commands.add_parser("certs", help="certificate tooling")
     actions = certs.add_subparsers(dest="action", required=True, metavar="ACTION")
     generate = actions.add_parser("generate", help="ECDSA P-256 CA and serving certificate")
-    generate.add_argument("--service", required=True, help="the webhook's Service name")
-    generate.add_argument("--namespace", required=True, help="the Service's namespace")
+    generate.add_argument("--service", type=_service, required=True,
+                          help="the webhook's Service name")
+    generate.add_argument("--namespace", type=_namespace, required=True,
+                          help="the Service's namespace")
     generate.add_argument("--out", required=True, help="directory for ca.crt, tls.crt, tls.key")
-    generate.add_argument("--days", type=int, default=365, help="validity (default %(default)s)")
+    generate.add_argument("--days", type=_positive_int, default=365,
+                          help="validity (default %(default)s)")
     generate.add_argument("--force", action="store_true", help="replace an existing CA")
     generate.set_defaults(run=run_certs_generate)
     rotate = actions.add_parser("rotate", help="renew the serving cert (and the CA, with an "
                                 "overlapping bundle) before they expire")
     rotate.add_argument("--dir", required=True, help="directory written by certs generate")
-    rotate.add_argument("--renew-before", default="720h",
+    rotate.add_argument("--renew-before", type=_duration, default="720h",
                         help="renew what expires within this (default %(default)s)")
     rotate.add_argument("--force", action="store_true", help="renew the serving cert now")
     rotate.set_defaults(run=run_certs_rotate)
     inject = actions.add_parser("inject", help="set caBundle on the webhook configurations")
     inject.add_argument("--ca", required=True, help="CA bundle file (ca.crt)")
-    inject.add_argument("--mutating", action="append", default=[], metavar="NAME")
-    inject.add_argument("--validating", action="append", default=[], metavar="NAME")
+    inject.add_argument("--mutating", type=_object_name, action="append", default=[],
+                        metavar="NAME")
+    inject.add_argument("--validating", type=_object_name, action="append", default=[],
+                        metavar="NAME")
     _add_cluster_flags(inject)
     inject.set_defaults(run=run_certs_inject)
     ensure = actions.add_parser("ensure", help="make, renew and rotate the webhook's "
                                 "certificates in the cluster, in an order that never breaks TLS")
-    ensure.add_argument("--service", default="volcano-guard",
+    ensure.add_argument("--service", type=_service, default="volcano-guard",
                         help="the webhook's Service (default %(default)s)")
-    ensure.add_argument("--namespace", required=True, help="the Service's and Secrets' namespace")
-    ensure.add_argument("--ca-secret", default="volcano-guard-ca",
+    ensure.add_argument("--namespace", type=_namespace, required=True,
+                        help="the Service's and Secrets' namespace")
+    ensure.add_argument("--ca-secret", type=_object_name, default="volcano-guard-ca",
                         help="Secret holding the CAs and the CA key (default %(default)s)")
-    ensure.add_argument("--tls-secret", default="volcano-guard-tls",
+    ensure.add_argument("--tls-secret", type=_object_name, default="volcano-guard-tls",
                         help="Secret the webhook mounts (default %(default)s)")
-    ensure.add_argument("--mutating", action="append", default=[], metavar="NAME")
-    ensure.add_argument("--validating", action="append", default=[], metavar="NAME")
+    ensure.add_argument("--mutating", type=_object_name, action="append", default=[],
+                        metavar="NAME")
+    ensure.add_argument("--validating", type=_object_name, action="append", default=[],
+                        metavar="NAME")
     ensure.add_argument("--ca-valid", type=_duration, default="3650d",
                         help="a new CA's lifetime (default %(default)s)")
     ensure.add_argument("--cert-valid", type=_duration, default="365d",
@@ -132,13 +147,15 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
                         help="directory for client-ca.crt, client.crt, client.key")
     client.add_argument("--name", default="kube-apiserver",
                         help="the certificate's common name (default %(default)s)")
-    client.add_argument("--days", type=int, default=365, help="validity (default %(default)s)")
+    client.add_argument("--days", type=_positive_int, default=365,
+                        help="validity (default %(default)s)")
     client.add_argument("--force", action="store_true", help="replace an existing client CA")
     client.set_defaults(run=run_certs_client)
     secret = actions.add_parser("secret", help="create or update the serving cert's Secret")
     secret.add_argument("--dir", required=True, help="directory with tls.crt, tls.key, ca.crt")
-    secret.add_argument("--name", required=True)
-    secret.add_argument("--namespace", required=True)
+    secret.add_argument("--name", type=_object_name, required=True, help="the Secret's name")
+    secret.add_argument("--namespace", type=_namespace, required=True,
+                        help="the Secret's namespace")
     _add_cluster_flags(secret)
     secret.set_defaults(run=run_certs_secret)
 
@@ -163,18 +180,18 @@ def _add_audit(commands: argparse._SubParsersAction) -> None:
         "cluster as it is (exit 0 clean, 1 findings, 2 the cluster cannot be read)")
     _add_cluster_flags(audit)
     audit.add_argument("--config", help="YAML config file (default: every default)")
-    audit.add_argument("--namespace", help="only this namespace's objects (node accounting, "
-                       "which needs every pod, is then skipped)")
+    audit.add_argument("--namespace", type=_namespace, help="only this namespace's objects "
+                       "(node accounting, which needs every pod, is then skipped)")
     audit.add_argument("--output", choices=("text", "json"), default="text")
     audit.add_argument("--watch", action="store_true", help="keep auditing as the cluster "
                        "changes, publishing metrics (on --metrics-listen) until SIGTERM")
     audit.add_argument("--metrics-listen", default="0.0.0.0:9092",
                        help="HOST:PORT for /metrics, /healthz, /readyz with --watch "
                        "(default %(default)s)")
-    audit.add_argument("--lease-namespace", help="where --watch replicas elect the active one "
-                       "(a Lease named volcano-guard-audit; default: the kubeconfig context's "
-                       "namespace, else the pod's own, else default)")
-    audit.add_argument("--lease-duration", type=int, default=15, metavar="SECONDS",
+    audit.add_argument("--lease-namespace", type=_namespace, help="where --watch replicas "
+                       "elect the active one (a Lease named volcano-guard-audit; default: the "
+                       "kubeconfig context's namespace, else the pod's own, else default)")
+    audit.add_argument("--lease-duration", type=_positive_int, default=15, metavar="SECONDS",
                        help="how long a standby waits for a silent leader (default 15)")
     audit.set_defaults(run=run_audit)
 
@@ -226,7 +243,10 @@ def _add_cluster_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number")
     return value
@@ -245,19 +265,50 @@ def _duration(text: str) -> datetime.timedelta:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
+
+
+def _name(check: Callable[[str], str | None]) -> Callable[[str], str]:
+    """An argparse type: a Kubernetes name that check (base.names) accepts."""
+    def parse(text: str) -> str:
+        problem = check(text)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
+        return text
+    return parse
+
+
+def _namespace(text: str) -> str:
+    from volcano_guard.base.names import dns1123_label_problem
+
+    return _name(dns1123_label_problem)(text)
+
+
+def _service(text: str) -> str:
+    from volcano_guard.base.names import dns1035_label_problem
+
+    return _name(dns1035_label_problem)(text)
+
+
+def _object_name(text: str) -> str:
+    from volcano_guard.base.names import dns1123_subdomain_problem
+
+    return _name(dns1123_subdomain_problem)(text)
 
 
 def _add_manifests(commands: argparse._SubParsersAction) -> None:
     manifests = commands.add_parser(
         "manifests", help="print the webhook configurations that match a config")
     manifests.add_argument("--config", help="YAML config file (default: every default)")
-    manifests.add_argument("--namespace", default="volcano-guard",
+    manifests.add_argument("--namespace", type=_namespace, default="volcano-guard",
                            help="the guard's namespace (default %(default)s)")
-    manifests.add_argument("--service", default="volcano-guard",
+    manifests.add_argument("--service", type=_service, default="volcano-guard",
                            help="the webhook's Service (default %(default)s)")
     manifests.set_defaults(run=run_manifests)
 
@@ -300,8 +351,7 @@ def run_webhook(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.workers > 1:
         return _run_webhook_workers(args, parts)
-    asyncio.run(parts.serve())
-    return 0
+    return _serve("webhook", parts.serve())
 
 
 @dataclass(frozen=True)
@@ -331,7 +381,7 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     from volcano_guard.base.listen import parse_listen
     from volcano_guard.base.tls import server_context
     from volcano_guard.certs.reload import CertReloader
-    from volcano_guard.webhook.caches import Caches, needs_cluster
+    from volcano_guard.webhook.caches import Caches, needs_cluster, without_cluster
     from volcano_guard.webhook.config import exempt_own_namespace
     from volcano_guard.webhook.node_states import publisher_for
 
@@ -342,7 +392,7 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
         cluster = (resolve(kubeconfig=args.kubeconfig, context=args.context)
                    if needs_cluster(config) else None)
     except KubeconfigError as exc:
-        raise ValueError(str(exc)) from None
+        raise ValueError(f"{exc} ({without_cluster(config)})") from None
     caches = Caches.for_config(config, cluster)
     namespace = args.namespace or own_namespace() or "volcano-guard"
     return _WebhookParts(config, listen, metrics_listen, tls, caches,
@@ -351,19 +401,23 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
 
 
 def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
+    from volcano_guard.base.listen import AddressUnusable, listening_socket
     from volcano_guard.webhook.server import SHUTDOWN_TIMEOUT
     from volcano_guard.webhook.workers import WorkerError, reserved_port, start_workers, supervise
 
-    with reserved_port(parts.listen) as port:
-        host = parts.listen.host
-        args.listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        try:
+    try:
+        metrics = listening_socket("--metrics-listen", parts.metrics_listen)
+        with reserved_port(parts.listen) as port:
+            host = parts.listen.host
+            args.listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             workers = start_workers(args.workers, _webhook_worker, args)
-        except WorkerError as exc:
-            print(f"volcano-guard webhook: {exc}", file=sys.stderr)
-            return 1
-    return asyncio.run(supervise(workers, parts.metrics_listen,
-                                 shutdown_timeout=SHUTDOWN_TIMEOUT))
+    except AddressUnusable as exc:  # before any worker started
+        print(f"volcano-guard webhook: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except WorkerError as exc:
+        print(f"volcano-guard webhook: {exc}", file=sys.stderr)
+        return 1
+    return _serve("webhook", supervise(workers, metrics, shutdown_timeout=SHUTDOWN_TIMEOUT))
 
 
 def _webhook_worker(args: argparse.Namespace, report: Any) -> None:
@@ -382,12 +436,16 @@ def _webhook_worker(args: argparse.Namespace, report: Any) -> None:
 
 
 def run_certs_generate(args: argparse.Namespace) -> int:
+    from volcano_guard.base.files import describe_os_error
     from volcano_guard.certs.generate import CertsError, generate
 
     try:
         made = generate(args.service, args.namespace, args.out, days=args.days, force=args.force)
-    except (CertsError, OSError) as exc:
+    except CertsError as exc:
         print(f"volcano-guard certs generate: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"volcano-guard certs generate: {describe_os_error(exc)}", file=sys.stderr)
         return 1
     print(f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} "
           f"(valid until {made.not_after:%Y-%m-%d}; names: {', '.join(made.dns_names)})")
@@ -395,12 +453,16 @@ def run_certs_generate(args: argparse.Namespace) -> int:
 
 
 def run_certs_client(args: argparse.Namespace) -> int:
+    from volcano_guard.base.files import describe_os_error
     from volcano_guard.certs.generate import CertsError, generate_client
 
     try:
         made = generate_client(args.name, args.out, days=args.days, force=args.force)
-    except (CertsError, OSError) as exc:
+    except CertsError as exc:
         print(f"volcano-guard certs client: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"volcano-guard certs client: {describe_os_error(exc)}", file=sys.stderr)
         return 1
     print(f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} (client {made.name}, valid "
           f"until {made.not_after:%Y-%m-%d}): pass {made.ca_file.name} to webhook --client-ca, "
@@ -409,13 +471,12 @@ def run_certs_client(args: argparse.Namespace) -> int:
 
 
 def run_certs_rotate(args: argparse.Namespace) -> int:
-    from volcano_guard.base.durations import parse_duration
     from volcano_guard.certs.generate import CertsError
     from volcano_guard.certs.rotate import rotate
 
     try:
-        done = rotate(args.dir, parse_duration(args.renew_before), force_leaf=args.force)
-    except (CertsError, ValueError) as exc:
+        done = rotate(args.dir, args.renew_before, force_leaf=args.force)
+    except CertsError as exc:
         print(f"volcano-guard certs rotate: {exc}", file=sys.stderr)
         return 1
     print(f"serving cert {'renewed' if done.leaf_renewed else 'kept'} (valid until "
@@ -443,6 +504,9 @@ def run_certs_inject(args: argparse.Namespace) -> int:
     except CertsError as exc:
         print(f"volcano-guard certs inject: {exc}", file=sys.stderr)
         return 1
+    except ConnectionError as exc:  # no API server answered (base.api_client names it)
+        print(f"volcano-guard certs inject: {exc}; no caBundle was changed", file=sys.stderr)
+        return EXIT_USAGE
     print("caBundle set on " + ", ".join(patched))
     return 0
 
@@ -478,6 +542,9 @@ def run_certs_secret(args: argparse.Namespace) -> int:
     except CertsError as exc:
         print(f"volcano-guard certs secret: {exc}", file=sys.stderr)
         return 1
+    except ConnectionError as exc:  # no API server answered (base.api_client names it)
+        print(f"volcano-guard certs secret: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     print(f"Secret {args.namespace}/{args.name} {done}")
     return 0
 
@@ -485,7 +552,7 @@ def run_certs_secret(args: argparse.Namespace) -> int:
 def _api_client(args: argparse.Namespace, command: str = "certs",
                 exit_code: int = EXIT_USAGE) -> Any:
     """A kubernetes ApiClient for the command's cluster, or exit naming what is missing."""
-    from volcano_guard.base.kubeconfig import api_client
+    from volcano_guard.base.api_client import api_client
 
     return api_client(_cluster_or_exit(args, command, exit_code))
 
@@ -550,7 +617,7 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
     from volcano_guard.audit.lease import LeaseSettings
     from volcano_guard.audit.report import EXIT_UNREADABLE
     from volcano_guard.audit.watch import watch
-    from volcano_guard.base.kubeconfig import api_client
+    from volcano_guard.base.api_client import api_client
     from volcano_guard.base.listen import parse_listen
 
     if args.namespace:
@@ -568,7 +635,7 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
                           renew_deadline=args.lease_duration * 2 / 3,
                           retry=min(2.0, args.lease_duration / 5))
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
-    return asyncio.run(watch(api_client(cluster), config, metrics_listen, lease, identity))
+    return _serve("audit", watch(api_client(cluster), config, metrics_listen, lease, identity))
 
 
 def run_manifests(args: argparse.Namespace) -> int:
@@ -584,6 +651,7 @@ def run_manifests(args: argparse.Namespace) -> int:
 
 
 def run_sidecar(args: argparse.Namespace) -> int:
+    from volcano_guard.base.files import read_bytes
     from volcano_guard.base.kubeconfig import KubeconfigError, resolve
     from volcano_guard.base.listen import parse_listen
     from volcano_guard.sidecar.routes import DEFAULT_COALESCED, parse_resource
@@ -592,11 +660,22 @@ def run_sidecar(args: argparse.Namespace) -> int:
     try:
         listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
         coalesce = tuple(parse_resource(r) for r in args.coalesce or DEFAULT_COALESCED)
+        for path, flag in ((args.ca_file, "--ca-file"), (args.token_file, "--token-file")):
+            if path:
+                read_bytes(path, flag)  # named now, not at the first request
         cluster = resolve(args.upstream, args.token_file, args.ca_file, args.kubeconfig,
                           args.context)
-    except (ValueError, KubeconfigError) as exc:
+        cluster.ssl_context()  # a CA bundle that does not load fails here
+    except KubeconfigError as exc:
         also = "" if args.upstream or args.kubeconfig or args.context else " or --upstream URL"
         print(f"volcano-guard sidecar: {exc}{also}", file=sys.stderr)
+        return EXIT_USAGE
+    except ssl.SSLError as exc:
+        print(f"volcano-guard sidecar: the CA bundle {cluster.ca_file} does not load: "
+              f"{exc.reason or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
+        print(f"volcano-guard sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if (cluster.url.startswith("http://") and (cluster.token or cluster.token_file)
             and not args.allow_plaintext_token):
@@ -611,7 +690,20 @@ def run_sidecar(args: argparse.Namespace) -> int:
         coalesce=coalesce, write_kubeconfig=args.write_kubeconfig,
         upstream_read_timeout=args.upstream_read_timeout,
     )
-    return asyncio.run(serve(cluster, settings))
+    return _serve("sidecar", serve(cluster, settings))
+
+
+def _serve(command: str, server: Coroutine[Any, Any, Any]) -> int:
+    """Run a server to its end: its exit code; an address it cannot bind, or files it cannot
+    use, are one line and exit 2."""
+    from volcano_guard.base.files import FileProblem
+    from volcano_guard.base.listen import AddressUnusable
+
+    try:
+        return int(asyncio.run(server) or 0)
+    except (AddressUnusable, FileProblem) as exc:
+        print(f"volcano-guard {command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _missing_sandbox_extra(command: str) -> bool:
@@ -635,14 +727,15 @@ def run_sandbox(args: argparse.Namespace) -> int:
     from volcano_guard.base.tls import server_context
     from volcano_guard.sandbox.admission import parse_service
     from volcano_guard.sandbox.authn import load_token_file
-    from volcano_guard.sandbox.runner import serve_forever
+    from volcano_guard.sandbox.runner import load_files, serve_forever
     from volcano_guard.sandbox.server import SandboxSettings
 
     try:
         listen = parse_listen(args.listen)
         services = dict(parse_service(text) for text in args.service)
         tokens = load_token_file(args.token_auth_file) if args.token_auth_file else None
-    except (ValueError, OSError) as exc:  # TokenFileError is a ValueError
+        objects = load_files(args.load)
+    except (ValueError, OSError) as exc:  # TokenFileError and FileProblem are ValueErrors
         print(f"volcano-guard sandbox: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -650,11 +743,11 @@ def run_sandbox(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         tls = server_context(args.tls_cert, args.tls_key) if args.tls_cert else None
-    except (OSError, ssl.SSLError) as exc:
+    except (OSError, ssl.SSLError, ValueError) as exc:
         print(f"volcano-guard sandbox: {exc}", file=sys.stderr)
         return EXIT_USAGE
     settings = SandboxSettings(services=services, tokens=tokens)
-    return asyncio.run(serve_forever(listen.host, listen.port, args.load, settings, tls))
+    return _serve("sandbox", serve_forever(listen.host, listen.port, objects, settings, tls))
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -663,7 +756,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from volcano_guard.demo import run
 
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the table says it all
-    return asyncio.run(run(args.examples))
+    return _serve("demo", run(args.examples))
 
 
 def _load_config_or_exit(path: str | None) -> Config:

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import logging
 import re
@@ -26,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
+from volcano_guard.base.files import FileProblem, read_text, yaml_documents
 from volcano_guard.base.jsonpatch import apply_patch
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.tls import client_context, server_context
@@ -56,12 +57,42 @@ class Row:
     detail: str
 
 
+@dataclass(frozen=True)
+class Example:
+    """One example admission: its file's stem, its first comment line, the review."""
+
+    name: str
+    summary: str
+    review: dict[str, Any]
+
+
+def load_examples(path: Path) -> list[Example]:
+    """The AdmissionReviews in path (a file, or a directory's *.yaml); FileProblem naming a
+    file that is not one."""
+    if path.is_dir():
+        files = sorted(path.glob("*.yaml"))
+        if not files:
+            raise FileProblem(f"--examples {path}: holds no example admissions (*.yaml)")
+    elif path.exists():
+        files = [path]
+    else:
+        raise FileProblem(f"--examples {path}: no such file or directory")
+    examples = []
+    for file in files:
+        text = read_text(file)
+        documents = [d for d in yaml_documents(text, str(file)) if d is not None]
+        if (len(documents) != 1 or not isinstance(documents[0], dict)
+                or documents[0].get("kind") != "AdmissionReview"
+                or not isinstance(documents[0].get("request"), dict)):
+            raise FileProblem(f"{file}: not one AdmissionReview (a document of kind "
+                              "AdmissionReview with a request)")
+        examples.append(Example(file.stem, text.splitlines()[0].lstrip("# ").strip(),
+                                documents[0]))
+    return examples
+
+
 async def run(examples_dir: str | None = None) -> int:
-    examples = Path(examples_dir) if examples_dir else EXAMPLES / "admissions"
-    files = sorted(examples.glob("*.yaml"))
-    if not files:
-        print(f"demo: no example admissions (*.yaml) in {examples}")
-        return 2
+    examples = load_examples(Path(examples_dir) if examples_dir else EXAMPLES / "admissions")
     config = load_config(EXAMPLES / "demo-config.yaml")
     with tempfile.TemporaryDirectory(prefix="volcano-guard-demo-") as tmp:
         made = generate(SERVICE, NAMESPACE, tmp, days=1)
@@ -74,7 +105,7 @@ async def run(examples_dir: str | None = None) -> int:
             connector = aiohttp.TCPConnector(ssl=client_context(made.ca_file))
             async with aiohttp.ClientSession(connector=connector) as session:
                 client = _Client(session, f"https://{LOOPBACK}:{ports[0]}", made.dns_names[2])
-                rows = [await _replay(client, file) for file in files]
+                rows = [await _replay(client, example) for example in examples]
                 metrics = await _scrape(session, f"http://{LOOPBACK}:{ports[1]}/metrics")
     _print_table(rows)
     print("\nvolcano_guard_admission_requests_total, as scraped from /metrics:")
@@ -173,10 +204,8 @@ class _Client:
             return body["response"]
 
 
-async def _replay(client: _Client, file: Path) -> Row:
-    text = file.read_text(encoding="utf-8")
-    review = yaml.safe_load(text)
-    summary = text.splitlines()[0].lstrip("# ").strip()
+async def _replay(client: _Client, example: Example) -> Row:
+    review = copy.deepcopy(example.review)
     mutated = await client.post("/mutate", review)
     mutate = _verdict(mutated)
     if "patch" in mutated:
@@ -186,7 +215,7 @@ async def _replay(client: _Client, file: Path) -> Row:
     detail = validated.get("status", {}).get("message", "")
     if not detail and "patch" in mutated:
         detail = "patched: " + ", ".join(f"{op['op']} {op['path']}" for op in patch)
-    return Row(file.stem, summary, mutate, _verdict(validated), detail)
+    return Row(example.name, example.summary, mutate, _verdict(validated), detail)
 
 
 def _verdict(response: dict[str, Any]) -> str:

@@ -59,9 +59,12 @@ def test_cli_rotate_and_bad_duration(tmp_path, capsys):
     generate(SERVICE, NAMESPACE, tmp_path, days=30)
     assert main(["certs", "rotate", "--dir", str(tmp_path), "--force"]) == 0
     assert "serving cert renewed" in capsys.readouterr().out
-    assert main(["certs", "rotate", "--dir", str(tmp_path), "--renew-before", "soon"]) == 1
-    assert "duration" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["certs", "rotate", "--dir", str(tmp_path), "--renew-before", "soon"])
+    assert exited.value.code == 2
+    assert "'soon' is not a duration" in capsys.readouterr().err
     assert main(["certs", "rotate", "--dir", str(tmp_path / "missing")]) == 1
+    assert f"{tmp_path / 'missing' / 'ca.crt'}: no such file" in capsys.readouterr().err
 
 
 def handshake_serial(port, ca_file):

@@ -65,5 +65,7 @@ def test_cli_generate_writes_the_three_files_and_refuses_a_second_run(tmp_path, 
 def test_cli_refuses_zero_days(tmp_path, capsys):
     args = ["certs", "generate", "--service", "vg", "--namespace", "ns", "--out",
             str(tmp_path), "--days", "0"]
-    assert main(args) == 1
-    assert "--days" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    assert "argument --days: 0 is not a positive integer" in capsys.readouterr().err

@@ -102,7 +102,7 @@ def test_unquoted_numeric_default_is_kept_as_a_quantity():
     ("text", "needle"),
     [
         ("policies: {resourceRequests: {mode: loud}}", "policies.resourceRequests.mode"),
-        ("policies: [unclosed", "not valid YAML"),
+        ("policies: [unclosed", "line 1: not YAML"),
     ],
 )
 def test_cli_exits_2_naming_the_bad_key(tmp_path, capsys, text, needle):
@@ -119,7 +119,7 @@ def test_cli_exits_2_for_a_missing_config_file(tmp_path, capsys):
         main(["webhook", "--config", str(tmp_path / "nope.yaml"), "--tls-cert", "x",
               "--tls-key", "y"])
     assert info.value.code == 2
-    assert "cannot read config file" in capsys.readouterr().err
+    assert "nope.yaml: no such file" in capsys.readouterr().err
 
 
 def test_unquoted_off_is_the_mode_off_not_a_boolean(tmp_path):
@@ -220,3 +220,18 @@ def test_an_overflowing_duration_or_deep_nesting_is_a_config_error(tmp_path, tex
     path.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(needle)):
         load_config(path)
+
+
+@pytest.mark.parametrize("policy", __import__(
+    "volcano_guard.webhook.policies", fromlist=["POLICIES"]).POLICIES, ids=lambda p: p.name)
+def test_the_setting_each_policy_names_to_turn_it_off_does(policy):
+    from volcano_guard.webhook.config import read_yaml
+
+    path, _, value = policy.off.partition(": ")
+    data = tree = {}
+    *parents, leaf = path.split(".")
+    for key in parents:
+        tree = tree.setdefault(key, {})
+    tree[leaf] = read_yaml(value)
+    assert policy.mode(config_from_dict({})) != "off"
+    assert policy.mode(config_from_dict(data)) == "off"

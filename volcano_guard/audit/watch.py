@@ -32,7 +32,7 @@ from volcano_guard.audit.metrics import LEADING, REPORT_WRITE_ERRORS, AuditColle
 from volcano_guard.audit.reports import ReportWriter
 from volcano_guard.base.connections import release_free_memory
 from volcano_guard.base.informer import Informer
-from volcano_guard.base.listen import Listen
+from volcano_guard.base.listen import Listen, start_site
 from volcano_guard.base.metrics import REGISTRY, metrics_app
 from volcano_guard.webhook.caches import lister
 from volcano_guard.webhook.config import Config
@@ -194,7 +194,8 @@ async def watch(api_client: Any, config: Config, metrics_listen: Listen,
     runner = web.AppRunner(metrics_app(audit.ready, lambda: elector.problem), access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, metrics_listen.host, metrics_listen.port).start()
+        await start_site(web.TCPSite(runner, metrics_listen.host, metrics_listen.port),
+                         "--metrics-listen", metrics_listen)
         port = runner.addresses[0][1]
         log.info("audit watching the cluster; metrics on http://%s:%s", metrics_listen.host, port)
         audit.start()

@@ -20,9 +20,13 @@ from typing import Any, Generic, TypeVar
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from volcano_guard.base.api_client import CONNECT_TIMEOUT
+
 log = logging.getLogger("volcano_guard.base.informer")
 T = TypeVar("T")
 WATCH_SECONDS = 300  # restart watches now and then, as client-go's reflector does
+# A watch may be quiet for its whole length; past this with no byte, its server is gone.
+WATCH_READ_TIMEOUT = WATCH_SECONDS + 60
 # Objects a list page asks for: one decoded page is what a list holds in memory at once.
 PAGE = 5000
 
@@ -109,7 +113,8 @@ class Informer(Generic[T]):
             self._watch = watch.Watch()
             events = self._watch.stream(self._list, resource_version=version,
                                         allow_watch_bookmarks=True,
-                                        timeout_seconds=WATCH_SECONDS, deserialize=False)
+                                        timeout_seconds=WATCH_SECONDS, deserialize=False,
+                                        _request_timeout=(CONNECT_TIMEOUT, WATCH_READ_TIMEOUT))
             try:
                 for event in events:
                     version = self._apply(event, version)

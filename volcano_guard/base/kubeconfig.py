@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from volcano_guard.base.files import os_error_words, yaml_error_line, yaml_error_problem
 from volcano_guard.base.tls import client_context
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -111,9 +112,10 @@ def load_kubeconfig(explicit: str | None = None) -> Kubeconfig | None:
             if explicit:
                 raise KubeconfigError(f"--kubeconfig {path}: no such file") from None
             continue
-        except (OSError, UnicodeDecodeError) as exc:
-            raise KubeconfigError(f"kubeconfig {path}: cannot be read: "
-                                  f"{getattr(exc, 'strerror', None) or exc}") from None
+        except OSError as exc:
+            raise KubeconfigError(f"kubeconfig {path}: {os_error_words(exc)}") from None
+        except UnicodeDecodeError:
+            raise KubeconfigError(f"kubeconfig {path}: not text (UTF-8)") from None
         documents.append((path, _parse(path, text)))
     if not documents:
         return None
@@ -134,10 +136,8 @@ def _parse(path: str, text: str) -> dict[str, Any]:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise KubeconfigError(f"kubeconfig {path}{where}: not YAML: {problem}") from None
+        raise KubeconfigError(f"kubeconfig {path}{yaml_error_line(exc)}: not YAML: "
+                              f"{yaml_error_problem(exc)}") from None
     document = document if document is not None else {}  # an empty file is an empty config
     if not isinstance(document, dict):
         raise KubeconfigError(f"kubeconfig {path}: not a kubeconfig (a mapping with clusters, "
@@ -266,13 +266,6 @@ def kubernetes_configuration(cluster: Cluster) -> Any:
     refresh(configuration)
     configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]  # typed None
     return configuration
-
-
-def api_client(cluster: Cluster) -> Any:
-    """A `kubernetes` ApiClient for cluster."""
-    from kubernetes import client
-
-    return client.ApiClient(kubernetes_configuration(cluster))
 
 
 def own_namespace() -> str | None:

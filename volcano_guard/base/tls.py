@@ -8,6 +8,8 @@ import ssl
 from pathlib import Path
 from typing import Any
 
+from volcano_guard.base.files import read_bytes
+
 
 def server_context(cert_file: str | Path, key_file: str | Path,
                    client_ca: str | Path | None = None) -> ssl.SSLContext:
@@ -15,7 +17,11 @@ def server_context(cert_file: str | Path, key_file: str | Path,
     present a certificate that CA signed, or the handshake fails."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(str(cert_file), str(key_file))
+    cert, key = read_bytes(cert_file, "--tls-cert"), read_bytes(key_file, "--tls-key")
+    try:
+        context.load_cert_chain(str(cert_file), str(key_file))
+    except ssl.SSLError as exc:
+        raise ValueError(pair_problem(cert, key, cert_file, key_file) or str(exc)) from None
     if client_ca is not None:
         try:
             context.load_verify_locations(cafile=str(client_ca))
@@ -27,6 +33,33 @@ def server_context(cert_file: str | Path, key_file: str | Path,
             raise ValueError(f"--client-ca {client_ca}: {problem}")
         context.verify_mode = ssl.CERT_REQUIRED
     return context
+
+
+def pair_problem(cert: bytes, key: bytes, cert_file: str | Path,
+                 key_file: str | Path) -> str | None:
+    """Why a certificate and key do not make a serving pair, naming both files; None when
+    they do."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    swapped = "; are --tls-cert and --tls-key swapped?"
+    try:
+        certificate = x509.load_pem_x509_certificates(cert)[0]
+    except ValueError:
+        held = " (it holds a private key)" if b"PRIVATE KEY" in cert else ""
+        return f"--tls-cert {cert_file} is not a PEM certificate{held}" + (swapped * bool(held))
+    try:
+        private = serialization.load_pem_private_key(key, None)
+    except (ValueError, TypeError):
+        held = " (it holds a certificate)" if b"CERTIFICATE" in key else ""
+        return (f"--tls-key {key_file} is not an unencrypted PEM private key{held}"
+                + (swapped * bool(held)))
+    mine = serialization.PublicFormat.SubjectPublicKeyInfo
+    encoding = serialization.Encoding.DER
+    if (private.public_key().public_bytes(encoding, mine)
+            != certificate.public_key().public_bytes(encoding, mine)):
+        return f"--tls-key {key_file} is not the key of --tls-cert {cert_file}"
+    return None
 
 
 def _is_ca(certificate: Any) -> bool:

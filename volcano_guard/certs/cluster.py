@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from volcano_guard.base.files import FileProblem, read_bytes
 from volcano_guard.base.tls import ca_bundle_problem
 from volcano_guard.certs.generate import CA_FILE, CERT_FILE, KEY_FILE, CertsError
 
@@ -71,10 +72,10 @@ def write_secret(api_client: Any, directory: str | Path, namespace: str, name: s
 
     folder = Path(directory)
     try:
-        data = {key: base64.b64encode((folder / key).read_bytes()).decode("ascii")
+        data = {key: base64.b64encode(read_bytes(folder / key)).decode("ascii")
                 for key in (CERT_FILE, KEY_FILE, CA_FILE)}
-    except OSError as exc:
-        raise CertsError(f"{folder}: {exc}") from None
+    except FileProblem as exc:
+        raise CertsError(str(exc)) from None
     core = client.CoreV1Api(api_client)
     body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": name, "namespace": namespace,

@@ -76,7 +76,9 @@ def ensure(api_client: Any, target: Target, lifetimes: Lifetimes,
             said(step, why)
             cluster.carry_out(step, state, now(), lifetimes)
             taken.append(step)
-    except (HTTPError, OSError) as exc:  # the API server away: one line, not a traceback
+    except ConnectionError as exc:  # the API server away (base.api_client names it)
+        raise Unreachable(str(exc)) from None
+    except (HTTPError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise Unreachable(f"the API server cannot be reached: {reason}") from None
     raise CertsError(f"no end after {MAX_STEPS} steps: {', '.join(taken)}")

@@ -18,6 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
+from volcano_guard.base.files import FileProblem, read_bytes
 from volcano_guard.certs.generate import (
     CA_FILE,
     CA_KEY_FILE,
@@ -47,11 +48,16 @@ def rotate(directory: str | Path, renew_before: datetime.timedelta = DEFAULT_REN
     out = Path(directory)
     now = now or datetime.datetime.now(datetime.UTC)
     try:
-        bundle = x509.load_pem_x509_certificates((out / CA_FILE).read_bytes())
-        ca_key = serialization.load_pem_private_key((out / CA_KEY_FILE).read_bytes(), None)
-        leaf = x509.load_pem_x509_certificate((out / CERT_FILE).read_bytes())
-    except (OSError, ValueError) as exc:
-        raise CertsError(f"{out}: cannot read ca.crt, ca.key and tls.crt: {exc}") from None
+        ca_data, key_data, cert_data = (read_bytes(out / name)
+                                          for name in (CA_FILE, CA_KEY_FILE, CERT_FILE))
+    except FileProblem as exc:
+        raise CertsError(f"{exc} (certs rotate renews what certs generate wrote)") from None
+    try:
+        bundle = x509.load_pem_x509_certificates(ca_data)
+        ca_key = serialization.load_pem_private_key(key_data, None)
+        leaf = x509.load_pem_x509_certificate(cert_data)
+    except ValueError as exc:
+        raise CertsError(f"{out}: ca.crt, ca.key and tls.crt do not all parse: {exc}") from None
     ca_cert = bundle[0]
     bundle = [ca for ca in bundle if ca.not_valid_after_utc > now]  # drop expired old CAs
     lifetime = leaf.not_valid_after_utc - leaf.not_valid_before_utc

@@ -10,9 +10,11 @@ apiserver adds it. Without a token file the sandbox serves one administrator.
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Mapping
 from pathlib import Path
 
+from volcano_guard.base.files import read_text
 from volcano_guard.sandbox.matching import User
 
 AUTHENTICATED = "system:authenticated"
@@ -26,18 +28,18 @@ class TokenFileError(ValueError):
 def load_token_file(path: str | Path) -> dict[str, User]:
     """token -> user, from the apiserver's CSV token file format."""
     tokens: dict[str, User] = {}
-    with open(path, newline="", encoding="utf-8") as file:
-        for number, record in enumerate(csv.reader(file), start=1):
-            if not record:  # Go's csv reader skips empty lines
-                continue
-            if len(record) < 3:
-                raise TokenFileError(f"token file '{path}' must have at least 3 columns (token, "
-                                     f"user name, user uid), found {len(record)} on line {number}")
-            token, name, uid = record[:3]
-            if not token:
-                continue
-            groups = tuple(record[3].split(",")) if len(record) >= 4 else ()
-            tokens[token] = User(name, uid, (*groups, AUTHENTICATED))
+    text = read_text(path, "--token-auth-file")
+    for number, record in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
+        if not record:  # Go's csv reader skips empty lines
+            continue
+        if len(record) < 3:
+            raise TokenFileError(f"token file '{path}' must have at least 3 columns (token, "
+                                 f"user name, user uid), found {len(record)} on line {number}")
+        token, name, uid = record[:3]
+        if not token:
+            continue
+        groups = tuple(record[3].split(",")) if len(record) >= 4 else ()
+        tokens[token] = User(name, uid, (*groups, AUTHENTICATED))
     return tokens
 
 

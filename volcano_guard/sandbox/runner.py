@@ -16,9 +16,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from aiohttp import web
 
+from volcano_guard.base.files import FileProblem, read_text, yaml_documents
+from volcano_guard.base.listen import Listen, start_site
 from volcano_guard.sandbox.faults import FaultRule, Faults, Stats
 from volcano_guard.sandbox.resources import RESOURCES, ResourceType, served
 from volcano_guard.sandbox.server import (
@@ -69,8 +70,8 @@ async def running(host: str = "127.0.0.1", port: int = 0, *,
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2, handler_cancellation=True)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, ssl_context=tls)
-        await site.start()
+        await start_site(web.TCPSite(runner, host, port, ssl_context=tls), "--listen",
+                         Listen(host, port))
         bound = runner.addresses[0][1]
         yield Sandbox(app, f"{'https' if tls else 'http'}://{host}:{bound}")
     finally:
@@ -160,10 +161,11 @@ def seed(store: Store, objects: Iterable[dict[str, Any]]) -> list[Stored]:
 
 
 def load_files(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Every object in the YAML/JSON files (multi-document; `kind: List` expanded)."""
+    """Every object in the YAML/JSON files (multi-document; `kind: List` expanded);
+    FileProblem naming a file that cannot be read or parsed."""
     objects: list[dict[str, Any]] = []
     for path in paths:
-        for document in yaml.safe_load_all(Path(path).read_text(encoding="utf-8")):
+        for document in yaml_documents(read_text(path, "--load"), f"--load {path}"):
             if isinstance(document, dict) and document.get("kind") == "List":
                 objects.extend(document.get("items") or [])
             elif document is not None:
@@ -171,21 +173,17 @@ def load_files(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
     return objects
 
 
-async def serve_forever(host: str, port: int, files: list[str],
+async def serve_forever(host: str, port: int, objects: list[dict[str, Any]],
                         settings: SandboxSettings | None = None,
                         tls: ssl.SSLContext | None = None) -> int:
-    """`volcano-guard sandbox`: serve until SIGTERM/SIGINT; exit 2 if a --load file is bad."""
+    """`volcano-guard sandbox`: serve objects until SIGTERM/SIGINT; FileProblem when the
+    objects cannot be created."""
     import logging
     import signal
 
     from volcano_guard.sandbox.store import ApiError
 
     log = logging.getLogger("volcano_guard.sandbox")
-    try:
-        objects = load_files(files)
-    except (OSError, yaml.YAMLError) as exc:
-        log.error("cannot load: %s", exc)
-        return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -194,8 +192,7 @@ async def serve_forever(host: str, port: int, files: list[str],
         try:
             sandbox.seed(objects)
         except (ApiError, ValueError) as exc:
-            log.error("cannot load: %s", exc)
-            return 2
+            raise FileProblem(f"--load: {exc}") from None
         log.info("sandbox API server on %s (try: kubectl --server %s get nodes)",
                  sandbox.url, sandbox.url)
         await stop.wait()

@@ -13,7 +13,6 @@ import base64
 import copy
 import datetime
 import json
-import re
 import secrets
 import uuid
 from collections import deque
@@ -23,6 +22,7 @@ from typing import Any
 
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
 from volcano_guard.base.mergepatch import apply_merge_patch
+from volcano_guard.base.names import dns1123_subdomain_problem
 from volcano_guard.sandbox.patch import StrategicPatchError, apply_strategic_merge_patch
 from volcano_guard.sandbox.resources import RESOURCES, ResourceType, served
 from volcano_guard.sandbox.selectors import Requirement, matches
@@ -33,7 +33,6 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 CONFLICT_MESSAGE = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _COMMON_FIELDS = ("metadata.name", "metadata.namespace")
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # no vowels: no words in generated names
 GENERATE_NAME_ATTEMPTS = 8
@@ -516,11 +515,9 @@ class Store:
                            {"name": name, "group": resource.group, "kind": resource.plural})
 
     def _check_name(self, resource: ResourceType, name: str) -> None:
-        if len(name) > 253 or not _NAME.fullmatch(name):
-            raise invalid(resource, name, "metadata.name",
-                          f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist '
-                          "of lower case alphanumeric characters, '-' or '.', and must start "
-                          "and end with an alphanumeric character")
+        problem = dns1123_subdomain_problem(name)
+        if problem:
+            raise invalid(resource, name, "metadata.name", f'Invalid value: "{name}": {problem}')
 
     def _require_namespace(self, namespace: str) -> None:
         if not namespace:

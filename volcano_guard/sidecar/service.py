@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from volcano_guard.base.kubeconfig import Cluster, TokenSource, write_kubeconfig
+from volcano_guard.base.listen import Listen, start_site
 from volcano_guard.base.metrics import metrics_app
 from volcano_guard.base.tls import server_context
 from volcano_guard.certs.generate import generate_loopback
@@ -87,9 +88,11 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
     await probes.setup()
     flusher.start()
     try:
-        await web.TCPSite(api, settings.listen_host, settings.listen_port,
-                          ssl_context=tls[0] if tls else None).start()
-        await web.TCPSite(probes, settings.metrics_host, settings.metrics_port).start()
+        await start_site(web.TCPSite(api, settings.listen_host, settings.listen_port,
+                                     ssl_context=tls[0] if tls else None),
+                         "--listen", Listen(settings.listen_host, settings.listen_port))
+        await start_site(web.TCPSite(probes, settings.metrics_host, settings.metrics_port),
+                         "--metrics-listen", Listen(settings.metrics_host, settings.metrics_port))
         scheme = "https" if tls else "http"
         yield RunningSidecar(f"{scheme}://{settings.listen_host}:{api.addresses[0][1]}",
                              f"http://{settings.metrics_host}:{probes.addresses[0][1]}", proxy,

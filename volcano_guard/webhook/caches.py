@@ -17,7 +17,7 @@ import aiohttp
 from volcano_guard.base.apipaths import group_version_path
 from volcano_guard.base.informer import Informer, Snapshot, static_snapshot
 from volcano_guard.base.jsonbody import decode, object_at
-from volcano_guard.base.kubeconfig import Cluster, TokenSource, api_client
+from volcano_guard.base.kubeconfig import Cluster, TokenSource
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.metrics import LIVE_LOOKUPS
 from volcano_guard.webhook.policies import enabled_policies, live_lookups, watched_data
@@ -36,6 +36,14 @@ METADATA_ONLY = ("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=
 
 def needs_cluster(config: Config) -> bool:
     return bool(watched_data(config) or live_lookups(config))
+
+
+def without_cluster(config: Config) -> str:
+    """Which enabled policies read the cluster, and the settings that would turn them off."""
+    readers = [policy for policy in enabled_policies(config) if policy.watches or policy.lookups]
+    names = ", ".join(policy.name for policy in readers)
+    settings = ", ".join(dict.fromkeys(policy.off for policy in readers))
+    return f"policies {names} read the cluster; to run without one, set {settings}"
 
 
 class Caches:
@@ -66,9 +74,9 @@ class Caches:
         if not needs_cluster(config):
             return cls()
         if cluster is None:
-            needing = [p.name for p in enabled_policies(config) if p.watches or p.lookups]
-            raise ValueError(f"policies {', '.join(needing)} read the cluster: pass "
-                             "--kubeconfig, run in a cluster, or set their modes to off")
+            raise ValueError(f"no cluster: {without_cluster(config)}")
+        from volcano_guard.base.api_client import api_client
+
         kubernetes = api_client(cluster)
         informers = {data: Informer(data.resource, lister(kubernetes, data), data.keep)
                      for data in watched_data(config)}

@@ -23,6 +23,7 @@ import yaml
 from volcano_guard import __version__
 from volcano_guard.base.connections import ConnectionLimits
 from volcano_guard.base.durations import parse_duration
+from volcano_guard.base.files import FileProblem, read_text, yaml_error_line, yaml_error_problem
 from volcano_guard.base.jsonbody import shown
 from volcano_guard.base.node_selectors import kept_selector, selector_set
 from volcano_guard.base.quantity import QuantityError, parse_quantity
@@ -211,13 +212,14 @@ def load_config(path: str | Path | None) -> Config:
     if path is None:
         return Config()
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        text = read_text(path, "config file")
+    except FileProblem as exc:
+        raise ConfigError(str(exc)) from None
     try:
         return parse_config(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config file {path}{yaml_error_line(exc)}: not YAML: "
+                          f"{yaml_error_problem(exc)}") from None
 
 
 def parse_config(text: str) -> Config:

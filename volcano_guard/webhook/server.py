@@ -21,7 +21,7 @@ import orjson
 from aiohttp import web
 
 from volcano_guard.base.connections import BoundedTLSSite, ConnectionLimits, raise_open_file_limit
-from volcano_guard.base.listen import Listen
+from volcano_guard.base.listen import Listen, start_site
 from volcano_guard.base.metrics import add_probes, metrics_app
 from volcano_guard.base.status import status_response
 from volcano_guard.certs.reload import CertReloader
@@ -233,9 +233,10 @@ async def running(
     await admission.setup()
     await metrics.setup()
     try:
-        await BoundedTLSSite(admission, listen.host, listen.port, tls, limits,
-                             reuse_port=reuse_port or None).start()
-        await web.TCPSite(metrics, metrics_listen.host, metrics_listen.port).start()
+        await start_site(BoundedTLSSite(admission, listen.host, listen.port, tls, limits,
+                                        reuse_port=reuse_port or None), "--listen", listen)
+        await start_site(web.TCPSite(metrics, metrics_listen.host, metrics_listen.port),
+                         "--metrics-listen", metrics_listen)
         yield _bound_port(admission), _bound_port(metrics)
     finally:
         for site in list(admission.sites):

@@ -34,7 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from volcano_guard.base.listen import Listen
+from volcano_guard.base.listen import Listen, unusable
 
 log = logging.getLogger("volcano_guard.webhook.workers")
 # A worker's entry point: (its arguments, the pipe to report its bound ports on).
@@ -62,7 +62,10 @@ def reserved_port(listen: Listen) -> Iterator[int]:
     listening SO_REUSEPORT socket held until the workers listen, so they all get the same one."""
     with socket.socket(socket.AF_INET6 if ":" in listen.host else socket.AF_INET) as holder:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        holder.bind((listen.host, listen.port))
+        try:
+            holder.bind((listen.host, listen.port))
+        except OSError as exc:
+            raise unusable("--listen", listen, exc) from None
         yield holder.getsockname()[1]
 
 
@@ -129,20 +132,22 @@ def stop_workers(processes: list[BaseProcess], timeout: float) -> None:
             process.join()
 
 
-async def supervise(workers: list[Worker], metrics_listen: Listen,
+async def supervise(workers: list[Worker], metrics_socket: socket.socket,
                     shutdown_timeout: float) -> int:
-    """Serve the metrics port until SIGTERM/SIGINT (exit status 0) or a worker dies (1)."""
+    """Serve the metrics port (bound before the workers started, so that an address in use
+    starts none) until SIGTERM/SIGINT (exit status 0) or a worker dies (1)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    sentinels = [worker.process.sentinel for worker in workers]
-    died: asyncio.Future[Any] = loop.run_in_executor(None, wait, sentinels)
+    processes = [worker.process for worker in workers]
+    died: asyncio.Future[Any] = loop.run_in_executor(
+        None, wait, [process.sentinel for process in processes])
     runner = web.AppRunner(aggregator_app(workers), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, metrics_listen.host, metrics_listen.port).start()
-    log.info("%d webhook workers; merged metrics on http://%s:%d", len(workers),
-             metrics_listen.host, runner.addresses[0][1])
+    await web.SockSite(runner, metrics_socket).start()
+    host, port = metrics_socket.getsockname()[:2]
+    log.info("%d webhook workers; merged metrics on http://%s:%d", len(workers), host, port)
     stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
     await asyncio.wait([stopping, died], return_when=asyncio.FIRST_COMPLETED)
     status = 0
@@ -151,8 +156,7 @@ async def supervise(workers: list[Worker], metrics_listen: Listen,
         log.error("%s exited; stopping the other workers", ", ".join(dead))
         status = 1
     stopping.cancel()
-    await loop.run_in_executor(None, stop_workers, [w.process for w in workers],
-                               shutdown_timeout + 5)
+    await loop.run_in_executor(None, stop_workers, processes, shutdown_timeout + 5)
     await runner.cleanup()
     return status
 

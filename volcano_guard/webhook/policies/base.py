@@ -149,6 +149,8 @@ def no_checks(config: Config) -> tuple[InServerCheck, ...]:
 class Policy:
     name: str
     mode: Callable[[Config], Mode]
+    # The config setting that turns it off, as a user writes it (named in messages).
+    off: str = ""
     mutate: Check | None = None
     validate: Check | None = None
     # The request kinds its checks can apply to (they answer None to any other), so that

@@ -264,11 +264,13 @@ def binding_scopes(config: Config) -> tuple[Scope, ...]:
     return (Scope(BINDINGS, rules, condition),)
 
 
-POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
+POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode,
+                off="policies.nodeName.mode: off", mutate=mutate,
                 validate=validate, kinds=frozenset({POD}), scopes=scopes, watches=(NODES,),
                 in_server=in_server)
 _BINDING = ("", "Binding")  # the kind of both pods/binding and the bindings resource
 BINDING_POLICY = Policy(name=BINDING_NAME, mode=lambda config: settings(config).bindingGuard.mode,
+                        off="policies.nodeName.bindingGuard.mode: off",
                         validate=validate_binding, kinds=frozenset({_BINDING}),
                         scopes=binding_scopes, watches=(NODES,), in_server=binding_in_server)
 

@@ -301,11 +301,14 @@ def _podgroups(*operations: str) -> Rule:
 
 STAMP_POLICY = Policy(
     name=NAME, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
+    off="policies.podGroups.stampGenerationId: false",
     mutate=mutate, kinds=frozenset({POD_GROUP}), scopes=stamp_scopes)
 ENRICH_POLICY = Policy(
     name=ENRICH, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
+    off="policies.podGroups.stampGenerationId: false",
     mutate=annotate_pod, kinds=frozenset({POD}), scopes=enrich_scopes, watches=(PODGROUPS,))
 DELETE_POLICY = Policy(name=DELETE_GUARD, mode=lambda config: settings(config).deleteGuard.mode,
+                       off="policies.podGroups.deleteGuard.mode: off",
                        validate=validate_delete, kinds=frozenset({POD_GROUP}),
                        scopes=delete_scopes, watches=(PODGROUPS,), lookups=(UNFINISHED_PODS,))
 

@@ -220,7 +220,8 @@ def _problems(resources: str) -> dict[str, tuple[str, str, Any]]:
 # The resources of the kinds in VOLCANO_JOB_SPEC_PATHS, as registrations name them.
 _VOLCANO_PLURALS = (("batch.volcano.sh", "jobs"), ("batch.volcano.sh", "cronjobs"),
                     ("flow.volcano.sh", "jobtemplates"))
-POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
+POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode,
+                off="policies.resourceRequests.mode: off", mutate=mutate,
                 validate=validate, kinds=SUPPORTED_KINDS, scopes=scopes, in_server=in_server)
 
 

@@ -93,7 +93,8 @@ def scopes(config: Config) -> tuple[Scope, ...]:
                   all_of(kind_is(*POD), operation_is("CREATE")), ((INJECT_LABEL, "true"),)),)
 
 
-POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode, mutate=mutate,
+POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode,
+                off="policies.sidecarInjection.mode: off", mutate=mutate,
                 kinds=frozenset({POD}), scopes=scopes)
 
 
