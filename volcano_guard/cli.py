@@ -166,7 +166,10 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
         "2 unusable input)"
     )
     check.add_argument("-f", "--filename", dest="paths", action="append", required=True,
-                       metavar="PATH", help="file or directory of YAML/JSON (repeatable)")
+                       metavar="PATH", help="file or directory of YAML/JSON, or - for "
+                       "standard input (repeatable)")
+    check.add_argument("-R", "--recursive", action="store_true",
+                       help="check the directories of -f and everything below them")
     check.add_argument("--config", help="YAML config file (default: every default)")
     check.add_argument("--output", choices=("text", "json"), default="text")
     check.add_argument("--nodes", metavar="FILE", help="Nodes (a NodeList or Node YAMLs) for "
@@ -573,10 +576,13 @@ def run_check(args: argparse.Namespace) -> int:
 
     config = _load_config_or_exit(args.config)
     try:
-        report = check(args.paths, config, args.nodes)
+        report = check(args.paths, config, args.nodes, recursive=args.recursive)
     except UnusableInput as exc:
         print(f"volcano-guard check: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
+    if args.output == "text":
+        for problem in report.problems:
+            print(f"volcano-guard check: {problem}", file=sys.stderr)
     print(format_report(report, args.output))
     return report.exit_code
 

@@ -1,6 +1,8 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.builders import container, job_template, pod, review, volcano_cronjob, volcano_job
 from tests.conftest import REPO
@@ -50,18 +52,18 @@ def test_json_output_for_pipelines(capsys):
     assert report["exitCode"] == 1
     assert report["documents"] == 4
     first = report["violations"][0]
-    assert set(first) == {"file", "document", "kind", "name", "policy", "mode", "message"}
+    assert set(first) == {"file", "document", "item", "kind", "name", "policy", "mode", "message"}
     assert first["policy"] == "resourceRequests"
 
 
 @pytest.mark.parametrize(
     ("name", "text", "needle"),
     [
-        ("bad.yaml", "kind: Pod\n  spec: [unclosed", "not valid YAML"),
+        ("bad.yaml", "kind: Pod\n  spec: [unclosed", "line 2: not YAML or JSON"),
         ("list.yaml", "- 1\n- 2\n", "expected a Kubernetes object"),
         ("shape.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
          "  schedulerName: volcano\n  containers: nope\n", "spec.containers must be a list"),
-        ("binary.json", None, "cannot read"),
+        ("binary.json", None, "not text (UTF-8)"),
     ],
 )
 def test_unusable_input_exits_2_naming_the_file(tmp_path, capsys, name, text, needle):
@@ -185,3 +187,85 @@ def test_a_podgroup_without_a_generation_id_is_reported_as_information_only(tmp_
     write(tmp_path, "pg.json", json.dumps(pg))
     assert main(["check", "-f", str(tmp_path / "pg.json")]) == 0
     assert "[info]" not in capsys.readouterr().out
+
+
+def test_standard_input_is_read_for_dash_as_kubectl_reads_it(tmp_path):
+    import subprocess
+    import sys
+
+    text = json.dumps(pod(container("app")))
+    result = subprocess.run([sys.executable, "-m", "volcano_guard.cli", "check", "-f", "-"],
+                            input=text, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("<stdin>:0 Pod/")
+    assert "1 documents checked, 2 violations" in result.stdout  # no cpu, no memory request
+
+
+def test_a_file_that_does_not_parse_is_reported_and_the_others_are_still_checked(
+        tmp_path, capsys):
+    write(tmp_path, "a-bad.yaml", "kind: Pod\nmetadata:\n\tname: tabbed\n")
+    write(tmp_path, "b-pod.json", json.dumps(pod(container("app"))))
+    write(tmp_path, "c-half.yaml", json.dumps(pod(container("app")))
+          + "\n---\nkind: [\n")
+    assert main(["check", "-f", str(tmp_path), "-f", str(tmp_path / "gone.yaml")]) == 2
+    captured = capsys.readouterr()
+    problems = captured.err.splitlines()
+    assert problems[0].startswith(f"volcano-guard check: {tmp_path / 'a-bad.yaml'} line 3: ")
+    assert problems[1].startswith(f"volcano-guard check: {tmp_path / 'c-half.yaml'} line 4: ")
+    assert problems[2] == f"volcano-guard check: {tmp_path / 'gone.yaml'}: no such file or " \
+        "directory"
+    out = captured.out.splitlines()
+    assert out[0].startswith(f"{tmp_path / 'b-pod.json'}:0 Pod/")
+    assert out[2].startswith(f"{tmp_path / 'c-half.yaml'}:0 Pod/")  # before the bad document
+    assert out[-1] == "2 documents checked, 4 violations, 3 unusable (listed on stderr)"
+
+
+def test_list_items_are_reported_by_their_own_index(tmp_path, capsys):
+    items = [pod(container("app", requests={"cpu": "1", "memory": "1Gi"}), name="fine"),
+             pod(container("app"), name="bare")]
+    write(tmp_path, "list.json", json.dumps({"apiVersion": "v1", "kind": "List",
+                                             "items": items}))
+    assert main(["check", "-f", str(tmp_path / "list.json")]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if "Pod/" in line]
+    assert lines and all(line.startswith(f"{tmp_path / 'list.json'}:0[1] Pod/bare: ")
+                         for line in lines)
+
+
+def test_a_directory_is_read_one_level_deep_unless_recursive(tmp_path, capsys):
+    (tmp_path / "nested").mkdir()
+    write(tmp_path, "top.json", json.dumps(pod(container("app"), name="top")))
+    write(tmp_path / "nested", "deep.json",
+          json.dumps(pod(container("app"), name="deep")))
+    main(["check", "-f", str(tmp_path)])
+    assert "1 documents checked" in capsys.readouterr().out
+    main(["check", "-R", "-f", str(tmp_path)])
+    assert "2 documents checked" in capsys.readouterr().out
+
+
+def test_notes_are_printed_but_not_counted_as_violations(tmp_path, capsys):
+    pg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+          "metadata": {"name": "pg", "namespace": "a"}, "spec": {"minMember": 1}}
+    write(tmp_path, "pg.json", json.dumps(pg))
+    assert main(["check", "-f", str(tmp_path / "pg.json"), "--output", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["violations"] == [] and report["notes"][0]["mode"] == "info"
+    assert main(["check", "-f", str(tmp_path / "pg.json")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "1 documents checked, 0 violations, 1 notes"
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.one_of(
+    st.text(max_size=300),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                 lambda inner: st.lists(inner, max_size=4)
+                 | st.dictionaries(st.sampled_from(["apiVersion", "kind", "metadata", "spec",
+                                                    "items", "containers", "name", "x"]),
+                                   inner, max_size=5), max_leaves=20).map(json.dumps)))
+def test_any_input_is_checked_or_named_as_unusable_never_a_crash(text):
+    from volcano_guard.webhook.check import run_check
+    from volcano_guard.webhook.config import Config
+
+    report = run_check(["-"], Config(), stdin=lambda: text)
+    assert report.exit_code in (0, 1, 2)
+    assert all(problem.startswith("<stdin>") for problem in report.problems)

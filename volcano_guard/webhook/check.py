@@ -4,20 +4,25 @@ Each document goes through the same path as an admission: a CREATE AdmissionRequ
 for it (a raw AdmissionReview is used as it is), /mutate's patch is applied, then /validate's
 violations are reported. There is no requester offline: a pod is judged as a user's, and a
 mirror or DaemonSet pod's violation says that only its creator could exempt it.
-Exit codes: 0 clean, 1 violations, 2 unusable input.
+Files are read as `kubectl apply -f` reads them: `-` is standard input, a directory is its
+manifest files (its whole tree with `recursive`), and a List's items are objects of their own.
+A file or document that cannot be used is reported and the rest are still checked.
+Exit codes: 0 clean, 1 violations, 2 unusable input (after everything else was checked).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import yaml
 
+from volcano_guard.base.files import FileProblem, read_text, yaml_error_line, yaml_error_problem
 from volcano_guard.base.informer import Snapshot, static_snapshot
 from volcano_guard.base.jsonbody import object_at
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
@@ -51,6 +56,10 @@ class UnusableInput(Exception):
     """A file that cannot be read as manifests; the message names it."""
 
 
+INFO = "info"  # the mode of a note: printed, never counted as a violation
+STDIN = "<stdin>"
+
+
 @dataclass(frozen=True)
 class Violation:
     file: str
@@ -60,36 +69,58 @@ class Violation:
     policy: str
     mode: str
     message: str
+    item: int | None = None  # the index in a List's items
 
     def line(self) -> str:
         flag = "" if self.mode == "enforce" else f"[{self.mode}] "
-        return f"{self.file}:{self.document} {self.kind}/{self.name}: {flag}{self.message}"
+        where = f"{self.document}" if self.item is None else f"{self.document}[{self.item}]"
+        return f"{self.file}:{where} {self.kind}/{self.name}: {flag}{self.message}"
 
 
 @dataclass(frozen=True)
 class Report:
     violations: tuple[Violation, ...]
     documents: int
+    notes: tuple[Violation, ...] = ()
+    problems: tuple[str, ...] = ()  # files and documents that could not be used, named
 
     @property
     def exit_code(self) -> int:
+        if self.problems:
+            return EXIT_UNUSABLE
         enforced = any(v.mode == "enforce" for v in self.violations)
         return EXIT_VIOLATIONS if enforced else EXIT_CLEAN
 
 
-def run_check(paths: list[str], config: Config, nodes_file: str | None = None) -> Report:
-    """Check every manifest under paths; UnusableInput if any file cannot be used.
+def run_check(paths: list[str], config: Config, nodes_file: str | None = None, *,
+              recursive: bool = False, stdin: Callable[[], str] | None = None) -> Report:
+    """Check every manifest under paths. UnusableInput if the nodes file cannot be used;
+    any other file or document that cannot be is in the report's problems.
 
     Nodes come from nodes_file (a NodeList or Node documents); without it every node counts
     as Volcano-managed, the safe answer for a pipeline that cannot see the cluster."""
     context = offline_context(config, nodes_file)
-    violations: list[Violation] = []
+    found: list[Violation] = []
+    problems: list[str] = []
     documents = 0
-    for file in manifest_files(paths):
-        for index, document in enumerate(load_documents(file)):
-            documents += 1
-            violations.extend(check_document(str(file), index, document, context))
-    return Report(tuple(violations), documents)
+    read_stdin = stdin or sys.stdin.read
+    for name, text in manifest_sources(paths, recursive, read_stdin, problems):
+        try:
+            for index, document in enumerate(yaml.load_all(text, Loader=_Loader)):
+                if document is None:
+                    continue
+                documents += 1
+                try:
+                    found.extend(check_document(name, index, document, context))
+                except UnusableInput as exc:
+                    problems.append(str(exc))
+        except yaml.YAMLError as exc:  # the documents before it were checked
+            problems.append(f"{name}{yaml_error_line(exc)}: not YAML or JSON: "
+                            f"{yaml_error_problem(exc)}")
+        except RecursionError:
+            problems.append(f"{name}: nested too deeply")
+    return Report(tuple(v for v in found if v.mode != INFO), documents,
+                  tuple(v for v in found if v.mode == INFO), tuple(problems))
 
 
 def offline_context(config: Config, nodes_file: str | None) -> PolicyContext:
@@ -99,7 +130,7 @@ def offline_context(config: Config, nodes_file: str | None) -> PolicyContext:
             config, policies=msgspec.structs.replace(config.policies, nodeName=node_name))
         return PolicyContext(config, {NODES: Snapshot(_EveryNode(), synced=True)})
     nodes: dict[str, Mapping[str, str]] = {}
-    for document in load_documents(Path(nodes_file)):
+    for document in load_documents(nodes_file):
         items = document.get("items") if isinstance(document, dict) else None
         for obj in items if isinstance(items, list) else [document]:
             if not isinstance(obj, dict) or obj.get("kind") != "Node":
@@ -124,47 +155,60 @@ class _EveryNode(Mapping[str, Mapping[str, str]]):
         return 0
 
 
-def manifest_files(paths: list[str]) -> Iterator[Path]:
+def manifest_sources(paths: list[str], recursive: bool, stdin: Callable[[], str],
+                     problems: list[str]) -> Iterator[tuple[str, str]]:
+    """(name, text) of each manifest file under paths, as kubectl -f finds them; a path that
+    cannot be read goes to problems."""
     for text in paths:
+        if text == "-":
+            yield STDIN, stdin()
+            continue
         path = Path(text)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES)
-            yield from (p for p in found if p.is_file())
-        elif path.is_file():
-            yield path
+            found = path.rglob("*") if recursive else path.glob("*")
+            files = sorted(p for p in found if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+        elif path.exists():
+            files = [path]
         else:
-            raise UnusableInput(f"{text}: no such file or directory")
+            problems.append(f"{text}: no such file or directory")
+            continue
+        for file in files:
+            try:
+                yield str(file), read_text(file)
+            except FileProblem as exc:
+                problems.append(str(exc))
 
 
-def load_documents(file: Path) -> list[Any]:
-    """Every non-empty YAML/JSON document in file (a JSON file is one YAML document)."""
+def load_documents(path: str) -> list[Any]:
+    """Every non-empty YAML/JSON document in the file; UnusableInput naming it otherwise."""
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UnusableInput(f"{file}: cannot read: {exc}") from None
-    try:
-        documents = [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+        text = read_text(path)
+        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+    except FileProblem as exc:
+        raise UnusableInput(str(exc)) from None
     except yaml.YAMLError as exc:
-        raise UnusableInput(f"{file}: not valid YAML or JSON: {exc}") from None
+        raise UnusableInput(f"{path}{yaml_error_line(exc)}: not YAML or JSON: "
+                            f"{yaml_error_problem(exc)}") from None
     except RecursionError:
-        raise UnusableInput(f"{file}: nested too deeply") from None
-    return documents
+        raise UnusableInput(f"{path}: nested too deeply") from None
 
 
-def check_document(file: str, index: int, document: Any,
-                   context: PolicyContext) -> list[Violation]:
+def check_document(file: str, index: int, document: Any, context: PolicyContext,
+                   item: int | None = None) -> list[Violation]:
+    where = f"{file}:{index}" if item is None else f"{file}:{index}[{item}]"
     if not isinstance(document, dict):
-        raise UnusableInput(f"{file}:{index}: expected a Kubernetes object (a mapping)")
-    if document.get("kind") == "List" and isinstance(document.get("items"), list):
-        return [v for item in document["items"]
-                for v in check_document(file, index, item, context)]
+        raise UnusableInput(f"{where}: expected a Kubernetes object (a mapping)")
+    if (item is None and document.get("kind") == "List"
+            and isinstance(document.get("items"), list)):
+        return [v for number, element in enumerate(document["items"])
+                for v in check_document(file, index, element, context, number)]
     try:
         request = _request_for(document)
         if request is None:
             return []
-        return list(_violations(file, index, request, context))
+        return [replace(v, item=item) for v in _violations(file, index, request, context)]
     except (review.ReviewError, ObjectShapeError, JsonPatchError) as exc:
-        raise UnusableInput(f"{file}:{index}: {exc}") from None
+        raise UnusableInput(f"{where}: {exc}") from None
 
 
 def _request_for(document: dict[str, Any]) -> AdmissionRequest | None:
@@ -192,7 +236,7 @@ def _violations(
     file: str, index: int, request: AdmissionRequest, context: PolicyContext
 ) -> Iterator[Violation]:
     if is_pod_group(request) and not podgroup_generation(request.object or {}):
-        yield Violation(file, index, request.kind.kind, request.object_name, "podGroups", "info",
+        yield Violation(file, index, request.kind.kind, request.object_name, "podGroups", INFO,
                         f"{request.describe()} has no {GENERATION_ID} yet; the webhook stamps "
                         "one when the PodGroup is created through the API server")
     for container in armed_schedulers(pod_template_spec(request.object or {}),
@@ -221,15 +265,22 @@ def _text(value: Any) -> str:
 
 
 def format_report(report: Report, output: str) -> str:
+    """The report for stdout (text output leaves the problems to stderr)."""
     if output == "json":
         return json.dumps(
             {
                 "documents": report.documents,
                 "violations": [asdict(v) for v in report.violations],
+                "notes": [asdict(v) for v in report.notes],
+                "problems": list(report.problems),
                 "exitCode": report.exit_code,
             },
             indent=2,
         )
-    lines = [v.line() for v in report.violations]
-    lines.append(f"{report.documents} documents checked, {len(report.violations)} violations")
-    return "\n".join(lines)
+    lines = [v.line() for v in (*report.violations, *report.notes)]
+    summary = f"{report.documents} documents checked, {len(report.violations)} violations"
+    if report.notes:
+        summary += f", {len(report.notes)} notes"
+    if report.problems:
+        summary += f", {len(report.problems)} unusable (listed on stderr)"
+    return "\n".join([*lines, summary])
