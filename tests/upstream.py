@@ -9,11 +9,14 @@ repository (where CI lays it). Where neither exists, those tests skip, saying so
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import REPO
 
@@ -47,6 +50,15 @@ def upstream_file(project: str, revision: str, path: str) -> str:
 def volcano_file(path: str, release: str | None = None) -> str:
     """path in Volcano's source at VOLCANO_COMMIT, or at a release tag (e.g. "v1.10.0")."""
     return upstream_file("volcano", release or VOLCANO_COMMIT, path)
+
+
+@functools.cache
+def volcano_manifest(path: str, release: str | None = None) -> list[dict[str, Any]]:
+    """The objects of a Volcano YAML file, such as an installer (shared: read them only).
+    libyaml's loader: 1 MB of installer in 0.3 s, not 3 s."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [d for d in yaml.load_all(volcano_file(path, release), Loader=loader)
+            if isinstance(d, dict)]
 
 
 def kubernetes_api_file(path: str) -> str:

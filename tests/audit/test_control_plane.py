@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.upstream import go_function, volcano_file
+from tests.upstream import go_function, volcano_file, volcano_manifest
 from volcano_guard.audit.findings import (
     CONTROL_PLANE_RESTARTS,
     FAIL,
@@ -47,12 +47,8 @@ INSTALLERS = [("installer/volcano-development.yaml", "v1.10.0"),
               ("installer/volcano-agent-scheduler-development.yaml", None)]
 
 
-def installer_objects(path: str, release: str | None) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(volcano_file(path, release)) if isinstance(d, dict)]
-
-
 def scheduler_deployment(release: str | None = "v1.11.0") -> dict[str, Any]:
-    return next(d for d in installer_objects("installer/volcano-development.yaml", release)
+    return next(d for d in volcano_manifest("installer/volcano-development.yaml", release)
                 if d["kind"] == "Deployment" and d["metadata"]["name"] == "volcano-scheduler")
 
 
@@ -100,7 +96,7 @@ def test_the_component_images_are_the_ones_volcanos_helm_chart_names():
 def test_volcanos_installers_ship_their_scheduler_armed_to_panic(path, release):
     armed = {(d["kind"], d["metadata"]["name"]): armed_schedulers(
         pod_template_spec(d), CONFIG.volcanoSchedulerNames) for d in
-        installer_objects(path, release)}
+        volcano_manifest(path, release)}
     flagged = {key: containers for key, containers in armed.items() if containers}
     assert len(flagged) == 1, flagged
     (kind, name), containers = next(iter(flagged.items()))

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REPO
-from tests.upstream import volcano_file
+from tests.upstream import volcano_file, volcano_manifest
 from volcano_guard.base.informer import static_snapshot
 from volcano_guard.cli import main
 from volcano_guard.sandbox import pod_validation
@@ -443,9 +443,8 @@ def test_volcanos_job_crd_admits_the_negative_quantities_the_policy_refuses():
 def installer_pods() -> list[Any]:
     """The pods of Volcano's own installer (its control plane), as their templates make them."""
     found = []
-    for document in yaml.safe_load_all(volcano_file("installer/volcano-development.yaml",
-                                                    "v1.11.0")):
-        if document and document.get("kind") in ("Deployment", "Job", "DaemonSet"):
+    for document in volcano_manifest("installer/volcano-development.yaml", "v1.11.0"):
+        if document.get("kind") in ("Deployment", "Job", "DaemonSet"):
             template = document["spec"]["template"]
             metadata = {**template.get("metadata", {}), "name": document["metadata"]["name"],
                         "namespace": document["metadata"]["namespace"]}
