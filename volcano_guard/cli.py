@@ -318,8 +318,11 @@ def _add_manifests(commands: argparse._SubParsersAction) -> None:
 
 def _add_sandbox(commands: argparse._SubParsersAction) -> None:
     sandbox = commands.add_parser(
-        "sandbox", help="a local stand-in for kube-apiserver for tests and demos (needs the "
-        "sandbox extra)"
+        "sandbox", help="a local stand-in for kube-apiserver for tests and demos, over HTTP, "
+        "or HTTPS with --tls-cert (needs the sandbox extra)",
+        description="A local stand-in for kube-apiserver for tests and demos: plain HTTP, or "
+        "HTTPS with --tls-cert and --tls-key (kubectl sends bearer tokens only over HTTPS); "
+        "with --token-auth-file, users by bearer token. Needs the sandbox extra."
     )
     sandbox.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT (default "
                          "%(default)s)")

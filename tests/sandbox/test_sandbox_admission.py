@@ -307,6 +307,19 @@ async def test_a_refused_connection_is_said_as_gos_dialer_says_it(box, scripted)
         'connect: connection refused')
 
 
+async def test_an_untrusted_certificate_is_said_as_gos_tls_says_it(box, scripted, tmp_path):
+    from volcano_guard.certs.generate import generate
+
+    other = generate("elsewhere", "n", tmp_path, days=1)  # a CA that signed nothing it meets
+    hook = box.hook("v.example.com")
+    await box.register("validating", "guard", {**hook, "clientConfig": {
+        **hook["clientConfig"], "caBundle": base64.b64encode(other.ca_file.read_bytes()).decode()}})
+    status, body, _ = await box.call("POST", PODS, pod())
+    assert status == 500
+    assert body["message"].endswith(
+        "tls: failed to verify certificate: x509: certificate signed by unknown authority")
+
+
 # -- users -------------------------------------------------------------------------------------
 
 async def test_an_unknown_or_missing_token_gets_401(box):

@@ -30,3 +30,14 @@ def test_a_bad_load_file_exits_2_naming_the_problem(tmp_path):
     proc = start("--listen", "127.0.0.1:0", "--load", str(bad))
     assert proc.wait(20) == 2
     assert "does not serve Service" in proc.stderr.read()
+
+
+def test_help_says_it_serves_https_with_a_certificate(capsys):
+    import pytest
+
+    from volcano_guard.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["sandbox", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "HTTPS with --tls-cert and --tls-key" in text

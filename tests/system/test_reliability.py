@@ -214,6 +214,8 @@ async def test_webhook_turns_unready_while_the_api_server_is_gone_and_decisions_
 
                 await outage.down()
                 assert await _eventually(lambda: _not(ready()), 10), "still ready without an API"
+                async with http.get(f"{base}/readyz", server_hostname=HOSTNAME) as answer:
+                    assert "cache lost the API server" in await answer.text()
                 verdict, message = await allowed()
                 assert verdict is (not fail_closed)
                 if fail_closed:

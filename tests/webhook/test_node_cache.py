@@ -148,6 +148,7 @@ async def test_webhook_is_ready_only_after_the_first_list_and_denies_from_the_ca
                 base = f"https://127.0.0.1:{port}"
                 async with session.get(base + "/readyz", server_hostname=HOSTNAME) as response:
                     assert response.status == 503
+                    assert "cache has not finished its first list" in await response.text()
                 async with session.get(f"http://127.0.0.1:{metrics_port}/readyz") as response:
                     assert response.status == 503
                 caches.start()

@@ -229,9 +229,16 @@ class Dispatcher:
                 return data
         except TimeoutError:
             raise CallError("context deadline exceeded") from None
+        except aiohttp.ClientConnectorCertificateError as exc:
+            # as Go's crypto/tls says it: "tls: failed to verify certificate: x509: ..."
+            raise CallError(f"tls: failed to verify certificate: x509: "
+                            f"{_x509_words(exc.certificate_error)}") from None
         except aiohttp.ClientConnectorError as exc:
-            if isinstance(exc, aiohttp.ClientSSLError) or not exc.os_error.errno:
-                raise CallError(str(exc) or type(exc).__name__) from None
+            if isinstance(exc, aiohttp.ClientSSLError):
+                raise CallError(f"tls: {getattr(exc.os_error, 'reason', None) or exc.os_error}"
+                                ) from None
+            if not exc.os_error.errno:
+                raise CallError(f"dial tcp {exc.host}:{exc.port}: {exc.os_error}") from None
             # as Go's dialer says it: "dial tcp 10.96.0.12:443: connect: connection refused"
             reason = os.strerror(exc.os_error.errno).lower()
             raise CallError(f"dial tcp {exc.host}:{exc.port}: connect: {reason}") from None
@@ -359,3 +366,18 @@ def _internal(cause: str) -> ApiError:
     """apierrors.NewInternalError(err)."""
     return ApiError(500, "InternalError", f"Internal error occurred: {cause}",
                     {"causes": [{"message": cause}]})
+
+
+# OpenSSL's verify messages as Go's crypto/x509 words the same failures.
+_X509_WORDS = {
+    "unable to get local issuer certificate": "certificate signed by unknown authority",
+    "self-signed certificate": "certificate signed by unknown authority",
+    "self signed certificate": "certificate signed by unknown authority",
+    "certificate has expired": "certificate has expired or is not yet valid",
+    "certificate is not yet valid": "certificate has expired or is not yet valid",
+}
+
+
+def _x509_words(error: BaseException) -> str:
+    message = getattr(error, "verify_message", None) or str(error)
+    return _X509_WORDS.get(message, message)

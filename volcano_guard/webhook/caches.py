@@ -153,6 +153,16 @@ class Caches:
     def ready(self) -> bool:
         return all(informer.snapshot.synced for informer in self._informers.values())
 
+    def unready_reason(self) -> str | None:
+        """Why decisions cannot trust the caches now (for /readyz), or None."""
+        for informer in self._informers.values():
+            if not informer.snapshot.synced:
+                if informer.relists:
+                    return (f"the {informer.name} cache lost the API server; it is not synced "
+                            "until a list succeeds")
+                return f"the {informer.name} cache has not finished its first list"
+        return None
+
 
 def lister(api_client: Any, data: WatchedList[Any]) -> Callable[..., Any]:
     """The kubernetes client's list call for data, cluster-wide (what Informer lists and

@@ -93,8 +93,15 @@ def create_app(config: Config, caches: Caches | None = None,
     in_flight = app[IN_FLIGHT_KEY] = InFlight()
     for phase in get_args(Phase):
         app.router.add_post(f"/{phase}", _handler(phase, config, caches, in_flight))
-    add_probes(app, caches.ready, unready_because)
+    add_probes(app, caches.ready, _reasons(unready_because, caches))
     return app
+
+
+def _reasons(unready_because: Callable[[], str | None],
+             caches: Caches) -> Callable[[], str | None]:
+    """Why /readyz answers 503: the caller's reason (an expired certificate), else the
+    caches'."""
+    return lambda: unready_because() or caches.unready_reason()
 
 
 def _handler(phase: Phase, config: Config, caches: Caches, in_flight: InFlight) -> Handler:
@@ -229,7 +236,8 @@ async def running(
         log.warning("maxConnections %d may not be reached: %s", limits.max_connections, exc)
     admission = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None,
                               keepalive_timeout=limits.idle_timeout)
-    metrics = web.AppRunner(metrics_app(caches.ready, unready_because), access_log=None)
+    metrics = web.AppRunner(metrics_app(caches.ready, _reasons(unready_because, caches)),
+                            access_log=None)
     await admission.setup()
     await metrics.setup()
     try:
