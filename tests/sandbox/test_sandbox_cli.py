@@ -26,10 +26,10 @@ def test_load_seeds_objects_and_sigterm_exits_0():
 
 def test_a_bad_load_file_exits_2_naming_the_problem(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: a}\n")
+    bad.write_text("apiVersion: v1\nkind: Endpoints\nmetadata: {name: s, namespace: a}\n")
     proc = start("--listen", "127.0.0.1:0", "--load", str(bad))
     assert proc.wait(20) == 2
-    assert "does not serve Service" in proc.stderr.read()
+    assert "does not serve Endpoints" in proc.stderr.read()
 
 
 def test_help_says_it_serves_https_with_a_certificate(capsys):

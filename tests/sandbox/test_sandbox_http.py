@@ -40,11 +40,11 @@ def queue(name="q1"):
 async def test_discovery_lists_groups_resources_and_subresources(box):
     status, groups = await call(box, "GET", "/apis")
     assert status == 200
-    assert {g["name"] for g in groups["groups"]} == {"scheduling.volcano.sh", "batch.volcano.sh",
-                                                     "flow.volcano.sh",
-                                                     "admissionregistration.k8s.io",
-                                                     "coordination.k8s.io", "wgpolicyk8s.io",
-                                                     "apps"}
+    assert {g["name"] for g in groups["groups"]} == {
+        "scheduling.volcano.sh", "batch.volcano.sh", "flow.volcano.sh",
+        "admissionregistration.k8s.io", "coordination.k8s.io", "wgpolicyk8s.io", "apps",
+        "batch", "policy", "rbac.authorization.k8s.io", "apiextensions.k8s.io",
+        "networking.k8s.io", "monitoring.coreos.com"}
     _, core = await call(box, "GET", "/api/v1")
     names = {r["name"]: r for r in core["resources"]}
     assert names["pods"]["namespaced"] and not names["nodes"]["namespaced"]

@@ -89,3 +89,105 @@ def _quantities(pod: Any) -> Iterator[tuple[str, Any]]:
             if isinstance(values, dict):
                 for name, quantity in values.items():
                     yield f"{path}.{kind}[{name}]", quantity
+
+
+# What a pod update may change (pkg/apis/core/validation/validation.go updatablePodSpecFields,
+# in its words: the message lists them).
+UPDATABLE_POD_SPEC_FIELDS = (
+    "`spec.containers[*].image`",
+    "`spec.initContainers[*].image`",
+    "`spec.activeDeadlineSeconds`",
+    "`spec.tolerations` (only additions to existing tolerations)",
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously "
+    "negative)",
+)
+
+
+def update_errors(new: dict[str, Any], old: dict[str, Any]) -> list[tuple[str, str]]:
+    """What kube-apiserver refuses in an update of a pod's spec through the pod itself
+    (validation.go ValidatePodUpdate): containers neither added nor removed, images only
+    replaced, activeDeadlineSeconds only set or lowered, tolerations only added, scheduling
+    gates only removed, nodeSelector only added to while the pod is gated, and nothing else
+    changed (nodeName and resources included: a scheduler binds through pods/binding).
+    A gated pod's node affinity may change in kube-apiserver under rules not modelled here:
+    the sandbox refuses that change."""
+    new_spec, old_spec = _mapping(new.get("spec")), _mapping(old.get("spec"))
+    errors: list[tuple[str, str]] = []
+    for key in ("containers", "initContainers"):
+        new_list, old_list = _list(new_spec.get(key)), _list(old_spec.get(key))
+        if len(new_list) != len(old_list):
+            return [(f"spec.{key}", "Forbidden: pod updates may not add or remove containers")]
+        errors += [(f"spec.{key}[{index}].image", "Required value")
+                   for index, container in enumerate(new_list)
+                   if not _mapping(container).get("image")]
+    errors += _deadline_errors(new_spec.get("activeDeadlineSeconds"),
+                               old_spec.get("activeDeadlineSeconds"))
+    old_tolerations, new_tolerations = _list(old_spec.get("tolerations")), _list(
+        new_spec.get("tolerations"))
+    if any(_pruned(t) not in [_pruned(n) for n in new_tolerations] for t in old_tolerations):
+        errors.append(("spec.tolerations", "Forbidden: existing toleration can not be modified "
+                       "except its tolerationSeconds"))
+    old_gates = [_mapping(g).get("name") for g in _list(old_spec.get("schedulingGates"))]
+    for gate in _list(new_spec.get("schedulingGates")):
+        if _mapping(gate).get("name") not in old_gates:
+            errors.append(("spec.schedulingGates", "Forbidden: only deletion is allowed, but "
+                           f"found new scheduling gate '{_mapping(gate).get('name')}'"))
+    if _pruned(_munged(new_spec, old_spec)) != _pruned(old_spec):
+        errors.append(("spec", "Forbidden: pod updates may not change fields other than "
+                       + ",".join(UPDATABLE_POD_SPEC_FIELDS)))
+    return errors
+
+
+def _deadline_errors(new: Any, old: Any) -> list[tuple[str, str]]:
+    """Set from nothing to a value, or lowered; never raised or removed."""
+    path = "spec.activeDeadlineSeconds"
+    if new is None:
+        return [] if old is None else [
+            (path, "Invalid value: null: must not update from a positive integer to nil value")]
+    if not isinstance(new, int) or isinstance(new, bool) or not 0 <= new <= 2**31 - 1:
+        return [(path, f"Invalid value: {new!r}: must be between 0 and 2147483647, inclusive")]
+    if isinstance(old, int) and old < new:
+        return [(path, f"Invalid value: {new}: must be less than or equal to previous value")]
+    return []
+
+
+def _munged(new_spec: dict[str, Any], old_spec: dict[str, Any]) -> dict[str, Any]:
+    """new_spec with what an update may change put back as it was, to compare with the old."""
+    munged = dict(new_spec)
+    for key in ("containers", "initContainers"):
+        if key in munged:
+            munged[key] = [{**_mapping(container), "image": _mapping(old).get("image")}
+                           for container, old in zip(_list(munged[key]),
+                                                     _list(old_spec.get(key)), strict=True)]
+    for key in ("activeDeadlineSeconds", "schedulingGates", "tolerations"):
+        munged.pop(key, None)
+        if key in old_spec:
+            munged[key] = old_spec[key]
+    old_grace, new_grace = old_spec.get("terminationGracePeriodSeconds"), munged.get(
+        "terminationGracePeriodSeconds")
+    if isinstance(old_grace, int) and old_grace < 0 and new_grace == 1:
+        munged["terminationGracePeriodSeconds"] = old_grace
+    if old_spec.get("schedulingGates"):  # a gated pod's nodeSelector may only grow
+        old_selector = _mapping(old_spec.get("nodeSelector"))
+        if _mapping(munged.get("nodeSelector")).items() >= old_selector.items():
+            munged["nodeSelector"] = old_spec.get("nodeSelector")
+    return munged
+
+
+def _pruned(value: Any) -> Any:
+    """value without empty fields: JSON leaves out what Go's omitempty leaves out, so an
+    absent list, map or null and an empty one are the same field."""
+    if isinstance(value, dict):
+        return {key: _pruned(item) for key, item in value.items()
+                if item is not None and item != [] and item != {}}
+    if isinstance(value, list):
+        return [_pruned(item) for item in value]
+    return value
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

@@ -11,6 +11,10 @@ FLOW = "flow.volcano.sh"
 ADMISSION = "admissionregistration.k8s.io"
 COORDINATION, POLICY_REPORTS = "coordination.k8s.io", "wgpolicyk8s.io"
 APPS = "apps"
+K8S_BATCH, POLICY, RBAC = "batch", "policy", "rbac.authorization.k8s.io"
+APIEXTENSIONS, NETWORKING = "apiextensions.k8s.io", "networking.k8s.io"
+MONITORING = "monitoring.coreos.com"  # the Prometheus Operator's kinds, as if its CRDs were in
+_ROLE_BINDING_FIELDS = ("subjects", "roleRef")
 _REPORT_FIELDS = ("scope", "scopeSelector", "summary", "results")
 
 
@@ -85,6 +89,35 @@ RESOURCES: tuple[ResourceType, ...] = (
     # Params of admission policies (paramKind v1 ConfigMap).
     ResourceType(CORE, "v1", "configmaps", "ConfigMap", True, ("cm",), strategic_merge=True,
                  fields=("data", "binaryData", "immutable")),
+    # What `kubectl apply -k` of deploy/base, deploy/audit, deploy/monitoring and the
+    # network-policy component sends (docs/install.md is rehearsed against the sandbox).
+    ResourceType(CORE, "v1", "serviceaccounts", "ServiceAccount", True, ("sa",),
+                 strategic_merge=True,
+                 fields=("secrets", "imagePullSecrets", "automountServiceAccountToken")),
+    ResourceType(CORE, "v1", "services", "Service", True, ("svc",), status_subresource=True,
+                 strategic_merge=True),
+    ResourceType(APPS, "v1", "deployments", "Deployment", True, ("deploy",),
+                 status_subresource=True, strategic_merge=True),
+    ResourceType(K8S_BATCH, "v1", "jobs", "Job", True, status_subresource=True,
+                 strategic_merge=True),
+    ResourceType(K8S_BATCH, "v1", "cronjobs", "CronJob", True, ("cj",), status_subresource=True,
+                 strategic_merge=True),
+    ResourceType(POLICY, "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",),
+                 status_subresource=True, strategic_merge=True),
+    ResourceType(RBAC, "v1", "clusterroles", "ClusterRole", False, strategic_merge=True,
+                 fields=("rules", "aggregationRule")),
+    ResourceType(RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False,
+                 strategic_merge=True, fields=_ROLE_BINDING_FIELDS),
+    ResourceType(RBAC, "v1", "roles", "Role", True, strategic_merge=True, fields=("rules",)),
+    ResourceType(RBAC, "v1", "rolebindings", "RoleBinding", True, strategic_merge=True,
+                 fields=_ROLE_BINDING_FIELDS),
+    ResourceType(APIEXTENSIONS, "v1", "customresourcedefinitions", "CustomResourceDefinition",
+                 False, ("crd", "crds"), status_subresource=True, strategic_merge=True),
+    ResourceType(NETWORKING, "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",),
+                 strategic_merge=True),
+    ResourceType(MONITORING, "v1", "servicemonitors", "ServiceMonitor", True, ("smon",)),
+    ResourceType(MONITORING, "v1", "podmonitors", "PodMonitor", True, ("pmon",)),
+    ResourceType(MONITORING, "v1", "prometheusrules", "PrometheusRule", True, ("promrule",)),
     ResourceType(SCHEDULING, "v1beta1", "queues", "Queue", False, ("q", "queue-v1beta1"),
                  status_subresource=True),
     # Volcano's PodGroup CRD has no status subresource: status is written with the object.

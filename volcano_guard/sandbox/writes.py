@@ -156,6 +156,8 @@ async def _update(write: Write, read: Any) -> Stored:
         obj = await write.mutate(write.attributes("UPDATE", obj, old, options)) or obj
         new = store.prepare_update(resource, namespace, name, current, obj, write.subresource)
         _check_valid(resource, new)
+        if resource is PODS and not write.subresource:
+            _check_pod_update(new, old)
         await write.validate(write.attributes("UPDATE", new, old, options))
         try:
             return store.commit_update(resource, namespace, name, current, new)
@@ -170,6 +172,13 @@ def _check_decodes(resource: ResourceType, obj: dict[str, Any]) -> None:
     error = pod_validation.decode_error(obj) if resource is PODS else None
     if error:
         raise ApiError(400, "BadRequest", error)
+
+
+def _check_pod_update(new: dict[str, Any], old: dict[str, Any]) -> None:
+    """A pod's spec changes only where kube-apiserver lets it (ValidatePodUpdate), 422."""
+    errors = pod_validation.update_errors(new, old)
+    if errors:
+        raise invalid_fields(PODS, new["metadata"].get("name", ""), errors)
 
 
 def _check_valid(resource: ResourceType, obj: dict[str, Any]) -> None:
