@@ -269,3 +269,14 @@ def test_any_input_is_checked_or_named_as_unusable_never_a_crash(text):
     report = run_check(["-"], Config(), stdin=lambda: text)
     assert report.exit_code in (0, 1, 2)
     assert all(problem.startswith("<stdin>") for problem in report.problems)
+
+
+def test_a_bad_item_of_a_list_is_named_and_its_siblings_are_still_checked(tmp_path, capsys):
+    items = [pod(container("app"), name="bare"), "a string", pod(container("app"), name="other")]
+    write(tmp_path, "pods.json", json.dumps({"apiVersion": "v1", "kind": "PodList",
+                                             "items": items}))
+    assert main(["check", "-f", str(tmp_path / "pods.json")]) == 2
+    captured = capsys.readouterr()
+    assert f"{tmp_path / 'pods.json'}:0[1]: expected a Kubernetes object" in captured.err
+    out = captured.out
+    assert "pods.json:0[0] Pod/bare: " in out and "pods.json:0[2] Pod/other: " in out

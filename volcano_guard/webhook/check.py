@@ -110,10 +110,11 @@ def run_check(paths: list[str], config: Config, nodes_file: str | None = None, *
                 if document is None:
                     continue
                 documents += 1
-                try:
-                    found.extend(check_document(name, index, document, context))
-                except UnusableInput as exc:
-                    problems.append(str(exc))
+                for item, obj in _objects(document):
+                    try:
+                        found.extend(check_document(name, index, obj, context, item))
+                    except UnusableInput as exc:
+                        problems.append(str(exc))
         except yaml.YAMLError as exc:  # the documents before it were checked
             problems.append(f"{name}{yaml_error_line(exc)}: not YAML or JSON: "
                             f"{yaml_error_problem(exc)}")
@@ -193,15 +194,22 @@ def load_documents(path: str) -> list[Any]:
         raise UnusableInput(f"{path}: nested too deeply") from None
 
 
+def _objects(document: Any) -> Iterator[tuple[int | None, Any]]:
+    """The objects a document holds: itself, or each item of a List (kubectl takes any kind
+    ending in List with items, a PodList too), by index."""
+    kind = document.get("kind") if isinstance(document, dict) else None
+    if isinstance(kind, str) and kind.endswith("List") and isinstance(
+            document.get("items"), list):
+        yield from enumerate(document["items"])
+    else:
+        yield None, document
+
+
 def check_document(file: str, index: int, document: Any, context: PolicyContext,
                    item: int | None = None) -> list[Violation]:
     where = f"{file}:{index}" if item is None else f"{file}:{index}[{item}]"
     if not isinstance(document, dict):
         raise UnusableInput(f"{where}: expected a Kubernetes object (a mapping)")
-    if (item is None and document.get("kind") == "List"
-            and isinstance(document.get("items"), list)):
-        return [v for number, element in enumerate(document["items"])
-                for v in check_document(file, index, element, context, number)]
     try:
         request = _request_for(document)
         if request is None:
