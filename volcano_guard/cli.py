@@ -145,7 +145,7 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
                                 "the API server, for webhook --client-ca")
     client.add_argument("--out", required=True,
                         help="directory for client-ca.crt, client.crt, client.key")
-    client.add_argument("--name", default="kube-apiserver",
+    client.add_argument("--name", type=_common_name, default="kube-apiserver",
                         help="the certificate's common name (default %(default)s)")
     client.add_argument("--days", type=_positive_int, default=365,
                         help="validity (default %(default)s)")
@@ -285,6 +285,13 @@ def _name(check: Callable[[str], str | None]) -> Callable[[str], str]:
             raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
         return text
     return parse
+
+
+def _common_name(text: str) -> str:
+    """A certificate's common name: 1 to 64 characters (X.509's upper bound)."""
+    if not 1 <= len(text) <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 to 64 characters long")
+    return text
 
 
 def _namespace(text: str) -> str:
@@ -555,11 +562,12 @@ def run_certs_secret(args: argparse.Namespace) -> int:
     return 0
 
 
-def _api_client(args: argparse.Namespace, command: str = "certs",
+def _api_client(args: argparse.Namespace, command: str = "",
                 exit_code: int = EXIT_USAGE) -> Any:
     """A kubernetes ApiClient for the command's cluster, or exit naming what is missing."""
     from volcano_guard.base.api_client import api_client
 
+    command = command or f"certs {args.action}"
     return api_client(_cluster_or_exit(args, command, exit_code))
 
 
@@ -666,6 +674,10 @@ def run_sidecar(args: argparse.Namespace) -> int:
     from volcano_guard.sidecar.routes import DEFAULT_COALESCED, parse_resource
     from volcano_guard.sidecar.service import SidecarSettings, serve
 
+    if args.upstream and (args.kubeconfig or args.context):
+        print("volcano-guard sidecar: --upstream and --kubeconfig/--context are alternatives; "
+              "pass one", file=sys.stderr)
+        return EXIT_USAGE
     try:
         listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
         coalesce = tuple(parse_resource(r) for r in args.coalesce or DEFAULT_COALESCED)

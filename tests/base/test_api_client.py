@@ -82,3 +82,18 @@ def test_an_informer_logs_each_failure_once_and_backs_off(caplog):
     assert 2 <= len(failures) <= 3, lines
     assert all(f"the API server {server} cannot be reached" in line for line in failures)
     assert not [line for line in lines if "Retrying" in line]
+
+
+def test_https_to_a_server_that_speaks_plain_http_is_a_named_tls_failure():
+    import http.server
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(APIServerUnreachable) as error:
+            client.CoreV1Api(api_client(Cluster(url))).list_node()
+    finally:
+        server.shutdown()
+    assert str(error.value).startswith(f"the API server {url} failed TLS: ")
+    assert "\n" not in str(error.value)

@@ -212,3 +212,23 @@ def test_merged_files_list_only_those_that_exist(tmp_path, monkeypatch):
                                                       str(second), str(first)]))
     loaded = load_kubeconfig()
     assert loaded is not None and loaded.files == (str(first),)
+
+
+def test_missing_client_certificate_files_are_named_as_kubectl_refuses_them(tmp_path):
+    path = tmp_path / "config"
+    path.write_text(KUBECONFIG.replace(", certificate-authority: CA", "").replace(
+        '{token: "s3cret"}', "{client-certificate: gone.crt, client-key: gone.key}"))
+    with pytest.raises(KubeconfigError) as error:
+        resolve(kubeconfig=str(path))
+    assert str(tmp_path / "gone.crt") in str(error.value)
+
+
+def test_an_exec_plugin_that_fails_is_one_error_naming_it(tmp_path, caplog):
+    path = tmp_path / "config"
+    path.write_text(KUBECONFIG.replace(", certificate-authority: CA", "").replace(
+        '{token: "s3cret"}', "{exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
+        "command: /bin/false}}"))
+    with pytest.raises(KubeconfigError, match="the exec plugin '/bin/false' gave no "
+                       "credentials"):
+        resolve(kubeconfig=str(path))
+    assert not caplog.records

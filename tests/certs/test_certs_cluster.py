@@ -50,6 +50,16 @@ def test_secret_is_created_then_updated(cluster, tmp_path, capsys):
     assert base64.b64decode(secret.data["tls.crt"]) == made.cert_file.read_bytes()
 
 
+def test_the_api_servers_own_message_is_passed_on(cluster, tmp_path, capsys):
+    _, kubeconfig, _ = cluster
+    generate(SERVICE, NAMESPACE, tmp_path / "tls")
+    assert main(["certs", "secret", "--dir", str(tmp_path / "tls"), "--name", "s",
+                 "--namespace", "nosuchns", "--kubeconfig", kubeconfig]) == 1
+    assert capsys.readouterr().err.strip() == (
+        'volcano-guard certs secret: Secret nosuchns/s: 404 Not Found: namespaces "nosuchns" '
+        "not found")
+
+
 def expired_ca(tmp_path) -> bytes:
     import datetime
 

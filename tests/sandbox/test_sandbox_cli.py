@@ -20,6 +20,9 @@ def test_load_seeds_objects_and_sigterm_exits_0():
     assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}
     with urllib.request.urlopen(f"{url}/apis/scheduling.volcano.sh/v1beta1/queues") as response:
         assert [q["metadata"]["name"] for q in json.load(response)["items"]] == ["default"]
+    with urllib.request.urlopen(f"{url}/api/v1/namespaces") as response:  # a new cluster's
+        names = {n["metadata"]["name"] for n in json.load(response)["items"]}
+    assert {"default", "kube-system", "kube-public", "kube-node-lease", "team-a"} <= names
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 0
 

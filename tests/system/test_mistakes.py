@@ -31,6 +31,9 @@ def w(tmp_path_factory):
     root = tmp_path_factory.mktemp("mistakes")
     generate("volcano-guard", "volcano-guard", root / "certs", days=30)
     generate("other", "volcano-guard", root / "other", days=30)
+    (root / "mixed").mkdir()  # a certificate with another pair's key
+    for name, source in (("tls.crt", "certs"), ("ca.crt", "certs"), ("tls.key", "other")):
+        (root / "mixed" / name).write_bytes((root / source / name).read_bytes())
     (root / "bad.yaml").write_text("kind: Pod\nmetadata:\n\tname: tabbed\n")
     (root / "multi.yaml").write_text("kind: Pod\n---\n- a list\n")
     (root / "off.yaml").write_text(NO_CLUSTER_CONFIG)
@@ -55,7 +58,7 @@ MISTAKES = [
     ("webhook --tls-cert {w}/nope.crt --tls-key {w}/certs/tls.key", 2,
      "--tls-cert {w}/nope.crt: no such file"),
     ("webhook --tls-cert {w}/certs/tls.key --tls-key {w}/certs/tls.crt", 2,
-     "are --tls-cert and --tls-key swapped?"),
+     "are the certificate and the key swapped?"),
     ("webhook --tls-cert {w}/other/tls.crt --tls-key {w}/certs/tls.key", 2,
      "--tls-key {w}/certs/tls.key is not the key of --tls-cert {w}/other/tls.crt"),
     (f"webhook {TLS} --kubeconfig {{w}}/bad.yaml", 2, "kubeconfig {w}/bad.yaml line 3: not YAML"),
@@ -106,6 +109,11 @@ MISTAKES = [
     ("demo --examples {w}/multi.yaml", 2, "{w}/multi.yaml: not one AdmissionReview"),
     ("sandbox --load {w}/nope.yaml", 2, "--load {w}/nope.yaml: no such file"),
     ("sandbox --load {w}/bad.yaml", 2, "--load {w}/bad.yaml line 3: not YAML"),
+    ("sandbox --load {w}/multi.yaml", 2, "--load {w}/multi.yaml: document 1 is not a "
+     "Kubernetes object"),
+    ("certs client --out {w}/c --name ''", 2, "argument --name: '' must be 1 to 64 characters"),
+    (f"certs secret --dir {{w}}/mixed --name s --namespace n {REFUSED}", 1,
+     "{w}/mixed/tls.key is not the key of {w}/mixed/tls.crt; the Secret was not changed"),
     ("sandbox --tls-cert {w}/nope.crt --tls-key {w}/certs/tls.key", 2,
      "--tls-cert {w}/nope.crt: no such file"),
     ("sandbox --tls-cert {w}/certs/tls.crt", 2, "--tls-cert and --tls-key go together"),
@@ -119,6 +127,10 @@ MISTAKES = [
     ("sidecar --upstream http://127.0.0.1:1 --max-pending abc", 2, "'abc' is not a whole number"),
     ("sidecar --upstream http://127.0.0.1:1 --flush-interval soon", 2, "'soon' is not a number"),
     ("sidecar", 2, "pass --kubeconfig (and --context) or --upstream URL"),
+    (f"sidecar --upstream http://127.0.0.1:1 {REFUSED}", 2,
+     "--upstream and --kubeconfig/--context are alternatives"),
+    ("certs inject --ca {w}/certs/ca.crt --mutating m --context prod", 2,
+     "volcano-guard certs inject: --context prod: there is no"),
     ("nonsense", 2, "invalid choice: 'nonsense'"),
 ]
 

@@ -22,6 +22,8 @@ def read_state(api_client: Any, namespace: str | None = None,
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
+    from volcano_guard.base.api_client import api_error_text
+
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     apps = client.AppsV1Api(api_client)
 
@@ -33,7 +35,7 @@ def read_state(api_client: Any, namespace: str | None = None,
         except ApiException as exc:
             if missing_ok and exc.status == 404:
                 return []
-            raise ClusterReadError(f"listing {what}: {exc.status} {exc.reason}") from None
+            raise ClusterReadError(f"listing {what}: {api_error_text(exc)}") from None
         except (HTTPError, OSError, ValueError) as exc:
             raise ClusterReadError(f"listing {what}: {exc}") from None
         progress(f"read {len(listed):,} {what}")

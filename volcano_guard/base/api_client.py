@@ -6,11 +6,13 @@ Imported when a command talks to a cluster (it imports the kubernetes package)."
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client import rest
+from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import (
     ConnectTimeoutError,
     HTTPError,
@@ -52,6 +54,21 @@ class _TimedRESTClient(rest.RESTClientObject):  # type: ignore[misc]  # untyped 
             return super().request(method, url, *args, **kwargs)
         except HTTPError as exc:
             raise APIServerUnreachable(unreachable_message(self.server, exc)) from None
+        except ApiException as exc:
+            if exc.status == 0 and str(exc.reason).startswith("SSLError"):  # rest.py wraps it
+                detail = str(exc.reason).splitlines()[-1]
+                raise APIServerUnreachable(f"the API server {self.server} failed TLS: "
+                                           f"{detail}") from None
+            raise
+
+
+def api_error_text(exc: ApiException) -> str:
+    """An API error as the server said it: code, reason and its Status message."""
+    try:
+        message = json.loads(exc.body or "").get("message")
+    except (ValueError, AttributeError, TypeError):
+        message = None
+    return f"{exc.status} {exc.reason}: {message}" if message else f"{exc.status} {exc.reason}"
 
 
 def unreachable_message(server: str, exc: BaseException) -> str:

@@ -7,6 +7,7 @@ re-reads its file when it changes, because projected service-account tokens rota
 from __future__ import annotations
 
 import json
+import logging
 import os
 import ssl
 from dataclasses import dataclass
@@ -175,22 +176,44 @@ def _from_kubeconfig(loaded: Kubeconfig, context: str) -> Cluster:
         known = ", ".join(loaded.names("contexts")) or "none"
         raise KubeconfigError(f"{loaded.describe()}: no context {context!r} (contexts: {known})")
     configuration = client.Configuration()
+    logging.disable(logging.ERROR)  # the package logs a failed exec plugin; we say it once
     try:
         config.load_kube_config_from_dict(loaded.document, context=context,
                                           client_configuration=configuration,
                                           persist_config=False)
     except (ConfigException, OSError, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise KubeconfigError(f"{loaded.describe()}, context {context}: {exc}") from None
+    finally:
+        logging.disable(logging.NOTSET)
     # Recent kubernetes packages key the token "BearerToken", older ones "authorization".
     authorization = (configuration.api_key.get("BearerToken")
                      or configuration.api_key.get("authorization") or "")
     token = authorization.removeprefix("Bearer ").strip() or None
     [entry] = [c for c in loaded.document["contexts"] if c["name"] == context]
+    for field, path in (("certificate-authority", configuration.ssl_ca_cert),
+                        ("client-certificate", configuration.cert_file),
+                        ("client-key", configuration.key_file)):
+        if path and not os.path.exists(path):  # kubectl refuses these too
+            raise KubeconfigError(f"{loaded.describe()}, context {context}: {field} {path}: "
+                                  "no such file")
+    user = _user_of(loaded, entry)
+    if isinstance(user.get("exec"), dict) and token is None and not configuration.cert_file:
+        raise KubeconfigError(f"{loaded.describe()}, context {context}: the exec plugin "
+                              f"{user['exec'].get('command')!r} gave no credentials")
     namespace = (entry.get("context") or {}).get("namespace") or None
     return Cluster(configuration.host.rstrip("/"), token=token,
                    ca_file=configuration.ssl_ca_cert, client_cert=configuration.cert_file,
                    client_key=configuration.key_file, verify=configuration.verify_ssl,
                    namespace=str(namespace) if namespace else None)
+
+
+def _user_of(loaded: Kubeconfig, context_entry: dict[str, Any]) -> dict[str, Any]:
+    """The user entry a context names ({} when it names none that exists)."""
+    name = (context_entry.get("context") or {}).get("user")
+    for user in loaded.document["users"]:
+        if user["name"] == name and isinstance(user.get("user"), dict):
+            return dict(user["user"])
+    return {}
 
 
 def _nowhere(loaded: Kubeconfig | None) -> str:

@@ -21,7 +21,8 @@ def server_context(cert_file: str | Path, key_file: str | Path,
     try:
         context.load_cert_chain(str(cert_file), str(key_file))
     except ssl.SSLError as exc:
-        raise ValueError(pair_problem(cert, key, cert_file, key_file) or str(exc)) from None
+        raise ValueError(pair_problem(cert, key, f"--tls-cert {cert_file}",
+                                      f"--tls-key {key_file}") or str(exc)) from None
     if client_ca is not None:
         try:
             context.load_verify_locations(cafile=str(client_ca))
@@ -35,30 +36,29 @@ def server_context(cert_file: str | Path, key_file: str | Path,
     return context
 
 
-def pair_problem(cert: bytes, key: bytes, cert_file: str | Path,
-                 key_file: str | Path) -> str | None:
-    """Why a certificate and key do not make a serving pair, naming both files; None when
-    they do."""
+def pair_problem(cert: bytes, key: bytes, cert_label: str, key_label: str) -> str | None:
+    """Why a certificate and key do not make a serving pair, naming both (labels such as
+    "--tls-cert FILE"); None when they do."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
-    swapped = "; are --tls-cert and --tls-key swapped?"
+    swapped = "; are the certificate and the key swapped?"
     try:
         certificate = x509.load_pem_x509_certificates(cert)[0]
     except ValueError:
         held = " (it holds a private key)" if b"PRIVATE KEY" in cert else ""
-        return f"--tls-cert {cert_file} is not a PEM certificate{held}" + (swapped * bool(held))
+        return f"{cert_label} is not a PEM certificate{held}" + (swapped * bool(held))
     try:
         private = serialization.load_pem_private_key(key, None)
     except (ValueError, TypeError):
         held = " (it holds a certificate)" if b"CERTIFICATE" in key else ""
-        return (f"--tls-key {key_file} is not an unencrypted PEM private key{held}"
+        return (f"{key_label} is not an unencrypted PEM private key{held}"
                 + (swapped * bool(held)))
-    mine = serialization.PublicFormat.SubjectPublicKeyInfo
-    encoding = serialization.Encoding.DER
-    if (private.public_key().public_bytes(encoding, mine)
-            != certificate.public_key().public_bytes(encoding, mine)):
-        return f"--tls-key {key_file} is not the key of --tls-cert {cert_file}"
+    info = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    if private.public_key().public_bytes(der, info) != certificate.public_key().public_bytes(
+            der, info):
+        return f"{key_label} is not the key of {cert_label}"
     return None
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from volcano_guard.base.files import FileProblem, read_bytes
-from volcano_guard.base.tls import ca_bundle_problem
+from volcano_guard.base.tls import ca_bundle_problem, pair_problem
 from volcano_guard.certs.generate import CA_FILE, CERT_FILE, KEY_FILE, CertsError
 
 
@@ -21,6 +21,8 @@ def inject_ca_bundle(api_client: Any, pem: bytes, mutating: list[str],
     index."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
+
+    from volcano_guard.base.api_client import api_error_text
 
     bundle = base64.b64encode(pem).decode("ascii")
     api = client.AdmissionregistrationV1Api(api_client)
@@ -43,7 +45,7 @@ def inject_ca_bundle(api_client: Any, pem: bytes, mutating: list[str],
             if operations:
                 patch(name, operations, _content_type="application/json-patch+json")
         except ApiException as exc:
-            raise CertsError(f"{kind} {name}: {exc.status} {exc.reason}") from None
+            raise CertsError(f"{kind} {name}: {api_error_text(exc)}") from None
         patched.append(f"{kind}/{name} ({len(webhooks)} webhooks)")
     return patched
 
@@ -70,12 +72,18 @@ def write_secret(api_client: Any, directory: str | Path, namespace: str, name: s
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
+    from volcano_guard.base.api_client import api_error_text
+
     folder = Path(directory)
     try:
-        data = {key: base64.b64encode(read_bytes(folder / key)).decode("ascii")
-                for key in (CERT_FILE, KEY_FILE, CA_FILE)}
+        files = {key: read_bytes(folder / key) for key in (CERT_FILE, KEY_FILE, CA_FILE)}
     except FileProblem as exc:
         raise CertsError(str(exc)) from None
+    problem = pair_problem(files[CERT_FILE], files[KEY_FILE], str(folder / CERT_FILE),
+                           str(folder / KEY_FILE))
+    if problem:  # the webhook could not serve it: refuse before the Secret is written
+        raise CertsError(f"{problem}; the Secret was not changed")
+    data = {key: base64.b64encode(content).decode("ascii") for key, content in files.items()}
     core = client.CoreV1Api(api_client)
     body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": name, "namespace": namespace,
@@ -86,10 +94,10 @@ def write_secret(api_client: Any, directory: str | Path, namespace: str, name: s
         return "created"
     except ApiException as exc:
         if exc.status != 409:
-            raise CertsError(f"Secret {namespace}/{name}: {exc.status} {exc.reason}") from None
+            raise CertsError(f"Secret {namespace}/{name}: {api_error_text(exc)}") from None
     try:
         core.patch_namespaced_secret(name, namespace, {"data": data},
                                      _content_type="application/merge-patch+json")
     except ApiException as exc:
-        raise CertsError(f"Secret {namespace}/{name}: {exc.status} {exc.reason}") from None
+        raise CertsError(f"Secret {namespace}/{name}: {api_error_text(exc)}") from None
     return "updated"

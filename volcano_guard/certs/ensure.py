@@ -149,18 +149,22 @@ class _Cluster:
     def _secret(self, name: str) -> tuple[dict[str, bytes], str | None]:
         from kubernetes.client.exceptions import ApiException
 
+        from volcano_guard.base.api_client import api_error_text
+
         try:
             secret = self.core.read_namespaced_secret(name, self.target.namespace)
         except ApiException as exc:
             if exc.status == 404:
                 return {}, None
-            raise CertsError(f"Secret {self.target.namespace}/{name}: {exc.status} "
-                             f"{exc.reason}") from None
+            raise CertsError(f"Secret {self.target.namespace}/{name}: "
+                             f"{api_error_text(exc)}") from None
         data = {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
         return data, secret.metadata.resource_version if secret.metadata else None
 
     def _write(self, name: str, kind: str, data: dict[str, bytes], version: str | None) -> None:
         from kubernetes.client.exceptions import ApiException
+
+        from volcano_guard.base.api_client import api_error_text
 
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret", "type": kind,
                                 "metadata": {"name": name, "namespace": self.target.namespace,
@@ -175,13 +179,15 @@ class _Cluster:
                 self.core.replace_namespaced_secret(name, self.target.namespace,
                                                     body)  # type: ignore[arg-type]
         except ApiException as exc:
-            raise CertsError(f"Secret {self.target.namespace}/{name}: {exc.status} "
-                             f"{exc.reason}" + (" (changed meanwhile by another run; run "
-                                                "again)" if exc.status == 409 else "")) from None
+            again = " (changed meanwhile by another run; run again)" if exc.status == 409 else ""
+            raise CertsError(f"Secret {self.target.namespace}/{name}: "
+                             f"{api_error_text(exc)}{again}") from None
 
     def _bundles(self) -> dict[str, frozenset[bytes]]:
         """Each named configuration's webhook -> the CAs its caBundle holds."""
         from kubernetes.client.exceptions import ApiException
+
+        from volcano_guard.base.api_client import api_error_text
 
         reads: list[tuple[str, str, Callable[[str], Any]]] = [
             ("MutatingWebhookConfiguration", name,
@@ -195,7 +201,7 @@ class _Cluster:
             try:
                 webhooks = read(name).webhooks or []
             except ApiException as exc:
-                raise CertsError(f"{kind} {name}: {exc.status} {exc.reason}") from None
+                raise CertsError(f"{kind} {name}: {api_error_text(exc)}") from None
             for webhook in webhooks:
                 encoded = webhook.client_config.ca_bundle
                 pem = base64.b64decode(encoded) if encoded else b""

@@ -80,7 +80,7 @@ def generate_client(name: str, out_dir: str | Path, *, days: int = 365,
     """Write client-ca.crt, client.crt and client.key (0600): a CA used for nothing else, so
     that trusting it admits this one client only, and its client certificate for `name`."""
     out, now, not_after = _validity(out_dir, CLIENT_CA_FILE, days, force)
-    ca_key, ca_cert = issue_ca(f"volcano-guard-client-ca ({name})", now, not_after)
+    ca_key, ca_cert = issue_ca("volcano-guard-client-ca", now, not_after)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = _leaf_certificate(key, ca_key, ca_cert, name, ExtendedKeyUsageOID.CLIENT_AUTH, (),
                              now, not_after)

@@ -165,12 +165,22 @@ def load_files(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
     FileProblem naming a file that cannot be read or parsed."""
     objects: list[dict[str, Any]] = []
     for path in paths:
-        for document in yaml_documents(read_text(path, "--load"), f"--load {path}"):
+        for index, document in enumerate(yaml_documents(read_text(path, "--load"),
+                                                        f"--load {path}")):
             if isinstance(document, dict) and document.get("kind") == "List":
-                objects.extend(document.get("items") or [])
-            elif document is not None:
-                objects.append(document)
+                found = document.get("items") or []
+            else:
+                found = [] if document is None else [document]
+            if not isinstance(found, list) or not all(isinstance(o, dict) for o in found):
+                raise FileProblem(f"--load {path}: document {index} is not a Kubernetes "
+                                  "object (a mapping) or a List of them")
+            objects.extend(found)
     return objects
+
+
+# The namespaces a new cluster has (kube-apiserver's system namespaces controller makes them),
+# so that `kubectl apply -f pod.yaml` into the default namespace works as it does there.
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
 async def serve_forever(host: str, port: int, objects: list[dict[str, Any]],
@@ -188,9 +198,12 @@ async def serve_forever(host: str, port: int, objects: list[dict[str, Any]],
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    named = {(o.get("kind"), (o.get("metadata") or {}).get("name")) for o in objects}
+    system = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+              for name in SYSTEM_NAMESPACES if ("Namespace", name) not in named]
     async with running(host, port, settings=settings, tls=tls) as sandbox:
         try:
-            sandbox.seed(objects)
+            sandbox.seed([*system, *objects])
         except (ApiError, ValueError) as exc:
             raise FileProblem(f"--load: {exc}") from None
         log.info("sandbox API server on %s (try: kubectl --server %s get nodes)",
