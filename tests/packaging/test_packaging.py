@@ -121,10 +121,24 @@ def deployed_commands() -> list[list[str]]:
     return commands + container_commands(injected)
 
 
+# What the kubelet puts in a fieldRef variable of a pod of deploy/ (its namespace, its name).
+FIELD_VALUES = {"metadata.namespace": "volcano-guard", "metadata.name": "volcano-guard-0"}
+
+
+def expanded(container: dict, text: str) -> str:
+    """text with $(VAR) references to the container's env expanded, as the kubelet does."""
+    env = {entry["name"]: entry.get("value") or FIELD_VALUES.get(
+        entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath"), "")
+        for entry in container.get("env", [])}
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda match: env.get(match[1], match[0]), text)
+
+
 def container_commands(container: dict) -> list[list[str]]:
     if "command" not in container:  # the image's entrypoint, volcano-guard, gets the args
-        return [container.get("args", [])]
-    line = [*container["command"], *container.get("args", [])]
+        return [[expanded(container, arg) for arg in container.get("args", [])]]
+    line = [expanded(container, part)
+            for part in [*container["command"], *container.get("args", [])]]
     if line[:1] == ["volcano-guard"]:
         return [line[1:]]
     # A shell script (`sh -c`): each volcano-guard invocation in it, up to the shell's next word.
