@@ -124,7 +124,7 @@ def test_a_client_ca_that_is_not_a_ca_bundle_exits_2_naming_it(certs, tmp_path, 
 
     garbage = tmp_path / "client-ca.crt"
     garbage.write_text("garbage\n")
-    for bad, said in ((garbage, "not a readable PEM CA bundle"),
+    for bad, said in ((garbage, "holds no PEM block"),
                       (certs.cert_file, "holds a certificate that is not a CA")):  # a leaf
         code = main(["webhook", "--tls-cert", str(certs.cert_file), "--tls-key",
                      str(certs.key_file), "--client-ca", str(bad), "--config",

@@ -24,14 +24,14 @@ def server_context(cert_file: str | Path, key_file: str | Path,
         raise ValueError(pair_problem(cert, key, f"--tls-cert {cert_file}",
                                       f"--tls-key {key_file}") or str(exc)) from None
     if client_ca is not None:
+        problem = ca_bundle_problem(read_bytes(client_ca, "--client-ca"))
+        if problem:  # the same rule as a caBundle's, before OpenSSL's own words
+            raise ValueError(f"--client-ca {client_ca}: {problem}")
         try:
             context.load_verify_locations(cafile=str(client_ca))
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f"--client-ca {client_ca}: not a readable PEM CA bundle "
                              f"({exc})") from None
-        problem = ca_bundle_problem(Path(client_ca).read_bytes())
-        if problem:
-            raise ValueError(f"--client-ca {client_ca}: {problem}")
         context.verify_mode = ssl.CERT_REQUIRED
     return context
 
