@@ -221,8 +221,8 @@ async def test_connections_reading_at_once_each_get_their_own_bytes(certs):
         await asyncio.gather(*(client(index) for index in range(40)))
 
 
-def test_an_idle_tls_connection_costs_at_most_32_kib_and_the_memory_comes_back(certs,
-                                                                               tmp_path: Path):
+def test_an_idle_tls_connection_costs_at_most_32_kib_and_closing_them_leaks_nothing(
+        certs, tmp_path: Path):
     config = tmp_path / "config.yaml"
     config.write_text(json.dumps(NO_CLUSTER))
     proc = start_cli("webhook", "--config", str(config), "--listen", "127.0.0.1:0",
@@ -231,23 +231,26 @@ def test_an_idle_tls_connection_costs_at_most_32_kib_and_the_memory_comes_back(c
     try:
         port = int(wait_for_log(proc, r"https://[^:]+:(\d+), metrics")[1])
 
-        async def hold(count: int) -> tuple[int, int, int]:
-            before = memory_kib(proc.pid)
+        async def hold(count: int) -> int:
+            """The server's RSS while count connections are open; then they close."""
             connections = [await tls_connect(certs, port) for _ in range(count)]
             await asyncio.sleep(0.5)
             held = memory_kib(proc.pid)
             for _, writer in connections:
                 writer.close()
             await asyncio.sleep(1.0)
-            return before, held, memory_kib(proc.pid)
+            return held
 
         count = 600
-        before, held, after = asyncio.run(hold(count))
+        before = memory_kib(proc.pid)
+        first, second = asyncio.run(hold(count)), asyncio.run(hold(count))
     finally:
         proc.kill()
         proc.wait(10)
-    each = (held - before) / count
-    print(f"\n{count} idle TLS connections: RSS {before / 1024:.1f} -> {held / 1024:.1f} MiB "
-          f"({each:.1f} KiB each), {after / 1024:.1f} MiB once they closed")
+    each = (first - before) / count
+    print(f"\n{count} idle TLS connections: RSS {before / 1024:.1f} -> {first / 1024:.1f} MiB "
+          f"({each:.1f} KiB each); {second / 1024:.1f} MiB with {count} more after they closed")
     assert each <= 32  # the TLS read buffer is the loop's, not each connection's
-    assert after - before < (held - before) / 2, "the memory stayed after they closed"
+    # Whether the allocator hands freed pages back to the OS is its own affair (glibc often
+    # keeps them); that the next connections reuse them is the server's: nothing leaked.
+    assert second - first < (first - before) / 2, "the closed connections' memory was not reused"
