@@ -79,8 +79,9 @@ def test_servers_take_turns_and_each_answer_is_counted(hey: str, tmp_path: Path)
         assert received - 4 <= answered <= received
         for result in per_round:
             assert result["ok"] == result["total"] > 0
-            # Its rate counts its own turns only (`seconds` of them), not the round's others.
-            assert result["rps"] > result["total"] / seconds * 0.8
+            # Its rate counts its own turns only (`seconds` of them), not the round's others:
+            # counting those too would halve it. A loaded machine stretches turns a little.
+            assert result["rps"] > result["total"] / seconds * 0.65
             assert 0 < result["p50"] <= result["p99"] <= result["p999"]
 
 
