@@ -421,8 +421,7 @@ def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
     try:
         metrics = listening_socket("--metrics-listen", parts.metrics_listen)
         with reserved_port(parts.listen) as port:
-            host = parts.listen.host
-            args.listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            args.listen = str(replace(parts.listen, port=port))  # port 0 resolved once
             workers = start_workers(args.workers, _webhook_worker, args)
     except AddressUnusable as exc:  # before any worker started
         print(f"volcano-guard webhook: {exc}", file=sys.stderr)
