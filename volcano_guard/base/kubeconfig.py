@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from volcano_guard.base.files import os_error_words, yaml_error_line, yaml_error_problem
+from volcano_guard.base.files import FileProblem, read_text, yaml_error_line, yaml_error_problem
 from volcano_guard.base.tls import client_context
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -107,16 +107,14 @@ def load_kubeconfig(explicit: str | None = None) -> Kubeconfig | None:
         paths = [str(Path.home() / ".kube" / "config")]
     documents = []
     for path in paths:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
+        if not os.path.exists(path):  # skipped, as client-go skips it, unless asked for
             if explicit:
-                raise KubeconfigError(f"--kubeconfig {path}: no such file") from None
+                raise KubeconfigError(f"--kubeconfig {path}: no such file")
             continue
-        except OSError as exc:
-            raise KubeconfigError(f"kubeconfig {path}: {os_error_words(exc)}") from None
-        except UnicodeDecodeError:
-            raise KubeconfigError(f"kubeconfig {path}: not text (UTF-8)") from None
+        try:
+            text = read_text(path, "kubeconfig")
+        except FileProblem as exc:
+            raise KubeconfigError(str(exc)) from None
         documents.append((path, _parse(path, text)))
     if not documents:
         return None
