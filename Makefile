@@ -26,9 +26,10 @@ manifests: $(STAMP)
 	$(BIN)/python -c 'import yaml; print(yaml.safe_load(open("deploy/base/config.yaml"))["data"]["config.yaml"])' > $(VENV)/shipped-config.yaml
 	$(BIN)/volcano-guard manifests --config $(VENV)/shipped-config.yaml > deploy/base/webhooks.yaml
 
-# ruff, mypy, and the layer contracts in pyproject.toml (import-linter).
+# ruff (lint and format), mypy, and the layer contracts in pyproject.toml (import-linter).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -44,31 +44,40 @@ WARM_UP = 300  # requests before counting: imports, caches and the TLS session s
 
 def ensure_valgrind() -> None:
     if shutil.which("valgrind") is None:
-        subprocess.run(["apt-get", "install", "-y", "-qq", "valgrind"], check=False,
-                       capture_output=True)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "valgrind"], check=False, capture_output=True
+        )
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed and could not be installed (apt-get install valgrind)")
 
 
-def instructions_per_request(hey: str, server: list[str], cwd: Path, port: int, body: Path,
-                             requests: int, out_dir: Path) -> float:
+def instructions_per_request(
+    hey: str, server: list[str], cwd: Path, port: int, body: Path, requests: int, out_dir: Path
+) -> float:
     """Run server under callgrind, count the instructions of `requests` admissions."""
     out = out_dir / f"callgrind.{port}"
-    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p",
-                             *server], cwd=cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p", *server],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_port(port, proc, timeout=300)  # python under valgrind starts ~50x slower
         url = f"https://127.0.0.1:{port}/validate"
         run_hey(hey, url, body, 0, 10, None, requests=WARM_UP)
-        subprocess.run(["callgrind_control", "--zero", str(proc.pid)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["callgrind_control", "--zero", str(proc.pid)], check=True, capture_output=True
+        )
         result = run_hey(hey, url, body, 0, 10, None, requests=requests)
         if result["ok"] != result["total"] or result["lost"]:
-            raise RuntimeError(f"{server[0]}: {result['total'] - result['ok']} answers were not "
-                               f"HTTP 200, {result['lost']} lost")
-        subprocess.run(["callgrind_control", "--dump", str(proc.pid)], check=True,
-                       capture_output=True)
+            raise RuntimeError(
+                f"{server[0]}: {result['total'] - result['ok']} answers were not "
+                f"HTTP 200, {result['lost']} lost"
+            )
+        subprocess.run(
+            ["callgrind_control", "--dump", str(proc.pid)], check=True, capture_output=True
+        )
         dump = _newest_dump(out_dir, out.name)
         return _total_instructions(dump) / result["total"]
     finally:
@@ -95,8 +104,9 @@ def _total_instructions(dump: Path) -> int | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000, help="counted (default 2000)")
-    parser.add_argument("--baseline", type=Path,
-                        help="also measure the webhook of this checkout (before/after)")
+    parser.add_argument(
+        "--baseline", type=Path, help="also measure the webhook of this checkout (before/after)"
+    )
     args = parser.parse_args()
     hey = ensure_hey()
     ensure_valgrind()
@@ -106,19 +116,26 @@ def main() -> None:
         body = out_dir / "pod.json"
         body.write_text(json.dumps(pod_review()))
         _, kubeconfig = start_sandbox(stack, tmp)
-        servers = {"floor": (functools.partial(floor_command, made), ROOT),
-                   "volcano-guard": (functools.partial(guard_command, made, kubeconfig), ROOT)}
+        servers = {
+            "floor": (functools.partial(floor_command, made), ROOT),
+            "volcano-guard": (functools.partial(guard_command, made, kubeconfig), ROOT),
+        }
         if args.baseline:
-            servers[f"volcano-guard ({args.baseline})"] = (servers["volcano-guard"][0],
-                                                           args.baseline.resolve())
-        print(f"Pod CREATE ({body.stat().st_size:,} bytes), {args.requests:,} requests each, "
-              "under callgrind")
+            servers[f"volcano-guard ({args.baseline})"] = (
+                servers["volcano-guard"][0],
+                args.baseline.resolve(),
+            )
+        print(
+            f"Pod CREATE ({body.stat().st_size:,} bytes), {args.requests:,} requests each, "
+            "under callgrind"
+        )
         print(f"{'server':<40}{'instructions/request':>22}{'floor / server':>16}")
         floor = None
         for name, (command, cwd) in servers.items():
             port = free_port()
-            count = instructions_per_request(hey, command(port), cwd, port, body, args.requests,
-                                             out_dir)
+            count = instructions_per_request(
+                hey, command(port), cwd, port, body, args.requests, out_dir
+            )
             floor = floor or count
             print(f"{name:<40}{count:>22,.0f}{floor / count:>16.3f}")
 

@@ -79,16 +79,29 @@ def main() -> None:
         for step, label in STEPS.items():
             port = free_port()
             with ExitStack() as stack:
-                proc = start(stack, [sys.executable, "-c", SERVER, str(port),
-                                     str(made.cert_file), str(made.key_file), step], port)
+                proc = start(
+                    stack,
+                    [
+                        sys.executable,
+                        "-c",
+                        SERVER,
+                        str(port),
+                        str(made.cert_file),
+                        str(made.key_file),
+                        step,
+                    ],
+                    port,
+                )
                 url = f"https://127.0.0.1:{port}/validate"
                 run_hey(hey, url, body, 2, 10, None)  # warm up
                 cpu_before, started = cpu_seconds(proc.pid), time.monotonic()
                 result = run_hey(hey, url, body, args.seconds, 50, None)
                 cpu = cpu_seconds(proc.pid) - cpu_before
                 busy = cpu / (time.monotonic() - started)
-            print(f"{label:<46}{result['rps']:>8,.0f}{cpu / result['total'] * 1e6:>19,.0f} us"
-                  f"   ({busy:.2f} cores)")
+            print(
+                f"{label:<46}{result['rps']:>8,.0f}{cpu / result['total'] * 1e6:>19,.0f} us"
+                f"   ({busy:.2f} cores)"
+            )
 
 
 if __name__ == "__main__":

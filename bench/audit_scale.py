@@ -108,8 +108,12 @@ asyncio.run(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))
 
 def start_sandbox(nodes: int, pods: int) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", SERVE, str(port), str(nodes), str(pods)],
-                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE, str(port), str(nodes), str(pods)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != "seeded":
         raise RuntimeError("the sandbox did not start")
@@ -120,15 +124,30 @@ def restarted(url: str) -> None:
     """As the kubelet reports it: Volcano's controllers restarted after a panic (exit 2) a
     minute ago."""
     ended = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=1)).strftime(
-        "%Y-%m-%dT%H:%M:%SZ")
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
     name, image = "volcano-controllers", "docker.io/volcanosh/vc-controller-manager:v1.11.0"
-    status = {"status": {"phase": "Running", "containerStatuses": [
-        {"name": name, "image": image, "restartCount": 1, "lastState": {"terminated": {
-            "exitCode": 2, "reason": "Error", "finishedAt": ended}}}]}}
+    status = {
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": name,
+                    "image": image,
+                    "restartCount": 1,
+                    "lastState": {
+                        "terminated": {"exitCode": 2, "reason": "Error", "finishedAt": ended}
+                    },
+                }
+            ],
+        }
+    }
     request = urllib.request.Request(
         f"{url}/api/v1/namespaces/volcano-system/pods/{name}-6d4b9-x2x7q/status",
-        data=json.dumps(status).encode(), method="PATCH",
-        headers={"Content-Type": "application/merge-patch+json"})
+        data=json.dumps(status).encode(),
+        method="PATCH",
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     with urllib.request.urlopen(request, timeout=10):
         pass
 
@@ -139,8 +158,9 @@ def once(url: str, directory: Path) -> None:
     kubeconfig = directory / "kubeconfig"
     write_kubeconfig(kubeconfig, url)
     api = client.ApiClient(kubernetes_configuration(resolve(kubeconfig=str(kubeconfig))))
-    config = config_from_dict({"audit": {"orphanGracePeriod": "0s",
-                                         "missingNodeGracePeriod": "0s"}})
+    config = config_from_dict(
+        {"audit": {"orphanGracePeriod": "0s", "missingNodeGracePeriod": "0s"}}
+    )
     started, cpu_started = time.perf_counter(), time.process_time()
     state = read_state(api)
     listed, list_cpu = time.perf_counter() - started, time.process_time() - cpu_started
@@ -150,11 +170,15 @@ def once(url: str, directory: Path) -> None:
     kinds: dict[str, int] = {}
     for finding in found:
         kinds[finding.policy] = kinds.get(finding.policy, 0) + 1
-    print(f"audit once: listed {len(state.nodes):,} nodes and {len(state.pods):,} pods in "
-          f"{listed:.1f} s ({list_cpu:.1f} s CPU, the LIST transfer and decoding)")
-    print(f"  evaluation: {evaluation_cpu:.2f} s CPU for {len(found):,} findings "
-          f"({', '.join(f'{k} {v:,}' for k, v in sorted(kinds.items()))}); "
-          f"target < 5 s: {'meets' if evaluation_cpu < 5 else 'MISSES'}")
+    print(
+        f"audit once: listed {len(state.nodes):,} nodes and {len(state.pods):,} pods in "
+        f"{listed:.1f} s ({list_cpu:.1f} s CPU, the LIST transfer and decoding)"
+    )
+    print(
+        f"  evaluation: {evaluation_cpu:.2f} s CPU for {len(found):,} findings "
+        f"({', '.join(f'{k} {v:,}' for k, v in sorted(kinds.items()))}); "
+        f"target < 5 s: {'meets' if evaluation_cpu < 5 else 'MISSES'}"
+    )
 
 
 def scrape(port: int) -> str:
@@ -163,22 +187,54 @@ def scrape(port: int) -> str:
 
 
 def hog(name: str, cpu: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"schedulerName": "volcano", "nodeName": "node-2", "containers": [
-                {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu,
-                                                                       "memory": "1Gi"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "volcano",
+            "nodeName": "node-2",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "x",
+                    "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}},
+                }
+            ],
+        },
+    }
 
 
-def watch(url: str, directory: Path, churn_minutes: float, nodes: int, node_updates: int,
-          node_churn_seconds: float) -> None:
+def watch(
+    url: str,
+    directory: Path,
+    churn_minutes: float,
+    nodes: int,
+    node_updates: int,
+    node_churn_seconds: float,
+) -> None:
     kubeconfig = directory / "kubeconfig"
     write_kubeconfig(kubeconfig, url)
     port = free_port()
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", "audit", "--watch",
-                             "--kubeconfig", str(kubeconfig), "--metrics-listen",
-                             f"127.0.0.1:{port}", "--lease-namespace", "team-0"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "volcano_guard.cli",
+            "audit",
+            "--watch",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            "--lease-namespace",
+            "team-0",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_port(port, proc, timeout=60)
         while True:
@@ -189,12 +245,16 @@ def watch(url: str, directory: Path, churn_minutes: float, nodes: int, node_upda
                 time.sleep(0.2)
         ready = time.perf_counter() - started
         rss = memory_kib(proc.pid) / 1024
-        print(f"audit --watch: ready in {ready:.1f} s, {cpu_seconds(proc.pid):.1f} s CPU "
-              f"(listing included), RSS {rss:,.0f} MiB; target < 600 MiB: "
-              f"{'meets' if rss < 600 else 'MISSES'}")
+        print(
+            f"audit --watch: ready in {ready:.1f} s, {cpu_seconds(proc.pid):.1f} s CPU "
+            f"(listing included), RSS {rss:,.0f} MiB; target < 600 MiB: "
+            f"{'meets' if rss < 600 else 'MISSES'}"
+        )
         delay = statistics.median(pod_event_delays(url, port))
-        print(f"  a pod event in the metrics: {delay * 1000:.0f} ms (median of 5, the create "
-              f"call included); target < 1 s: {'meets' if delay < 1 else 'MISSES'}")
+        print(
+            f"  a pod event in the metrics: {delay * 1000:.0f} ms (median of 5, the create "
+            f"call included); target < 1 s: {'meets' if delay < 1 else 'MISSES'}"
+        )
         node_churn(url, port, proc, nodes, node_updates, node_churn_seconds)
         churn(url, proc, churn_minutes)
     finally:
@@ -217,14 +277,19 @@ def pod_event_delays(url: str, port: int, rounds: int = 5, tag: str = "hog") -> 
     return delays
 
 
-def node_churn(url: str, port: int, proc: subprocess.Popen[bytes], nodes: int, rate: int,
-               seconds: float) -> None:
+def node_churn(
+    url: str, port: int, proc: subprocess.Popen[bytes], nodes: int, rate: int, seconds: float
+) -> None:
     """`rate` node annotation rewrites a second for `seconds` (a process of their own), a pod
     event's latency measured in the midst; the watch's CPU, memory and counts."""
     before = counted_updates(scrape(port))
     cpu_before, rss_before = cpu_seconds(proc.pid), memory_kib(proc.pid) / 1024
-    writer = subprocess.Popen([sys.executable, "-c", CHURN, url, str(nodes), str(rate),
-                               str(seconds)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", CHURN, url, str(nodes), str(rate), str(seconds)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     started = time.perf_counter()
     time.sleep(min(10.0, seconds / 3))
     delays = pod_event_delays(url, port, tag="hog-churn")
@@ -236,19 +301,27 @@ def node_churn(url: str, port: int, proc: subprocess.Popen[bytes], nodes: int, r
     page = scrape(port)
     seen = counted_updates(page) - before
     delay = statistics.median(delays)
-    print(f"  node churn: {sent:,} node updates in {took:.0f} s ({sent / took:,.0f}/s); the "
-          f"watch counted {seen:,.0f}, used {cpu:.1f} s CPU ({cpu / took:.0%} of a core), RSS "
-          f"{rss_before:,.0f} -> {max(peak, memory_kib(proc.pid) / 1024):,.0f} MiB; a pod event "
-          f"in the metrics meanwhile: {delay * 1000:.0f} ms (median of 5); targets: < 600 MiB "
-          f"{'meets' if peak < 600 else 'MISSES'}, < 1 s {'meets' if delay < 1 else 'MISSES'}")
-    busiest = [line for line in page.splitlines()
-               if line.startswith("volcano_guard_audit_node_update_rate{")][:3]
+    print(
+        f"  node churn: {sent:,} node updates in {took:.0f} s ({sent / took:,.0f}/s); the "
+        f"watch counted {seen:,.0f}, used {cpu:.1f} s CPU ({cpu / took:.0%} of a core), RSS "
+        f"{rss_before:,.0f} -> {max(peak, memory_kib(proc.pid) / 1024):,.0f} MiB; a pod event "
+        f"in the metrics meanwhile: {delay * 1000:.0f} ms (median of 5); targets: < 600 MiB "
+        f"{'meets' if peak < 600 else 'MISSES'}, < 1 s {'meets' if delay < 1 else 'MISSES'}"
+    )
+    busiest = [
+        line
+        for line in page.splitlines()
+        if line.startswith("volcano_guard_audit_node_update_rate{")
+    ][:3]
     print(f"  busiest: {'; '.join(busiest)}")
 
 
 def counted_updates(page: str) -> float:
-    return sum(float(line.split()[-1]) for line in page.splitlines()
-               if line.startswith("volcano_guard_audit_node_updates_total{"))
+    return sum(
+        float(line.split()[-1])
+        for line in page.splitlines()
+        if line.startswith("volcano_guard_audit_node_updates_total{")
+    )
 
 
 # Node annotation rewrites at a steady rate from 16 connections, as device plugins on many nodes
@@ -307,9 +380,11 @@ def churn(url: str, proc: subprocess.Popen[bytes], minutes: float) -> None:
             next_sample += 60
     samples.append(memory_kib(proc.pid) / 1024)
     growth = samples[-1] / samples[0] - 1
-    print(f"  churn: {n:,} pods created and deleted over {minutes:g} min; RSS each minute "
-          f"(MiB): {', '.join(f'{s:,.0f}' for s in samples)}; growth {growth:+.1%} "
-          f"(flat: under 10%: {'meets' if growth < 0.10 else 'MISSES'})")
+    print(
+        f"  churn: {n:,} pods created and deleted over {minutes:g} min; RSS each minute "
+        f"(MiB): {', '.join(f'{s:,.0f}' for s in samples)}; growth {growth:+.1%} "
+        f"(flat: under 10%: {'meets' if growth < 0.10 else 'MISSES'})"
+    )
 
 
 def main() -> None:
@@ -323,13 +398,21 @@ def main() -> None:
     started = time.perf_counter()
     sandbox, url = start_sandbox(args.nodes, args.pods)
     restarted(url)
-    print(f"sandbox seeded with {args.nodes:,} nodes and {args.pods:,} pods in "
-          f"{time.perf_counter() - started:.0f} s")
+    print(
+        f"sandbox seeded with {args.nodes:,} nodes and {args.pods:,} pods in "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     try:
         with tempfile.TemporaryDirectory() as directory:
             once(url, Path(directory))
-            watch(url, Path(directory), args.churn_minutes, args.nodes, args.node_updates,
-                  args.node_churn_seconds)
+            watch(
+                url,
+                Path(directory),
+                args.churn_minutes,
+                args.nodes,
+                args.node_updates,
+                args.node_churn_seconds,
+            )
     finally:
         sandbox.terminate()
         sandbox.wait(30)

@@ -35,9 +35,12 @@ from volcano_guard.base.tls import client_context
 from volcano_guard.certs.generate import generate
 
 HOSTNAME = "volcano-guard.volcano-guard.svc"
-NO_CLUSTER = {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
-                           "podGroups": {"stampGenerationId": False,
-                                         "deleteGuard": {"mode": "off"}}}}
+NO_CLUSTER = {
+    "policies": {
+        "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
+        "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+    }
+}
 SLOWLORIS_GAP = 3.0  # seconds between a slow header's bytes
 COUNTERS = ("evicted", "refused", "timed_out")
 
@@ -53,8 +56,9 @@ def open_files_for(connections: int) -> None:
     raise_open_file_limit(connections + 256)
 
 
-async def real_client(port: int, ca: Path, requests: int, latencies: list[float],
-                      failures: list[str]) -> None:
+async def real_client(
+    port: int, ca: Path, requests: int, latencies: list[float], failures: list[str]
+) -> None:
     """`requests` reviews, 20 ms apart, each on a new TLS connection."""
     body = json.dumps(review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"})))).encode()
     context = client_context(ca)
@@ -63,26 +67,28 @@ async def real_client(port: int, ca: Path, requests: int, latencies: list[float]
         try:
             async with asyncio.timeout(10):
                 reader, writer = await asyncio.open_connection(
-                    "127.0.0.1", port, ssl=context, server_hostname=HOSTNAME)
+                    "127.0.0.1", port, ssl=context, server_hostname=HOSTNAME
+                )
                 status = await post_review(reader, writer, body)
                 writer.close()
             if status != 200:
                 failures.append(f"HTTP {status}")
-        except (OSError, ValueError, IndexError, asyncio.IncompleteReadError,
-                TimeoutError) as exc:
+        except (OSError, ValueError, IndexError, asyncio.IncompleteReadError, TimeoutError) as exc:
             failures.append(repr(exc))
         latencies.append(time.perf_counter() - started)
         await asyncio.sleep(0.02)
 
 
-async def hostile(port: int, ca: Path, kind: int, until: float, reopen: bool,
-                  tally: dict[str, int]) -> None:
+async def hostile(
+    port: int, ca: Path, kind: int, until: float, reopen: bool, tally: dict[str, int]
+) -> None:
     """One hostile connection held until `until`; opened again when closed if `reopen`."""
     context = client_context(ca) if kind else None
     while time.monotonic() < until:
         try:
             reader, writer = await asyncio.open_connection(
-                "127.0.0.1", port, ssl=context, server_hostname=HOSTNAME if kind else None)
+                "127.0.0.1", port, ssl=context, server_hostname=HOSTNAME if kind else None
+            )
             tally["opened"] += 1
             if kind == 2:  # slowloris: a header byte every few seconds
                 for byte in b"POST /validate HTTP/1.1\r\nHost: x\r\n":
@@ -102,10 +108,12 @@ async def hostile(port: int, ca: Path, kind: int, until: float, reopen: bool,
             return
 
 
-def run_flood(port: int, ca: Path, hostile_count: int, seconds: float, reopen: bool,
-              shared: Any) -> None:
+def run_flood(
+    port: int, ca: Path, hostile_count: int, seconds: float, reopen: bool, shared: Any
+) -> None:
     """The hostile connections, in a process of their own (so that they do not slow the real
     client's event loop), opened in waves of 250; `shared["up"]` is set once all are opened."""
+
     async def all_of_them() -> None:
         tally = {"opened": 0, "closed by the webhook": 0, "held to the end": 0}
         until = time.monotonic() + seconds
@@ -136,8 +144,16 @@ def counters(metrics_port: int) -> dict[str, float]:
     return found
 
 
-async def flood(port: int, metrics_port: int, pid: int, ca: Path, hostile_count: int,
-                reopen: bool, requests: int, limit_mib: int) -> dict[str, float]:
+async def flood(
+    port: int,
+    metrics_port: int,
+    pid: int,
+    ca: Path,
+    hostile_count: int,
+    reopen: bool,
+    requests: int,
+    limit_mib: int,
+) -> dict[str, float]:
     """Flood the webhook at port (process pid), then ask; print and return the figures:
     p99_ms, failed, and RSS before, peak, after in MiB."""
     before = tree_memory_kib(pid)
@@ -146,8 +162,9 @@ async def flood(port: int, metrics_port: int, pid: int, ca: Path, hostile_count:
     shared = manager.dict({"up": False})
     # Up in about hostile/2,500 s; then the client's requests at 50 a second, with room.
     seconds = hostile_count / 1000 + requests / 25 + 10
-    attacker = multiprocessing.Process(target=run_flood, args=(
-        port, ca, hostile_count, seconds, reopen, shared))
+    attacker = multiprocessing.Process(
+        target=run_flood, args=(port, ca, hostile_count, seconds, reopen, shared)
+    )
     attacker.start()
     peak = before
     while not shared["up"] and attacker.is_alive():
@@ -169,41 +186,80 @@ async def flood(port: int, metrics_port: int, pid: int, ca: Path, hostile_count:
     def ms(q: int) -> float:
         return statistics.quantiles(latencies, n=100)[q - 1] * 1000
 
-    print(f"real client, a new connection a request: {len(latencies)} requests, p50 "
-          f"{ms(50):.1f} ms, p99 {ms(99):.1f} ms, {len(failures)} failed {failures[:3]}")
+    print(
+        f"real client, a new connection a request: {len(latencies)} requests, p50 "
+        f"{ms(50):.1f} ms, p99 {ms(99):.1f} ms, {len(failures)} failed {failures[:3]}"
+    )
     tally = ", ".join(f"{name} {value:,.0f}" for name, value in counted.items())
     print(f"webhook's connection counters: {tally}")
-    print(f"RSS of the webhook's process tree: {before / 1024:.0f} MiB before, peak "
-          f"{peak / 1024:.0f} MiB, {after / 1024:.0f} MiB 5 s after (limit {limit_mib} MiB)")
-    print(f"  targets: 0 failed {'meets' if not failures else 'MISSES'}; p99 < 100 ms "
-          f"{'meets' if ms(99) < 100 else 'MISSES'}; peak < {limit_mib // 2} MiB "
-          f"{'meets' if peak / 1024 < limit_mib / 2 else 'MISSES'}")
-    return {"p99_ms": ms(99), "failed": len(failures), "before_mib": before / 1024,
-            "peak_mib": peak / 1024, "after_mib": after / 1024, **counted}
+    print(
+        f"RSS of the webhook's process tree: {before / 1024:.0f} MiB before, peak "
+        f"{peak / 1024:.0f} MiB, {after / 1024:.0f} MiB 5 s after (limit {limit_mib} MiB)"
+    )
+    print(
+        f"  targets: 0 failed {'meets' if not failures else 'MISSES'}; p99 < 100 ms "
+        f"{'meets' if ms(99) < 100 else 'MISSES'}; peak < {limit_mib // 2} MiB "
+        f"{'meets' if peak / 1024 < limit_mib / 2 else 'MISSES'}"
+    )
+    return {
+        "p99_ms": ms(99),
+        "failed": len(failures),
+        "before_mib": before / 1024,
+        "peak_mib": peak / 1024,
+        "after_mib": after / 1024,
+        **counted,
+    }
 
 
-def run(workers: int, hostile_count: int, reopen: bool = False,
-        requests: int = 500) -> dict[str, float]:
+def run(
+    workers: int, hostile_count: int, reopen: bool = False, requests: int = 500
+) -> dict[str, float]:
     """Start a webhook process (workers), flood it, stop it; the figures."""
     work = Path(tempfile.mkdtemp(prefix="flood-"))
     made = generate("volcano-guard", "volcano-guard", work)
     config = work / "config.yaml"
     config.write_text(json.dumps(NO_CLUSTER))
-    proc = start_cli("webhook", "--config", str(config), "--listen", "127.0.0.1:0",
-                     "--metrics-listen", "127.0.0.1:0", "--tls-cert", str(made.cert_file),
-                     "--tls-key", str(made.key_file), "--workers", str(workers))
+    proc = start_cli(
+        "webhook",
+        "--config",
+        str(config),
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        str(made.cert_file),
+        "--tls-key",
+        str(made.key_file),
+        "--workers",
+        str(workers),
+    )
     try:
-        found = wait_for_log(proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)",
-                             timeout=60)
+        found = wait_for_log(
+            proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)", timeout=60
+        )
         port, metrics_port = int(found[1]), int(found[2])
         if workers > 1:  # that was a worker's own; the parent's sums them all
-            metrics_port = int(wait_for_log(proc, r"merged metrics on http://[^:]+:(\d+)",
-                                            timeout=60)[1])
+            metrics_port = int(
+                wait_for_log(proc, r"merged metrics on http://[^:]+:(\d+)", timeout=60)[1]
+            )
         time.sleep(1.0 if workers == 1 else 3.0)
-        print(f"webhook, {workers} process(es); {hostile_count:,} hostile connections"
-              f"{', re-opened as fast as they are closed' if reopen else ''}")
-        return asyncio.run(flood(port, metrics_port, proc.pid, made.ca_file, hostile_count,
-                                 reopen, requests, memory_limit_mib(workers)))
+        print(
+            f"webhook, {workers} process(es); {hostile_count:,} hostile connections"
+            f"{', re-opened as fast as they are closed' if reopen else ''}"
+        )
+        return asyncio.run(
+            flood(
+                port,
+                metrics_port,
+                proc.pid,
+                made.ca_file,
+                hostile_count,
+                reopen,
+                requests,
+                memory_limit_mib(workers),
+            )
+        )
     finally:
         proc.terminate()
         proc.wait(30)

@@ -23,8 +23,7 @@ from volcano_guard.base.processes import stat_fields
 def find_hey(install: bool = True) -> str | None:
     """hey's path, installing the Debian package when missing (and allowed); None if absent."""
     if shutil.which("hey") is None and install:
-        subprocess.run(["apt-get", "install", "-y", "-qq", "hey"], check=False,
-                       capture_output=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "hey"], check=False, capture_output=True)
     return shutil.which("hey")
 
 
@@ -40,9 +39,17 @@ HEY_MAX_RESULTS = 1_000_000
 _REQUESTS_A_RUN = HEY_MAX_RESULTS // 2
 
 
-def run_hey(hey: str, url: str, body: Path, seconds: float, concurrency: int,
-            rate_per_worker: float | None, *, requests: int | None = None,
-            cpus: str | None = None) -> dict:
+def run_hey(
+    hey: str,
+    url: str,
+    body: Path,
+    seconds: float,
+    concurrency: int,
+    rate_per_worker: float | None,
+    *,
+    requests: int | None = None,
+    cpus: str | None = None,
+) -> dict:
     """POST body to url for `seconds` (or exactly `requests` times) from concurrency workers,
     each at rate_per_worker requests/s if given; hey runs on the given CPUs (taskset list) if
     any. hey's CSV lists only the requests that got an HTTP answer, so throughput counts
@@ -55,17 +62,23 @@ def run_hey(hey: str, url: str, body: Path, seconds: float, concurrency: int,
     if requests:
         requests -= requests % concurrency  # hey sends requests // concurrency per worker
         step = _REQUESTS_A_RUN - _REQUESTS_A_RUN % concurrency
-        runs = [_answers([*args, "-n", str(min(step, requests - sent)), url])
-                for sent in range(0, requests, step)]
+        runs = [
+            _answers([*args, "-n", str(min(step, requests - sent)), url])
+            for sent in range(0, requests, step)
+        ]
     else:
         runs = [_answers([*args, "-z", f"{seconds}s", url])]
     times = [taken for run in runs for taken in run.times]
     if not times:
         raise RuntimeError(f"hey got no answer from {url}")
     elapsed = sum(run.elapsed for run in runs) if requests else seconds
-    return {"rps": len(times) / elapsed, "total": len(times),
-            "ok": sum(run.ok for run in runs), "lost": (requests - len(times)) if requests else 0,
-            **_quantiles(times)}
+    return {
+        "rps": len(times) / elapsed,
+        "total": len(times),
+        "ok": sum(run.ok for run in runs),
+        "lost": (requests - len(times)) if requests else 0,
+        **_quantiles(times),
+    }
 
 
 @dataclass
@@ -87,8 +100,10 @@ def _answers(command: list[str]) -> _Answers:
         answers.ok += row["status-code"] == "200"
         answers.elapsed = max(answers.elapsed, float(row["offset"]) + taken)
     if len(answers.times) >= HEY_MAX_RESULTS:
-        raise RuntimeError(f"hey kept only its first {HEY_MAX_RESULTS:,} results; run it for "
-                           "fewer requests or seconds")
+        raise RuntimeError(
+            f"hey kept only its first {HEY_MAX_RESULTS:,} results; run it for "
+            "fewer requests or seconds"
+        )
     return answers
 
 
@@ -100,9 +115,18 @@ class _Paused:
     turns: list[tuple[float, float]] = field(default_factory=list)
 
 
-def run_hey_in_turns(hey: str, urls: dict[str, str], body: Path, rounds: int, seconds: float,
-                     *, turn: float = 0.25, concurrency: int = 50, cpus: str | None = None,
-                     cpu_time: Callable[[str], float] | None = None) -> dict[str, list[dict]]:
+def run_hey_in_turns(
+    hey: str,
+    urls: dict[str, str],
+    body: Path,
+    rounds: int,
+    seconds: float,
+    *,
+    turn: float = 0.25,
+    concurrency: int = 50,
+    cpus: str | None = None,
+    cpu_time: Callable[[str], float] | None = None,
+) -> dict[str, list[dict]]:
     """Closed-loop maximum throughput of several servers measured in turns: a hey per url, all
     started paused (SIGSTOP); each in turn runs for `turn` seconds while the others stay paused,
     keeping their connections. Every server is so measured alone, yet in the same moments of
@@ -119,18 +143,20 @@ def run_hey_in_turns(hey: str, urls: dict[str, str], body: Path, rounds: int, se
     paused: dict[str, _Paused] = {}
     try:
         for name, url in urls.items():
-            paused[name] = _start_paused([*_hey_args(hey, body, concurrency, cpus), "-z", "24h",
-                                          url])
+            paused[name] = _start_paused(
+                [*_hey_args(hey, body, concurrency, cpus), "-z", "24h", url]
+            )
         begins, spent = [], []
         for _ in range(rounds):
             used = {name: cpu_time(name) for name in names} if cpu_time else {}
             begins.append(time.time())
             for cycle in range(cycles):
-                for name in names[cycle % len(names):] + names[:cycle % len(names)]:
+                for name in names[cycle % len(names) :] + names[: cycle % len(names)]:
                     _run_turn(paused[name], turn)
             time.sleep(0.02)  # the last turn's requests in flight are answered
-            spent.append({name: cpu_time(name) - used[name] for name in used}
-                         if cpu_time is not None else {})
+            spent.append(
+                {name: cpu_time(name) - used[name] for name in used} if cpu_time is not None else {}
+            )
         rows = _stop_and_read(paused)
     finally:
         for running in paused.values():
@@ -149,14 +175,27 @@ def _hey_args(hey: str, body: Path, concurrency: int, cpus: str | None) -> list[
     """hey's command up to its own options (the URL goes last: Go stops at the first argument
     that is not an option)."""
     args = ["taskset", "-c", cpus] if cpus else []
-    return [*args, hey, "-c", str(concurrency), "-m", "POST", "-T", "application/json", "-D",
-            str(body), "-o", "csv"]
+    return [
+        *args,
+        hey,
+        "-c",
+        str(concurrency),
+        "-m",
+        "POST",
+        "-T",
+        "application/json",
+        "-D",
+        str(body),
+        "-o",
+        "csv",
+    ]
 
 
 def _start_paused(args: list[str]) -> _Paused:
     # The shell stops itself before it execs hey, so not one request leaves before its turn.
-    process = subprocess.Popen(["sh", "-c", 'kill -STOP $$; exec "$@"', "sh", *args],
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        ["sh", "-c", 'kill -STOP $$; exec "$@"', "sh", *args], stdout=subprocess.PIPE, text=True
+    )
     while stat_fields(process.pid)[0] != "T":
         if process.poll() is not None:
             raise RuntimeError(f"{args[0]} exited before its first turn")
@@ -171,8 +210,9 @@ def _run_turn(paused: _Paused, seconds: float) -> None:
     os.kill(paused.process.pid, signal.SIGSTOP)
     paused.turns.append((begun, time.time()))
     if paused.process.poll() is not None:
-        raise RuntimeError("the load generator exited during its turn (exit status "
-                           f"{paused.process.returncode})")
+        raise RuntimeError(
+            f"the load generator exited during its turn (exit status {paused.process.returncode})"
+        )
 
 
 def _stop_and_read(paused: dict[str, _Paused]) -> dict[str, list[tuple[float, float, bool]]]:
@@ -185,15 +225,24 @@ def _stop_and_read(paused: dict[str, _Paused]) -> dict[str, list[tuple[float, fl
     for name, running in paused.items():
         out, _ = running.process.communicate(timeout=60)
         start = running.turns[0][0]
-        rows[name] = [(start + float(r["offset"]),
-                       start + float(r["offset"]) + float(r["response-time"]),
-                       r["status-code"] == "200")
-                      for r in csv.DictReader(io.StringIO(out))]
+        rows[name] = [
+            (
+                start + float(r["offset"]),
+                start + float(r["offset"]) + float(r["response-time"]),
+                r["status-code"] == "200",
+            )
+            for r in csv.DictReader(io.StringIO(out))
+        ]
     return rows
 
 
-def _turns_result(rows: list[tuple[float, float, bool]], turns: list[tuple[float, float]],
-                  begun: float, ended: float, cpu: float | None) -> dict:
+def _turns_result(
+    rows: list[tuple[float, float, bool]],
+    turns: list[tuple[float, float]],
+    begun: float,
+    ended: float,
+    cpu: float | None,
+) -> dict:
     mine = [(a, b) for a, b in turns if begun <= a < ended]
     answered = [row for row in rows if begun <= row[1] < ended]
     if not answered:
@@ -204,9 +253,13 @@ def _turns_result(rows: list[tuple[float, float, bool]], turns: list[tuple[float
         index = bisect.bisect_right(starts, sent) - 1
         if index >= 0 and done <= mine[index][1]:
             within.append(done - sent)
-    result = {"rps": len(answered) / sum(b - a for a, b in mine), "total": len(answered),
-              "ok": sum(1 for *_, ok in answered if ok), "lost": 0,
-              **_quantiles(within or [done - sent for sent, done, _ in answered])}
+    result = {
+        "rps": len(answered) / sum(b - a for a, b in mine),
+        "total": len(answered),
+        "ok": sum(1 for *_, ok in answered if ok),
+        "lost": 0,
+        **_quantiles(within or [done - sent for sent, done, _ in answered]),
+    }
     if cpu is not None:
         result["cpu_us"] = cpu / len(answered) * 1e6
     return result

@@ -35,8 +35,10 @@ from volcano_guard.certs.generate import generate
 def sandbox_extra() -> set[str]:
     """The distributions the sandbox extra adds, as pyproject.toml names them."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
-            for requirement in project["optional-dependencies"]["sandbox"]}
+    return {
+        re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
+        for requirement in project["optional-dependencies"]["sandbox"]
+    }
 
 
 @dataclass
@@ -51,9 +53,24 @@ class Footprint:
 def build_wheel(source: Path, out: Path) -> Path:
     """The wheel `pip wheel .` builds from source (CalledProcessError, with pip's words, if
     none)."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--wheel-dir", str(out), "."],
-                   cwd=source, check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(out),
+            ".",
+        ],
+        cwd=source,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     (wheel,) = out.glob("volcano_guard-*.whl")
     return wheel
 
@@ -62,9 +79,13 @@ def install(wheel: Path, venv: Path, extra: str = "") -> Path:
     """A fresh virtualenv holding wheel (and extra); its bin/ folder."""
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     target = f"volcano-guard[{extra}] @ {wheel.as_uri()}" if extra else str(wheel)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet",
-                    "--disable-pip-version-check", target], check=True, capture_output=True,
-                   text=True, timeout=600)
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", target],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return venv / "bin"
 
 
@@ -78,19 +99,37 @@ def size_mib(folder: Path) -> float:
 
 
 def distributions(bin_dir: Path) -> set[str]:
-    listed = subprocess.run([str(bin_dir / "pip"), "list", "--format", "json",
-                             "--disable-pip-version-check"], capture_output=True, text=True,
-                            check=True).stdout
+    listed = subprocess.run(
+        [str(bin_dir / "pip"), "list", "--format", "json", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return {entry["name"].lower() for entry in json.loads(listed)}
 
 
 def webhook_rss_mib(stack: ExitStack, bin_dir: Path, certs, kubeconfig: Path) -> float:
     """The webhook's RSS once /readyz answers 200 (every cache synced), from bin_dir."""
     port, metrics_port = free_port(), free_port()
-    process = start(stack, [str(bin_dir / "volcano-guard"), "webhook", "--listen",
-                            f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}",
-                            "--tls-cert", str(certs.cert_file), "--tls-key", str(certs.key_file),
-                            "--kubeconfig", str(kubeconfig)], metrics_port, cwd=bin_dir)
+    process = start(
+        stack,
+        [
+            str(bin_dir / "volcano-guard"),
+            "webhook",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--metrics-listen",
+            f"127.0.0.1:{metrics_port}",
+            "--tls-cert",
+            str(certs.cert_file),
+            "--tls-key",
+            str(certs.key_file),
+            "--kubeconfig",
+            str(kubeconfig),
+        ],
+        metrics_port,
+        cwd=bin_dir,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -106,15 +145,23 @@ def webhook_rss_mib(stack: ExitStack, bin_dir: Path, certs, kubeconfig: Path) ->
 
 def measure(stack: ExitStack, name: str, bin_dir: Path, certs, kubeconfig: Path) -> Footprint:
     installed = distributions(bin_dir)
-    return Footprint(name, size_mib(site_packages(bin_dir.parent)), len(installed),
-                     sandbox_extra() <= installed,
-                     webhook_rss_mib(stack, bin_dir, certs, kubeconfig))
+    return Footprint(
+        name,
+        size_mib(site_packages(bin_dir.parent)),
+        len(installed),
+        sandbox_extra() <= installed,
+        webhook_rss_mib(stack, bin_dir, certs, kubeconfig),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline-rev", default="HEAD~1", metavar="REV",
-                        help="the revision to compare with (default %(default)s)")
+    parser.add_argument(
+        "--baseline-rev",
+        default="HEAD~1",
+        metavar="REV",
+        help="the revision to compare with (default %(default)s)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name, ExitStack() as stack:
         tmp = Path(tmp_name)
@@ -124,20 +171,36 @@ def main() -> None:
         baseline = build_wheel(worktree(stack, args.baseline_rev, tmp), tmp / "wheel-baseline")
         rows = [
             measure(stack, "this tree", install(here, tmp / "venv-here"), certs, kubeconfig),
-            measure(stack, "this tree [sandbox]", install(here, tmp / "venv-sandbox", "sandbox"),
-                    certs, kubeconfig),
-            measure(stack, f"{args.baseline_rev}", install(baseline, tmp / "venv-baseline"),
-                    certs, kubeconfig),
+            measure(
+                stack,
+                "this tree [sandbox]",
+                install(here, tmp / "venv-sandbox", "sandbox"),
+                certs,
+                kubeconfig,
+            ),
+            measure(
+                stack,
+                f"{args.baseline_rev}",
+                install(baseline, tmp / "venv-baseline"),
+                certs,
+                kubeconfig,
+            ),
         ]
-    print(f"{'install':<22}{'site-packages MiB':>18}{'distributions':>15}"
-          f"{'protobuf+cel':>14}{'webhook RSS MiB':>17}")
+    print(
+        f"{'install':<22}{'site-packages MiB':>18}{'distributions':>15}"
+        f"{'protobuf+cel':>14}{'webhook RSS MiB':>17}"
+    )
     for row in rows:
-        print(f"{row.name:<22}{row.site_packages_mib:>18.1f}{row.distributions:>15}"
-              f"{'yes' if row.sandbox_extra else 'no':>14}{row.webhook_rss_mib:>17.1f}")
+        print(
+            f"{row.name:<22}{row.site_packages_mib:>18.1f}{row.distributions:>15}"
+            f"{'yes' if row.sandbox_extra else 'no':>14}{row.webhook_rss_mib:>17.1f}"
+        )
     here_row, baseline_row = rows[0], rows[2]
-    print(f"this tree / {args.baseline_rev}: site-packages "
-          f"{here_row.site_packages_mib / baseline_row.site_packages_mib:.3f}, webhook RSS "
-          f"{here_row.webhook_rss_mib / baseline_row.webhook_rss_mib:.3f}")
+    print(
+        f"this tree / {args.baseline_rev}: site-packages "
+        f"{here_row.site_packages_mib / baseline_row.site_packages_mib:.3f}, webhook RSS "
+        f"{here_row.webhook_rss_mib / baseline_row.webhook_rss_mib:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,11 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.admission.server = kopf.WebhookServer(
-        addr="127.0.0.1", port=int(os.environ["KOPF_PEER_PORT"]),
-        certfile=os.environ["KOPF_PEER_CERT"], pkeyfile=os.environ["KOPF_PEER_KEY"])
+        addr="127.0.0.1",
+        port=int(os.environ["KOPF_PEER_PORT"]),
+        certfile=os.environ["KOPF_PEER_CERT"],
+        pkeyfile=os.environ["KOPF_PEER_KEY"],
+    )
     settings.admission.managed = None  # no webhook configuration: the benchmark calls it
 
 
@@ -38,8 +41,12 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 def resource_requests(spec: kopf.Spec, **_: Any) -> None:
     if spec.get("schedulerName") not in VOLCANO_SCHEDULERS:
         return
-    problems = [problem for field in ("initContainers", "containers")
-                for container in spec.get(field) or [] for problem in _problems(container)]
+    problems = [
+        problem
+        for field in ("initContainers", "containers")
+        for container in spec.get(field) or []
+        for problem in _problems(container)
+    ]
     if problems:
         raise kopf.AdmissionError("; ".join(problems), code=403)
 

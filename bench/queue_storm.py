@@ -22,8 +22,13 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="churn duration per run")
     parser.add_argument("--queues", type=int, nargs="+", default=[10, 100])
-    parser.add_argument("--churn", type=float, nargs="+", default=[1.0, 10.0],
-                        help="multiples of 20,000 pods/min for the sidecar runs")
+    parser.add_argument(
+        "--churn",
+        type=float,
+        nargs="+",
+        default=[1.0, 10.0],
+        help="multiples of 20,000 pods/min for the sidecar runs",
+    )
     parser.add_argument("--settle", type=float, default=10.0)
     args = parser.parse_args()
     results = []
@@ -33,9 +38,12 @@ async def main() -> None:
         results.append(direct)
         print(format_results([direct]).splitlines()[-1], flush=True)
         for multiple in args.churn:
-            settings = StormSettings(queues=queues, seconds=args.seconds,
-                                     settle_timeout=args.settle,
-                                     pods_per_minute=20_000 * multiple)
+            settings = StormSettings(
+                queues=queues,
+                seconds=args.seconds,
+                settle_timeout=args.settle,
+                pods_per_minute=20_000 * multiple,
+            )
             result = await run_storm(settings, through_sidecar=True)
             result.mode = f"sidecar x{multiple:g}"
             results.append(result)
@@ -46,14 +54,18 @@ async def main() -> None:
     for queues in args.queues:
         runs = [r for r in results if r.queues == queues]
         direct, sidecar = runs[0], runs[1]
-        print(f"{queues} queues at 20,000 pods/min: sidecar upstream writes "
-              f"{direct.upstream_writes / max(1, sidecar.upstream_writes):.1f}x fewer than "
-              f"direct, {sidecar.upstream_writes / max(1, sidecar.floor):.2f}x the floor; "
-              f"409s {direct.conflicts} -> {sidecar.conflicts}")
+        print(
+            f"{queues} queues at 20,000 pods/min: sidecar upstream writes "
+            f"{direct.upstream_writes / max(1, sidecar.upstream_writes):.1f}x fewer than "
+            f"direct, {sidecar.upstream_writes / max(1, sidecar.floor):.2f}x the floor; "
+            f"409s {direct.conflicts} -> {sidecar.conflicts}"
+        )
         if len(runs) > 2 and runs[1].peak_rss_mib and runs[2].peak_rss_mib:
-            print(f"  sidecar peak RSS at x{args.churn[1]:g} churn: "
-                  f"{runs[2].peak_rss_mib / runs[1].peak_rss_mib:.2f}x that at "
-                  f"x{args.churn[0]:g}")
+            print(
+                f"  sidecar peak RSS at x{args.churn[1]:g} churn: "
+                f"{runs[2].peak_rss_mib / runs[1].peak_rss_mib:.2f}x that at "
+                f"x{args.churn[0]:g}"
+            )
 
 
 if __name__ == "__main__":

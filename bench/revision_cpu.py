@@ -59,8 +59,11 @@ def main() -> None:
         servers: dict[str, tuple[str, int]] = {}
         for name in ("floor", "current", *args.revisions):
             port = free_port()
-            command = (floor_command(made, port) if name == "floor"
-                       else guard_command(made, kubeconfig, port))
+            command = (
+                floor_command(made, port)
+                if name == "floor"
+                else guard_command(made, kubeconfig, port)
+            )
             root = ROOT if name in ("floor", "current") else checkout(stack, name, tmp)
             proc = start(stack, ["taskset", "-c", PINNED_SERVER_CPU, *command], port, cwd=root)
             servers[name] = (f"https://127.0.0.1:{port}/validate", proc.pid)
@@ -70,12 +73,15 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, (url, pid) in servers.items():
                 before = cpu_seconds(pid)
-                result = run_hey(hey, url, body, 0, 50, None, requests=args.requests,
-                                 cpus=PINNED_HEY_CPU)
+                result = run_hey(
+                    hey, url, body, 0, 50, None, requests=args.requests, cpus=PINNED_HEY_CPU
+                )
                 costs[name].append((cpu_seconds(pid) - before) / result["total"] * 1e6)
     floor = statistics.median(costs["floor"])
-    print(f"Pod CREATE, server-bound (server on CPU {PINNED_SERVER_CPU}, hey on CPU "
-          f"{PINNED_HEY_CPU}), {args.requests:,} requests a run, {args.rounds} runs each")
+    print(
+        f"Pod CREATE, server-bound (server on CPU {PINNED_SERVER_CPU}, hey on CPU "
+        f"{PINNED_HEY_CPU}), {args.requests:,} requests a run, {args.rounds} runs each"
+    )
     print(f"{'server':<16}{'CPU us/request':>15}  {'(each run)':<26}{'floor / it':>10}")
     for name, values in costs.items():
         runs = "(" + ", ".join(f"{value:.1f}" for value in sorted(values)) + ")"

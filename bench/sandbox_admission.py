@@ -41,31 +41,47 @@ from volcano_guard.certs.generate import generate
 from volcano_guard.guarded_sandbox import NAMESPACE, SERVICE, shipped_config
 
 PODS = "/api/v1/namespaces/team-a/pods"
-CONFIGURATIONS = {"MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
-                  "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
-                  "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
-                  "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
+CONFIGURATIONS = {
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+}
 WEBHOOK, SHIPPED, POLICIES = "webhook only", "as shipped", "policies only"
-SEED = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}]
+SEED = [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}},
+]
 
 
 def volcano_pod() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"generateName": "worker-", "namespace": "team-a",
-                         "labels": {"app": "train"}},
-            "spec": {"schedulerName": "volcano", "containers": [
-                {"name": "worker", "image": "pytorch/pytorch:2.3.0",
-                 "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "worker-", "namespace": "team-a", "labels": {"app": "train"}},
+        "spec": {
+            "schedulerName": "volcano",
+            "containers": [
+                {
+                    "name": "worker",
+                    "image": "pytorch/pytorch:2.3.0",
+                    "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+                }
+            ],
+        },
+    }
 
 
 def manifests(tmp: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
     """What `volcano-guard manifests` prints for config."""
     path = tmp / "manifests-config.yaml"
     path.write_text(yaml.safe_dump(config))
-    printed = subprocess.run([sys.executable, "-m", "volcano_guard.cli", "manifests",
-                              "--config", str(path)], check=True, capture_output=True,
-                             text=True).stdout
+    printed = subprocess.run(
+        [sys.executable, "-m", "volcano_guard.cli", "manifests", "--config", str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return [doc for doc in yaml.safe_load_all(printed) if doc]
 
 
@@ -81,8 +97,9 @@ def registrations(tmp: Path, ca_file: Path, config: dict[str, Any]) -> list[dict
 
 def api(url: str, method: str, path: str, body: Any = None) -> None:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=10):
         pass
 
@@ -100,8 +117,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--writes", type=int, default=500,
-                        help="writes one at a time per round (default 500)")
+    parser.add_argument(
+        "--writes", type=int, default=500, help="writes one at a time per round (default 500)"
+    )
     args = parser.parse_args()
     hey = ensure_hey()
     with tempfile.TemporaryDirectory() as directory, ExitStack() as stack:
@@ -111,29 +129,60 @@ def main() -> None:
         seed.write_text(yaml.safe_dump_all(SEED))
         sandbox_port, webhook_port = free_port(), free_port()
         cli = [sys.executable, "-m", "volcano_guard.cli"]
-        start(stack, [*cli, "sandbox", "--listen", f"127.0.0.1:{sandbox_port}", "--load",
-                      str(seed), "--service",
-                      f"{NAMESPACE}/{SERVICE}:443=127.0.0.1:{webhook_port}"], sandbox_port)
+        start(
+            stack,
+            [
+                *cli,
+                "sandbox",
+                "--listen",
+                f"127.0.0.1:{sandbox_port}",
+                "--load",
+                str(seed),
+                "--service",
+                f"{NAMESPACE}/{SERVICE}:443=127.0.0.1:{webhook_port}",
+            ],
+            sandbox_port,
+        )
         url = f"http://127.0.0.1:{sandbox_port}"
         kubeconfig = tmp / "kubeconfig"
         write_kubeconfig(kubeconfig, url)
         config = tmp / "config.yaml"
         config.write_text(yaml.safe_dump(shipped_config()))
-        start(stack, [*cli, "webhook", "--listen", f"127.0.0.1:{webhook_port}",
-                      "--metrics-listen", f"127.0.0.1:{free_port()}", "--tls-cert",
-                      str(certs.cert_file), "--tls-key", str(certs.key_file), "--kubeconfig",
-                      str(kubeconfig), "--config", str(config)], webhook_port)
+        start(
+            stack,
+            [
+                *cli,
+                "webhook",
+                "--listen",
+                f"127.0.0.1:{webhook_port}",
+                "--metrics-listen",
+                f"127.0.0.1:{free_port()}",
+                "--tls-cert",
+                str(certs.cert_file),
+                "--tls-key",
+                str(certs.key_file),
+                "--kubeconfig",
+                str(kubeconfig),
+                "--config",
+                str(config),
+            ],
+            webhook_port,
+        )
         shipped = registrations(tmp, certs.ca_file, shipped_config())
         registered = {
-            WEBHOOK: registrations(tmp, certs.ca_file, {
-                **shipped_config(), "validatingAdmissionPolicies": False}),
+            WEBHOOK: registrations(
+                tmp, certs.ca_file, {**shipped_config(), "validatingAdmissionPolicies": False}
+            ),
             SHIPPED: shipped,
-            POLICIES: [doc for doc in shipped if "AdmissionPolicy" in doc["kind"]]}
+            POLICIES: [doc for doc in shipped if "AdmissionPolicy" in doc["kind"]],
+        }
         body = tmp / "pod.json"
         body.write_text(json.dumps(volcano_pod()))
         target = url + PODS
-        runs: dict[str, list[dict[str, dict]]] = {"no webhook": [], **{
-            mode: [] for mode in registered}}
+        runs: dict[str, list[dict[str, dict]]] = {
+            "no webhook": [],
+            **{mode: [] for mode in registered},
+        }
         for index in range(len(runs) * args.rounds + 1):  # a first, unmeasured round warms up
             mode = list(runs)[index % len(runs)]
             register(url, registered.get(mode, []), on=True)
@@ -152,13 +201,21 @@ def cel_time(documents: list[dict[str, Any]], repeats: int = 2000) -> None:
     from volcano_guard.sandbox.policy_validation import PolicyInputs, validate
 
     pod = {**volcano_pod(), "metadata": {"name": "worker-1", "namespace": "team-a"}}
-    inputs = PolicyInputs(pod, None, {"kind": {"group": "", "version": "v1", "kind": "Pod"},
-                                      "namespace": "team-a", "name": "worker-1",
-                                      "operation": "CREATE",
-                                      "userInfo": {"username": "alice"}})
+    inputs = PolicyInputs(
+        pod,
+        None,
+        {
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "namespace": "team-a",
+            "name": "worker-1",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice"},
+        },
+    )
     print(f"CEL time of each policy for one Volcano pod (median of {repeats}, in process):")
-    for policy in (d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"
-                   and _judges_pods(d)):
+    for policy in (
+        d for d in documents if d["kind"] == "ValidatingAdmissionPolicy" and _judges_pods(d)
+    ):
         validate(policy["spec"], inputs)  # compiled and cached
         times = []
         for _ in range(repeats):
@@ -195,19 +252,25 @@ def report(runs: dict[str, list[dict[str, dict]]], rounds: int) -> None:
         return statistics.median(run[loop][key] for run in runs[mode])
 
     print(f"Pod CREATE through the sandbox, medians of {rounds} rounds")
-    print(f"{'mode':<18}{'one at a time: p50 ms':>22}{'p99 ms':>8}"
-          f"{'   10 connections: writes/s':>28}{'p50 ms':>8}{'p99 ms':>8}")
+    print(
+        f"{'mode':<18}{'one at a time: p50 ms':>22}{'p99 ms':>8}"
+        f"{'   10 connections: writes/s':>28}{'p50 ms':>8}{'p99 ms':>8}"
+    )
     for mode in runs:
-        print(f"{mode:<18}{median(mode, 'one', 'p50'):>22.2f}{median(mode, 'one', 'p99'):>8.2f}"
-              f"{median(mode, 'closed', 'rps'):>28,.0f}{median(mode, 'closed', 'p50'):>8.2f}"
-              f"{median(mode, 'closed', 'p99'):>8.2f}")
+        print(
+            f"{mode:<18}{median(mode, 'one', 'p50'):>22.2f}{median(mode, 'one', 'p99'):>8.2f}"
+            f"{median(mode, 'closed', 'rps'):>28,.0f}{median(mode, 'closed', 'p50'):>8.2f}"
+            f"{median(mode, 'closed', 'p99'):>8.2f}"
+        )
     base = "no webhook"
     for mode in (WEBHOOK, SHIPPED, POLICIES):
-        print(f"{mode}: overhead a write "
-              f"{median(mode, 'one', 'p50') - median(base, 'one', 'p50'):.2f} ms (p50), "
-              f"{median(mode, 'one', 'p99') - median(base, 'one', 'p99'):.2f} ms (p99); "
-              f"writes/s {median(mode, 'closed', 'rps') / median(base, 'closed', 'rps'):.2f}x "
-              "of none")
+        print(
+            f"{mode}: overhead a write "
+            f"{median(mode, 'one', 'p50') - median(base, 'one', 'p50'):.2f} ms (p50), "
+            f"{median(mode, 'one', 'p99') - median(base, 'one', 'p99'):.2f} ms (p99); "
+            f"writes/s {median(mode, 'closed', 'rps') / median(base, 'closed', 'rps'):.2f}x "
+            "of none"
+        )
 
 
 if __name__ == "__main__":

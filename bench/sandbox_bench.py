@@ -33,8 +33,12 @@ CONCURRENCY = 32
 
 def start(argv: list[str], port: int) -> subprocess.Popen:
     pin = ["taskset", "-c", "0"] if (os.cpu_count() or 1) > 1 else []
-    proc = subprocess.Popen([*pin, sys.executable, *argv], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*pin, sys.executable, *argv],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for_port(port, proc, timeout=15)
     return proc
 
@@ -53,8 +57,9 @@ async def load(url: str, method: str, body_for, seconds: float) -> float:
             while time.perf_counter() < stop:
                 n += 1
                 data = body_for(worker_id, n)
-                async with session.request(method, url, data=data,
-                                           headers={"Content-Type": "application/json"}) as r:
+                async with session.request(
+                    method, url, data=data, headers={"Content-Type": "application/json"}
+                ) as r:
                     await r.read()
                     if r.status < 300:
                         done += 1
@@ -84,15 +89,18 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log
 
 async def throughput(seconds: float) -> None:
     port = free_port()
-    sandbox = start(["-m", "volcano_guard.cli", "sandbox", "--listen", f"127.0.0.1:{port}"],
-                    port)
+    sandbox = start(["-m", "volcano_guard.cli", "sandbox", "--listen", f"127.0.0.1:{port}"], port)
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession(base) as session:
             await session.post("/api/v1/namespaces", json={"metadata": {"name": "bench"}})
-            await session.post("/api/v1/namespaces/bench/pods", json={
-                "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c",
-                                                                   "image": "x"}]}})
+            await session.post(
+                "/api/v1/namespaces/bench/pods",
+                json={
+                    "metadata": {"name": "p"},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]},
+                },
+            )
             await session.post(Q, json={"metadata": {"name": "q"}, "spec": {"weight": 1}})
             async with session.get("/api/v1/namespaces/bench/pods/p") as response:
                 pod_bytes = await response.read()
@@ -104,8 +112,9 @@ async def throughput(seconds: float) -> None:
             queue["status"] = {"allocated": {"cpu": f"{worker}-{n}"}}
             return json.dumps(queue).encode()
 
-        get_rps = await load(f"{base}/api/v1/namespaces/bench/pods/p", "GET",
-                             lambda *_: None, seconds)
+        get_rps = await load(
+            f"{base}/api/v1/namespaces/bench/pods/p", "GET", lambda *_: None, seconds
+        )
         put_rps = await load(f"{base}{Q}/q/status", "PUT", status_body, seconds)
     finally:
         sandbox.terminate()
@@ -136,15 +145,33 @@ def seed_pods(count: int, result: multiprocessing.Queue) -> None:
     store = Store()
     before = memory_kib()
     started = time.perf_counter()
-    pods = ({"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": f"worker-{i}", "namespace": f"team-{i % 50}",
-                          "labels": {"volcano.sh/job-name": f"job-{i // 8}", "app": "train"},
-                          "annotations": {"scheduling.k8s.io/group-name": f"pg-{i // 8}"}},
-             "spec": {"schedulerName": "volcano", "nodeName": f"node-{i % 500}",
-                      "containers": [{"name": "main", "image": "pytorch/pytorch:2.3.0",
-                                      "resources": {"requests": {"cpu": "4", "memory": "16Gi"},
-                                                    "limits": {"cpu": "4", "memory": "16Gi"}}}]}}
-            for i in range(count))
+    pods = (
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"worker-{i}",
+                "namespace": f"team-{i % 50}",
+                "labels": {"volcano.sh/job-name": f"job-{i // 8}", "app": "train"},
+                "annotations": {"scheduling.k8s.io/group-name": f"pg-{i // 8}"},
+            },
+            "spec": {
+                "schedulerName": "volcano",
+                "nodeName": f"node-{i % 500}",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "pytorch/pytorch:2.3.0",
+                        "resources": {
+                            "requests": {"cpu": "4", "memory": "16Gi"},
+                            "limits": {"cpu": "4", "memory": "16Gi"},
+                        },
+                    }
+                ],
+            },
+        }
+        for i in range(count)
+    )
     seed(store, pods)
     result.put((memory_kib() - before, time.perf_counter() - started))
 
@@ -156,8 +183,10 @@ def memory(count: int) -> None:
     grown_kib, seconds = result.get(timeout=600)
     child.join()
     mib = grown_kib / 1024
-    print(f"\n{count:,} pods in a fresh store: RSS +{mib:,.0f} MiB "
-          f"({grown_kib * 1024 / count:,.0f} bytes a pod), seeded in {seconds:.1f}s")
+    print(
+        f"\n{count:,} pods in a fresh store: RSS +{mib:,.0f} MiB "
+        f"({grown_kib * 1024 / count:,.0f} bytes a pod), seeded in {seconds:.1f}s"
+    )
     print(f"target well under 1 GiB: {'meets' if mib < 1024 else 'MISSES'}")
 
 

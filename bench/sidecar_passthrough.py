@@ -70,8 +70,9 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log
 
 
 def start(argv: list[str], port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     wait_for_port(port, proc, timeout=15)
     return proc
 
@@ -113,9 +114,20 @@ async def main() -> None:
     args = parser.parse_args()
     up_port, sc_port, metrics_port = free_port(), free_port(), free_port()
     upstream = start(["-c", UPSTREAM, str(up_port)], up_port)
-    sidecar = start(["-m", "volcano_guard.cli", "sidecar", "--upstream",
-                     f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{sc_port}",
-                     "--metrics-listen", f"127.0.0.1:{metrics_port}"], sc_port)
+    sidecar = start(
+        [
+            "-m",
+            "volcano_guard.cli",
+            "sidecar",
+            "--upstream",
+            f"http://127.0.0.1:{up_port}",
+            "--listen",
+            f"127.0.0.1:{sc_port}",
+            "--metrics-listen",
+            f"127.0.0.1:{metrics_port}",
+        ],
+        sc_port,
+    )
     direct, via = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{sc_port}"
     try:
         async with aiohttp.ClientSession(auto_decompress=False) as session:
@@ -126,32 +138,41 @@ async def main() -> None:
             via_mbps, size = await read_list(session, f"{via}/big?mb={args.list_mb}")
             cpu_list = cpu_seconds(sidecar.pid) - cpu_before
             growth = (memory_kib(sidecar.pid, "VmHWM") - rss_before) / 1024
-            print(f"LIST {size / 1e6:,.0f} MB: direct {base_mbps:,.0f} MB/s, through the "
-                  f"sidecar {via_mbps:,.0f} MB/s ({via_mbps / base_mbps:.2f}x); sidecar peak RSS "
-                  f"growth {growth:,.1f} MiB, CPU {cpu_list:.2f}s")
-            print(f"  target >= 100 MB/s and < 50 MB growth: "
-                  f"{'meets' if via_mbps >= 100 and growth < 50 else 'MISSES'}")
+            print(
+                f"LIST {size / 1e6:,.0f} MB: direct {base_mbps:,.0f} MB/s, through the "
+                f"sidecar {via_mbps:,.0f} MB/s ({via_mbps / base_mbps:.2f}x); sidecar peak RSS "
+                f"growth {growth:,.1f} MiB, CPU {cpu_list:.2f}s"
+            )
+            print(
+                f"  target >= 100 MB/s and < 50 MB growth: "
+                f"{'meets' if via_mbps >= 100 and growth < 50 else 'MISSES'}"
+            )
 
             count = int(args.events * args.seconds)
             query = f"/api/v1/pods?watch=1&rate={args.events}&count={count}"
             cpu_before = cpu_seconds(sidecar.pid)
             direct_delays, via_delays = await asyncio.gather(
-                watch_delays(session, direct + query), watch_delays(session, via + query))
+                watch_delays(session, direct + query), watch_delays(session, via + query)
+            )
             cpu_watch = (cpu_seconds(sidecar.pid) - cpu_before) / args.seconds
             added = statistics.median(via_delays) - statistics.median(direct_delays)
-            print(f"WATCH {args.events:,} events/s for {args.seconds:g}s: median delay direct "
-                  f"{statistics.median(direct_delays):.3f} ms, through the sidecar "
-                  f"{statistics.median(via_delays):.3f} ms (added {added:.3f} ms; p99 "
-                  f"{statistics.quantiles(via_delays, n=100)[98]:.3f} ms); sidecar CPU "
-                  f"{cpu_watch:.2f} cores; {len(via_delays):,}/{count:,} events relayed")
+            print(
+                f"WATCH {args.events:,} events/s for {args.seconds:g}s: median delay direct "
+                f"{statistics.median(direct_delays):.3f} ms, through the sidecar "
+                f"{statistics.median(via_delays):.3f} ms (added {added:.3f} ms; p99 "
+                f"{statistics.quantiles(via_delays, n=100)[98]:.3f} ms); sidecar CPU "
+                f"{cpu_watch:.2f} cores; {len(via_delays):,}/{count:,} events relayed"
+            )
             print(f"  target < 1 ms added median: {'meets' if added < 1 else 'MISSES'}")
 
             direct_gets = await get_latencies(session, direct + "/small", args.gets)
             via_gets = await get_latencies(session, via + "/small", args.gets)
             added = statistics.median(via_gets) - statistics.median(direct_gets)
-            print(f"GET x{args.gets:,}: median direct {statistics.median(direct_gets):.3f} ms, "
-                  f"through the sidecar {statistics.median(via_gets):.3f} ms (added "
-                  f"{added:.3f} ms)")
+            print(
+                f"GET x{args.gets:,}: median direct {statistics.median(direct_gets):.3f} ms, "
+                f"through the sidecar {statistics.median(via_gets):.3f} ms (added "
+                f"{added:.3f} ms)"
+            )
             print(f"  target < 1 ms added median: {'meets' if added < 1 else 'MISSES'}")
     finally:
         for proc in (sidecar, upstream):

@@ -41,24 +41,39 @@ class Request:
     def attributes(self) -> matching.Attributes:
         kind_group = "" if self.kind == "Binding" else self.group
         # The API server labels every namespace with its name.
-        labels = ({**self.namespace_labels, "kubernetes.io/metadata.name": self.namespace}
-                  if self.namespace else {})
+        labels = (
+            {**self.namespace_labels, "kubernetes.io/metadata.name": self.namespace}
+            if self.namespace
+            else {}
+        )
         return matching.Attributes(
-            operation=self.operation, group=self.group, version=self.version,
-            resource=self.resource, kind=(kind_group, self.version, self.kind),
-            namespace=self.namespace, name=self.name,
-            user=matching.User(self.username, "", self.groups), subresource=self.sub_resource,
-            object=self.object, old_object=self.old_object, options=self.options,
-            namespace_labels=labels)
+            operation=self.operation,
+            group=self.group,
+            version=self.version,
+            resource=self.resource,
+            kind=(kind_group, self.version, self.kind),
+            namespace=self.namespace,
+            name=self.name,
+            user=matching.User(self.username, "", self.groups),
+            subresource=self.sub_resource,
+            object=self.object,
+            old_object=self.old_object,
+            options=self.options,
+            namespace_labels=labels,
+        )
 
 
-def called(configurations: Iterable[Mapping[str, Any]],
-           request: Request) -> list[Mapping[str, Any]]:
+def called(
+    configurations: Iterable[Mapping[str, Any]], request: Request
+) -> list[Mapping[str, Any]]:
     """The webhooks the request is sent to, in order (ConditionError if a condition fails
     under failurePolicy Fail)."""
     attributes = request.attributes()
-    return [hook for _, hook in matching.configured_webhooks(configurations)
-            if matching.should_call(hook, attributes)]
+    return [
+        hook
+        for _, hook in matching.configured_webhooks(configurations)
+        if matching.should_call(hook, attributes)
+    ]
 
 
 def during_outage(manifests: Iterable[Mapping[str, Any]], request: Request) -> str:
@@ -68,8 +83,9 @@ def during_outage(manifests: Iterable[Mapping[str, Any]], request: Request) -> s
     the request as sent, a called validating webhook that fails closed."""
     manifests = list(manifests)
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        if kind == "ValidatingWebhookConfiguration" and (refusal := _policy_refusal(
-                manifests, request)):
+        if kind == "ValidatingWebhookConfiguration" and (
+            refusal := _policy_refusal(manifests, request)
+        ):
             return refusal
         for webhook in called([m for m in manifests if m.get("kind") == kind], request):
             if webhook.get("failurePolicy", "Fail") == "Fail":
@@ -82,12 +98,18 @@ def _policy_refusal(manifests: list[Mapping[str, Any]], request: Request) -> str
         return [m for m in manifests if m.get("kind") == kind]
 
     attributes = request.attributes()
-    namespace = {"metadata": {"name": request.namespace,
-                              "labels": dict(attributes.namespace_labels)}}
+    namespace = {
+        "metadata": {"name": request.namespace, "labels": dict(attributes.namespace_labels)}
+    }
     try:
-        policies.dispatch(attributes, of_kind("ValidatingAdmissionPolicy"),
-                          of_kind("ValidatingAdmissionPolicyBinding"), _no_config_maps,
-                          namespace if request.namespace else None, Record())
+        policies.dispatch(
+            attributes,
+            of_kind("ValidatingAdmissionPolicy"),
+            of_kind("ValidatingAdmissionPolicyBinding"),
+            _no_config_maps,
+            namespace if request.namespace else None,
+            Record(),
+        )
     except ApiError as refusal:
         return "refused by " + refusal.message.split("'")[1]  # ...AdmissionPolicy 'NAME'...
     return None

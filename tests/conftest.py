@@ -39,35 +39,39 @@ class Webhook:
         return response
 
 
-async def start_webhook(config: Config, certs: GeneratedCerts,
-                        caches: Caches | None = None) -> AsyncGenerator[Webhook, None]:
+async def start_webhook(
+    config: Config, certs: GeneratedCerts, caches: Caches | None = None
+) -> AsyncGenerator[Webhook, None]:
     tls = server_context(certs.cert_file, certs.key_file)
     # A short shutdown: after a 413 aiohttp lingers reading the unread body until it is over.
-    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
-                       shutdown_timeout=1, caches=caches) as (port, metrics_port):
+    async with running(
+        config,
+        Listen("127.0.0.1", 0),
+        Listen("127.0.0.1", 0),
+        tls,
+        shutdown_timeout=1,
+        caches=caches,
+    ) as (port, metrics_port):
         connector = aiohttp.TCPConnector(ssl=client_context(certs.ca_file))
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)  # a hung answer fails the test
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            yield Webhook(session, f"https://127.0.0.1:{port}",
-                          f"http://127.0.0.1:{metrics_port}/metrics")
+            yield Webhook(
+                session, f"https://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}/metrics"
+            )
 
 
 @pytest.fixture
 async def webhook(certs: GeneratedCerts) -> AsyncIterator[Webhook]:
-    config = config_from_dict(
-        {"policies": {"resourceRequests": {"defaults": {"memory": "256Mi"}}}}
-    )
+    config = config_from_dict({"policies": {"resourceRequests": {"defaults": {"memory": "256Mi"}}}})
     async for served in start_webhook(config, certs):
         yield served
-
 
 
 class SyncWebhook:
     """The webhook and its client on a private event loop, driven from synchronous code
     (hypothesis tests cannot await). Same real TLS and hostname verification."""
 
-    def __init__(self, config: Config, certs: GeneratedCerts,
-                 caches: Caches | None = None) -> None:
+    def __init__(self, config: Config, certs: GeneratedCerts, caches: Caches | None = None) -> None:
         import asyncio
 
         self._loop = asyncio.new_event_loop()

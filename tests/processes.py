@@ -28,11 +28,15 @@ def admissions_counted(metrics: str) -> float:
     return 0.0
 
 
-async def post_review(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      body: bytes) -> int:
+async def post_review(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes
+) -> int:
     """One POST /validate of body on a kept-alive connection; the answer's status code."""
-    writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    writer.write(
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
     await writer.drain()
     status = int((await reader.readline()).split()[1])
     length = 0
@@ -44,8 +48,9 @@ async def post_review(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", *args],
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "volcano_guard.cli", *args], stderr=subprocess.PIPE, text=True
+    )
 
 
 def wait_for_log(proc: subprocess.Popen[str], pattern: str, timeout: float = 20) -> re.Match:
@@ -71,9 +76,10 @@ def tls_connect(ca_file: Path, port: int) -> ssl.SSLSocket:
 def post_once(ca_file: Path, port: int, path: str, body: bytes) -> tuple[int, dict]:
     """POST a JSON body on a connection of its own; (HTTP status, decoded answer)."""
     with tls_connect(ca_file, port) as tls:
-        tls.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (path.encode(),
-                                                                           len(body)) + body)
+        tls.sendall(
+            b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (path.encode(), len(body)) + body
+        )
         response = b""
         while chunk := tls.recv(65536):
             response += chunk

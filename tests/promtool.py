@@ -19,17 +19,24 @@ def promtool() -> str:
 
 def check_metrics(exposition: str) -> subprocess.CompletedProcess[str]:
     """`promtool check metrics` on an exposition text (its lint: names, units, HELP)."""
-    return subprocess.run([promtool(), "check", "metrics"], input=exposition, text=True,
-                          capture_output=True, check=False)
+    return subprocess.run(
+        [promtool(), "check", "metrics"],
+        input=exposition,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
 
 
 def check_rules(rules_file: Path) -> subprocess.CompletedProcess[str]:
     """`promtool check rules` on a rules file (syntax, PromQL, duplicate names)."""
-    return subprocess.run([promtool(), "check", "rules", str(rules_file)], text=True,
-                          capture_output=True, check=False)
+    return subprocess.run(
+        [promtool(), "check", "rules", str(rules_file)], text=True, capture_output=True, check=False
+    )
 
 
 def run_rule_tests(test_file: Path) -> subprocess.CompletedProcess[str]:
     """`promtool test rules` on a unit-test file."""
-    return subprocess.run([promtool(), "test", "rules", str(test_file)], text=True,
-                          capture_output=True, check=False)
+    return subprocess.run(
+        [promtool(), "test", "rules", str(test_file)], text=True, capture_output=True, check=False
+    )

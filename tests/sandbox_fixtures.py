@@ -14,14 +14,21 @@ NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team
 
 
 def queue(name: str = "q1", **spec) -> dict:
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-            "metadata": {"name": name}, "spec": {"weight": 1, **spec}}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"weight": 1, **spec},
+    }
 
 
 def pod(name: str = "p1", namespace: str = "team-a", **labels) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
 
 
 @pytest.fixture
@@ -56,8 +63,13 @@ def kubectl(sandbox):
         pytest.skip("kubectl is not installed (.ci/run installs it; install it to run these)")
 
     def run(*args: str, stdin: str | None = None, check: bool = True):
-        result = subprocess.run([KUBECTL, "--server", sandbox.url, *args], input=stdin,
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [KUBECTL, "--server", sandbox.url, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
         return result

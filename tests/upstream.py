@@ -57,8 +57,9 @@ def volcano_manifest(path: str, release: str | None = None) -> list[dict[str, An
     """The objects of a Volcano YAML file, such as an installer (shared: read them only).
     libyaml's loader: 1 MB of installer in 0.3 s, not 3 s."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [d for d in yaml.load_all(volcano_file(path, release), Loader=loader)
-            if isinstance(d, dict)]
+    return [
+        d for d in yaml.load_all(volcano_file(path, release), Loader=loader) if isinstance(d, dict)
+    ]
 
 
 def kubernetes_api_file(path: str) -> str:

@@ -26,46 +26,81 @@ CONTROL_PLANE: tuple[tuple[str, str, dict[str, str], str], ...] = (
 )
 
 
-def control_plane_pod(kind: str, name: str, labels: dict[str, str],
-                      service_account: str) -> dict[str, Any]:
+def control_plane_pod(
+    kind: str, name: str, labels: dict[str, str], service_account: str
+) -> dict[str, Any]:
     """The pod its workload's controller creates, after the API server's defaulting."""
     owner = "ReplicaSet" if kind == "Deployment" else kind
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"generateName": f"{name}-", "namespace": VOLCANO_NAMESPACE,
-                     "labels": dict(labels),
-                     "ownerReferences": [{"apiVersion": "apps/v1" if owner == "ReplicaSet"
-                                          else "batch/v1", "kind": owner, "name": name,
-                                          "uid": f"{name}-uid", "controller": True}]},
-        "spec": {"serviceAccountName": service_account, "schedulerName": "default-scheduler",
-                 "priorityClassName": "system-cluster-critical",
-                 "containers": [{"name": "main", "image": "volcanosh/x:latest"}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{name}-",
+            "namespace": VOLCANO_NAMESPACE,
+            "labels": dict(labels),
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1" if owner == "ReplicaSet" else "batch/v1",
+                    "kind": owner,
+                    "name": name,
+                    "uid": f"{name}-uid",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "serviceAccountName": service_account,
+            "schedulerName": "default-scheduler",
+            "priorityClassName": "system-cluster-critical",
+            "containers": [{"name": "main", "image": "volcanosh/x:latest"}],
+        },
     }
 
 
 def _pod_webhook(kind: str, name: str, path: str) -> dict[str, Any]:
     webhook: dict[str, Any] = {
         "admissionReviewVersions": ["v1"],
-        "clientConfig": {"service": {"name": "volcano-admission-service",
-                                     "namespace": VOLCANO_NAMESPACE, "path": path,
-                                     "port": 443}},
+        "clientConfig": {
+            "service": {
+                "name": "volcano-admission-service",
+                "namespace": VOLCANO_NAMESPACE,
+                "path": path,
+                "port": 443,
+            }
+        },
         "failurePolicy": "Fail",
         "matchPolicy": "Equivalent",
         "name": name,
-        "namespaceSelector": {"matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-             "values": [VOLCANO_NAMESPACE, "kube-system"]}]},
+        "namespaceSelector": {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": [VOLCANO_NAMESPACE, "kube-system"],
+                }
+            ]
+        },
         "objectSelector": {},
-        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                   "resources": ["pods"], "scope": "*"}],
+        "rules": [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+                "scope": "*",
+            }
+        ],
         "sideEffects": "NoneOnDryRun",
         "timeoutSeconds": 10,
     }
     if kind == "MutatingWebhookConfiguration":
         webhook["reinvocationPolicy"] = "Never"
-    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-            "metadata": {"name": f"volcano-admission-service-{path.strip('/').replace('/', '-')}"},
-            "webhooks": [webhook]}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": f"volcano-admission-service-{path.strip('/').replace('/', '-')}"},
+        "webhooks": [webhook],
+    }
 
 
 POD_WEBHOOKS = (

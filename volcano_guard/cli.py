@@ -41,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _configure_logging() -> None:
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
 
@@ -77,19 +78,31 @@ def _add_webhook(commands: argparse._SubParsersAction) -> None:
     webhook.add_argument("--listen", default="0.0.0.0:8443", help="HOST:PORT (default %(default)s)")
     webhook.add_argument("--tls-cert", required=True, help="serving certificate (PEM)")
     webhook.add_argument("--tls-key", required=True, help="serving key (PEM)")
-    webhook.add_argument("--client-ca", metavar="FILE", help="require a client certificate "
-                         "signed by this CA (the API server's, from its AdmissionConfiguration; "
-                         "a CA used for nothing else: `certs client` makes one)")
+    webhook.add_argument(
+        "--client-ca",
+        metavar="FILE",
+        help="require a client certificate "
+        "signed by this CA (the API server's, from its AdmissionConfiguration; "
+        "a CA used for nothing else: `certs client` makes one)",
+    )
     webhook.add_argument(
         "--metrics-listen", default="0.0.0.0:9090", help="HOST:PORT for /metrics (plain HTTP)"
     )
-    webhook.add_argument("--namespace", type=_namespace, help="the guard's namespace, where "
-                         "the node states of the in-server policies are published (default: "
-                         "the pod's own, else volcano-guard)")
+    webhook.add_argument(
+        "--namespace",
+        type=_namespace,
+        help="the guard's namespace, where "
+        "the node states of the in-server policies are published (default: "
+        "the pod's own, else volcano-guard)",
+    )
     _add_cluster_flags(webhook)
-    webhook.add_argument("--workers", type=_positive_int, default=1,
-                         help="processes sharing the admission port (SO_REUSEPORT); one uses "
-                         "one core (default %(default)s)")
+    webhook.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="processes sharing the admission port (SO_REUSEPORT); one uses "
+        "one core (default %(default)s)",
+    )
     webhook.set_defaults(run=run_webhook)
 
 
@@ -97,105 +110,187 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
     certs = commands.add_parser("certs", help="certificate tooling")
     actions = certs.add_subparsers(dest="action", required=True, metavar="ACTION")
     generate = actions.add_parser("generate", help="ECDSA P-256 CA and serving certificate")
-    generate.add_argument("--service", type=_service, required=True,
-                          help="the webhook's Service name")
-    generate.add_argument("--namespace", type=_namespace, required=True,
-                          help="the Service's namespace")
+    generate.add_argument(
+        "--service", type=_service, required=True, help="the webhook's Service name"
+    )
+    generate.add_argument(
+        "--namespace", type=_namespace, required=True, help="the Service's namespace"
+    )
     generate.add_argument("--out", required=True, help="directory for ca.crt, tls.crt, tls.key")
-    generate.add_argument("--days", type=_positive_int, default=365,
-                          help="validity (default %(default)s)")
+    generate.add_argument(
+        "--days", type=_positive_int, default=365, help="validity (default %(default)s)"
+    )
     generate.add_argument("--force", action="store_true", help="replace an existing CA")
     generate.set_defaults(run=run_certs_generate)
-    rotate = actions.add_parser("rotate", help="renew the serving cert (and the CA, with an "
-                                "overlapping bundle) before they expire")
+    rotate = actions.add_parser(
+        "rotate",
+        help="renew the serving cert (and the CA, with an overlapping bundle) before they expire",
+    )
     rotate.add_argument("--dir", required=True, help="directory written by certs generate")
-    rotate.add_argument("--renew-before", type=_duration, default="720h",
-                        help="renew what expires within this (default %(default)s)")
+    rotate.add_argument(
+        "--renew-before",
+        type=_duration,
+        default="720h",
+        help="renew what expires within this (default %(default)s)",
+    )
     rotate.add_argument("--force", action="store_true", help="renew the serving cert now")
     rotate.set_defaults(run=run_certs_rotate)
     inject = actions.add_parser("inject", help="set caBundle on the webhook configurations")
     inject.add_argument("--ca", required=True, help="CA bundle file (ca.crt)")
-    inject.add_argument("--mutating", type=_object_name, action="append", default=[],
-                        metavar="NAME")
-    inject.add_argument("--validating", type=_object_name, action="append", default=[],
-                        metavar="NAME")
+    inject.add_argument(
+        "--mutating", type=_object_name, action="append", default=[], metavar="NAME"
+    )
+    inject.add_argument(
+        "--validating", type=_object_name, action="append", default=[], metavar="NAME"
+    )
     _add_cluster_flags(inject)
     inject.set_defaults(run=run_certs_inject)
-    ensure = actions.add_parser("ensure", help="make, renew and rotate the webhook's "
-                                "certificates in the cluster, in an order that never breaks TLS")
-    ensure.add_argument("--service", type=_service, default="volcano-guard",
-                        help="the webhook's Service (default %(default)s)")
-    ensure.add_argument("--namespace", type=_namespace, required=True,
-                        help="the Service's and Secrets' namespace")
-    ensure.add_argument("--ca-secret", type=_object_name, default="volcano-guard-ca",
-                        help="Secret holding the CAs and the CA key (default %(default)s)")
-    ensure.add_argument("--tls-secret", type=_object_name, default="volcano-guard-tls",
-                        help="Secret the webhook mounts (default %(default)s)")
-    ensure.add_argument("--mutating", type=_object_name, action="append", default=[],
-                        metavar="NAME")
-    ensure.add_argument("--validating", type=_object_name, action="append", default=[],
-                        metavar="NAME")
-    ensure.add_argument("--ca-valid", type=_duration, default="3650d",
-                        help="a new CA's lifetime (default %(default)s)")
-    ensure.add_argument("--cert-valid", type=_duration, default="365d",
-                        help="a serving certificate's lifetime (default %(default)s)")
+    ensure = actions.add_parser(
+        "ensure",
+        help="make, renew and rotate the webhook's "
+        "certificates in the cluster, in an order that never breaks TLS",
+    )
+    ensure.add_argument(
+        "--service",
+        type=_service,
+        default="volcano-guard",
+        help="the webhook's Service (default %(default)s)",
+    )
+    ensure.add_argument(
+        "--namespace", type=_namespace, required=True, help="the Service's and Secrets' namespace"
+    )
+    ensure.add_argument(
+        "--ca-secret",
+        type=_object_name,
+        default="volcano-guard-ca",
+        help="Secret holding the CAs and the CA key (default %(default)s)",
+    )
+    ensure.add_argument(
+        "--tls-secret",
+        type=_object_name,
+        default="volcano-guard-tls",
+        help="Secret the webhook mounts (default %(default)s)",
+    )
+    ensure.add_argument(
+        "--mutating", type=_object_name, action="append", default=[], metavar="NAME"
+    )
+    ensure.add_argument(
+        "--validating", type=_object_name, action="append", default=[], metavar="NAME"
+    )
+    ensure.add_argument(
+        "--ca-valid",
+        type=_duration,
+        default="3650d",
+        help="a new CA's lifetime (default %(default)s)",
+    )
+    ensure.add_argument(
+        "--cert-valid",
+        type=_duration,
+        default="365d",
+        help="a serving certificate's lifetime (default %(default)s)",
+    )
     _add_cluster_flags(ensure)
     ensure.set_defaults(run=run_certs_ensure)
-    client = actions.add_parser("client", help="a CA of its own and a client certificate for "
-                                "the API server, for webhook --client-ca")
-    client.add_argument("--out", required=True,
-                        help="directory for client-ca.crt, client.crt, client.key")
-    client.add_argument("--name", type=_common_name, default="kube-apiserver",
-                        help="the certificate's common name (default %(default)s)")
-    client.add_argument("--days", type=_positive_int, default=365,
-                        help="validity (default %(default)s)")
+    client = actions.add_parser(
+        "client",
+        help="a CA of its own and a client certificate for the API server, for webhook --client-ca",
+    )
+    client.add_argument(
+        "--out", required=True, help="directory for client-ca.crt, client.crt, client.key"
+    )
+    client.add_argument(
+        "--name",
+        type=_common_name,
+        default="kube-apiserver",
+        help="the certificate's common name (default %(default)s)",
+    )
+    client.add_argument(
+        "--days", type=_positive_int, default=365, help="validity (default %(default)s)"
+    )
     client.add_argument("--force", action="store_true", help="replace an existing client CA")
     client.set_defaults(run=run_certs_client)
     secret = actions.add_parser("secret", help="create or update the serving cert's Secret")
     secret.add_argument("--dir", required=True, help="directory with tls.crt, tls.key, ca.crt")
     secret.add_argument("--name", type=_object_name, required=True, help="the Secret's name")
-    secret.add_argument("--namespace", type=_namespace, required=True,
-                        help="the Secret's namespace")
+    secret.add_argument(
+        "--namespace", type=_namespace, required=True, help="the Secret's namespace"
+    )
     _add_cluster_flags(secret)
     secret.set_defaults(run=run_certs_secret)
 
 
 def _add_check(commands: argparse._SubParsersAction) -> None:
     check = commands.add_parser(
-        "check", help="run the policies over manifests offline (exit 0 clean, 1 violations, "
-        "2 unusable input)"
+        "check",
+        help="run the policies over manifests offline (exit 0 clean, 1 violations, "
+        "2 unusable input)",
     )
-    check.add_argument("-f", "--filename", dest="paths", action="append", required=True,
-                       metavar="PATH", help="file or directory of YAML/JSON, or - for "
-                       "standard input (repeatable)")
-    check.add_argument("-R", "--recursive", action="store_true",
-                       help="check the directories of -f and everything below them")
+    check.add_argument(
+        "-f",
+        "--filename",
+        dest="paths",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="file or directory of YAML/JSON, or - for standard input (repeatable)",
+    )
+    check.add_argument(
+        "-R",
+        "--recursive",
+        action="store_true",
+        help="check the directories of -f and everything below them",
+    )
     check.add_argument("--config", help="YAML config file (default: every default)")
     check.add_argument("--output", choices=("text", "json"), default="text")
-    check.add_argument("--nodes", metavar="FILE", help="Nodes (a NodeList or Node YAMLs) for "
-                       "the nodeName policy; without it every node counts as Volcano-managed")
+    check.add_argument(
+        "--nodes",
+        metavar="FILE",
+        help="Nodes (a NodeList or Node YAMLs) for "
+        "the nodeName policy; without it every node counts as Volcano-managed",
+    )
     check.set_defaults(run=run_check)
 
 
 def _add_audit(commands: argparse._SubParsersAction) -> None:
     audit = commands.add_parser(
-        "audit", help="find what the policies and Volcano's node accounting object to in the "
-        "cluster as it is (exit 0 clean, 1 findings, 2 the cluster cannot be read)")
+        "audit",
+        help="find what the policies and Volcano's node accounting object to in the "
+        "cluster as it is (exit 0 clean, 1 findings, 2 the cluster cannot be read)",
+    )
     _add_cluster_flags(audit)
     audit.add_argument("--config", help="YAML config file (default: every default)")
-    audit.add_argument("--namespace", type=_namespace, help="only this namespace's objects "
-                       "(node accounting, which needs every pod, is then skipped)")
+    audit.add_argument(
+        "--namespace",
+        type=_namespace,
+        help="only this namespace's objects "
+        "(node accounting, which needs every pod, is then skipped)",
+    )
     audit.add_argument("--output", choices=("text", "json"), default="text")
-    audit.add_argument("--watch", action="store_true", help="keep auditing as the cluster "
-                       "changes, publishing metrics (on --metrics-listen) until SIGTERM")
-    audit.add_argument("--metrics-listen", default="0.0.0.0:9092",
-                       help="HOST:PORT for /metrics, /healthz, /readyz with --watch "
-                       "(default %(default)s)")
-    audit.add_argument("--lease-namespace", type=_namespace, help="where --watch replicas "
-                       "elect the active one (a Lease named volcano-guard-audit; default: the "
-                       "kubeconfig context's namespace, else the pod's own, else default)")
-    audit.add_argument("--lease-duration", type=_positive_int, default=15, metavar="SECONDS",
-                       help="how long a standby waits for a silent leader (default 15)")
+    audit.add_argument(
+        "--watch",
+        action="store_true",
+        help="keep auditing as the cluster "
+        "changes, publishing metrics (on --metrics-listen) until SIGTERM",
+    )
+    audit.add_argument(
+        "--metrics-listen",
+        default="0.0.0.0:9092",
+        help="HOST:PORT for /metrics, /healthz, /readyz with --watch (default %(default)s)",
+    )
+    audit.add_argument(
+        "--lease-namespace",
+        type=_namespace,
+        help="where --watch replicas "
+        "elect the active one (a Lease named volcano-guard-audit; default: the "
+        "kubeconfig context's namespace, else the pod's own, else default)",
+    )
+    audit.add_argument(
+        "--lease-duration",
+        type=_positive_int,
+        default=15,
+        metavar="SECONDS",
+        help="how long a standby waits for a silent leader (default 15)",
+    )
     audit.set_defaults(run=run_audit)
 
 
@@ -203,46 +298,91 @@ def _add_sidecar(commands: argparse._SubParsersAction) -> None:
     sidecar = commands.add_parser(
         "sidecar", help="API proxy that coalesces Queue status writes (run beside Volcano)"
     )
-    sidecar.add_argument("--listen", default="127.0.0.1:8001", help="HOST:PORT (default "
-                         "%(default)s, loopback: only the pod's own containers reach it)")
-    sidecar.add_argument("--metrics-listen", default="127.0.0.1:9091",
-                         help="HOST:PORT for /metrics, /healthz, /readyz")
+    sidecar.add_argument(
+        "--listen",
+        default="127.0.0.1:8001",
+        help="HOST:PORT (default %(default)s, loopback: only the pod's own containers reach it)",
+    )
+    sidecar.add_argument(
+        "--metrics-listen",
+        default="127.0.0.1:9091",
+        help="HOST:PORT for /metrics, /healthz, /readyz",
+    )
     sidecar.add_argument("--upstream", help="API server URL (default: kubeconfig or in-cluster)")
     sidecar.add_argument("--token-file", help="bearer token file, re-read when it changes")
     sidecar.add_argument("--ca-file", help="CA bundle for an https upstream")
     _add_cluster_flags(sidecar)
-    sidecar.add_argument("--allow-plaintext-token", action="store_true",
-                         help="send the token to an http:// upstream (in clear: anyone on the "
-                         "path can take it); refused without this flag")
-    sidecar.add_argument("--flush-interval", type=_positive_float, default=1.0,
-                         help="seconds between status writes of one object (default 1.0)")
-    sidecar.add_argument("--ack", choices=("async", "sync"), default="async",
-                         help="answer writes at once (async) or when flushed (sync)")
-    sidecar.add_argument("--max-pending", type=_positive_int, default=10_000,
-                         help="objects with pending writes before 429 backpressure")
-    sidecar.add_argument("--max-upstream-qps", type=_positive_float, default=50.0,
-                         help="cap on upstream status writes per second")
-    sidecar.add_argument("--drain-timeout", type=_positive_float, default=20.0,
-                         help="seconds to flush pending writes on SIGTERM")
-    sidecar.add_argument("--upstream-read-timeout", type=_positive_float, default=60.0,
-                         help="seconds an upstream answer may go without a byte (not for "
-                         "watches, followed logs and proxies; default 60, as kube-apiserver's "
-                         "--request-timeout)")
-    sidecar.add_argument("--coalesce", action="append", metavar="GROUP/VERSION/RESOURCE",
-                         help="resource whose /status writes are coalesced (repeatable; "
-                         "default scheduling.volcano.sh/v1beta1/queues)")
-    sidecar.add_argument("--write-kubeconfig", metavar="PATH",
-                         help="write a kubeconfig pointing at this proxy (for the app's "
-                         "containers; the injected sidecar uses it)")
+    sidecar.add_argument(
+        "--allow-plaintext-token",
+        action="store_true",
+        help="send the token to an http:// upstream (in clear: anyone on the "
+        "path can take it); refused without this flag",
+    )
+    sidecar.add_argument(
+        "--flush-interval",
+        type=_positive_float,
+        default=1.0,
+        help="seconds between status writes of one object (default 1.0)",
+    )
+    sidecar.add_argument(
+        "--ack",
+        choices=("async", "sync"),
+        default="async",
+        help="answer writes at once (async) or when flushed (sync)",
+    )
+    sidecar.add_argument(
+        "--max-pending",
+        type=_positive_int,
+        default=10_000,
+        help="objects with pending writes before 429 backpressure",
+    )
+    sidecar.add_argument(
+        "--max-upstream-qps",
+        type=_positive_float,
+        default=50.0,
+        help="cap on upstream status writes per second",
+    )
+    sidecar.add_argument(
+        "--drain-timeout",
+        type=_positive_float,
+        default=20.0,
+        help="seconds to flush pending writes on SIGTERM",
+    )
+    sidecar.add_argument(
+        "--upstream-read-timeout",
+        type=_positive_float,
+        default=60.0,
+        help="seconds an upstream answer may go without a byte (not for "
+        "watches, followed logs and proxies; default 60, as kube-apiserver's "
+        "--request-timeout)",
+    )
+    sidecar.add_argument(
+        "--coalesce",
+        action="append",
+        metavar="GROUP/VERSION/RESOURCE",
+        help="resource whose /status writes are coalesced (repeatable; "
+        "default scheduling.volcano.sh/v1beta1/queues)",
+    )
+    sidecar.add_argument(
+        "--write-kubeconfig",
+        metavar="PATH",
+        help="write a kubeconfig pointing at this proxy (for the app's "
+        "containers; the injected sidecar uses it)",
+    )
     sidecar.set_defaults(run=run_sidecar)
 
 
 def _add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     """How a command finds its cluster, as kubectl does."""
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: "
-                        "$KUBECONFIG's files, else ~/.kube/config, else the in-cluster config)")
-    parser.add_argument("--context", help="the kubeconfig context to use (default: its "
-                        "current-context)")
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig file (default: "
+        "$KUBECONFIG's files, else ~/.kube/config, else the in-cluster config)",
+    )
+    parser.add_argument(
+        "--context", help="the kubeconfig context to use (default: its current-context)"
+    )
 
 
 def _positive_float(text: str) -> float:
@@ -279,11 +419,13 @@ def _positive_int(text: str) -> int:
 
 def _name(check: Callable[[str], str | None]) -> Callable[[str], str]:
     """An argparse type: a Kubernetes name that check (base.names) accepts."""
+
     def parse(text: str) -> str:
         problem = check(text)
         if problem:
             raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
         return text
+
     return parse
 
 
@@ -314,44 +456,71 @@ def _object_name(text: str) -> str:
 
 def _add_manifests(commands: argparse._SubParsersAction) -> None:
     manifests = commands.add_parser(
-        "manifests", help="print the webhook configurations that match a config")
+        "manifests", help="print the webhook configurations that match a config"
+    )
     manifests.add_argument("--config", help="YAML config file (default: every default)")
-    manifests.add_argument("--namespace", type=_namespace, default="volcano-guard",
-                           help="the guard's namespace (default %(default)s)")
-    manifests.add_argument("--service", type=_service, default="volcano-guard",
-                           help="the webhook's Service (default %(default)s)")
+    manifests.add_argument(
+        "--namespace",
+        type=_namespace,
+        default="volcano-guard",
+        help="the guard's namespace (default %(default)s)",
+    )
+    manifests.add_argument(
+        "--service",
+        type=_service,
+        default="volcano-guard",
+        help="the webhook's Service (default %(default)s)",
+    )
     manifests.set_defaults(run=run_manifests)
 
 
 def _add_sandbox(commands: argparse._SubParsersAction) -> None:
     sandbox = commands.add_parser(
-        "sandbox", help="a local stand-in for kube-apiserver for tests and demos, over HTTP, "
+        "sandbox",
+        help="a local stand-in for kube-apiserver for tests and demos, over HTTP, "
         "or HTTPS with --tls-cert (needs the sandbox extra)",
         description="A local stand-in for kube-apiserver for tests and demos: plain HTTP, or "
         "HTTPS with --tls-cert and --tls-key (kubectl sends bearer tokens only over HTTPS); "
-        "with --token-auth-file, users by bearer token. Needs the sandbox extra."
+        "with --token-auth-file, users by bearer token. Needs the sandbox extra.",
     )
-    sandbox.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT (default "
-                         "%(default)s)")
-    sandbox.add_argument("--load", action="append", default=[], metavar="FILE",
-                         help="YAML/JSON objects to create at start (repeatable)")
-    sandbox.add_argument("--service", action="append", default=[],
-                         metavar="NAMESPACE/NAME:PORT=HOST:PORT",
-                         help="where a webhook configuration's clientConfig.service is served "
-                         "(repeatable)")
-    sandbox.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate "
-                         "(kubectl sends bearer tokens only over HTTPS)")
+    sandbox.add_argument(
+        "--listen", default="127.0.0.1:8080", help="HOST:PORT (default %(default)s)"
+    )
+    sandbox.add_argument(
+        "--load",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="YAML/JSON objects to create at start (repeatable)",
+    )
+    sandbox.add_argument(
+        "--service",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME:PORT=HOST:PORT",
+        help="where a webhook configuration's clientConfig.service is served (repeatable)",
+    )
+    sandbox.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="serve HTTPS with this certificate (kubectl sends bearer tokens only over HTTPS)",
+    )
     sandbox.add_argument("--tls-key", metavar="FILE", help="the certificate's key")
-    sandbox.add_argument("--token-auth-file", metavar="FILE",
-                         help="bearer tokens to users, kube-apiserver's CSV format "
-                         '(token,user,uid,"group1,group2"); without it every request is an '
-                         "administrator")
+    sandbox.add_argument(
+        "--token-auth-file",
+        metavar="FILE",
+        help="bearer tokens to users, kube-apiserver's CSV format "
+        '(token,user,uid,"group1,group2"); without it every request is an '
+        "administrator",
+    )
     sandbox.set_defaults(run=run_sandbox)
 
 
 def _add_demo(commands: argparse._SubParsersAction) -> None:
-    demo = commands.add_parser("demo", help="the guard against a sandbox API server, no cluster "
-                               "needed (needs the sandbox extra)")
+    demo = commands.add_parser(
+        "demo",
+        help="the guard against a sandbox API server, no cluster needed (needs the sandbox extra)",
+    )
     demo.add_argument("--examples", help="directory of example AdmissionReviews")
     demo.set_defaults(run=run_demo)
 
@@ -383,9 +552,16 @@ class _WebhookParts:
         from volcano_guard.webhook.server import serve
 
         background = (self.publisher.run,) if self.publisher else ()
-        await serve(self.config, self.listen, self.metrics_listen, self.tls,
-                    caches=self.caches, reloader=self.reloader, background=background,
-                    **options)
+        await serve(
+            self.config,
+            self.listen,
+            self.metrics_listen,
+            self.tls,
+            caches=self.caches,
+            reloader=self.reloader,
+            background=background,
+            **options,
+        )
 
 
 def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
@@ -402,15 +578,24 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
     tls = server_context(args.tls_cert, args.tls_key, args.client_ca)
     try:
-        cluster = (resolve(kubeconfig=args.kubeconfig, context=args.context)
-                   if needs_cluster(config) else None)
+        cluster = (
+            resolve(kubeconfig=args.kubeconfig, context=args.context)
+            if needs_cluster(config)
+            else None
+        )
     except KubeconfigError as exc:
         raise ValueError(f"{exc} ({without_cluster(config)})") from None
     caches = Caches.for_config(config, cluster)
     namespace = args.namespace or own_namespace() or "volcano-guard"
-    return _WebhookParts(config, listen, metrics_listen, tls, caches,
-                         CertReloader(tls, args.tls_cert, args.tls_key),
-                         publisher_for(config, cluster, namespace, caches.snapshots))
+    return _WebhookParts(
+        config,
+        listen,
+        metrics_listen,
+        tls,
+        caches,
+        CertReloader(tls, args.tls_cert, args.tls_key),
+        publisher_for(config, cluster, namespace, caches.snapshots),
+    )
 
 
 def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
@@ -442,8 +627,11 @@ def _webhook_worker(args: argparse.Namespace, report: Any) -> None:
     _configure_logging()
     parts = _webhook_parts(args)
     share = max(1, parts.config.maxConnections // args.workers)  # the pod's cap, split
-    parts = replace(parts, metrics_listen=Listen("127.0.0.1", 0),
-                    config=msgspec.structs.replace(parts.config, maxConnections=share))
+    parts = replace(
+        parts,
+        metrics_listen=Listen("127.0.0.1", 0),
+        config=msgspec.structs.replace(parts.config, maxConnections=share),
+    )
     asyncio.run(parts.serve(reuse_port=True, started=lambda *ports: report.send(ports)))
 
 
@@ -459,8 +647,10 @@ def run_certs_generate(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"volcano-guard certs generate: {describe_os_error(exc)}", file=sys.stderr)
         return 1
-    print(f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} "
-          f"(valid until {made.not_after:%Y-%m-%d}; names: {', '.join(made.dns_names)})")
+    print(
+        f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} "
+        f"(valid until {made.not_after:%Y-%m-%d}; names: {', '.join(made.dns_names)})"
+    )
     return 0
 
 
@@ -476,9 +666,11 @@ def run_certs_client(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"volcano-guard certs client: {describe_os_error(exc)}", file=sys.stderr)
         return 1
-    print(f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} (client {made.name}, valid "
-          f"until {made.not_after:%Y-%m-%d}): pass {made.ca_file.name} to webhook --client-ca, "
-          "and the certificate and key to the API server's AdmissionConfiguration kubeconfig")
+    print(
+        f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} (client {made.name}, valid "
+        f"until {made.not_after:%Y-%m-%d}): pass {made.ca_file.name} to webhook --client-ca, "
+        "and the certificate and key to the API server's AdmissionConfiguration kubeconfig"
+    )
     return 0
 
 
@@ -491,9 +683,11 @@ def run_certs_rotate(args: argparse.Namespace) -> int:
     except CertsError as exc:
         print(f"volcano-guard certs rotate: {exc}", file=sys.stderr)
         return 1
-    print(f"serving cert {'renewed' if done.leaf_renewed else 'kept'} (valid until "
-          f"{done.leaf_not_after:%Y-%m-%d}); CA {'rotated' if done.ca_rotated else 'kept'}; "
-          f"ca.crt holds {done.bundle_size} CA(s)")
+    print(
+        f"serving cert {'renewed' if done.leaf_renewed else 'kept'} (valid until "
+        f"{done.leaf_not_after:%Y-%m-%d}); CA {'rotated' if done.ca_rotated else 'kept'}; "
+        f"ca.crt holds {done.bundle_size} CA(s)"
+    )
     return 0
 
 
@@ -502,8 +696,11 @@ def run_certs_inject(args: argparse.Namespace) -> int:
     from volcano_guard.certs.generate import CertsError
 
     if not args.mutating and not args.validating:
-        print("volcano-guard certs inject: name at least one --mutating or --validating "
-              "configuration", file=sys.stderr)
+        print(
+            "volcano-guard certs inject: name at least one --mutating or --validating "
+            "configuration",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         pem = read_ca_bundle(args.ca)  # before the cluster is touched
@@ -511,8 +708,7 @@ def run_certs_inject(args: argparse.Namespace) -> int:
         print(f"volcano-guard certs inject: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        patched = inject_ca_bundle(_api_client(args), pem, args.mutating,
-                                   args.validating)
+        patched = inject_ca_bundle(_api_client(args), pem, args.mutating, args.validating)
     except CertsError as exc:
         print(f"volcano-guard certs inject: {exc}", file=sys.stderr)
         return 1
@@ -529,15 +725,27 @@ def run_certs_ensure(args: argparse.Namespace) -> int:
     from volcano_guard.certs.plan import Lifetimes
 
     if not args.mutating and not args.validating:
-        print("volcano-guard certs ensure: name at least one --mutating or --validating "
-              "configuration", file=sys.stderr)
+        print(
+            "volcano-guard certs ensure: name at least one --mutating or --validating "
+            "configuration",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
-    target = Target(args.namespace, args.service, args.ca_secret, args.tls_secret,
-                    tuple(args.mutating), tuple(args.validating))
+    target = Target(
+        args.namespace,
+        args.service,
+        args.ca_secret,
+        args.tls_secret,
+        tuple(args.mutating),
+        tuple(args.validating),
+    )
     try:
-        taken = ensure(_api_client(args), target, Lifetimes(
-            args.ca_valid, args.cert_valid),
-            said=lambda step, why: print(f"{step}: {why}", flush=True))  # logs as they happen
+        taken = ensure(
+            _api_client(args),
+            target,
+            Lifetimes(args.ca_valid, args.cert_valid),
+            said=lambda step, why: print(f"{step}: {why}", flush=True),
+        )  # logs as they happen
     except CertsError as exc:
         print(f"volcano-guard certs ensure: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, Unreachable) else 1
@@ -561,8 +769,7 @@ def run_certs_secret(args: argparse.Namespace) -> int:
     return 0
 
 
-def _api_client(args: argparse.Namespace, command: str = "",
-                exit_code: int = EXIT_USAGE) -> Any:
+def _api_client(args: argparse.Namespace, command: str = "", exit_code: int = EXIT_USAGE) -> Any:
     """A kubernetes ApiClient for the command's cluster, or exit naming what is missing."""
     from volcano_guard.base.api_client import api_client
 
@@ -612,11 +819,14 @@ def run_audit(args: argparse.Namespace) -> int:
             print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
 
     try:
-        state = read_state(_api_client(args, "audit", EXIT_UNREADABLE),
-                           args.namespace, progress)
+        state = read_state(_api_client(args, "audit", EXIT_UNREADABLE), args.namespace, progress)
     except ClusterReadError as exc:
-        print(f"\nvolcano-guard audit: cannot read the cluster: {exc}" if on_terminal else
-              f"volcano-guard audit: cannot read the cluster: {exc}", file=sys.stderr)
+        print(
+            f"\nvolcano-guard audit: cannot read the cluster: {exc}"
+            if on_terminal
+            else f"volcano-guard audit: cannot read the cluster: {exc}",
+            file=sys.stderr,
+        )
         return EXIT_UNREADABLE
     progress("")
     found = findings(state, config)
@@ -637,8 +847,10 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
     from volcano_guard.base.listen import parse_listen
 
     if args.namespace:
-        print("volcano-guard audit: --watch audits the whole cluster (no --namespace)",
-              file=sys.stderr)
+        print(
+            "volcano-guard audit: --watch audits the whole cluster (no --namespace)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         metrics_listen = parse_listen(args.metrics_listen)
@@ -647,9 +859,12 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
         return EXIT_USAGE
     cluster = _cluster_or_exit(args, "audit", EXIT_UNREADABLE)
     namespace = args.lease_namespace or cluster.default_namespace()
-    lease = LeaseSettings(namespace=namespace, duration=args.lease_duration,
-                          renew_deadline=args.lease_duration * 2 / 3,
-                          retry=min(2.0, args.lease_duration / 5))
+    lease = LeaseSettings(
+        namespace=namespace,
+        duration=args.lease_duration,
+        renew_deadline=args.lease_duration * 2 / 3,
+        retry=min(2.0, args.lease_duration / 5),
+    )
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
     return _serve("audit", watch(api_client(cluster), config, metrics_listen, lease, identity))
 
@@ -660,9 +875,16 @@ def run_manifests(args: argparse.Namespace) -> int:
     from volcano_guard.webhook.registrations import render, webhook_configurations
 
     config = _load_config_or_exit(args.config)
-    print(render([*webhook_configurations(config, args.namespace, args.service),
-                  *admission_policies(config, args.namespace),
-                  *publishing_access(config, args.namespace)]), end="")
+    print(
+        render(
+            [
+                *webhook_configurations(config, args.namespace, args.service),
+                *admission_policies(config, args.namespace),
+                *publishing_access(config, args.namespace),
+            ]
+        ),
+        end="",
+    )
     return 0
 
 
@@ -674,8 +896,11 @@ def run_sidecar(args: argparse.Namespace) -> int:
     from volcano_guard.sidecar.service import SidecarSettings, serve
 
     if args.upstream and (args.kubeconfig or args.context):
-        print("volcano-guard sidecar: --upstream and --kubeconfig/--context are alternatives; "
-              "pass one", file=sys.stderr)
+        print(
+            "volcano-guard sidecar: --upstream and --kubeconfig/--context are alternatives; "
+            "pass one",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
@@ -683,31 +908,47 @@ def run_sidecar(args: argparse.Namespace) -> int:
         for path, flag in ((args.ca_file, "--ca-file"), (args.token_file, "--token-file")):
             if path:
                 read_bytes(path, flag)  # named now, not at the first request
-        cluster = resolve(args.upstream, args.token_file, args.ca_file, args.kubeconfig,
-                          args.context)
+        cluster = resolve(
+            args.upstream, args.token_file, args.ca_file, args.kubeconfig, args.context
+        )
         cluster.ssl_context()  # a CA bundle that does not load fails here
     except KubeconfigError as exc:
         also = "" if args.upstream or args.kubeconfig or args.context else " or --upstream URL"
         print(f"volcano-guard sidecar: {exc}{also}", file=sys.stderr)
         return EXIT_USAGE
     except ssl.SSLError as exc:
-        print(f"volcano-guard sidecar: the CA bundle {cluster.ca_file} does not load: "
-              f"{exc.reason or exc}", file=sys.stderr)
+        print(
+            f"volcano-guard sidecar: the CA bundle {cluster.ca_file} does not load: "
+            f"{exc.reason or exc}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     except ValueError as exc:
         print(f"volcano-guard sidecar: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if (cluster.url.startswith("http://") and (cluster.token or cluster.token_file)
-            and not args.allow_plaintext_token):
-        print(f"volcano-guard sidecar: {cluster.url} is plain http and a token would be sent to "
-              "it in clear; use https, or pass --allow-plaintext-token", file=sys.stderr)
+    if (
+        cluster.url.startswith("http://")
+        and (cluster.token or cluster.token_file)
+        and not args.allow_plaintext_token
+    ):
+        print(
+            f"volcano-guard sidecar: {cluster.url} is plain http and a token would be sent to "
+            "it in clear; use https, or pass --allow-plaintext-token",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     settings = SidecarSettings(
-        listen_host=listen.host, listen_port=listen.port,
-        metrics_host=metrics_listen.host, metrics_port=metrics_listen.port,
-        flush_interval=args.flush_interval, ack=args.ack, max_pending=args.max_pending,
-        max_upstream_qps=args.max_upstream_qps, drain_timeout=args.drain_timeout,
-        coalesce=coalesce, write_kubeconfig=args.write_kubeconfig,
+        listen_host=listen.host,
+        listen_port=listen.port,
+        metrics_host=metrics_listen.host,
+        metrics_port=metrics_listen.port,
+        flush_interval=args.flush_interval,
+        ack=args.ack,
+        max_pending=args.max_pending,
+        max_upstream_qps=args.max_upstream_qps,
+        drain_timeout=args.drain_timeout,
+        coalesce=coalesce,
+        write_kubeconfig=args.write_kubeconfig,
         upstream_read_timeout=args.upstream_read_timeout,
     )
     return _serve("sidecar", serve(cluster, settings))
@@ -734,8 +975,11 @@ def _missing_sandbox_extra(command: str) -> bool:
         except ModuleNotFoundError:  # its parent package is missing
             found = False
         if not found:
-            print(f"volcano-guard {command}: needs the sandbox extra ({module} is not installed): "
-                  "pip install 'volcano-guard[sandbox]'", file=sys.stderr)
+            print(
+                f"volcano-guard {command}: needs the sandbox extra ({module} is not installed): "
+                "pip install 'volcano-guard[sandbox]'",
+                file=sys.stderr,
+            )
             return True
     return False
 

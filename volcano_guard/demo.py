@@ -81,13 +81,17 @@ def load_examples(path: Path) -> list[Example]:
     for file in files:
         text = read_text(file)
         documents = [d for d in yaml_documents(text, str(file)) if d is not None]
-        if (len(documents) != 1 or not isinstance(documents[0], dict)
-                or documents[0].get("kind") != "AdmissionReview"
-                or not isinstance(documents[0].get("request"), dict)):
-            raise FileProblem(f"{file}: not one AdmissionReview (a document of kind "
-                              "AdmissionReview with a request)")
-        examples.append(Example(file.stem, text.splitlines()[0].lstrip("# ").strip(),
-                                documents[0]))
+        if (
+            len(documents) != 1
+            or not isinstance(documents[0], dict)
+            or documents[0].get("kind") != "AdmissionReview"
+            or not isinstance(documents[0].get("request"), dict)
+        ):
+            raise FileProblem(
+                f"{file}: not one AdmissionReview (a document of kind "
+                "AdmissionReview with a request)"
+            )
+        examples.append(Example(file.stem, text.splitlines()[0].lstrip("# ").strip(), documents[0]))
     return examples
 
 
@@ -98,10 +102,13 @@ async def run(examples_dir: str | None = None) -> int:
         made = generate(SERVICE, NAMESPACE, tmp, days=1)
         tls = server_context(made.cert_file, made.key_file)
         caches = Caches.fixed({NODES: DEMO_NODES})
-        async with running(config, Listen(LOOPBACK, 0), Listen(LOOPBACK, 0), tls,
-                           caches=caches) as ports:
-            print(f"webhook up on https://{LOOPBACK}:{ports[0]} (certificate for "
-                  f"{made.dns_names[2]}, CA {made.ca_file.name} generated in a temp dir)\n")
+        async with running(
+            config, Listen(LOOPBACK, 0), Listen(LOOPBACK, 0), tls, caches=caches
+        ) as ports:
+            print(
+                f"webhook up on https://{LOOPBACK}:{ports[0]} (certificate for "
+                f"{made.dns_names[2]}, CA {made.ca_file.name} generated in a temp dir)\n"
+            )
             connector = aiohttp.TCPConnector(ssl=client_context(made.ca_file))
             async with aiohttp.ClientSession(connector=connector) as session:
                 client = _Client(session, f"https://{LOOPBACK}:{ports[0]}", made.dns_names[2])
@@ -130,21 +137,26 @@ KUBECTL_SESSION = (
     "get podgroup pg-train -n team-a -o jsonpath={.metadata.annotations}",
     "delete podgroup pg-train -n team-a",
 )
-SANDBOX_SEED = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
-                                                                 "labels": labels}}
-                for name, labels in DEMO_NODES.items()]
+SANDBOX_SEED = [
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+    for name, labels in DEMO_NODES.items()
+]
 
 
-OUTAGE = ("\nThe same commands on a fresh sandbox with the webhook process stopped (a guard "
-          "outage): the ValidatingAdmissionPolicies deploy/base installed in the API server "
-          "still refuse what the guard would; the registrations they cover fail open, so the "
-          "rest goes in. PodGroup writes wait for the guard.\n")
+OUTAGE = (
+    "\nThe same commands on a fresh sandbox with the webhook process stopped (a guard "
+    "outage): the ValidatingAdmissionPolicies deploy/base installed in the API server "
+    "still refuse what the guard would; the registrations they cover fail open, so the "
+    "rest goes in. PodGroup writes wait for the guard.\n"
+)
 
 
 def _kubectl_session() -> None:
-    print("\nThe guard registered in the sandbox API server, as in a cluster: deploy/base's "
-          "webhook configurations and admission policies applied, caBundle set by "
-          "`volcano-guard certs inject`, the webhook behind them. Then kubectl:\n")
+    print(
+        "\nThe guard registered in the sandbox API server, as in a cluster: deploy/base's "
+        "webhook configurations and admission policies applied, caBundle set by "
+        "`volcano-guard certs inject`, the webhook behind them. Then kubectl:\n"
+    )
     if kubectl_path() is None:
         print("  (skipped: kubectl is not installed)")
         return
@@ -162,8 +174,10 @@ def _kubectl_session() -> None:
 
 
 def _replay_kubectl(stop_webhook: bool) -> None:
-    with tempfile.TemporaryDirectory(prefix="volcano-guard-demo-") as tmp, guarded_sandbox(
-            Path(tmp), SANDBOX_SEED) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="volcano-guard-demo-") as tmp,
+        guarded_sandbox(Path(tmp), SANDBOX_SEED) as cluster,
+    ):
         if stop_webhook:
             cluster.stop_webhook()
         for command in KUBECTL_SESSION:
@@ -175,17 +189,23 @@ def _replay_kubectl(stop_webhook: bool) -> None:
 async def _storm() -> None:
     """The Queue status write storm, direct and through the sidecar, shortened for a demo."""
     settings = StormSettings(queues=10, seconds=8.0, pod_lifetime=2.0)
-    print(f"\nQueue status write storm against the sandbox API server: {settings.queues} "
-          f"queues, {settings.pods_per_minute:,.0f} pods/min for {settings.seconds:.0f}s, "
-          "Volcano's controller and scheduler writing status (the full run: "
-          "bench/queue_storm.py)\n")
-    results = [await run_storm(settings, through_sidecar=False),
-               await run_storm(settings, through_sidecar=True)]
+    print(
+        f"\nQueue status write storm against the sandbox API server: {settings.queues} "
+        f"queues, {settings.pods_per_minute:,.0f} pods/min for {settings.seconds:.0f}s, "
+        "Volcano's controller and scheduler writing status (the full run: "
+        "bench/queue_storm.py)\n"
+    )
+    results = [
+        await run_storm(settings, through_sidecar=False),
+        await run_storm(settings, through_sidecar=True),
+    ]
     print(format_results(results))
     direct, sidecar = results
-    print(f"\nthrough the sidecar: {direct.upstream_writes / max(1, sidecar.upstream_writes):.1f}x "
-          f"fewer upstream writes, 409s {direct.conflicts:,} -> {sidecar.conflicts}, retry "
-          f"backlog {direct.max_backlog:,} -> {sidecar.max_backlog}")
+    print(
+        f"\nthrough the sidecar: {direct.upstream_writes / max(1, sidecar.upstream_writes):.1f}x "
+        f"fewer upstream writes, 409s {direct.conflicts:,} -> {sidecar.conflicts}, retry "
+        f"backlog {direct.max_backlog:,} -> {sidecar.max_backlog}"
+    )
 
 
 class _Client:

@@ -56,8 +56,9 @@ def shipped_config() -> dict[str, Any]:
     return dict(read_yaml(configmap["data"]["config.yaml"]))
 
 
-def with_policy_changes(config: Mapping[str, Any],
-                        changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def with_policy_changes(
+    config: Mapping[str, Any], changes: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
     """config with each named policy's keys replaced by those in changes."""
     policies = dict(config.get("policies") or {})
     for policy, keys in changes.items():
@@ -65,15 +66,20 @@ def with_policy_changes(config: Mapping[str, Any],
     return {**config, "policies": policies}
 
 
-ADMISSION_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
-                   "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+ADMISSION_KINDS = (
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
 
 
 def admission_only(manifests: str) -> str:
     """The webhook configurations and admission policies among manifests (the sandbox serves
     no Deployments or RBAC: the rest is for a real cluster)."""
-    return yaml.safe_dump_all([doc for doc in yaml.safe_load_all(manifests)
-                               if doc and doc.get("kind") in ADMISSION_KINDS])
+    return yaml.safe_dump_all(
+        [doc for doc in yaml.safe_load_all(manifests) if doc and doc.get("kind") in ADMISSION_KINDS]
+    )
 
 
 @dataclass
@@ -87,20 +93,31 @@ class GuardedSandbox:
     def kubeconfig(self) -> Path:
         return self.directory / "kubeconfig"
 
-    def kubectl(self, *args: str, stdin: str | None = None, token: str = "admin",
-                check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self,
+        *args: str,
+        stdin: str | None = None,
+        token: str = "admin",
+        check: bool = True,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """kubectl against the sandbox as the user with this token (see TOKENS)."""
-        result = subprocess.run([self.kubectl_binary, "--kubeconfig", str(self.kubeconfig),
-                                 "--token", token, *args], input=stdin, capture_output=True,
-                                text=True, timeout=60, cwd=cwd)
+        result = subprocess.run(
+            [self.kubectl_binary, "--kubeconfig", str(self.kubeconfig), "--token", token, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=cwd,
+        )
         if check and result.returncode != 0:
             raise GuardedSandboxError(f"kubectl {' '.join(args)}: {result.stderr}")
         return result
 
-    def create(self, obj: Mapping[str, Any], token: str = "admin",
-               check: bool = True) -> subprocess.CompletedProcess[str]:
-        return self.kubectl("create", "-f", "-", stdin=json.dumps(obj), token=token,
-                            check=check)
+    def create(
+        self, obj: Mapping[str, Any], token: str = "admin", check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return self.kubectl("create", "-f", "-", stdin=json.dumps(obj), token=token, check=check)
 
     def get(self, *args: str) -> dict[str, Any]:
         return dict(json.loads(self.kubectl("get", *args, "-o", "json").stdout))
@@ -111,47 +128,84 @@ class GuardedSandbox:
 
 
 @contextmanager
-def guarded_sandbox(directory: Path, seed: Iterable[Mapping[str, Any]],
-                    config: Mapping[str, Any] | None = None) -> Iterator[GuardedSandbox]:
+def guarded_sandbox(
+    directory: Path, seed: Iterable[Mapping[str, Any]], config: Mapping[str, Any] | None = None
+) -> Iterator[GuardedSandbox]:
     """The shipped deploy/base registrations, policies and config; or, given a config, that
     config and what `volcano-guard manifests --config` prints for it."""
     kubectl = kubectl_path()
     if kubectl is None:
         raise GuardedSandboxError("kubectl is not installed")
     guard_certs = generate(SERVICE, NAMESPACE, directory / "guard", days=1)
-    sandbox_certs = generate("sandbox", "local", directory / "sandbox", days=1,
-                             extra_dns_names=("localhost",))
+    sandbox_certs = generate(
+        "sandbox", "local", directory / "sandbox", days=1, extra_dns_names=("localhost",)
+    )
     (directory / "tokens.csv").write_text(TOKENS, encoding="utf-8")
     config_file = directory / "config.yaml"
     config_file.write_text(yaml.safe_dump(dict(config or shipped_config())), encoding="utf-8")
     cli = [sys.executable, "-m", "volcano_guard.cli"]
     registrations = admission_only(
-        _run([*cli, "manifests", "--config", str(config_file)]).stdout if config
-        else _run([kubectl, "kustomize", str(DEPLOY_BASE)]).stdout)
+        _run([*cli, "manifests", "--config", str(config_file)]).stdout
+        if config
+        else _run([kubectl, "kustomize", str(DEPLOY_BASE)]).stdout
+    )
     port, metrics = free_port(), free_port()
-    settings = SandboxSettings(services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", port)},
-                               tokens=load_token_file(directory / "tokens.csv"))
+    settings = SandboxSettings(
+        services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", port)},
+        tokens=load_token_file(directory / "tokens.csv"),
+    )
     tls = server_context(sandbox_certs.cert_file, sandbox_certs.key_file)
     with SandboxThread(settings=settings, tls=tls) as sandbox:
         sandbox.seed([dict(obj) for obj in seed])
         kubeconfig = directory / "kubeconfig"
         # localhost: the name the sandbox's certificate has
-        write_kubeconfig(kubeconfig, sandbox.url.replace("127.0.0.1", "localhost"),
-                         token="admin", ca_file=sandbox_certs.ca_file)
+        write_kubeconfig(
+            kubeconfig,
+            sandbox.url.replace("127.0.0.1", "localhost"),
+            token="admin",
+            ca_file=sandbox_certs.ca_file,
+        )
         log = directory / "webhook.log"
         with open(log, "wb") as output:
             webhook = subprocess.Popen(
-                [*cli, "webhook", "--listen", f"127.0.0.1:{port}", "--metrics-listen",
-                 f"127.0.0.1:{metrics}", "--tls-cert", str(guard_certs.cert_file), "--tls-key",
-                 str(guard_certs.key_file), "--kubeconfig", str(kubeconfig), "--config",
-                 str(config_file)], stdout=output, stderr=output)
+                [
+                    *cli,
+                    "webhook",
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--metrics-listen",
+                    f"127.0.0.1:{metrics}",
+                    "--tls-cert",
+                    str(guard_certs.cert_file),
+                    "--tls-key",
+                    str(guard_certs.key_file),
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--config",
+                    str(config_file),
+                ],
+                stdout=output,
+                stderr=output,
+            )
         try:
             _wait_ready(metrics, webhook, log)
             guarded = GuardedSandbox(directory, sandbox, webhook, kubectl)
             guarded.kubectl("apply", "-f", "-", stdin=registrations)
-            _run([*cli, "certs", "inject", "--ca", str(guard_certs.ca_file), "--mutating",
-                  "volcano-guard", "--validating", "volcano-guard", "--kubeconfig",
-                  str(kubeconfig)])
+            _run(
+                [
+                    *cli,
+                    "certs",
+                    "inject",
+                    "--ca",
+                    str(guard_certs.ca_file),
+                    "--mutating",
+                    "volcano-guard",
+                    "--validating",
+                    "volcano-guard",
+                    "--kubeconfig",
+                    str(kubeconfig),
+                ]
+            )
             yield guarded
         finally:
             webhook.terminate()

@@ -74,6 +74,7 @@ class StormResult:
 
 # -- the simulated cluster --------------------------------------------------------------------
 
+
 @dataclass
 class Churn:
     """Pods arriving, running and completing, spread over the queues; the truth both writers
@@ -117,7 +118,7 @@ class RateLimitedQueue:
     def add_rate_limited(self, item: Any) -> None:
         failures = self._failures.get(item, 0)
         self._failures[item] = failures + 1
-        per_item = min(0.005 * 2 ** failures, 1000.0)
+        per_item = min(0.005 * 2**failures, 1000.0)
         now = time.monotonic()
         self._tokens = min(100.0, self._tokens + (now - self._stamp) * 10)
         self._stamp = now
@@ -147,8 +148,9 @@ class RateLimitedQueue:
 def queue_informer(url: str) -> Informer[dict[str, Any]]:
     """The project's one informer, listing and watching Queues through url."""
     api = client.CustomObjectsApi(client.ApiClient(client.Configuration(host=url)))
-    list_queues = functools.partial(api.list_cluster_custom_object, "scheduling.volcano.sh",
-                                    "v1beta1", "queues")
+    list_queues = functools.partial(
+        api.list_cluster_custom_object, "scheduling.volcano.sh", "v1beta1", "queues"
+    )
     return Informer(f"queues via {url}", list_queues, extract=lambda obj: obj)
 
 
@@ -169,6 +171,7 @@ class LaggedCache:
 
 # -- the writers -------------------------------------------------------------------------------
 
+
 @dataclass
 class WriterStats:
     writes: int = 0
@@ -180,8 +183,11 @@ class WriterStats:
 
 async def put_status(session: aiohttp.ClientSession, url: str, obj: dict[str, Any]) -> int:
     name = obj["metadata"]["name"]
-    async with session.put(f"{url}{Q_PATH}/{name}/status", data=json.dumps(obj),
-                           headers={"Content-Type": "application/json"}) as response:
+    async with session.put(
+        f"{url}{Q_PATH}/{name}/status",
+        data=json.dumps(obj),
+        headers={"Content-Type": "application/json"},
+    ) as response:
         await response.read()
         return response.status
 
@@ -189,8 +195,15 @@ async def put_status(session: aiohttp.ClientSession, url: str, obj: dict[str, An
 class Controller:
     """Volcano's queue controller, as far as its status writes go."""
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, cache: LaggedCache,
-                 churn: Churn, events: asyncio.Queue[str], workers: int) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        cache: LaggedCache,
+        churn: Churn,
+        events: asyncio.Queue[str],
+        workers: int,
+    ) -> None:
         self.session, self.url, self.cache, self.churn = session, url, cache, churn
         self.events, self.workers = events, workers
         self.queue = RateLimitedQueue()
@@ -199,8 +212,11 @@ class Controller:
         self._requests = itertools.count()
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self._feed()), asyncio.create_task(self.queue.run_delays()),
-                 asyncio.create_task(self._watch_backlog())]
+        tasks = [
+            asyncio.create_task(self._feed()),
+            asyncio.create_task(self.queue.run_delays()),
+            asyncio.create_task(self._watch_backlog()),
+        ]
         tasks += [asyncio.create_task(self._work()) for _ in range(self.workers)]
         try:
             await asyncio.gather(*tasks)
@@ -241,8 +257,14 @@ class Controller:
                 self.queue.forget(item)
 
 
-async def scheduler(session: aiohttp.ClientSession, url: str, cache: LaggedCache, churn: Churn,
-                    stats: WriterStats, interval: float) -> None:
+async def scheduler(
+    session: aiohttp.ClientSession,
+    url: str,
+    cache: LaggedCache,
+    churn: Churn,
+    stats: WriterStats,
+    interval: float,
+) -> None:
     last_sent: dict[str, dict[str, str]] = {}
     while True:
         started = time.monotonic()
@@ -262,8 +284,9 @@ async def scheduler(session: aiohttp.ClientSession, url: str, cache: LaggedCache
         await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
-async def simulate_churn(churn: Churn, settings: StormSettings, events: asyncio.Queue[str],
-                         until: float) -> None:
+async def simulate_churn(
+    churn: Churn, settings: StormSettings, events: asyncio.Queue[str], until: float
+) -> None:
     """Pods arrive until `until`, each pending -> running -> completed, one event a step;
     returns when the last pod has completed."""
     loop = asyncio.get_running_loop()
@@ -303,11 +326,16 @@ def floor_writes(change_times: dict[str, list[float]], interval: float) -> int:
 
 # -- processes ----------------------------------------------------------------------------------
 
+
 @contextlib.asynccontextmanager
 async def _process(args: list[str], port: int) -> AsyncIterator[subprocess.Popen[bytes]]:
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", *args], cwd=root,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "volcano_guard.cli", *args],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         await asyncio.to_thread(wait_for_port, port, proc)
         yield proc
@@ -321,30 +349,54 @@ async def _process(args: list[str], port: int) -> AsyncIterator[subprocess.Popen
 
 # -- one run ----------------------------------------------------------------------------------
 
+
 async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResult:
     sandbox_port = free_port()
     async with contextlib.AsyncExitStack() as stack:
-        await stack.enter_async_context(_process(
-            ["sandbox", "--listen", f"127.0.0.1:{sandbox_port}"], sandbox_port))
+        await stack.enter_async_context(
+            _process(["sandbox", "--listen", f"127.0.0.1:{sandbox_port}"], sandbox_port)
+        )
         sandbox = f"http://127.0.0.1:{sandbox_port}"
         endpoints, sidecars = [sandbox, sandbox], []
         if through_sidecar:
             endpoints = []
             for _ in range(2):
                 port, metrics_port = free_port(), free_port()
-                sidecars.append(await stack.enter_async_context(_process(
-                    ["sidecar", "--upstream", sandbox, "--listen", f"127.0.0.1:{port}",
-                     "--metrics-listen", f"127.0.0.1:{metrics_port}",
-                     "--flush-interval", str(settings.flush_interval),
-                     "--max-upstream-qps", "1000"], port)))
+                sidecars.append(
+                    await stack.enter_async_context(
+                        _process(
+                            [
+                                "sidecar",
+                                "--upstream",
+                                sandbox,
+                                "--listen",
+                                f"127.0.0.1:{port}",
+                                "--metrics-listen",
+                                f"127.0.0.1:{metrics_port}",
+                                "--flush-interval",
+                                str(settings.flush_interval),
+                                "--max-upstream-qps",
+                                "1000",
+                            ],
+                            port,
+                        )
+                    )
+                )
                 endpoints.append(f"http://127.0.0.1:{port}")
-        session = await stack.enter_async_context(aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0)))
+        session = await stack.enter_async_context(
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        )
         names = [f"queue-{i:03d}" for i in range(settings.queues)]
         for name in names:
-            async with session.post(sandbox + Q_PATH, json={
-                    "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                    "metadata": {"name": name}, "spec": {"weight": 1}}) as response:
+            async with session.post(
+                sandbox + Q_PATH,
+                json={
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "Queue",
+                    "metadata": {"name": name},
+                    "spec": {"weight": 1},
+                },
+            ) as response:
                 await response.read()
         churn = Churn(names, random.Random(settings.seed))
         informers = [queue_informer(url) for url in endpoints]
@@ -360,13 +412,22 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
         loop = asyncio.get_running_loop()
         started = loop.time()
         stop_at = started + settings.seconds
-        the_controller = Controller(session, endpoints[0], caches[0], churn, events,
-                                    settings.controller_workers)
+        the_controller = Controller(
+            session, endpoints[0], caches[0], churn, events, settings.controller_workers
+        )
         controller_stats = the_controller.stats
         writers = [
             asyncio.create_task(the_controller.run()),
-            asyncio.create_task(scheduler(session, endpoints[1], caches[1], churn,
-                                          scheduler_stats, settings.session_interval)),
+            asyncio.create_task(
+                scheduler(
+                    session,
+                    endpoints[1],
+                    caches[1],
+                    churn,
+                    scheduler_stats,
+                    settings.session_interval,
+                )
+            ),
         ]
         await simulate_churn(churn, settings, events, stop_at)
         # The last pod has completed; the writers go on (the controller works off its backlog,
@@ -382,20 +443,27 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
         rss = max((memory_kib(p.pid, "VmHWM") / 1024 for p in sidecars), default=None)
         elapsed = loop.time() - started
         cpu = max((cpu_seconds(p.pid) / elapsed for p in sidecars), default=None)
-    floor = (floor_writes(controller_stats.change_times, settings.flush_interval)
-             + floor_writes(scheduler_stats.change_times, settings.flush_interval))
+    floor = floor_writes(controller_stats.change_times, settings.flush_interval) + floor_writes(
+        scheduler_stats.change_times, settings.flush_interval
+    )
     return StormResult(
-        mode="sidecar" if through_sidecar else "direct", queues=settings.queues,
+        mode="sidecar" if through_sidecar else "direct",
+        queues=settings.queues,
         upstream_writes=stats["writes"].get("queues/status", 0),
         conflicts=stats["conflicts"].get("queues/status", 0),
-        max_backlog=controller_stats.max_backlog, final_backlog=backlog,
-        peak_rss_mib=rss, cpu_cores=cpu, staleness=staleness, floor=floor,
+        max_backlog=controller_stats.max_backlog,
+        final_backlog=backlog,
+        peak_rss_mib=rss,
+        cpu_cores=cpu,
+        staleness=staleness,
+        floor=floor,
         intended=controller_stats.writes + scheduler_stats.writes,
     )
 
 
-async def _time_to_converge(session: aiohttp.ClientSession, sandbox: str, churn: Churn,
-                            timeout: float) -> float | None:
+async def _time_to_converge(
+    session: aiohttp.ClientSession, sandbox: str, churn: Churn, timeout: float
+) -> float | None:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         async with session.get(sandbox + Q_PATH) as response:
@@ -414,17 +482,19 @@ def _matches(obj: dict[str, Any], churn: Churn) -> bool:
 
 
 def format_results(results: list[StormResult]) -> str:
-    header = (f"{'queues':>6} {'mode':<12}{'writes':>9}{'x floor':>8}{'409s':>8}"
-              f"{'backlog max/end':>17}{'sidecar RSS':>13}{'CPU':>7}{'converged':>12}")
+    header = (
+        f"{'queues':>6} {'mode':<12}{'writes':>9}{'x floor':>8}{'409s':>8}"
+        f"{'backlog max/end':>17}{'sidecar RSS':>13}{'CPU':>7}{'converged':>12}"
+    )
     lines = [header, "-" * len(header)]
     for r in results:
         rss = f"{r.peak_rss_mib:.0f} MiB" if r.peak_rss_mib is not None else "-"
         cpu = f"{r.cpu_cores:.2f}" if r.cpu_cores is not None else "-"
         converged = f"{r.staleness:.2f}s" if r.staleness is not None else "NO"
-        lines.append(f"{r.queues:>6} {r.mode:<12}{r.upstream_writes:>9,}"
-                     f"{r.upstream_writes / max(1, r.floor):>8.2f}{r.conflicts:>8,}"
-                     f"{f'{r.max_backlog}/{r.final_backlog}':>17}{rss:>13}{cpu:>7}"
-                     f"{converged:>12}")
+        lines.append(
+            f"{r.queues:>6} {r.mode:<12}{r.upstream_writes:>9,}"
+            f"{r.upstream_writes / max(1, r.floor):>8.2f}{r.conflicts:>8,}"
+            f"{f'{r.max_backlog}/{r.final_backlog}':>17}{rss:>13}{cpu:>7}"
+            f"{converged:>12}"
+        )
     return "\n".join(lines)
-
-

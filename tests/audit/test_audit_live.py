@@ -14,63 +14,111 @@ from volcano_guard.audit.live import LiveAudit, trim
 from volcano_guard.webhook.config import config_from_dict
 
 NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.UTC)
-CONFIG = config_from_dict({"audit": {"orphanGracePeriod": "1m"}, "policies": {"nodeName": {
-    "managedNodeSelectors": ["pool:volcano"]}}})
+CONFIG = config_from_dict(
+    {
+        "audit": {"orphanGracePeriod": "1m"},
+        "policies": {"nodeName": {"managedNodeSelectors": ["pool:volcano"]}},
+    }
+)
 
 
 def node(name: str, managed: bool, cpu: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"pool": "volcano" if managed else "web"}},
-            "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "3"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"pool": "volcano" if managed else "web"}},
+        "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "3"}},
+    }
 
 
-def pod(name: str, node_name: str, scheduler: str, cpu: str | None, group: str | None,
-        phase: str, claim: str = "") -> dict[str, Any]:
+def pod(
+    name: str,
+    node_name: str,
+    scheduler: str,
+    cpu: str | None,
+    group: str | None,
+    phase: str,
+    claim: str = "",
+) -> dict[str, Any]:
     requests = {"cpu": cpu, "memory": "1Gi"} if cpu else {}
-    metadata: dict[str, Any] = {"name": name, "namespace": "a",
-                                "creationTimestamp": "2026-11-24T10:00:00Z",
-                                "managedFields": [{"manager": "kubectl"}]}
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": "a",
+        "creationTimestamp": "2026-11-24T10:00:00Z",
+        "managedFields": [{"manager": "kubectl"}],
+    }
     if group:
         metadata["annotations"] = {"scheduling.k8s.io/group-name": group}
     if claim == "mirror":
         metadata.setdefault("annotations", {})["kubernetes.io/config.mirror"] = "m"
     elif claim:  # a DaemonSet's pod, of d1 or d2 (uid u1 or u2)
-        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet",
-                                        "name": claim, "uid": "u" + claim[1:],
-                                        "controller": True}]
-    spec: dict[str, Any] = {"schedulerName": scheduler, "volumes": [{"name": "v"}],
-                            "containers": [{"name": "c", "image": "x", "env": [{"name": "A"}],
-                                            "resources": {"requests": requests}}]}
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "name": claim,
+                "uid": "u" + claim[1:],
+                "controller": True,
+            }
+        ]
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "volumes": [{"name": "v"}],
+        "containers": [
+            {"name": "c", "image": "x", "env": [{"name": "A"}], "resources": {"requests": requests}}
+        ],
+    }
     if node_name:
         spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec,
-            "status": {"phase": phase, "conditions": [{"type": "Ready"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {"phase": phase, "conditions": [{"type": "Ready"}]},
+    }
 
 
 def podgroup(name: str, stamped: bool) -> dict[str, Any]:
     annotations = {"volcano-guard.io/generation-id": "0190"} if stamped else {}
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": "a", "annotations": annotations}}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "a", "annotations": annotations},
+    }
 
 
-nodes = st.builds(node, st.sampled_from(["n1", "n2"]), st.booleans(),
-                  st.sampled_from(["2", "4"]))
-pods = st.builds(pod, st.sampled_from(["p1", "p2"]), st.sampled_from(["", "n1", "n2", "n3"]),
-                 st.sampled_from(["volcano", "default-scheduler"]),
-                 st.sampled_from([None, "1", "3"]), st.sampled_from([None, "g1", "g2"]),
-                 st.sampled_from(["Running", "Pending", "Succeeded"]),
-                 st.sampled_from(["", "", "mirror", "d1", "d2"]))
+nodes = st.builds(node, st.sampled_from(["n1", "n2"]), st.booleans(), st.sampled_from(["2", "4"]))
+pods = st.builds(
+    pod,
+    st.sampled_from(["p1", "p2"]),
+    st.sampled_from(["", "n1", "n2", "n3"]),
+    st.sampled_from(["volcano", "default-scheduler"]),
+    st.sampled_from([None, "1", "3"]),
+    st.sampled_from([None, "g1", "g2"]),
+    st.sampled_from(["Running", "Pending", "Succeeded"]),
+    st.sampled_from(["", "", "mirror", "d1", "d2"]),
+)
+
+
 def daemonset(name: str, uid: str) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": name, "namespace": "a", "uid": uid}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "a", "uid": uid},
+    }
 
 
 daemonsets = st.builds(daemonset, st.sampled_from(["d1", "d2"]), st.sampled_from(["u1", "u2"]))
 podgroups = st.builds(podgroup, st.sampled_from(["g1", "g2"]), st.booleans())
 # Mostly pods, few names: changes of one pod on one node are what the bookkeeping must get right.
-events = st.lists(st.tuples(st.sampled_from(["set", "set", "delete"]),
-                            st.one_of(pods, pods, pods, nodes, podgroups, daemonsets)),
-                  max_size=30)
+events = st.lists(
+    st.tuples(
+        st.sampled_from(["set", "set", "delete"]),
+        st.one_of(pods, pods, pods, nodes, podgroups, daemonsets),
+    ),
+    max_size=30,
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -100,7 +148,9 @@ def test_event_by_event_equals_a_full_audit_of_the_same_objects(events):
         nodes=[o for (k, _), o in current.items() if k == "Node"],
         pods=[o for (k, _), o in current.items() if k == "Pod"],
         podgroups=[o for (k, _), o in current.items() if k == "PodGroup"],
-        daemonsets=[o for (k, _), o in current.items() if k == "DaemonSet"], now=NOW)
+        daemonsets=[o for (k, _), o in current.items() if k == "DaemonSet"],
+        now=NOW,
+    )
     moment[0] = NOW
     view = live.view()
     assert list(view.findings) == findings(state, CONFIG)
@@ -108,17 +158,21 @@ def test_event_by_event_equals_a_full_audit_of_the_same_objects(events):
 
 
 def accounts(listed: Any) -> dict[str, tuple[dict, dict]]:
-    return {account.node: (account.allocatable,
-                           {name: amount for name, amount in account.requested.items() if amount})
-            for account in listed}
+    return {
+        account.node: (
+            account.allocatable,
+            {name: amount for name, amount in account.requested.items() if amount},
+        )
+        for account in listed
+    }
 
 
 def test_what_is_kept_of_a_pod_is_what_the_audit_reads():
     kept = trim("Pod", pod("p1", "n1", "volcano", "1", "g1", "Running"))
     assert "managedFields" not in kept["metadata"] and "volumes" not in kept["spec"]
-    assert kept["spec"]["containers"] == [{"name": "c", "image": "x",
-                                           "resources": {"requests": {"cpu": "1",
-                                                                      "memory": "1Gi"}}}]
+    assert kept["spec"]["containers"] == [
+        {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}
+    ]
     assert kept["status"] == {"phase": "Running"}
 
 
@@ -131,7 +185,9 @@ def test_live_volcano_control_plane_and_pods_left_on_a_deleted_node():
     live.pod(exited(scheduler, 2, "2026-11-24T11:50:00Z"), ("volcano-system", "s"))
     assert "env" in live._control_plane[("volcano-system", "s")]["spec"]["containers"][0]
     assert {(f.policy, f.result) for f in live.view().findings} == {
-        ("schedulerPanics", "warn"), ("controlPlaneRestarts", "fail")}
+        ("schedulerPanics", "warn"),
+        ("controlPlaneRestarts", "fail"),
+    }
     moment[0] = NOW + datetime.timedelta(hours=1)  # the exit ages out of the window
     assert {f.policy for f in live.view().findings} == {"schedulerPanics"}
 

@@ -32,14 +32,20 @@ def test_a_report_lists_at_most_the_limit_and_counts_every_finding():
     assert namespaced["summary"] == {"pass": 0, "fail": 5, "warn": 0, "error": 0, "skip": 0}
     assert len(namespaced["results"]) == 3
     assert namespaced["results"][0] == {
-        "source": "volcano-guard", "policy": ORPHANED_PODS, "result": "fail",
-        "severity": "high", "scored": True, "category": "Volcano",
+        "source": "volcano-guard",
+        "policy": ORPHANED_PODS,
+        "result": "fail",
+        "severity": "high",
+        "scored": True,
+        "category": "Volcano",
         "message": "p0 names a missing PodGroup",
         "timestamp": {"seconds": int(NOW.timestamp()), "nanos": 0},
-        "resources": [{"apiVersion": "v1", "kind": "Pod", "name": "p0", "namespace": "team-a"}]}
+        "resources": [{"apiVersion": "v1", "kind": "Pod", "name": "p0", "namespace": "team-a"}],
+    }
     cluster = documents[("ClusterPolicyReport", "")]
-    assert cluster["results"][0]["severity"] == "critical" and "namespace" not in cluster[
-        "metadata"]
+    assert (
+        cluster["results"][0]["severity"] == "critical" and "namespace" not in cluster["metadata"]
+    )
 
 
 def test_a_finding_keeps_the_time_it_was_first_seen():
@@ -61,11 +67,13 @@ def test_reports_are_written_once_and_again_only_when_they_change(sandbox, api, 
     assert report_writer.sync([OVER, orphan("p1")], NOW) == 2
     assert report_writer.sync([OVER, orphan("p1")], NOW + datetime.timedelta(seconds=30)) == 0
     assert report_writer.sync([OVER], NOW) == 1  # team-a's emptied
-    stored = custom.get_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", "team-a",
-                                                 "policyreports", "volcano-guard")
+    stored = custom.get_namespaced_custom_object(
+        "wgpolicyk8s.io", "v1alpha2", "team-a", "policyreports", "volcano-guard"
+    )
     assert stored["summary"]["fail"] == 0 and stored["results"] == []
-    cluster = custom.get_cluster_custom_object("wgpolicyk8s.io", "v1alpha2",
-                                               "clusterpolicyreports", "volcano-guard")
+    cluster = custom.get_cluster_custom_object(
+        "wgpolicyk8s.io", "v1alpha2", "clusterpolicyreports", "volcano-guard"
+    )
     assert cluster["results"][0]["resources"][0]["name"] == "gpu-1"
     if KUBECTL:
         listed = kubectl_get(sandbox.url)
@@ -76,8 +84,12 @@ def kubectl_get(url: str) -> str:
     import subprocess
 
     assert KUBECTL is not None
-    return subprocess.run([KUBECTL, "--server", url, "get", "clusterpolicyreports"],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [KUBECTL, "--server", url, "get", "clusterpolicyreports"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def test_a_failed_write_is_counted_and_retried_with_backoff(sandbox, api, custom):
@@ -86,16 +98,18 @@ def test_a_failed_write_is_counted_and_retried_with_backoff(sandbox, api, custom
     later = NOW
     assert report_writer.sync([orphan("p1")], later) == 1  # the ClusterPolicyReport only
     for seconds in (2, 4, 8):  # each retry waits twice as long as the one before
-        assert report_writer.sync([orphan("p1")], later + datetime.timedelta(
-            seconds=seconds - 1)) == 0
+        assert (
+            report_writer.sync([orphan("p1")], later + datetime.timedelta(seconds=seconds - 1)) == 0
+        )
         later += datetime.timedelta(seconds=seconds)
         assert report_writer.sync([orphan("p1")], later) == 0
     assert errors._value.get() == 4
     sandbox.set_faults()
     later += datetime.timedelta(seconds=16)
     assert report_writer.sync([orphan("p1")], later) == 1
-    assert custom.get_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", "team-a",
-                                               "policyreports", "volcano-guard")
+    assert custom.get_namespaced_custom_object(
+        "wgpolicyk8s.io", "v1alpha2", "team-a", "policyreports", "volcano-guard"
+    )
 
 
 class Replica:
@@ -121,8 +135,7 @@ def test_one_replica_leads_and_another_takes_over_once_the_lease_runs_out(sandbo
     assert not second.tick(14)  # 14 s since the change it saw
     assert second.tick(2)  # 16 s: it ran out
     assert not first.tick(17)
-    lease = client.CoordinationV1Api(api).read_namespaced_lease("volcano-guard-audit",
-                                                                "team-a")
+    lease = client.CoordinationV1Api(api).read_namespaced_lease("volcano-guard-audit", "team-a")
     assert (lease.spec.holder_identity, lease.spec.lease_transitions) == ("audit-b", 1)
 
 
@@ -143,8 +156,10 @@ def test_clocks_60_s_apart_still_give_one_leader(sandbox, api):
     settings = LeaseSettings(namespace="team-a", duration=15)
     for skews in ((-60, 0), (60, 0), (0, -60), (0, 60)):
         client.CoordinationV1Api(api).delete_collection_namespaced_lease("team-a")
-        leader, standby = (Replica(api, name, settings, skew) for name, skew in
-                           zip(("audit-a", "audit-b"), skews, strict=True))
+        leader, standby = (
+            Replica(api, name, settings, skew)
+            for name, skew in zip(("audit-a", "audit-b"), skews, strict=True)
+        )
         assert leader.tick(0) and not standby.tick(0)
         for _ in range(30):  # a minute of renewals and tries, 2 s apart
             assert leader.tick(2) and not standby.tick(2), skews
@@ -175,5 +190,7 @@ def test_a_leader_that_stops_releases_the_lease_to_the_next_try(sandbox, api):
 def test_a_lease_namespace_that_does_not_exist_is_named_with_its_flag(sandbox, api):
     elector = LeaseElector(api, "audit-a", LeaseSettings(namespace="nowhere"))
     assert not elector.try_lead(NOW)
-    assert elector.problem == ("lease nowhere/volcano-guard-audit: the namespace nowhere does "
-                               "not exist; create it or choose another with --lease-namespace")
+    assert elector.problem == (
+        "lease nowhere/volcano-guard-audit: the namespace nowhere does "
+        "not exist; create it or choose another with --lease-namespace"
+    )

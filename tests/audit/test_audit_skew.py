@@ -30,19 +30,29 @@ SLACK = 0.5  # seconds for the survivor's write and the test's scrape
 TOKENS = """audit-a,audit-a,1,"system:serviceaccounts"
 audit-b,audit-b,2,"system:serviceaccounts"
 """
-SEED = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"},
-         "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}]
+SEED = [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
+    {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "gpu-1"},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}},
+    },
+]
 
 
 def orphan(index: int) -> dict:
     """A pod naming a PodGroup that does not exist: a finding, so reports keep being written."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"orphan-{index}", "namespace": "team-a",
-                         "annotations": {"scheduling.k8s.io/group-name": "gone"}},
-            "spec": {"schedulerName": "volcano", "containers": [{"name": "c", "image": "x"}]}}
-
-
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"orphan-{index}",
+            "namespace": "team-a",
+            "annotations": {"scheduling.k8s.io/group-name": "gone"},
+        },
+        "spec": {"schedulerName": "volcano", "containers": [{"name": "c", "image": "x"}]},
+    }
 
 
 @pytest.fixture
@@ -50,15 +60,17 @@ def cluster(tmp_path: Path) -> Iterator[SandboxThread]:
     if LIBFAKETIME is None:
         pytest.skip("faketime is not installed (.ci/run installs it)")
     (tmp_path / "tokens.csv").write_text(TOKENS)
-    settings = SandboxSettings(tokens=load_token_file(tmp_path / "tokens.csv"),
-                               audit_events=100_000)
+    settings = SandboxSettings(
+        tokens=load_token_file(tmp_path / "tokens.csv"), audit_events=100_000
+    )
     with SandboxThread(settings=settings) as sandbox:
         sandbox.seed(SEED)
         yield sandbox
 
 
-def replica(sandbox: SandboxThread, directory: Path, user: str,
-            skew: int) -> tuple[subprocess.Popen[bytes], int]:
+def replica(
+    sandbox: SandboxThread, directory: Path, user: str, skew: int
+) -> tuple[subprocess.Popen[bytes], int]:
     """An audit --watch process as `user`, its clock `skew` seconds off; its metrics port."""
     directory.mkdir()
     kubeconfig = directory / "kubeconfig"
@@ -69,12 +81,28 @@ def replica(sandbox: SandboxThread, directory: Path, user: str,
     # libfaketime preloaded into the replica itself (the faketime wrapper would be the process
     # a kill reaches, and the replica would live on)
     clock = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"{skew:+d}s"} if skew else {}
-    proc = subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", "audit",
-                             "--watch", "--kubeconfig", str(kubeconfig), "--config", str(config),
-                             "--metrics-listen", f"127.0.0.1:{port}", "--lease-namespace",
-                             "team-a", "--lease-duration", str(LEASE_SECONDS)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, **clock})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "volcano_guard.cli",
+            "audit",
+            "--watch",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--config",
+            str(config),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            "--lease-namespace",
+            "team-a",
+            "--lease-duration",
+            str(LEASE_SECONDS),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **clock},
+    )
     return proc, port
 
 
@@ -93,13 +121,17 @@ def leading(port: int) -> int | None:
 def report_writers(sandbox: SandboxThread) -> set[str]:
     """The users whose writes of PolicyReports the sandbox answered with success."""
     events = sandbox.call(lambda box: box.app[AUDIT_KEY].events())
-    return {event["user"] for event in events if "policyreports" in event["resource"]
-            and event["verb"] in ("create", "update", "patch") and event["code"] < 300}
+    return {
+        event["user"]
+        for event in events
+        if "policyreports" in event["resource"]
+        and event["verb"] in ("create", "update", "patch")
+        and event["code"] < 300
+    }
 
 
 @pytest.mark.parametrize("skew", [60, -60], ids=["b 60 s ahead", "b 60 s behind"])
-def test_clocks_60_s_apart_one_leader_one_report_writer_and_a_takeover(cluster, tmp_path,
-                                                                       skew):
+def test_clocks_60_s_apart_one_leader_one_report_writer_and_a_takeover(cluster, tmp_path, skew):
     a, a_port = replica(cluster, tmp_path / "a", "audit-a", 0)
     b, b_port = replica(cluster, tmp_path / "b", "audit-b", skew)
     try:

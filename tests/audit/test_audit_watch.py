@@ -30,8 +30,11 @@ def scrape(port: int) -> str:
 
 def sample(page: str, name: str, **labels: str) -> float | None:
     wanted = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
-    pattern = rf"^volcano_guard_{name}{{{re.escape(wanted)}}} (\S+)$" if labels else (
-        rf"^volcano_guard_{name} (\S+)$")
+    pattern = (
+        rf"^volcano_guard_{name}{{{re.escape(wanted)}}} (\S+)$"
+        if labels
+        else (rf"^volcano_guard_{name} (\S+)$")
+    )
     match = re.search(pattern, page, re.M)
     return float(match.group(1)) if match else None
 
@@ -56,11 +59,27 @@ def start_audit(url: str, directory: Path) -> tuple[subprocess.Popen[bytes], int
     config = directory / "config.yaml"
     config.write_text("audit: {orphanGracePeriod: 1s}\n")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", "audit", "--watch",
-                             "--kubeconfig", str(kubeconfig), "--config", str(config),
-                             "--metrics-listen", f"127.0.0.1:{port}", "--lease-namespace",
-                             "team-a", "--lease-duration", "3"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "volcano_guard.cli",
+            "audit",
+            "--watch",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--config",
+            str(config),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            "--lease-namespace",
+            "team-a",
+            "--lease-duration",
+            "3",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
@@ -88,15 +107,31 @@ def watching(sandbox, tmp_path) -> Iterator[int]:
         stop(proc)
 
 
-NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"},
-        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}
+NODE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {"name": "gpu-1"},
+    "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}},
+}
 
 
 def big_pod(name: str, cpu: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"nodeName": "gpu-1", "schedulerName": "volcano", "containers": [
-                {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu,
-                                                                       "memory": "1Gi"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": "gpu-1",
+            "schedulerName": "volcano",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "x",
+                    "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}},
+                }
+            ],
+        },
+    }
 
 
 def test_a_pod_event_reaches_the_metrics_and_the_page_passes_promtool(watching, core):
@@ -104,8 +139,7 @@ def test_a_pod_event_reaches_the_metrics_and_the_page_passes_promtool(watching, 
     assert sample(page, "overcommitted_nodes", resource="cpu") == 0
     assert sample(page, "audit_last_evaluation_timestamp_seconds") > 0
     core.create_namespaced_pod("team-a", big_pod("hog", "5"))
-    took = wait_for(watching, lambda page: sample(
-        page, "overcommitted_nodes", resource="cpu") == 1)
+    took = wait_for(watching, lambda page: sample(page, "overcommitted_nodes", resource="cpu") == 1)
     assert took < 5
     page = scrape(watching)
     assert sample(page, "node_request_ratio", node="gpu-1", resource="cpu") == 1.25
@@ -117,18 +151,23 @@ def test_a_pod_event_reaches_the_metrics_and_the_page_passes_promtool(watching, 
 
 
 def test_an_orphan_is_counted_once_its_podgroup_is_gone(watching, core, custom):
-    podgroup = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-                "metadata": {"name": "pg", "annotations": {
-                    "volcano-guard.io/generation-id": "0190"}}, "spec": {"minMember": 1}}
-    custom.create_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", "team-a",
-                                           "podgroups", podgroup)
+    podgroup = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg", "annotations": {"volcano-guard.io/generation-id": "0190"}},
+        "spec": {"minMember": 1},
+    }
+    custom.create_namespaced_custom_object(
+        "scheduling.volcano.sh", "v1beta1", "team-a", "podgroups", podgroup
+    )
     pod = big_pod("member", "1")
     pod["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "pg"}
     core.create_namespaced_pod("team-a", pod)
     time.sleep(1.5)  # older than the grace period: only the missing PodGroup is lacking
     assert sample(scrape(watching), "orphaned_pods", namespace="team-a") is None
-    custom.delete_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", "team-a",
-                                           "podgroups", "pg")
+    custom.delete_namespaced_custom_object(
+        "scheduling.volcano.sh", "v1beta1", "team-a", "podgroups", "pg"
+    )
     wait_for(watching, lambda page: sample(page, "orphaned_pods", namespace="team-a") == 1)
 
 
@@ -136,8 +175,9 @@ def test_node_updates_are_counted_by_field_and_annotation_key_with_kubectl(watch
     for n in range(5):  # as a device plugin rewriting its annotation
         kubectl("annotate", "node", "gpu-1", "--overwrite", f"vendor.example/devices=gpu-{n}")
     kubectl("label", "node", "gpu-1", "pool=volcano")
-    wait_for(watching, lambda page: sample(page, "audit_node_updates_total",
-                                           field="labels") == 1)  # the last one
+    wait_for(
+        watching, lambda page: sample(page, "audit_node_updates_total", field="labels") == 1
+    )  # the last one
     page = scrape(watching)
     assert sample(page, "audit_node_updates_total", field="annotations") == 5
     assert sample(page, "audit_node_updates_total", field="allocatable") == 0
@@ -160,8 +200,9 @@ def test_two_replicas_one_reports_and_the_other_takes_over(sandbox, custom, tmp_
         standby = scrape(second_port)
         assert sample(standby, "audit_leader") == 0
         assert sample(standby, "overcommitted_nodes", resource="cpu") is None  # one exporter
-        report = custom.get_cluster_custom_object("wgpolicyk8s.io", "v1alpha2",
-                                                  "clusterpolicyreports", "volcano-guard")
+        report = custom.get_cluster_custom_object(
+            "wgpolicyk8s.io", "v1alpha2", "clusterpolicyreports", "volcano-guard"
+        )
         assert report["summary"]["fail"] == 0
         stop(first)
         took = wait_for(second_port, lambda page: sample(page, "audit_leader") == 1, timeout=15)
@@ -177,13 +218,30 @@ def test_a_lease_namespace_that_does_not_exist_is_said_once_and_in_readyz(sandbo
     kubeconfig = tmp_path / "kubeconfig"
     write_kubeconfig(kubeconfig, sandbox.url)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "volcano_guard.cli", "audit", "--watch",
-                             "--kubeconfig", str(kubeconfig), "--metrics-listen",
-                             f"127.0.0.1:{port}", "--lease-namespace", "nowhere",
-                             "--lease-duration", "3"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    said = ("lease nowhere/volcano-guard-audit: the namespace nowhere does not exist; create "
-            "it or choose another with --lease-namespace")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "volcano_guard.cli",
+            "audit",
+            "--watch",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            "--lease-namespace",
+            "nowhere",
+            "--lease-duration",
+            "3",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    said = (
+        "lease nowhere/volcano-guard-audit: the namespace nowhere does not exist; create "
+        "it or choose another with --lease-namespace"
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -202,6 +260,7 @@ def test_a_lease_namespace_that_does_not_exist_is_said_once_and_in_readyz(sandbo
         proc.terminate()
         _, stderr = proc.communicate(timeout=10)
     assert [line for line in stderr.splitlines() if said in line] == [
-        line for line in stderr.splitlines() if "lease" in line]
+        line for line in stderr.splitlines() if "lease" in line
+    ]
     assert sum(said in line for line in stderr.splitlines()) == 1
     assert "Traceback" not in stderr

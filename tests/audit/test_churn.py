@@ -28,8 +28,11 @@ def test_every_node_update_reaches_set_node_whatever_changed():
     setNodeOthersResource, which rewrites IgnoredDevicesList."""
     handlers = volcano_file("pkg/scheduler/cache/event_handlers.go")
     update = go_function(handlers, "UpdateNode")  # the type checks, then the queue, at once
-    assert re.search(r"newNode, ok := newObj\.\(\*v1\.Node\)\n\tif !ok \{[^}]*\}\n"
-                     r"\tsc\.nodeQueue\.Add\(", update)
+    assert re.search(
+        r"newNode, ok := newObj\.\(\*v1\.Node\)\n\tif !ok \{[^}]*\}\n"
+        r"\tsc\.nodeQueue\.Add\(",
+        update,
+    )
     assert "sc.AddOrUpdateNode(nodeCopy)" in go_function(handlers, "SyncNode")
     assert ".SetNode(node)" in go_function(handlers, "AddOrUpdateNode")
     worker = go_function(volcano_file("pkg/scheduler/cache/cache.go"), "processSyncNode")
@@ -37,26 +40,44 @@ def test_every_node_update_reaches_set_node_whatever_changed():
     node_info = volcano_file("pkg/scheduler/api/node_info.go")
     assert "ni.setNode(node)" in go_function(node_info, "SetNode")
     assert "ni.setNodeOthersResource(node)" in go_function(node_info, "setNode")
-    assert re.search(r"IgnoredDevicesList\.AppendList\(",
-                     go_function(node_info, "setNodeOthersResource"))
+    assert re.search(
+        r"IgnoredDevicesList\.AppendList\(", go_function(node_info, "setNodeOthersResource")
+    )
 
 
-def node(version: str, annotations: dict[str, str] | None = None, cpu: str = "4",
-         ready_at: str = "t0", **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "n1", "resourceVersion": version, "labels": labels,
-                         "annotations": annotations or {}},
-            "status": {"allocatable": {"cpu": cpu}, "capacity": {"cpu": "4"},
-                       "conditions": [{"type": "Ready", "lastHeartbeatTime": ready_at}]}}
+def node(
+    version: str,
+    annotations: dict[str, str] | None = None,
+    cpu: str = "4",
+    ready_at: str = "t0",
+    **labels: str,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "n1",
+            "resourceVersion": version,
+            "labels": labels,
+            "annotations": annotations or {},
+        },
+        "status": {
+            "allocatable": {"cpu": cpu},
+            "capacity": {"cpu": "4"},
+            "conditions": [{"type": "Ready", "lastHeartbeatTime": ready_at}],
+        },
+    }
 
 
 def test_changed_fields_and_annotation_keys():
     before = node("1", {"a": "1", "b": "1"})
     assert changed_fields(before, node("2", {"a": "2", "c": "1"})) == (
-        ["annotations"], ["a", "b", "c"])
-    assert changed_fields(before, node("2", {"a": "1", "b": "1"}, cpu="3", ready_at="t1",
-                                       pool="x")) == (
-        ["labels", "allocatable", "conditions"], [])
+        ["annotations"],
+        ["a", "b", "c"],
+    )
+    assert changed_fields(
+        before, node("2", {"a": "1", "b": "1"}, cpu="3", ready_at="t1", pool="x")
+    ) == (["labels", "allocatable", "conditions"], [])
     assert changed_fields(before, before) == ([], [])
 
 
@@ -93,8 +114,9 @@ def test_rates_average_over_a_minute_and_only_the_busiest_are_kept():
 
 
 def test_the_live_audit_counts_managed_nodes_and_not_a_relists_replay():
-    config = config_from_dict({"policies": {"nodeName": {"managedNodeSelectors": [
-        "pool:volcano"]}}})
+    config = config_from_dict(
+        {"policies": {"nodeName": {"managedNodeSelectors": ["pool:volcano"]}}}
+    )
     live = LiveAudit(config, clock=lambda: NOW)
     live.node(node("1", pool="volcano"), "n1")
     live.node(node("1", pool="volcano"), "n1")  # a re-list hands the same version again

@@ -57,7 +57,8 @@ def test_a_refused_connection_is_named_at_once_and_not_retried(caplog):
 
 
 def test_a_one_shot_command_against_a_silent_server_exits_2_naming_it(
-        silent_server, tmp_path, monkeypatch, capsys):
+    silent_server, tmp_path, monkeypatch, capsys
+):
     from volcano_guard.base.kubeconfig import write_kubeconfig
 
     monkeypatch.setattr(api_client_module, "READ_TIMEOUT", 0.5)
@@ -65,13 +66,15 @@ def test_a_one_shot_command_against_a_silent_server_exits_2_naming_it(
     assert main(["audit", "--kubeconfig", str(tmp_path / "kubeconfig")]) == 2
     assert capsys.readouterr().err.strip() == (
         "volcano-guard audit: cannot read the cluster: listing nodes: the API server "
-        f"{silent_server} did not answer within 0.5s")
+        f"{silent_server} did not answer within 0.5s"
+    )
 
 
 def test_an_informer_logs_each_failure_once_and_backs_off(caplog):
     server = f"http://127.0.0.1:{free_port()}"
-    informer = Informer("nodes", client.CoreV1Api(api_client(Cluster(server))).list_node,
-                        lambda node: node)
+    informer = Informer(
+        "nodes", client.CoreV1Api(api_client(Cluster(server))).list_node, lambda node: node
+    )
     with caplog.at_level(logging.INFO):
         informer.start()
         time.sleep(1.7)

@@ -25,25 +25,39 @@ from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.server import running
 
 pytestmark = pytest.mark.reliability
-NO_CLUSTER = {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
-                           "podGroups": {"stampGenerationId": False,
-                                         "deleteGuard": {"mode": "off"}}}}
+NO_CLUSTER = {
+    "policies": {
+        "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
+        "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+    }
+}
 BODY = json.dumps(review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"})))).encode()
-QUICK = ConnectionLimits(max_connections=1000, handshake_timeout=0.5, first_request_timeout=1.0,
-                         request_timeout=0.5, idle_timeout=0.8)
+QUICK = ConnectionLimits(
+    max_connections=1000,
+    handshake_timeout=0.5,
+    first_request_timeout=1.0,
+    request_timeout=0.5,
+    idle_timeout=0.8,
+)
 
 
 @asynccontextmanager
 async def webhook(certs, limits: ConnectionLimits = QUICK) -> AsyncIterator[int]:
     config = config_from_dict({**NO_CLUSTER, "maxConnections": limits.max_connections})
-    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0),
-                       server_context(certs.cert_file, certs.key_file), limits=limits) as (port, _):
+    async with running(
+        config,
+        Listen("127.0.0.1", 0),
+        Listen("127.0.0.1", 0),
+        server_context(certs.cert_file, certs.key_file),
+        limits=limits,
+    ) as (port, _):
         yield port
 
 
 async def tls_connect(certs, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    return await asyncio.open_connection("127.0.0.1", port, ssl=client_context(certs.ca_file),
-                                         server_hostname=HOSTNAME)
+    return await asyncio.open_connection(
+        "127.0.0.1", port, ssl=client_context(certs.ca_file), server_hostname=HOSTNAME
+    )
 
 
 async def post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int:
@@ -103,8 +117,9 @@ async def test_at_the_cap_a_connection_still_sending_its_headers_makes_room(cert
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 64], ids=["byte by byte", "two bytes", "whole"])
-async def test_a_new_connection_is_refused_only_when_every_one_has_a_request_in_flight(certs,
-                                                                                      chunk):
+async def test_a_new_connection_is_refused_only_when_every_one_has_a_request_in_flight(
+    certs, chunk
+):
     limits = ConnectionLimits(max_connections=3, request_timeout=5.0)
     refused = counted("refused")
     head = b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n"
@@ -112,7 +127,7 @@ async def test_a_new_connection_is_refused_only_when_every_one_has_a_request_in_
         busy = [await tls_connect(certs, port) for _ in range(3)]
         for _, writer in busy:  # headers sent (however cut), the body never comes
             for at in range(0, len(head), chunk):
-                writer.write(head[at:at + chunk])
+                writer.write(head[at : at + chunk])
                 await writer.drain()
         await asyncio.sleep(0.1)
         started = time.monotonic()
@@ -141,8 +156,10 @@ async def test_a_request_dribbled_past_its_deadline_is_cut_off(certs, headers_fi
     timed_out = REGISTRY.get_sample_value("volcano_guard_connections_timed_out_total") or 0
     async with webhook(certs) as port:
         reader, writer = await tls_connect(certs, port)
-        head = (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                + f"Content-Length: {len(BODY)}\r\n\r\n".encode())
+        head = (
+            b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(BODY)}\r\n\r\n".encode()
+        )
         if headers_first:
             writer.write(head)
         dribble = BODY if headers_first else head
@@ -188,11 +205,15 @@ async def test_any_answer_meets_the_deadline_even_one_aiohttp_writes_itself(cert
 
 
 @pytest.mark.slow  # 600 connections to a process of its own
-async def answer_to(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    body: bytes) -> dict:
+async def answer_to(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes
+) -> dict:
     """POST body to /validate; the AdmissionReview answered."""
-    writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    writer.write(
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
     await writer.drain()
     await reader.readline()
     length = 0
@@ -205,6 +226,7 @@ async def answer_to(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
 async def test_connections_reading_at_once_each_get_their_own_bytes(certs):
     """Many connections send reviews of many TLS records at once through the loop's one read
     buffer: every answer is to its own review (its uid, its verdict)."""
+
     async def client(index: int) -> None:
         reader, writer = await tls_connect(certs, port)
         for round_ in range(4):
@@ -222,12 +244,23 @@ async def test_connections_reading_at_once_each_get_their_own_bytes(certs):
 
 
 def test_an_idle_tls_connection_costs_at_most_32_kib_and_closing_them_leaks_nothing(
-        certs, tmp_path: Path):
+    certs, tmp_path: Path
+):
     config = tmp_path / "config.yaml"
     config.write_text(json.dumps(NO_CLUSTER))
-    proc = start_cli("webhook", "--config", str(config), "--listen", "127.0.0.1:0",
-                     "--metrics-listen", "127.0.0.1:0", "--tls-cert", str(certs.cert_file),
-                     "--tls-key", str(certs.key_file))
+    proc = start_cli(
+        "webhook",
+        "--config",
+        str(config),
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        str(certs.cert_file),
+        "--tls-key",
+        str(certs.key_file),
+    )
     try:
         port = int(wait_for_log(proc, r"https://[^:]+:(\d+), metrics")[1])
 
@@ -248,8 +281,10 @@ def test_an_idle_tls_connection_costs_at_most_32_kib_and_closing_them_leaks_noth
         proc.kill()
         proc.wait(10)
     each = (first - before) / count
-    print(f"\n{count} idle TLS connections: RSS {before / 1024:.1f} -> {first / 1024:.1f} MiB "
-          f"({each:.1f} KiB each); {second / 1024:.1f} MiB with {count} more after they closed")
+    print(
+        f"\n{count} idle TLS connections: RSS {before / 1024:.1f} -> {first / 1024:.1f} MiB "
+        f"({each:.1f} KiB each); {second / 1024:.1f} MiB with {count} more after they closed"
+    )
     assert each <= 32  # the TLS read buffer is the loop's, not each connection's
     # Whether the allocator hands freed pages back to the OS is its own affair (glibc often
     # keeps them); that the next connections reuse them is the server's: nothing leaked.

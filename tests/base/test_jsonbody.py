@@ -58,7 +58,7 @@ def test_byte_level_depth_matches_the_decoded_tree(document, ensure_ascii):
 
 def test_depth_scan_sees_through_brackets_and_escapes_in_strings():
     # A string that closes every bracket must not hide the real nesting around it.
-    deep = "[" * 60 + json.dumps("]]]]]\\\"}}}}") + "]" * 60
+    deep = "[" * 60 + json.dumps(']]]]]\\"}}}}') + "]" * 60
     body = ("[" * 50 + deep + "]" * 50).encode()
     assert nesting_depth(body, limit=MAX_DEPTH) > MAX_DEPTH
     with pytest.raises(BodyError, match="nested deeper"):
@@ -67,20 +67,30 @@ def test_depth_scan_sees_through_brackets_and_escapes_in_strings():
 
 def test_decode_yaml_reads_an_apply_patch():
     body = b"apiVersion: v1\nstatus:\n  allocated: {cpu: '2'}\n  pending: 3\n"
-    assert decode_yaml(body) == {"apiVersion": "v1",
-                                 "status": {"allocated": {"cpu": "2"}, "pending": 3}}
+    assert decode_yaml(body) == {
+        "apiVersion": "v1",
+        "status": {"allocated": {"cpu": "2"}, "pending": 3},
+    }
 
 
-@pytest.mark.parametrize(("body", "needle"), [
-    (b"[" * 2000 + b"]" * 2000, "nested deeper than 100 levels"),  # the parser's recursion
-    (b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), "nested deeper than 100 levels"),
-    (b"a: &a [*a]", "nested deeper|aliases expand"),  # an alias cycle
-    (b"a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9, 0]\n"
-     + b"".join(b"%c: &%c [*%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c]\n" % ((98 + i, 98 + i)
-                                                                        + (97 + i,) * 8)
-                for i in range(6)), "aliases expand"),  # a billion-laughs bomb, 8^6 deep refs
-    (b"a: [unclosed", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (b"[" * 2000 + b"]" * 2000, "nested deeper than 100 levels"),  # the parser's recursion
+        (b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), "nested deeper than 100 levels"),
+        (b"a: &a [*a]", "nested deeper|aliases expand"),  # an alias cycle
+        (
+            b"a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9, 0]\n"
+            + b"".join(
+                b"%c: &%c [*%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c]\n"
+                % ((98 + i, 98 + i) + (97 + i,) * 8)
+                for i in range(6)
+            ),
+            "aliases expand",
+        ),  # a billion-laughs bomb, 8^6 deep refs
+        (b"a: [unclosed", "not valid YAML"),
+    ],
+)
 def test_decode_yaml_refuses_deep_cyclic_and_exploding_documents(body, needle):
     with pytest.raises(BodyError, match=needle):
         decode_yaml(body)

@@ -33,8 +33,7 @@ def test_rfc6902_appendix_operations():
         {"op": "move", "from": "/z/y", "path": "/w"},
         {"op": "test", "path": "/w", "value": 2},
     ]
-    assert apply_patch(doc, patch) == {"foo": ["qux", "baz", "end"], "x": {"y": 2}, "z": {},
-                                       "w": 2}
+    assert apply_patch(doc, patch) == {"foo": ["qux", "baz", "end"], "x": {"y": 2}, "z": {}, "w": 2}
     assert doc == {"foo": ["bar", "baz"], "x": {"y": 1}}, "input must not be modified"
 
 
@@ -60,14 +59,19 @@ def test_invalid_operations_raise_jsonpatch_error(patch):
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
     max_leaves=10,
 )
 
 
-@given(json_values, st.lists(st.dictionaries(st.sampled_from(["op", "path", "value", "from"]),
-                                            json_values), max_size=4))
+@given(
+    json_values,
+    st.lists(
+        st.dictionaries(st.sampled_from(["op", "path", "value", "from"]), json_values), max_size=4
+    ),
+)
 def test_arbitrary_patches_apply_or_raise_jsonpatch_error(doc, patch):
     with contextlib.suppress(JsonPatchError):
         apply_patch(doc, patch)

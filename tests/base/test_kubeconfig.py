@@ -61,8 +61,7 @@ def test_home_kube_config_is_read_when_kubeconfig_is_unset(no_cluster_around):
     assert cluster.default_namespace() == "default"
 
 
-def test_with_no_kubeconfig_anywhere_the_error_says_where_it_looked(no_cluster_around,
-                                                                     monkeypatch):
+def test_with_no_kubeconfig_anywhere_the_error_says_where_it_looked(no_cluster_around, monkeypatch):
     with pytest.raises(KubeconfigError) as error:
         resolve()
     assert str(no_cluster_around / ".kube" / "config") in str(error.value)
@@ -118,20 +117,33 @@ def kubeconfig_files(draw):
         if shape != "full":
             files.append(shape)
             continue
-        clusters = [{"name": name, "cluster": {
-            "server": f"https://cluster-{name}-{index}.example:6443",
-            "certificate-authority": f"ca-{name}-{index}.crt"}}
-            for name in draw(st.sets(NAMES))]
-        users = [{"name": name, "user": {"token": f"token-{name}-{index}"}}
-                 for name in draw(st.sets(NAMES))]
+        clusters = [
+            {
+                "name": name,
+                "cluster": {
+                    "server": f"https://cluster-{name}-{index}.example:6443",
+                    "certificate-authority": f"ca-{name}-{index}.crt",
+                },
+            }
+            for name in draw(st.sets(NAMES))
+        ]
+        users = [
+            {"name": name, "user": {"token": f"token-{name}-{index}"}}
+            for name in draw(st.sets(NAMES))
+        ]
         contexts = []
         for name in draw(st.sets(NAMES)):
             context = {"cluster": draw(NAMES), "user": draw(NAMES)}
             if draw(st.booleans()):
                 context["namespace"] = f"ns-{name}-{index}"
             contexts.append({"name": name, "context": context})
-        document = {"apiVersion": "v1", "kind": "Config", "clusters": clusters,
-                    "users": users, "contexts": contexts}
+        document = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": clusters,
+            "users": users,
+            "contexts": contexts,
+        }
         if draw(st.booleans()):
             document["current-context"] = draw(NAMES)
         files.append(document)
@@ -139,14 +151,28 @@ def kubeconfig_files(draw):
 
 
 def _config(index, current):
-    return {"apiVersion": "v1", "kind": "Config", "current-context": current,
-            "clusters": [{"name": "a", "cluster": {
-                "server": f"https://cluster-a-{index}.example:6443",
-                "certificate-authority": f"ca-a-{index}.crt"}}],
-            "users": [{"name": "a", "user": {"token": f"token-a-{index}"}}],
-            "contexts": [{"name": name, "context": {"cluster": "a", "user": "a",
-                                                    "namespace": f"ns-{name}-{index}"}}
-                         for name in ("a", "b")]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": current,
+        "clusters": [
+            {
+                "name": "a",
+                "cluster": {
+                    "server": f"https://cluster-a-{index}.example:6443",
+                    "certificate-authority": f"ca-a-{index}.crt",
+                },
+            }
+        ],
+        "users": [{"name": "a", "user": {"token": f"token-a-{index}"}}],
+        "contexts": [
+            {
+                "name": name,
+                "context": {"cluster": "a", "user": "a", "namespace": f"ns-{name}-{index}"},
+            }
+            for name in ("a", "b")
+        ],
+    }
 
 
 FIRST_WINS = [_config(0, "a"), _config(1, "b")]
@@ -155,8 +181,13 @@ FIRST_WINS = [_config(0, "a"), _config(1, "b")]
 def kubectl_view(env, context):
     # --flatten reads each file a path names (resolved as kubectl resolves it) into *-data.
     command = ["kubectl", "config", "view", "--minify", "--flatten", "-o", "json"]
-    result = subprocess.run(command + ([f"--context={context}"] if context else []),
-                            capture_output=True, text=True, env=env, timeout=30)
+    result = subprocess.run(
+        command + ([f"--context={context}"] if context else []),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     # A context whose user no file names: kubectl would prompt for a password (we send none).
     assume("cannot locate user" not in result.stderr)
     if result.returncode != 0:
@@ -164,19 +195,23 @@ def kubectl_view(env, context):
     view = json.loads(result.stdout)
     [cluster], [user], [entry] = view["clusters"], view["users"], view["contexts"]
     ca = base64.b64decode(cluster["cluster"]["certificate-authority-data"]).decode()
-    return (cluster["cluster"]["server"], ca, user["user"].get("token"),
-            entry["context"].get("namespace") or "default")
+    return (
+        cluster["cluster"]["server"],
+        ca,
+        user["user"].get("token"),
+        entry["context"].get("namespace") or "default",
+    )
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(setup=kubeconfig_files())
 @example(setup=(FIRST_WINS, None))  # two current-contexts; a cluster and a context named twice
 @example(setup=([*FIRST_WINS[::-1]], None))
 @example(setup=(["missing", "empty", FIRST_WINS[1]], "a"))
-def test_files_merge_and_a_context_is_chosen_as_kubectl_does(setup, tmp_path_factory,
-                                                            monkeypatch):
+def test_files_merge_and_a_context_is_chosen_as_kubectl_does(setup, tmp_path_factory, monkeypatch):
     files, context = setup
     directory = tmp_path_factory.mktemp("kubeconfigs")
     paths = []
@@ -190,8 +225,7 @@ def test_files_merge_and_a_context_is_chosen_as_kubectl_does(setup, tmp_path_fac
             for cluster in document["clusters"]:
                 ca = cluster["cluster"]["certificate-authority"]
                 (directory / ca).write_text(ca)  # its content says which file was read
-    env = {"PATH": os.environ["PATH"], "HOME": str(directory),
-           "KUBECONFIG": os.pathsep.join(paths)}
+    env = {"PATH": os.environ["PATH"], "HOME": str(directory), "KUBECONFIG": os.pathsep.join(paths)}
     monkeypatch.setenv("KUBECONFIG", env["KUBECONFIG"])
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("POD_NAMESPACE", raising=False)
@@ -201,23 +235,31 @@ def test_files_merge_and_a_context_is_chosen_as_kubectl_does(setup, tmp_path_fac
             resolve(context=context)
         return
     cluster = resolve(context=context)
-    assert (cluster.url, Path(cluster.ca_file).read_text(), cluster.token,
-            cluster.default_namespace()) == (expected[0].rstrip("/"), *expected[1:])
+    assert (
+        cluster.url,
+        Path(cluster.ca_file).read_text(),
+        cluster.token,
+        cluster.default_namespace(),
+    ) == (expected[0].rstrip("/"), *expected[1:])
 
 
 def test_merged_files_list_only_those_that_exist(tmp_path, monkeypatch):
     first, second = tmp_path / "first", tmp_path / "second"
     first.write_text(KUBECONFIG.replace("CA", "ca.crt"))
-    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(tmp_path / "gone"), str(first),
-                                                      str(second), str(first)]))
+    monkeypatch.setenv(
+        "KUBECONFIG", os.pathsep.join([str(tmp_path / "gone"), str(first), str(second), str(first)])
+    )
     loaded = load_kubeconfig()
     assert loaded is not None and loaded.files == (str(first),)
 
 
 def test_missing_client_certificate_files_are_named_as_kubectl_refuses_them(tmp_path):
     path = tmp_path / "config"
-    path.write_text(KUBECONFIG.replace(", certificate-authority: CA", "").replace(
-        '{token: "s3cret"}', "{client-certificate: gone.crt, client-key: gone.key}"))
+    path.write_text(
+        KUBECONFIG.replace(", certificate-authority: CA", "").replace(
+            '{token: "s3cret"}', "{client-certificate: gone.crt, client-key: gone.key}"
+        )
+    )
     with pytest.raises(KubeconfigError) as error:
         resolve(kubeconfig=str(path))
     assert str(tmp_path / "gone.crt") in str(error.value)
@@ -225,10 +267,12 @@ def test_missing_client_certificate_files_are_named_as_kubectl_refuses_them(tmp_
 
 def test_an_exec_plugin_that_fails_is_one_error_naming_it(tmp_path, caplog):
     path = tmp_path / "config"
-    path.write_text(KUBECONFIG.replace(", certificate-authority: CA", "").replace(
-        '{token: "s3cret"}', "{exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
-        "command: /bin/false}}"))
-    with pytest.raises(KubeconfigError, match="the exec plugin '/bin/false' gave no "
-                       "credentials"):
+    path.write_text(
+        KUBECONFIG.replace(", certificate-authority: CA", "").replace(
+            '{token: "s3cret"}',
+            "{exec: {apiVersion: client.authentication.k8s.io/v1beta1, command: /bin/false}}",
+        )
+    )
+    with pytest.raises(KubeconfigError, match="the exec plugin '/bin/false' gave no credentials"):
         resolve(kubeconfig=str(path))
     assert not caplog.records

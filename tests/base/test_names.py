@@ -9,10 +9,48 @@ from volcano_guard.base.names import (
     dns1123_subdomain_problem,
 )
 
-LABELS = ["a", "ab", "abc", "a1", "a-1", "a--1--2--b", "0", "01", "012", "1a", "1-a",
-          "1--a--b--2", "a" * 63]
-NOT_LABELS = ["", "A", "ABC", "aBc", "A1", "A-1", "1-A", "-", "a-", "-a", "1-", "-1", "_", "a_",
-              "_a", "a_b", ".", "a.", ".a", "a.b", " ", "a ", " a", "a b", "a" * 64]
+LABELS = [
+    "a",
+    "ab",
+    "abc",
+    "a1",
+    "a-1",
+    "a--1--2--b",
+    "0",
+    "01",
+    "012",
+    "1a",
+    "1-a",
+    "1--a--b--2",
+    "a" * 63,
+]
+NOT_LABELS = [
+    "",
+    "A",
+    "ABC",
+    "aBc",
+    "A1",
+    "A-1",
+    "1-A",
+    "-",
+    "a-",
+    "-a",
+    "1-",
+    "-1",
+    "_",
+    "a_",
+    "_a",
+    "a_b",
+    ".",
+    "a.",
+    ".a",
+    "a.b",
+    " ",
+    "a ",
+    " a",
+    "a b",
+    "a" * 64,
+]
 
 
 @pytest.mark.parametrize("name", LABELS)

@@ -15,14 +15,14 @@ from volcano_guard.webhook.config import ConfigError, config_from_dict
 # entry -> what updateNodeSelectors stores (None: skipped by its `continue`s)
 KEPT = [
     ("volcano.sh/role:train", "volcano.sh/role:train"),
-    ("", None),                                   # nodeSelectorLabelLen <= 0
-    ("no-colon", None),                           # index < 0
-    ("key:", None),                               # index >= len-1: ':' is the last character
-    ("key: ", "key:"),                            # a value of spaces: kept, trimmed to ""
-    (" key : value ", "key:value"),               # key and value trimmed
-    ("a:b:c", "a:b:c"),                           # the first ':' splits; the value keeps the rest
-    (":x", ":x"),                                 # an empty key is kept (and matches no label)
-    ("::", "::"),                                 # index 0 < len-1: key "", value ":"
+    ("", None),  # nodeSelectorLabelLen <= 0
+    ("no-colon", None),  # index < 0
+    ("key:", None),  # index >= len-1: ':' is the last character
+    ("key: ", "key:"),  # a value of spaces: kept, trimmed to ""
+    (" key : value ", "key:value"),  # key and value trimmed
+    ("a:b:c", "a:b:c"),  # the first ':' splits; the value keeps the rest
+    (":x", ":x"),  # an empty key is kept (and matches no label)
+    ("::", "::"),  # index 0 < len-1: key "", value ":"
 ]
 
 
@@ -34,18 +34,18 @@ def test_an_entry_is_kept_and_trimmed_as_volcano_keeps_it(entry, stored):
 @pytest.mark.parametrize(
     ("labels", "entries", "managed"),
     [
-        ({}, [], True),                                           # no selectors: every node
-        ({}, ["key:"], True),                                     # nothing kept: every node
+        ({}, [], True),  # no selectors: every node
+        ({}, ["key:"], True),  # nothing kept: every node
         ({"pool": "a"}, ["no-colon", "key:"], True),
         ({"volcano.sh/role": "train"}, ["volcano.sh/role:train"], True),
         ({"volcano.sh/role": "serve"}, ["volcano.sh/role:train", "volcano.sh/role:serve"], True),
         ({"volcano.sh/role": "serve"}, ["volcano.sh/role:train"], False),
         ({"volcano.sh/role": "train"}, [" volcano.sh/role : train "], True),
-        ({"key": ""}, ["key: "], True),                           # an empty label value
-        ({"key": ""}, ["key:"], True),                            # ignored: every node
+        ({"key": ""}, ["key: "], True),  # an empty label value
+        ({"key": ""}, ["key:"], True),  # ignored: every node
         ({"key": "x"}, ["key: ", "other:y"], False),
         ({"a": "b:c"}, ["a:b:c"], True),
-        ({"pool": "a"}, [":x"], False),                           # kept, matches nothing
+        ({"pool": "a"}, [":x"], False),  # kept, matches nothing
     ],
 )
 def test_a_node_is_managed_as_node_can_add_cache_decides(labels, entries, managed):
@@ -69,16 +69,21 @@ def test_config_accepts_every_entry_volcano_keeps_with_its_meaning(entry):
 
 def test_volcanos_source_still_reads_node_selectors_this_way():
     cache = go_function(volcano_file("pkg/scheduler/cache/cache.go"), "updateNodeSelectors")
-    for line in ('index := strings.Index(nodeSelectorLabel, ":")',
-                 "if index < 0 || index >= (nodeSelectorLabelLen-1) {",
-                 "strings.TrimSpace(nodeSelectorLabel[:index])",
-                 "strings.TrimSpace(nodeSelectorLabel[index+1:])",
-                 'key := nodeSelectorLabelName + ":" + nodeSelectorLabelValue'):
+    for line in (
+        'index := strings.Index(nodeSelectorLabel, ":")',
+        "if index < 0 || index >= (nodeSelectorLabelLen-1) {",
+        "strings.TrimSpace(nodeSelectorLabel[:index])",
+        "strings.TrimSpace(nodeSelectorLabel[index+1:])",
+        'key := nodeSelectorLabelName + ":" + nodeSelectorLabelValue',
+    ):
         assert line in cache
     handlers = volcano_file("pkg/scheduler/cache/event_handlers.go")
     can_add = go_function(handlers, "nodeCanAddCache")
-    for line in ("if len(sc.nodeSelectorLabels) == 0 {", 'key := labelName + ":" + labelValue',
-                 "if _, ok := sc.nodeSelectorLabels[key]; ok {"):
+    for line in (
+        "if len(sc.nodeSelectorLabels) == 0 {",
+        'key := labelName + ":" + labelValue',
+        "if _, ok := sc.nodeSelectorLabels[key]; ok {",
+    ):
         assert line in can_add
     options = volcano_file("cmd/scheduler/app/options/options.go")
     assert 'fs.StringSliceVar(&s.NodeSelector, "node-selector"' in options  # splits on commas

@@ -37,8 +37,23 @@ def test_parses_kubernetes_quantities_exactly(text, value):
 
 @pytest.mark.parametrize(
     "text",
-    ["", " 1", "1 ", "1.5 Gi", "Gi", "1Gb", "1e", "1ki", "--1", "1.5.5", "0x10", "1,5",
-     "abc", "1e1.5", "\u0661"],
+    [
+        "",
+        " 1",
+        "1 ",
+        "1.5 Gi",
+        "Gi",
+        "1Gb",
+        "1e",
+        "1ki",
+        "--1",
+        "1.5.5",
+        "0x10",
+        "1,5",
+        "abc",
+        "1e1.5",
+        "\u0661",
+    ],
 )
 def test_rejects_text_that_is_not_a_quantity(text):
     with pytest.raises(QuantityError):
@@ -81,13 +96,30 @@ def test_integer_with_suffix_round_trips(number, suffix):
 
 # apimachinery pkg/api/resource quantity_test.go TestQuantityParseEmit's table (and its negated
 # run), and what CanonicalizeBytes makes of the suffix kinds and of whole multiples of 1000.
-@pytest.mark.parametrize(("text", "printed"), [
-    ("1Ki", "1Ki"), ("1Mi", "1Mi"), ("1Gi", "1Gi"), ("1024Mi", "1Gi"), ("1000M", "1G"),
-    (".001Ki", "1024m"), (".000001Ki", "1024u"), (".000000001Ki", "1024n"),
-    (".000000000001Ki", "2n"),
-    ("1.5", "1500m"), ("2000m", "2"), ("3000", "3k"), ("1500", "1500"), ("0.5Gi", "512Mi"),
-    ("1.5Ki", "1536"), ("1023Ki", "1023Ki"), ("1e3", "1e3"), ("80e-3", "80e-3"), ("1E", "1E"),
-])
+@pytest.mark.parametrize(
+    ("text", "printed"),
+    [
+        ("1Ki", "1Ki"),
+        ("1Mi", "1Mi"),
+        ("1Gi", "1Gi"),
+        ("1024Mi", "1Gi"),
+        ("1000M", "1G"),
+        (".001Ki", "1024m"),
+        (".000001Ki", "1024u"),
+        (".000000001Ki", "1024n"),
+        (".000000000001Ki", "2n"),
+        ("1.5", "1500m"),
+        ("2000m", "2"),
+        ("3000", "3k"),
+        ("1500", "1500"),
+        ("0.5Gi", "512Mi"),
+        ("1.5Ki", "1536"),
+        ("1023Ki", "1023Ki"),
+        ("1e3", "1e3"),
+        ("80e-3", "80e-3"),
+        ("1E", "1E"),
+    ],
+)
 def test_a_quantity_is_printed_as_kubernetes_prints_it(text, printed):
     assert canonical_quantity(text) == printed
     assert canonical_quantity("-" + text) == "-" + printed

@@ -22,11 +22,11 @@ Arrivals = list[tuple[float, str]]  # (time.time(), server name), in order
 
 
 @asynccontextmanager
-async def recording_servers(names: list[str], arrivals: Arrivals) -> AsyncIterator[dict[str,
-                                                                                         str]]:
+async def recording_servers(names: list[str], arrivals: Arrivals) -> AsyncIterator[dict[str, str]]:
     """A plain-HTTP server per name that notes when each request arrives; yields their URLs."""
     runners, urls = [], {}
     for name in names:
+
         async def handle(request: web.Request, name: str = name) -> web.Response:
             arrivals.append((time.time(), name))
             await request.read()
@@ -89,12 +89,19 @@ def test_a_load_generator_that_cannot_run_is_reported_not_waited_for(tmp_path: P
     body = tmp_path / "body.json"
     body.write_text("{}")
     with pytest.raises(RuntimeError, match="exit status 127"):
-        run_hey_in_turns(str(tmp_path / "no-such-hey"), {"a": "http://127.0.0.1:1/"}, body,
-                         rounds=1, seconds=0.2, turn=0.1)
+        run_hey_in_turns(
+            str(tmp_path / "no-such-hey"),
+            {"a": "http://127.0.0.1:1/"},
+            body,
+            rounds=1,
+            seconds=0.2,
+            turn=0.1,
+        )
 
 
 def test_more_requests_than_one_hey_run_reports_are_sent_in_runs_and_all_counted(
-        hey: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hey: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # hey reports at most HEY_MAX_RESULTS answers; a smaller limit stands in for it here.
     monkeypatch.setattr(hey_module, "_REQUESTS_A_RUN", 100)
     counts: list[int] = []

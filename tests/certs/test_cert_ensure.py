@@ -33,11 +33,17 @@ def data(api, name: str, key: str) -> bytes:
 
 def bundles(api) -> list[set[bytes]]:
     adm = client.AdmissionregistrationV1Api(api)
-    hooks: list[Any] = [*(adm.read_mutating_webhook_configuration("volcano-guard").webhooks or []),
-                        *(adm.read_validating_webhook_configuration("volcano-guard").webhooks
-                          or [])]
-    return [{fingerprint(c) for c in x509.load_pem_x509_certificates(
-        base64.b64decode(h.client_config.ca_bundle))} for h in hooks]
+    hooks: list[Any] = [
+        *(adm.read_mutating_webhook_configuration("volcano-guard").webhooks or []),
+        *(adm.read_validating_webhook_configuration("volcano-guard").webhooks or []),
+    ]
+    return [
+        {
+            fingerprint(c)
+            for c in x509.load_pem_x509_certificates(base64.b64decode(h.client_config.ca_bundle))
+        }
+        for h in hooks
+    ]
 
 
 def verifies(cert_pem: bytes, cas: list[x509.Certificate]) -> bool:
@@ -47,22 +53,33 @@ def verifies(cert_pem: bytes, cas: list[x509.Certificate]) -> bool:
 
 def test_from_nothing_and_again_with_nothing_to_do(cluster, capsys):
     _, kubeconfig, api = cluster
-    args = ["certs", "ensure", "--namespace", NAMESPACE, "--mutating", "volcano-guard",
-            "--validating", "volcano-guard", "--kubeconfig", kubeconfig]
+    args = [
+        "certs",
+        "ensure",
+        "--namespace",
+        NAMESPACE,
+        "--mutating",
+        "volcano-guard",
+        "--validating",
+        "volcano-guard",
+        "--kubeconfig",
+        kubeconfig,
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert [line.split(":")[0] for line in out.splitlines()[:-1]] == [
-        "make-ca", "trust", "issue"]
+    assert [line.split(":")[0] for line in out.splitlines()[:-1]] == ["make-ca", "trust", "issue"]
     cas = x509.load_pem_x509_certificates(data(api, "volcano-guard-ca", "ca.crt"))
     assert len(cas) == 1 and all(b == {fingerprint(cas[0])} for b in bundles(api))
     assert verifies(data(api, "volcano-guard-tls", "tls.crt"), cas)
     assert secret(api, "volcano-guard-tls").type == "kubernetes.io/tls"
-    versions = [secret(api, n).metadata.resource_version for n in ("volcano-guard-ca",
-                                                                  "volcano-guard-tls")]
+    versions = [
+        secret(api, n).metadata.resource_version for n in ("volcano-guard-ca", "volcano-guard-tls")
+    ]
     assert main(args) == 0  # the install run again
     assert capsys.readouterr().out.strip() == "certificates current (0 steps taken)"
-    assert [secret(api, n).metadata.resource_version for n in (
-        "volcano-guard-ca", "volcano-guard-tls")] == versions
+    assert [
+        secret(api, n).metadata.resource_version for n in ("volcano-guard-ca", "volcano-guard-tls")
+    ] == versions
 
 
 def test_an_install_without_a_ca_secret_keeps_trusting_what_it_serves(cluster, tmp_path):
@@ -83,8 +100,9 @@ def test_a_ca_rotation_adds_the_new_ca_everywhere_then_reissues_and_retires_the_
     first = x509.load_pem_x509_certificates(data(api, "volcano-guard-ca", "ca.crt"))
     later = start + datetime.timedelta(days=61)  # a third of the CA's life left
     steps: list[str] = []
-    assert ensure(api, TARGET, LIFETIMES, now=lambda: later,
-                  said=lambda step, why: steps.append(why)) == ["make-ca", "trust", "issue"]
+    assert ensure(
+        api, TARGET, LIFETIMES, now=lambda: later, said=lambda step, why: steps.append(why)
+    ) == ["make-ca", "trust", "issue"]
     assert "expires" in steps[0]
     cas = x509.load_pem_x509_certificates(data(api, "volcano-guard-ca", "ca.crt"))
     assert [fingerprint(c) for c in cas[1:]] == [fingerprint(first[0])]  # old kept, second
@@ -111,12 +129,31 @@ def test_of_two_runs_at_once_one_writes_and_the_other_says_so(cluster):
 
 def test_a_ca_secret_that_is_not_pem_is_named(cluster, capsys):
     _, kubeconfig, api = cluster
-    client.CoreV1Api(api).create_namespaced_secret(NAMESPACE, {
-        "metadata": {"name": "volcano-guard-ca"},
-        "data": {"ca.crt": base64.b64encode(b"garbage").decode(),
-                 "ca.key": base64.b64encode(b"garbage").decode()}})
-    assert main(["certs", "ensure", "--namespace", NAMESPACE, "--validating", "volcano-guard",
-                 "--kubeconfig", kubeconfig]) == 1
+    client.CoreV1Api(api).create_namespaced_secret(
+        NAMESPACE,
+        {
+            "metadata": {"name": "volcano-guard-ca"},
+            "data": {
+                "ca.crt": base64.b64encode(b"garbage").decode(),
+                "ca.key": base64.b64encode(b"garbage").decode(),
+            },
+        },
+    )
+    assert (
+        main(
+            [
+                "certs",
+                "ensure",
+                "--namespace",
+                NAMESPACE,
+                "--validating",
+                "volcano-guard",
+                "--kubeconfig",
+                kubeconfig,
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "Secret volcano-guard-ca ca.crt does not hold PEM" in err
 
@@ -136,8 +173,21 @@ def test_an_api_server_that_refuses_connections_is_one_line_and_exit_2(tmp_path,
     kubeconfig = tmp_path / "kubeconfig"
     server = f"http://127.0.0.1:{free_port()}"
     write_kubeconfig(str(kubeconfig), server)  # nobody listens
-    assert main(["certs", "ensure", "--namespace", NAMESPACE, "--validating", "volcano-guard",
-                 "--kubeconfig", str(kubeconfig)]) == 2
+    assert (
+        main(
+            [
+                "certs",
+                "ensure",
+                "--namespace",
+                NAMESPACE,
+                "--validating",
+                "volcano-guard",
+                "--kubeconfig",
+                str(kubeconfig),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0, err
     assert err.endswith(f"the API server {server} cannot be reached: connection refused"), err

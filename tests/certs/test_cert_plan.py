@@ -25,9 +25,12 @@ class Cluster:
     cas: list[x509.Certificate] = field(default_factory=list)
     ca_key: object | None = None
     cert: x509.Certificate | None = None
-    bundles: dict[str, frozenset[bytes]] = field(default_factory=lambda: {
-        "MutatingWebhookConfiguration/volcano-guard": frozenset(),
-        "ValidatingWebhookConfiguration/volcano-guard": frozenset()})
+    bundles: dict[str, frozenset[bytes]] = field(
+        default_factory=lambda: {
+            "MutatingWebhookConfiguration/volcano-guard": frozenset(),
+            "ValidatingWebhookConfiguration/volcano-guard": frozenset(),
+        }
+    )
     served: x509.Certificate | None = None
 
     def state(self) -> CertState:
@@ -40,8 +43,13 @@ class Cluster:
         elif step == "trust":
             self.bundles = {name: frozenset(map(fingerprint, self.cas)) for name in self.bundles}
         elif step == "issue":
-            _, self.cert = issue_leaf(self.ca_key, self.cas[0], NAMES, now,  # type: ignore
-                                      min(now + LIFETIMES.cert, self.cas[0].not_valid_after_utc))
+            _, self.cert = issue_leaf(
+                self.ca_key,
+                self.cas[0],
+                NAMES,
+                now,  # type: ignore
+                min(now + LIFETIMES.cert, self.cas[0].not_valid_after_utc),
+            )
         elif step == "retire":
             self.cas = [self.cas[0], *(ca for ca in self.cas[1:] if ca.not_valid_after_utc > now)]
 
@@ -65,9 +73,11 @@ class Cluster:
         if cert is None or not cert.not_valid_before_utc <= now < cert.not_valid_after_utc:
             return False
         everywhere = set.intersection(*(set(b) for b in self.bundles.values()))
-        return any(signed_by(cert, ca) and ca.not_valid_after_utc > now for ca in self.cas
-                   if fingerprint(ca) in everywhere)
-
+        return any(
+            signed_by(cert, ca) and ca.not_valid_after_utc > now
+            for ca in self.cas
+            if fingerprint(ca) in everywhere
+        )
 
 
 def test_from_nothing_a_ca_trusted_everywhere_then_a_certificate():
@@ -126,12 +136,19 @@ def test_a_run_killed_after_any_step_is_finished_by_the_next():
         assert plan(cluster.state(), later, LIFETIMES)[0] == "done"
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    (lambda c: replace(c, has_ca_key=False), "make-ca"),
-    (lambda c: replace(c, cert=None), "issue"),
-    (lambda c: replace(c, bundles={**c.bundles, "ValidatingWebhookConfiguration/x":
-                                   frozenset()}), "trust"),
-])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda c: replace(c, has_ca_key=False), "make-ca"),
+        (lambda c: replace(c, cert=None), "issue"),
+        (
+            lambda c: replace(
+                c, bundles={**c.bundles, "ValidatingWebhookConfiguration/x": frozenset()}
+            ),
+            "trust",
+        ),
+    ],
+)
 def test_what_is_missing_decides_the_step(change, expected):
     cluster = Cluster()
     cluster.run(START)

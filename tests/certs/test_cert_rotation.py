@@ -69,8 +69,10 @@ def test_cli_rotate_and_bad_duration(tmp_path, capsys):
 
 def handshake_serial(port, ca_file):
     context = client_context(ca_file)
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock, \
-            context.wrap_socket(sock, server_hostname=HOSTNAME) as tls:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as sock,
+        context.wrap_socket(sock, server_hostname=HOSTNAME) as tls,
+    ):
         return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
 
 
@@ -79,8 +81,9 @@ async def test_a_renewed_cert_is_served_without_restart_and_no_handshake_fails(t
     old_serial = serial(made.cert_file)
     tls = server_context(made.cert_file, made.key_file)
     reloader = CertReloader(tls, made.cert_file, made.key_file)
-    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
-                                                          "bindingGuard": {"mode": "off"}}}})
+    config = config_from_dict(
+        {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}}}}
+    )
     async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls) as (port, _):
         watcher = asyncio.create_task(reloader.watch(interval=0.02))
         seen, failures = [], []
@@ -130,14 +133,24 @@ WRITE_ORDERS = {
     "cert first": lambda new, tmp: [("tls.crt", new[0]), ("tls.key", new[1])],
     "key first": lambda new, tmp: [("tls.key", new[1]), ("tls.crt", new[0])],
     "garbage cert, then the pair": lambda new, tmp: [
-        ("tls.crt", b"-----BEGIN CERTIFICATE-----\nnot base64\n"), ("tls.key", new[1]),
-        ("tls.crt", new[0])],
-    "empty key, then the pair": lambda new, tmp: [("tls.key", b""), ("tls.crt", new[0]),
-                                                  ("tls.key", new[1])],
+        ("tls.crt", b"-----BEGIN CERTIFICATE-----\nnot base64\n"),
+        ("tls.key", new[1]),
+        ("tls.crt", new[0]),
+    ],
+    "empty key, then the pair": lambda new, tmp: [
+        ("tls.key", b""),
+        ("tls.crt", new[0]),
+        ("tls.key", new[1]),
+    ],
     "truncated cert, then the rest": lambda new, tmp: [
-        ("tls.key", new[1]), ("tls.crt", new[0][:len(new[0]) // 2]), ("tls.crt", new[0])],
-    "a key of another certificate": lambda new, tmp: [("tls.crt", new[0]),
-                                                      ("tls.key", other_key(tmp))],
+        ("tls.key", new[1]),
+        ("tls.crt", new[0][: len(new[0]) // 2]),
+        ("tls.crt", new[0]),
+    ],
+    "a key of another certificate": lambda new, tmp: [
+        ("tls.crt", new[0]),
+        ("tls.key", other_key(tmp)),
+    ],
 }
 
 
@@ -153,8 +166,9 @@ async def test_no_write_order_or_garbage_breaks_a_single_handshake(tmp_path, ord
     tls = server_context(made.cert_file, made.key_file)
     reloader = CertReloader(tls, made.cert_file, made.key_file)
     errors_before = REGISTRY.get_sample_value("volcano_guard_cert_reload_errors_total") or 0
-    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
-                                                          "bindingGuard": {"mode": "off"}}}})
+    config = config_from_dict(
+        {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}}}}
+    )
     async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls) as (port, _):
         watcher = asyncio.create_task(reloader.watch(interval=0.01))
         seen, failures = [], []
@@ -184,7 +198,8 @@ async def test_no_write_order_or_garbage_breaks_a_single_handshake(tmp_path, ord
 
 
 async def test_an_expired_certificate_makes_the_webhook_unready_until_a_renewed_one_arrives(
-        tmp_path):
+    tmp_path,
+):
     import urllib.request
 
     from volcano_guard.certs.generate import cert_pem, issue_ca, issue_leaf, key_pem
@@ -192,15 +207,21 @@ async def test_an_expired_certificate_makes_the_webhook_unready_until_a_renewed_
     made = generate(SERVICE, NAMESPACE, tmp_path)
     long_ago = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
     ca_key, ca = issue_ca("old", long_ago, long_ago + datetime.timedelta(days=30))
-    key, leaf = issue_leaf(ca_key, ca, (HOSTNAME,), long_ago, long_ago + datetime.timedelta(
-        days=30))
+    key, leaf = issue_leaf(
+        ca_key, ca, (HOSTNAME,), long_ago, long_ago + datetime.timedelta(days=30)
+    )
     made.key_file.write_bytes(key_pem(key))
     made.cert_file.write_bytes(cert_pem(leaf))
     tls = server_context(made.cert_file, made.key_file)
     reloader = CertReloader(tls, made.cert_file, made.key_file)
-    config = config_from_dict({"policies": {"nodeName": {"mode": "off", "bindingGuard": {
-        "mode": "off"}}, "podGroups": {"stampGenerationId": False, "deleteGuard": {
-            "mode": "off"}}}})
+    config = config_from_dict(
+        {
+            "policies": {
+                "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
+                "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+            }
+        }
+    )
 
     def readyz(port: int) -> tuple[int, str]:
         try:
@@ -209,8 +230,13 @@ async def test_an_expired_certificate_makes_the_webhook_unready_until_a_renewed_
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
 
-    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
-                       unready_because=reloader.problem) as (_, metrics):
+    async with running(
+        config,
+        Listen("127.0.0.1", 0),
+        Listen("127.0.0.1", 0),
+        tls,
+        unready_because=reloader.problem,
+    ) as (_, metrics):
         status, text = await asyncio.to_thread(readyz, metrics)
         assert status == 503 and "expired at 2020-01-31" in text, text
         generate(SERVICE, NAMESPACE, tmp_path / "new")  # the renewed pair arrives
@@ -218,5 +244,7 @@ async def test_an_expired_certificate_makes_the_webhook_unready_until_a_renewed_
         made.cert_file.write_bytes((tmp_path / "new" / "tls.crt").read_bytes())
         assert reloader.check()
         assert await asyncio.to_thread(readyz, metrics) == (200, "ok")
-        assert REGISTRY.get_sample_value("volcano_guard_cert_expiry_timestamp_seconds") == \
-            reloader.expires_at
+        assert (
+            REGISTRY.get_sample_value("volcano_guard_cert_expiry_timestamp_seconds")
+            == reloader.expires_at
+        )

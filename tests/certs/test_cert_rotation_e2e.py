@@ -50,8 +50,20 @@ pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "volcano_guard.cli"]
 # Short lives, so that renewals (a third of the life left: every 40 s) and a CA rotation (at
 # 200 s) happen within the test; the kubelet-like volume follows the Secret 15 s late.
-ENSURE_FLAGS = ["--namespace", NAMESPACE, "--service", SERVICE, "--mutating", "volcano-guard",
-                "--validating", "volcano-guard", "--ca-valid", "300s", "--cert-valid", "120s"]
+ENSURE_FLAGS = [
+    "--namespace",
+    NAMESPACE,
+    "--service",
+    SERVICE,
+    "--mutating",
+    "volcano-guard",
+    "--validating",
+    "volcano-guard",
+    "--ca-valid",
+    "300s",
+    "--cert-valid",
+    "120s",
+]
 KUBELET_DELAY, CRON_EVERY, RUN_FOR = 15.0, 5.0, 270.0
 
 
@@ -102,29 +114,44 @@ def guard(directory: Path) -> Iterator[tuple[SandboxThread, Path, Any, KubeletVo
     """The sandbox with deploy/base's registrations, `certs ensure` run as the install Job,
     the webhook serving the projected TLS Secret; yields (sandbox, kubeconfig, api, volume,
     webhook port)."""
-    sandbox_certs = generate("sandbox", "local", directory / "sandbox", days=1,
-                             extra_dns_names=("localhost",))
+    sandbox_certs = generate(
+        "sandbox", "local", directory / "sandbox", days=1, extra_dns_names=("localhost",)
+    )
     (directory / "tokens.csv").write_text(TOKENS)
     port, metrics = free_port(), free_port()
-    settings = SandboxSettings(services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", port)},
-                               tokens=load_token_file(directory / "tokens.csv"))
+    settings = SandboxSettings(
+        services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", port)},
+        tokens=load_token_file(directory / "tokens.csv"),
+    )
     tls = server_context(sandbox_certs.cert_file, sandbox_certs.key_file)
     kubectl = kubectl_path()
     assert kubectl is not None
     with SandboxThread(settings=settings, tls=tls) as sandbox:
-        sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-                      for name in (NAMESPACE, "team-a")])
+        sandbox.seed(
+            [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+                for name in (NAMESPACE, "team-a")
+            ]
+        )
         kubeconfig = directory / "kubeconfig"
-        write_kubeconfig(kubeconfig, sandbox.url.replace("127.0.0.1", "localhost"),
-                         token="admin", ca_file=sandbox_certs.ca_file)
-        rendered = subprocess.run([kubectl, "kustomize", str(DEPLOY_BASE)], check=True,
-                                  capture_output=True, text=True).stdout
-        subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "apply", "-f", "-"],
-                       input=admission_only(rendered), check=True, capture_output=True,
-                       text=True)
+        write_kubeconfig(
+            kubeconfig,
+            sandbox.url.replace("127.0.0.1", "localhost"),
+            token="admin",
+            ca_file=sandbox_certs.ca_file,
+        )
+        rendered = subprocess.run(
+            [kubectl, "kustomize", str(DEPLOY_BASE)], check=True, capture_output=True, text=True
+        ).stdout
+        subprocess.run(
+            [kubectl, "--kubeconfig", str(kubeconfig), "apply", "-f", "-"],
+            input=admission_only(rendered),
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         ensure(kubeconfig)  # the install Job
-        configuration = client.Configuration(host=sandbox.url.replace("127.0.0.1",
-                                                                      "localhost"))
+        configuration = client.Configuration(host=sandbox.url.replace("127.0.0.1", "localhost"))
         configuration.ssl_ca_cert = str(sandbox_certs.ca_file)
         configuration.api_key = {"authorization": "Bearer admin"}
         with client.ApiClient(configuration) as api:
@@ -134,11 +161,25 @@ def guard(directory: Path) -> Iterator[tuple[SandboxThread, Path, Any, KubeletVo
             while not volume.synced:
                 time.sleep(0.1)
             webhook = subprocess.Popen(
-                [*CLI, "webhook", "--listen", f"127.0.0.1:{port}", "--metrics-listen",
-                 f"127.0.0.1:{metrics}", "--tls-cert", str(volume.folder / "tls.crt"),
-                 "--tls-key", str(volume.folder / "tls.key"), "--kubeconfig",
-                 str(kubeconfig), "--config", str(write_config(directory))],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                [
+                    *CLI,
+                    "webhook",
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--metrics-listen",
+                    f"127.0.0.1:{metrics}",
+                    "--tls-cert",
+                    str(volume.folder / "tls.crt"),
+                    "--tls-key",
+                    str(volume.folder / "tls.key"),
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--config",
+                    str(write_config(directory)),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             try:
                 wait_ready(metrics)
                 yield sandbox, kubeconfig, api, volume, port
@@ -169,9 +210,12 @@ def wait_ready(metrics: int) -> None:
 def ensure(kubeconfig: Path, kill_midway: bool = False) -> list[str]:
     """`certs ensure` as the Job and CronJob run it; its step lines. If asked, killed
     (SIGKILL) as soon as it says its second step: the first done, the second under way."""
-    proc = subprocess.Popen([*CLI, "certs", "ensure", *ENSURE_FLAGS, "--kubeconfig",
-                             str(kubeconfig)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [*CLI, "certs", "ensure", *ENSURE_FLAGS, "--kubeconfig", str(kubeconfig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     if kill_midway:
         said = [proc.stdout.readline(), proc.stdout.readline()]
@@ -203,10 +247,20 @@ class Traffic(threading.Thread):
             n += 1
             body = pod(container("c", requests={"cpu": "1", "memory": "1Gi"}))
             body["metadata"] = {"name": f"p-{n}", "namespace": "team-a"}
-            result = subprocess.run([kubectl_path() or "kubectl", "--kubeconfig",
-                                     str(self.kubeconfig), "create", "-f", "-"],
-                                    input=json.dumps(body), capture_output=True, text=True,
-                                    timeout=60)
+            result = subprocess.run(
+                [
+                    kubectl_path() or "kubectl",
+                    "--kubeconfig",
+                    str(self.kubeconfig),
+                    "create",
+                    "-f",
+                    "-",
+                ],
+                input=json.dumps(body),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             if result.returncode != 0:
                 self.failures.append(f"kubectl create p-{n}: {result.stderr.strip()}")
             else:
@@ -217,15 +271,19 @@ class Traffic(threading.Thread):
         body = json.dumps(review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"}))))
         while not self.stop.is_set():
             configuration: Any = self.admission.read_validating_webhook_configuration(
-                "volcano-guard")
+                "volcano-guard"
+            )
             hook = configuration.webhooks[0]
             with tempfile.NamedTemporaryFile("wb", suffix=".crt") as bundle:
                 bundle.write(base64.b64decode(hook.client_config.ca_bundle))
                 bundle.flush()
                 context = ssl.create_default_context(cafile=bundle.name)
             request = urllib.request.Request(
-                f"https://{HOSTNAME}:{self.port}/validate", data=body.encode(), method="POST",
-                headers={"Content-Type": "application/json"})
+                f"https://{HOSTNAME}:{self.port}/validate",
+                data=body.encode(),
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
             try:
                 with urllib.request.urlopen(request, timeout=10, context=context) as answer:
                     if answer.status != 200:
@@ -236,8 +294,7 @@ class Traffic(threading.Thread):
             time.sleep(0.05)
 
 
-def test_renewals_a_ca_rotation_a_rerun_and_a_killed_run_fail_no_request(tmp_path,
-                                                                           monkeypatch):
+def test_renewals_a_ca_rotation_a_rerun_and_a_killed_run_fail_no_request(tmp_path, monkeypatch):
     if kubectl_path() is None:
         pytest.skip("kubectl is not installed (.ci/run installs it)")
     with guard(tmp_path) as (_, kubeconfig, api, volume, port):

@@ -54,8 +54,18 @@ def test_refuses_to_overwrite_a_ca_without_force(tmp_path):
 
 def test_cli_generate_writes_the_three_files_and_refuses_a_second_run(tmp_path, capsys):
     out = tmp_path / "tls"
-    args = ["certs", "generate", "--service", "vg", "--namespace", "ns", "--out", str(out),
-            "--days", "10"]
+    args = [
+        "certs",
+        "generate",
+        "--service",
+        "vg",
+        "--namespace",
+        "ns",
+        "--out",
+        str(out),
+        "--days",
+        "10",
+    ]
     assert main(args) == 0
     assert {p.name for p in out.iterdir()} >= {"ca.crt", "tls.crt", "tls.key"}
     assert main(args) == 1
@@ -63,8 +73,18 @@ def test_cli_generate_writes_the_three_files_and_refuses_a_second_run(tmp_path, 
 
 
 def test_cli_refuses_zero_days(tmp_path, capsys):
-    args = ["certs", "generate", "--service", "vg", "--namespace", "ns", "--out",
-            str(tmp_path), "--days", "0"]
+    args = [
+        "certs",
+        "generate",
+        "--service",
+        "vg",
+        "--namespace",
+        "ns",
+        "--out",
+        str(tmp_path),
+        "--days",
+        "0",
+    ]
     with pytest.raises(SystemExit) as exited:
         main(args)
     assert exited.value.code == 2

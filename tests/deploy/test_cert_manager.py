@@ -33,7 +33,7 @@ def documented_overlay():
     """The overlay docs/install.md tells cert-manager users to write, as written there."""
     guide = (REPO / "docs" / "install.md").read_text()
     start = guide.index("```yaml\n# my-guard/kustomization.yaml\n") + len("```yaml\n")
-    return guide[start:guide.index("```", start)]
+    return guide[start : guide.index("```", start)]
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +95,10 @@ def test_the_schema_check_refuses_a_misspelt_field_and_a_value_out_of_its_enum(r
     misspelt = {**certificate, "spec": {**certificate["spec"], "dnsName": ["x"]}}
     assert cert_manager_problems(misspelt) == ["unknown field .spec.dnsName"]
     spec = certificate["spec"]
-    bad_key = {**certificate, "spec": {**spec, "privateKey": {**spec["privateKey"],
-                                                              "algorithm": "DSA"}}}
+    bad_key = {
+        **certificate,
+        "spec": {**spec, "privateKey": {**spec["privateKey"], "algorithm": "DSA"}},
+    }
     [problem] = cert_manager_problems(bad_key)
     assert "spec.privateKey.algorithm" in problem
 
@@ -104,8 +106,12 @@ def test_the_schema_check_refuses_a_misspelt_field_and_a_value_out_of_its_enum(r
 def test_the_certs_job_and_everything_it_was_granted_are_gone(rendered):
     assert not by_kind(rendered, "Job") and not by_kind(rendered, "CronJob")
     assert not [d for d in rendered if d["metadata"]["name"] == "volcano-guard-certs"]
-    granted = [rule for kind in ("Role", "ClusterRole") for role in by_kind(rendered, kind)
-               for rule in role["rules"]]
+    granted = [
+        rule
+        for kind in ("Role", "ClusterRole")
+        for role in by_kind(rendered, kind)
+        for rule in role["rules"]
+    ]
     assert not [rule for rule in granted if "secrets" in rule["resources"]]
     assert not [rule for rule in granted if rule["apiGroups"] == ["admissionregistration.k8s.io"]]
 
@@ -113,8 +119,9 @@ def test_the_certs_job_and_everything_it_was_granted_are_gone(rendered):
 def test_cainjector_fills_both_configurations_from_the_certificate_the_webhook_serves(rendered):
     [deployment] = by_kind(rendered, "Deployment")
     [tls_volume] = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v]
-    configurations = (by_kind(rendered, "MutatingWebhookConfiguration")
-                      + by_kind(rendered, "ValidatingWebhookConfiguration"))
+    configurations = by_kind(rendered, "MutatingWebhookConfiguration") + by_kind(
+        rendered, "ValidatingWebhookConfiguration"
+    )
     assert len(configurations) == 2
     for configuration in configurations:
         source = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
@@ -125,15 +132,19 @@ def test_cainjector_fills_both_configurations_from_the_certificate_the_webhook_s
         for webhook in configuration["webhooks"]:
             service = webhook["clientConfig"]["service"]
             assert certificate["spec"]["dnsNames"] == list(
-                service_dns_names(service["name"], service["namespace"]))
+                service_dns_names(service["name"], service["namespace"])
+            )
 
 
 def test_the_serving_certificate_is_signed_by_a_ca_of_the_guards_own(rendered):
     serving = named(rendered, "Certificate", "volcano-guard-tls")
     assert "server auth" in serving["spec"]["usages"]
     issuer = named(rendered, "Issuer", serving["spec"]["issuerRef"]["name"])
-    ca = [c for c in by_kind(rendered, "Certificate")
-          if c["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]]
+    ca = [
+        c
+        for c in by_kind(rendered, "Certificate")
+        if c["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]
+    ]
     assert len(ca) == 1 and ca[0]["spec"]["isCA"] is True
     root = named(rendered, "Issuer", ca[0]["spec"]["issuerRef"]["name"])
     assert root["spec"] == {"selfSigned": {}}
@@ -144,8 +155,10 @@ def test_the_serving_certificate_is_signed_by_a_ca_of_the_guards_own(rendered):
 
 def test_lifetimes_and_renewal_points_are_the_certs_jobs(rendered):
     lifetimes = Lifetimes()
-    for name, lifetime in (("volcano-guard-root-ca", lifetimes.ca),
-                           ("volcano-guard-tls", lifetimes.cert)):
+    for name, lifetime in (
+        ("volcano-guard-root-ca", lifetimes.ca),
+        ("volcano-guard-tls", lifetimes.cert),
+    ):
         spec = named(rendered, "Certificate", name)["spec"]
         assert parse_duration(spec["duration"]) == lifetime
         assert parse_duration(spec["renewBefore"]) == lifetime * lifetimes.renew_when_left
@@ -159,6 +172,7 @@ def _handshake(server_cert_pem, server_key_pem, trusted_ca_pem, tmp_path):
     server_context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
     client_context = ssl.create_default_context(cadata=trusted_ca_pem.decode())
     with socket.create_server(("127.0.0.1", 0)) as listener:
+
         def serve():
             connection, _ = listener.accept()
             try:
@@ -166,11 +180,14 @@ def _handshake(server_cert_pem, server_key_pem, trusted_ca_pem, tmp_path):
                     pass
             except (ssl.SSLError, OSError):
                 pass
+
         thread = threading.Thread(target=serve)
         thread.start()
         try:
-            with socket.create_connection(listener.getsockname(), timeout=5) as raw, \
-                    client_context.wrap_socket(raw, server_hostname="volcano-guard.n.svc"):
+            with (
+                socket.create_connection(listener.getsockname(), timeout=5) as raw,
+                client_context.wrap_socket(raw, server_hostname="volcano-guard.n.svc"),
+            ):
                 return None
         except ssl.SSLCertVerificationError as error:
             return error.verify_message
@@ -182,12 +199,19 @@ def test_a_renewed_ca_that_kept_its_key_verifies_what_the_old_one_signed(tmp_pat
     now = datetime.datetime.now(datetime.UTC)
     then = now - datetime.timedelta(days=20)  # the old CA and the served certificate's issue
     ca_key, old_ca = issue_ca("volcano-guard-ca", then, then + datetime.timedelta(days=30))
-    key, served = issue_leaf(ca_key, old_ca, service_dns_names("volcano-guard", "n"), then,
-                             now + datetime.timedelta(days=10))
+    key, served = issue_leaf(
+        ca_key,
+        old_ca,
+        service_dns_names("volcano-guard", "n"),
+        then,
+        now + datetime.timedelta(days=10),
+    )
     renewed = _ca_certificate(ca_key, "volcano-guard-ca", now, now + datetime.timedelta(days=30))
     assert renewed.serial_number != old_ca.serial_number
     assert _handshake(cert_pem(served), key_pem(key), cert_pem(renewed), tmp_path) is None
     # What rotationPolicy: Never prevents: a renewal with a new key trusts nothing served before.
     _, rekeyed = issue_ca("volcano-guard-ca", now, now + datetime.timedelta(days=30))
-    assert _handshake(cert_pem(served), key_pem(key), cert_pem(rekeyed),
-                      tmp_path) == "unable to get local issuer certificate"
+    assert (
+        _handshake(cert_pem(served), key_pem(key), cert_pem(rekeyed), tmp_path)
+        == "unable to get local issuer certificate"
+    )

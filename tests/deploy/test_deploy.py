@@ -18,8 +18,13 @@ SERVED_PATHS = {"/mutate", "/validate"}
 def render(path):
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed (.ci/run installs it)")
-    result = subprocess.run(["kubectl", "kustomize", str(REPO / path)], capture_output=True,
-                            text=True, timeout=60, check=True)
+    result = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return [d for d in yaml.safe_load_all(result.stdout) if d]
 
 
@@ -49,8 +54,12 @@ def test_service_ports_match_the_container_ports(base):
 
 
 def webhooks(base):
-    return [w for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-            for config in by_kind(base, kind) for w in config["webhooks"]]
+    return [
+        w
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for config in by_kind(base, kind)
+        for w in config["webhooks"]
+    ]
 
 
 def test_webhooks_call_served_paths_and_skip_system_and_own_namespaces(base):
@@ -69,8 +78,9 @@ def test_webhooks_call_served_paths_and_skip_system_and_own_namespaces(base):
 
 
 def test_the_binding_webhook_has_no_object_selector(base):
-    binding = [w for w in webhooks(base) if any("pods/binding" in r["resources"]
-                                                for r in w["rules"])]
+    binding = [
+        w for w in webhooks(base) if any("pods/binding" in r["resources"] for r in w["rules"])
+    ]
     assert binding and all("objectSelector" not in w for w in binding)
 
 
@@ -79,8 +89,12 @@ def test_rbac_is_least_privilege(base):
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
             assert not set(rule["verbs"]) & {"delete", "deletecollection", "escalate", "bind"}
-    writes = [r for role in by_kind(base, "ClusterRole") for r in role["rules"]
-              if set(r["verbs"]) - {"get", "list", "watch"}]  # cluster-wide: by name only
+    writes = [
+        r
+        for role in by_kind(base, "ClusterRole")
+        for r in role["rules"]
+        if set(r["verbs"]) - {"get", "list", "watch"}
+    ]  # cluster-wide: by name only
     assert writes and all(r.get("resourceNames") == ["volcano-guard"] for r in writes)
 
 
@@ -99,8 +113,10 @@ def test_the_deployment_is_highly_available_and_restricted(base):
     container = spec["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-    assert {container["readinessProbe"]["httpGet"]["path"],
-            container["livenessProbe"]["httpGet"]["path"]} == {"/readyz", "/healthz"}
+    assert {
+        container["readinessProbe"]["httpGet"]["path"],
+        container["livenessProbe"]["httpGet"]["path"],
+    } == {"/readyz", "/healthz"}
     assert by_kind(base, "PodDisruptionBudget")
 
 
@@ -109,12 +125,21 @@ def test_monitoring_objects_render_with_the_contract_metric_names():
     kinds = {d["kind"] for d in docs}
     assert kinds == {"ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap"}
     # The label kube-prometheus-stack's Prometheus selects these objects by.
-    assert all(d["metadata"]["labels"]["release"] == "kube-prometheus-stack" for d in docs
-               if d["kind"] != "ConfigMap")
+    assert all(
+        d["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        for d in docs
+        if d["kind"] != "ConfigMap"
+    )
     rules = yaml.safe_dump(docs)
-    for metric in ("admission_errors_total", "cert_expiry_timestamp_seconds",
-                   "sidecar_pending_objects", "sidecar_conflicts_total", "overcommitted_nodes",
-                   "orphaned_pods", "audit_last_evaluation_timestamp_seconds"):
+    for metric in (
+        "admission_errors_total",
+        "cert_expiry_timestamp_seconds",
+        "sidecar_pending_objects",
+        "sidecar_conflicts_total",
+        "overcommitted_nodes",
+        "orphaned_pods",
+        "audit_last_evaluation_timestamp_seconds",
+    ):
         assert f"volcano_guard_{metric}" in rules
 
 
@@ -129,11 +154,18 @@ def test_the_grafana_dashboard_charts_contract_metrics():
 
     dashboard = json.loads((REPO / "deploy" / "monitoring" / "grafana-dashboard.json").read_text())
     expressions = " ".join(t["expr"] for panel in dashboard["panels"] for t in panel["targets"])
-    for metric in ("admission_requests_total", "admission_duration_seconds_bucket",
-                   "sidecar_upstream_writes_total", "sidecar_writes_received_total",
-                   "sidecar_pending_objects", "cert_expiry_timestamp_seconds",
-                   "overcommitted_nodes", "node_request_ratio", "audit_violations",
-                   "orphaned_pods"):
+    for metric in (
+        "admission_requests_total",
+        "admission_duration_seconds_bucket",
+        "sidecar_upstream_writes_total",
+        "sidecar_writes_received_total",
+        "sidecar_pending_objects",
+        "cert_expiry_timestamp_seconds",
+        "overcommitted_nodes",
+        "node_request_ratio",
+        "audit_violations",
+        "orphaned_pods",
+    ):
         assert f"volcano_guard_{metric}" in expressions
 
 
@@ -144,8 +176,14 @@ def audit():
 
 def test_the_audit_validates_against_the_kubernetes_schema(audit):
     assert {d["kind"] for d in audit} == {
-        "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-        "Role", "RoleBinding", "Deployment"}
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+    }
     for doc in audit:
         kubernetes_validate.validate(doc, "1.30.0", strict=True)
 
@@ -170,8 +208,11 @@ def test_the_audit_runs_two_replicas_restricted_and_scraped(audit):
     assert container["args"][:2] == ["audit", "--watch"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert {e["name"] for e in container["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
-    monitors = [d for d in render("deploy/monitoring") if d["kind"] == "PodMonitor"
-                and d["metadata"]["name"] == "volcano-guard-audit"]
+    monitors = [
+        d
+        for d in render("deploy/monitoring")
+        if d["kind"] == "PodMonitor" and d["metadata"]["name"] == "volcano-guard-audit"
+    ]
     [monitor] = monitors
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
@@ -188,12 +229,16 @@ def test_the_reports_the_audit_writes_fit_the_shipped_crds(audit):
     from volcano_guard.audit.findings import NODE_ACCOUNTING, ORPHANED_PODS, Finding
     from volcano_guard.audit.reports import FirstSeen, reports
 
-    found = [Finding(ORPHANED_PODS, "Pod", "team-a", "p1", "names a missing PodGroup"),
-             Finding(NODE_ACCOUNTING, "Node", "", "gpu-1", "requests more cpu than it has")]
+    found = [
+        Finding(ORPHANED_PODS, "Pod", "team-a", "p1", "names a missing PodGroup"),
+        Finding(NODE_ACCOUNTING, "Node", "", "gpu-1", "requests more cpu than it has"),
+    ]
     seen = FirstSeen()
     seen.update(found, datetime.datetime(2026, 11, 24, tzinfo=datetime.UTC))
-    schemas = {crd["spec"]["names"]["kind"]: crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-               for crd in by_kind(audit, "CustomResourceDefinition")}
+    schemas = {
+        crd["spec"]["names"]["kind"]: crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for crd in by_kind(audit, "CustomResourceDefinition")
+    }
     for document in reports(found, seen.seen, limit=10).values():
         assert document["apiVersion"] == "wgpolicyk8s.io/v1alpha2"
         jsonschema.validate(document, schemas[document["kind"]])
@@ -207,15 +252,18 @@ def test_the_network_policy_component_opens_only_the_webhooks_two_ports(tmp_path
     overlay.mkdir()
     to_deploy = os.path.relpath(REPO / "deploy", overlay)
     (overlay / "kustomization.yaml").write_text(
-        f"resources: [{to_deploy}/base]\ncomponents: [{to_deploy}/network-policy]\n")
+        f"resources: [{to_deploy}/base]\ncomponents: [{to_deploy}/network-policy]\n"
+    )
     docs = render(overlay)
     [policy] = by_kind(docs, "NetworkPolicy")
     kubernetes_validate.validate(policy, "1.30.0", strict=True)
     [deployment] = by_kind(docs, "Deployment")
     template = deployment["spec"]["template"]
     assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
-    assert policy["spec"]["podSelector"]["matchLabels"].items() <= \
-        template["metadata"]["labels"].items()
+    assert (
+        policy["spec"]["podSelector"]["matchLabels"].items()
+        <= template["metadata"]["labels"].items()
+    )
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     opened = {port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"]}
     served = {port["containerPort"] for port in template["spec"]["containers"][0]["ports"]}

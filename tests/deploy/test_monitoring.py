@@ -26,11 +26,25 @@ from volcano_guard.webhook.policies.sidecar_injection import (
 MONITORING = REPO / "deploy" / "monitoring"
 MIB = 1024 * 1024
 WEBHOOK = 'job="volcano-guard", namespace="volcano-guard", service="volcano-guard"'
-SIDECAR = ('job="volcano-guard/volcano-guard-sidecars", namespace="volcano-system", '
-           f'pod="volcano-controllers-7c9f", container="{CONTAINER_NAME}"')
+SIDECAR = (
+    'job="volcano-guard/volcano-guard-sidecars", namespace="volcano-system", '
+    f'pod="volcano-controllers-7c9f", container="{CONTAINER_NAME}"'
+)
 # The webhook's admission histogram buckets, as its exposition writes `le`.
-BUCKETS = ("0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5",
-           "1.0", "+Inf")
+BUCKETS = (
+    "0.0005",
+    "0.001",
+    "0.0025",
+    "0.005",
+    "0.01",
+    "0.025",
+    "0.05",
+    "0.1",
+    "0.25",
+    "0.5",
+    "1.0",
+    "+Inf",
+)
 
 
 def rule_groups() -> dict[str, Any]:
@@ -45,8 +59,13 @@ def alerts() -> dict[str, dict[str, Any]]:
 def histogram(labels: str, slow_from: str) -> list[dict[str, str]]:
     """Buckets of requests at 10 a minute, every one slower than bucket `slow_from`."""
     slow = BUCKETS.index(slow_from)
-    return [{"series": f'volcano_guard_admission_duration_seconds_bucket{{{labels}, le="{le}"}}',
-             "values": "0+10x40" if i > slow else "0x40"} for i, le in enumerate(BUCKETS)]
+    return [
+        {
+            "series": f'volcano_guard_admission_duration_seconds_bucket{{{labels}, le="{le}"}}',
+            "values": "0+10x40" if i > slow else "0x40",
+        }
+        for i, le in enumerate(BUCKETS)
+    ]
 
 
 AUDIT_POD = 'job="volcano-guard/volcano-guard-audit", pod="audit-7f9c"'
@@ -58,85 +77,205 @@ AUDIT = f'{AUDIT_POD}, namespace="volcano-guard"'
 # alert -> (series when it must fire, series when healthy, minutes to evaluate at)
 CASES: dict[str, tuple[list[dict[str, str]], list[dict[str, str]], int]] = {
     "VolcanoGuardWebhookDown": (
-        [{"series": f'up{{{WEBHOOK}, pod="a"}}', "values": "0x10"},
-         {"series": f'up{{{WEBHOOK}, pod="b"}}', "values": "0x10"}],
-        [{"series": f'up{{{WEBHOOK}, pod="a"}}', "values": "0x10"},
-         {"series": f'up{{{WEBHOOK}, pod="b"}}', "values": "1x10"}], 5),
+        [
+            {"series": f'up{{{WEBHOOK}, pod="a"}}', "values": "0x10"},
+            {"series": f'up{{{WEBHOOK}, pod="b"}}', "values": "0x10"},
+        ],
+        [
+            {"series": f'up{{{WEBHOOK}, pod="a"}}', "values": "0x10"},
+            {"series": f'up{{{WEBHOOK}, pod="b"}}', "values": "1x10"},
+        ],
+        5,
+    ),
     "VolcanoGuardWebhookNotReady": (
-        [{"series": 'kube_deployment_status_replicas_available{namespace="volcano-guard", '
-                    'deployment="volcano-guard"}', "values": "0x10"}],
-        [{"series": 'kube_deployment_status_replicas_available{namespace="volcano-guard", '
-                    'deployment="volcano-guard"}', "values": "1x10"}], 5),
+        [
+            {
+                "series": 'kube_deployment_status_replicas_available{namespace="volcano-guard", '
+                'deployment="volcano-guard"}',
+                "values": "0x10",
+            }
+        ],
+        [
+            {
+                "series": 'kube_deployment_status_replicas_available{namespace="volcano-guard", '
+                'deployment="volcano-guard"}',
+                "values": "1x10",
+            }
+        ],
+        5,
+    ),
     "VolcanoGuardAdmissionErrors": (
-        [{"series": f'volcano_guard_admission_errors_total{{{WEBHOOK}, reason="bad_json"}}',
-          "values": "0+60x40"}],
-        [{"series": f'volcano_guard_admission_errors_total{{{WEBHOOK}, reason="bad_json"}}',
-          "values": "3x40"}], 20),
+        [
+            {
+                "series": f'volcano_guard_admission_errors_total{{{WEBHOOK}, reason="bad_json"}}',
+                "values": "0+60x40",
+            }
+        ],
+        [
+            {
+                "series": f'volcano_guard_admission_errors_total{{{WEBHOOK}, reason="bad_json"}}',
+                "values": "3x40",
+            }
+        ],
+        20,
+    ),
     "VolcanoGuardSlowAdmission": (histogram(WEBHOOK, "0.1"), histogram(WEBHOOK, "0.001"), 20),
     "VolcanoGuardCertExpiresSoon": (
-        [{"series": f"volcano_guard_cert_expiry_timestamp_seconds{{{WEBHOOK}}}",
-          "values": f"{7 * 86400}x200"}],
-        [{"series": f"volcano_guard_cert_expiry_timestamp_seconds{{{WEBHOOK}}}",
-          "values": f"{60 * 86400}x200"}], 120),
+        [
+            {
+                "series": f"volcano_guard_cert_expiry_timestamp_seconds{{{WEBHOOK}}}",
+                "values": f"{7 * 86400}x200",
+            }
+        ],
+        [
+            {
+                "series": f"volcano_guard_cert_expiry_timestamp_seconds{{{WEBHOOK}}}",
+                "values": f"{60 * 86400}x200",
+            }
+        ],
+        120,
+    ),
     "VolcanoGuardSidecarBacklog": (
         [{"series": f"volcano_guard_sidecar_pending_objects{{{SIDECAR}}}", "values": "2000x30"}],
         [{"series": f"volcano_guard_sidecar_pending_objects{{{SIDECAR}}}", "values": "12x30"}],
-        20),
+        20,
+    ),
     "VolcanoGuardSidecarConflicts": (
         [{"series": f"volcano_guard_sidecar_conflicts_total{{{SIDECAR}}}", "values": "0+1x60"}],
         [{"series": f"volcano_guard_sidecar_conflicts_total{{{SIDECAR}}}", "values": "0x60"}],
-        40),
+        40,
+    ),
     "VolcanoGuardSidecarMemoryHigh": (
         [{"series": f"process_resident_memory_bytes{{{SIDECAR}}}", "values": f"{300 * MIB}x30"}],
         [{"series": f"process_resident_memory_bytes{{{SIDECAR}}}", "values": f"{60 * MIB}x30"}],
-        20),
+        20,
+    ),
     # The audit's series as its collector writes them (audit/metrics.py).
     "VolcanoGuardOvercommittedNode": (
-        [{"series": f'volcano_guard_overcommitted_nodes{{{AUDIT}, resource="cpu"}}',
-          "values": "1x20"}],
-        [{"series": f'volcano_guard_overcommitted_nodes{{{AUDIT}, resource="cpu"}}',
-          "values": "0x20"}], 10),
+        [
+            {
+                "series": f'volcano_guard_overcommitted_nodes{{{AUDIT}, resource="cpu"}}',
+                "values": "1x20",
+            }
+        ],
+        [
+            {
+                "series": f'volcano_guard_overcommitted_nodes{{{AUDIT}, resource="cpu"}}',
+                "values": "0x20",
+            }
+        ],
+        10,
+    ),
     "VolcanoGuardOrphanedPods": (
-        [{"series": f'volcano_guard_orphaned_pods{{{AUDIT_POD}, namespace="team-a"}}',
-          "values": "3x30"}],
-        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, policy="orphanedPods", '
-                    'namespace="team-a"}', "values": "0x30"}], 20),
+        [
+            {
+                "series": f'volcano_guard_orphaned_pods{{{AUDIT_POD}, namespace="team-a"}}',
+                "values": "3x30",
+            }
+        ],
+        [
+            {
+                "series": f'volcano_guard_audit_violations{{{AUDIT_POD}, policy="orphanedPods", '
+                'namespace="team-a"}',
+                "values": "0x30",
+            }
+        ],
+        20,
+    ),
     "VolcanoGuardSchedulerWillPanic": (
-        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, policy="schedulerPanics", '
-                    'namespace="volcano-system"}', "values": "1x10"}],
-        [{"series": f'volcano_guard_audit_warnings{{{AUDIT_POD}, policy="schedulerPanics", '
-                    'namespace="volcano-system"}', "values": "1x10"}], 5),
+        [
+            {
+                "series": f'volcano_guard_audit_violations{{{AUDIT_POD}, policy="schedulerPanics", '
+                'namespace="volcano-system"}',
+                "values": "1x10",
+            }
+        ],
+        [
+            {
+                "series": f'volcano_guard_audit_warnings{{{AUDIT_POD}, policy="schedulerPanics", '
+                'namespace="volcano-system"}',
+                "values": "1x10",
+            }
+        ],
+        5,
+    ),
     "VolcanoGuardControlPlaneRestarts": (
-        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, '
-                    'policy="controlPlaneRestarts", namespace="volcano-system"}',
-          "values": "1x10"}],
-        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, policy="orphanedPods", '
-                    'namespace="volcano-system"}', "values": "1x10"}], 5),
+        [
+            {
+                "series": f"volcano_guard_audit_violations{{{AUDIT_POD}, "
+                'policy="controlPlaneRestarts", namespace="volcano-system"}',
+                "values": "1x10",
+            }
+        ],
+        [
+            {
+                "series": f'volcano_guard_audit_violations{{{AUDIT_POD}, policy="orphanedPods", '
+                'namespace="volcano-system"}',
+                "values": "1x10",
+            }
+        ],
+        5,
+    ),
     "VolcanoGuardPodsOnMissingNodes": (
-        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, '
-                    'policy="podsOnMissingNodes", namespace="team-a"}', "values": "2x20"}],
-        [{"series": f'volcano_guard_audit_violations{{{AUDIT_POD}, '
-                    'policy="podsOnMissingNodes", namespace="team-a"}', "values": "0x20"}], 10),
+        [
+            {
+                "series": f"volcano_guard_audit_violations{{{AUDIT_POD}, "
+                'policy="podsOnMissingNodes", namespace="team-a"}',
+                "values": "2x20",
+            }
+        ],
+        [
+            {
+                "series": f"volcano_guard_audit_violations{{{AUDIT_POD}, "
+                'policy="podsOnMissingNodes", namespace="team-a"}',
+                "values": "0x20",
+            }
+        ],
+        10,
+    ),
     "VolcanoGuardNodeChurn": (
-        [{"series": f"volcano_guard_audit_churning_nodes{{{AUDIT}}}", "values": "3x30"},
-         {"series": f"volcano_guard_audit_scheduler_device_sharing{{{AUDIT}}}",
-          "values": "1x30"}],
-        [{"series": f"volcano_guard_audit_churning_nodes{{{AUDIT}}}", "values": "3x30"},
-         {"series": f"volcano_guard_audit_scheduler_device_sharing{{{AUDIT}}}",
-          "values": "0x30"}], 20),
+        [
+            {"series": f"volcano_guard_audit_churning_nodes{{{AUDIT}}}", "values": "3x30"},
+            {
+                "series": f"volcano_guard_audit_scheduler_device_sharing{{{AUDIT}}}",
+                "values": "1x30",
+            },
+        ],
+        [
+            {"series": f"volcano_guard_audit_churning_nodes{{{AUDIT}}}", "values": "3x30"},
+            {
+                "series": f"volcano_guard_audit_scheduler_device_sharing{{{AUDIT}}}",
+                "values": "0x30",
+            },
+        ],
+        20,
+    ),
     "VolcanoGuardAuditStale": (
-        [{"series": f"volcano_guard_audit_last_evaluation_timestamp_seconds{{{AUDIT}}}",
-          "values": "60x200"}],
-        [{"series": f"volcano_guard_audit_last_evaluation_timestamp_seconds{{{AUDIT}}}",
-          "values": "60+60x200"}], 120),
+        [
+            {
+                "series": f"volcano_guard_audit_last_evaluation_timestamp_seconds{{{AUDIT}}}",
+                "values": "60x200",
+            }
+        ],
+        [
+            {
+                "series": f"volcano_guard_audit_last_evaluation_timestamp_seconds{{{AUDIT}}}",
+                "values": "60+60x200",
+            }
+        ],
+        120,
+    ),
 }
 
 
 # The labels an alert keeps from its series (its `by` clause, or none for a plain comparison).
 ON_SIDECAR = {"namespace": "volcano-system", "pod": "volcano-controllers-7c9f"}
 ALERT_LABELS = {
-    "VolcanoGuardCertExpiresSoon": {"job": "volcano-guard", "namespace": "volcano-guard",
-                                    "service": "volcano-guard"},
+    "VolcanoGuardCertExpiresSoon": {
+        "job": "volcano-guard",
+        "namespace": "volcano-guard",
+        "service": "volcano-guard",
+    },
     "VolcanoGuardSidecarBacklog": ON_SIDECAR,
     "VolcanoGuardSidecarConflicts": ON_SIDECAR,
     "VolcanoGuardSidecarMemoryHigh": ON_SIDECAR,
@@ -163,15 +302,31 @@ def test_the_rules_pass_promtools_check(tmp_path: Path):
 def test_alert_fires_on_real_series_and_stays_quiet_when_healthy(alert: str, tmp_path: Path):
     firing, healthy, minutes = CASES[alert]
     rule = alerts()[alert]
-    expected = {"exp_labels": {**ALERT_LABELS.get(alert, {}), **rule.get("labels", {})},
-                "exp_annotations": rule["annotations"]}
+    expected = {
+        "exp_labels": {**ALERT_LABELS.get(alert, {}), **rule.get("labels", {})},
+        "exp_annotations": rule["annotations"],
+    }
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_groups()))
-    unit_tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [
-        {"interval": "1m", "input_series": firing, "alert_rule_test": [
-            {"eval_time": f"{minutes}m", "alertname": alert, "exp_alerts": [expected]}]},
-        {"interval": "1m", "input_series": healthy, "alert_rule_test": [
-            {"eval_time": f"{minutes}m", "alertname": alert, "exp_alerts": []}]},
-    ]}
+    unit_tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": firing,
+                "alert_rule_test": [
+                    {"eval_time": f"{minutes}m", "alertname": alert, "exp_alerts": [expected]}
+                ],
+            },
+            {
+                "interval": "1m",
+                "input_series": healthy,
+                "alert_rule_test": [
+                    {"eval_time": f"{minutes}m", "alertname": alert, "exp_alerts": []}
+                ],
+            },
+        ],
+    }
     test_file = tmp_path / "alerts_test.yaml"
     test_file.write_text(yaml.safe_dump(unit_tests))
     result = run_rule_tests(test_file)
@@ -181,10 +336,24 @@ def test_alert_fires_on_real_series_and_stays_quiet_when_healthy(alert: str, tmp
 def test_webhook_down_fires_when_no_replica_is_scraped_at_all(tmp_path: Path):
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_groups()))
     rule = alerts()["VolcanoGuardWebhookDown"]
-    unit_tests = {"rule_files": ["rules.yaml"], "tests": [{"interval": "1m", "input_series": [
-        {"series": 'up{job="other"}', "values": "1x10"}], "alert_rule_test": [
-        {"eval_time": "5m", "alertname": "VolcanoGuardWebhookDown", "exp_alerts": [
-            {"exp_labels": rule["labels"], "exp_annotations": rule["annotations"]}]}]}]}
+    unit_tests = {
+        "rule_files": ["rules.yaml"],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": 'up{job="other"}', "values": "1x10"}],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "5m",
+                        "alertname": "VolcanoGuardWebhookDown",
+                        "exp_alerts": [
+                            {"exp_labels": rule["labels"], "exp_annotations": rule["annotations"]}
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     test_file = tmp_path / "absent_test.yaml"
     test_file.write_text(yaml.safe_dump(unit_tests))
     result = run_rule_tests(test_file)
@@ -200,9 +369,13 @@ def test_the_dashboards_queries_parse_with_its_variables_filled_in(tmp_path: Pat
     dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
     variables = {v["name"] for v in dashboard["templating"]["list"]}
     assert {"job", "namespace"} <= variables
-    recorded = [{"record": f"dashboard:query{i}",
-                 "expr": expr.replace("$job", ".*").replace("$namespace", ".*")}
-                for i, expr in enumerate(dashboard_queries())]
+    recorded = [
+        {
+            "record": f"dashboard:query{i}",
+            "expr": expr.replace("$job", ".*").replace("$namespace", ".*"),
+        }
+        for i, expr in enumerate(dashboard_queries())
+    ]
     rules = tmp_path / "dashboard.yaml"
     rules.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": recorded}]}))
     checked = check_rules(rules)
@@ -256,8 +429,11 @@ def test_the_in_server_policy_panel_reads_the_apiservers_own_metric():
     from tests.upstream import upstream_file
     from volcano_guard.webhook.admission_policies import PREFIX
 
-    source = upstream_file("kubernetes-apiserver", "v0.30.14",
-                           "pkg/admission/plugin/policy/validating/metrics/metrics.go")
+    source = upstream_file(
+        "kubernetes-apiserver",
+        "v0.30.14",
+        "pkg/admission/plugin/policy/validating/metrics/metrics.go",
+    )
     assert 'metricsNamespace = "apiserver"' in source
     assert 'metricsSubsystem = "validating_admission_policy"' in source
     assert 'Name:           "check_total"' in source
@@ -268,10 +444,14 @@ def test_the_in_server_policy_panel_reads_the_apiservers_own_metric():
 
 
 def test_the_podmonitor_scrapes_the_port_and_label_the_injection_writes():
-    monitor = next(doc for doc in yaml.safe_load_all((MONITORING / "podmonitor.yaml").read_text())
-                   if doc["metadata"]["name"] == "volcano-guard-sidecars")
-    container = sidecar_container(SidecarInjectionConfig(), {"flush": 1.0, "ack": "async",
-                                                             "drain": 20.0}, native=True)
+    monitor = next(
+        doc
+        for doc in yaml.safe_load_all((MONITORING / "podmonitor.yaml").read_text())
+        if doc["metadata"]["name"] == "volcano-guard-sidecars"
+    )
+    container = sidecar_container(
+        SidecarInjectionConfig(), {"flush": 1.0, "ack": "async", "drain": 20.0}, native=True
+    )
     assert monitor["spec"]["selector"]["matchLabels"] == {INJECT_LABEL: "true"}
     assert monitor["spec"]["namespaceSelector"] == {"any": True}
     [endpoint] = monitor["spec"]["podMetricsEndpoints"]

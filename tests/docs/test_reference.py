@@ -27,8 +27,11 @@ def command_flags(parser: argparse.ArgumentParser, path: str = "") -> set[tuple[
             for name, sub in action.choices.items():
                 found |= command_flags(sub, f"{path} {name}".strip())
         else:
-            found |= {(path, flag) for flag in action.option_strings
-                      if flag.startswith("--") and flag not in ("--help", "--version")}
+            found |= {
+                (path, flag)
+                for flag in action.option_strings
+                if flag.startswith("--") and flag not in ("--help", "--version")
+            }
     return found
 
 
@@ -50,17 +53,21 @@ def in_sources(pattern: str) -> set[str]:
 
 @pytest.mark.parametrize(("command", "flag"), sorted(command_flags(build_parser())))
 def test_every_command_flag_is_in_the_reference(command, flag):
-    synopsis = [line for line in REFERENCE.splitlines()
-                if line.startswith(f"volcano-guard {command}")]
+    synopsis = [
+        line for line in REFERENCE.splitlines() if line.startswith(f"volcano-guard {command}")
+    ]
     assert synopsis, f"volcano-guard {command} has no synopsis line"
     start = REFERENCE.index(synopsis[0])
-    block = REFERENCE[start:REFERENCE.index("\nvolcano-guard ", start + 1)
-                      if "\nvolcano-guard " in REFERENCE[start + 1:] else None]
+    block = REFERENCE[
+        start : REFERENCE.index("\nvolcano-guard ", start + 1)
+        if "\nvolcano-guard " in REFERENCE[start + 1 :]
+        else None
+    ]
     assert re.search(rf"{re.escape(flag)}\b", block), f"{command} {flag}"
 
 
 def test_every_config_key_is_in_the_reference():
-    table = REFERENCE[REFERENCE.index("## Configuration"):REFERENCE.index("### Policy")]
+    table = REFERENCE[REFERENCE.index("## Configuration") : REFERENCE.index("### Policy")]
     documented = set(re.findall(r"^\| `([\w.]+)` \|", table, re.M))
     assert config_keys() == documented
 
@@ -81,8 +88,9 @@ def test_every_metric_is_in_the_reference():
 
 def test_the_readme_is_short_and_nothing_cites_what_users_lack():
     assert len((REPO / "README.md").read_text().splitlines()) <= 150
-    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
-                             check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     citing = []
     for name in tracked:
         path = REPO / name

@@ -64,8 +64,11 @@ def build_context(dockerfile: str, into: Path) -> Path:
 
 def package_files(root: Path) -> set[str]:
     """The files of the package under root, as the wheel names them."""
-    return {path.relative_to(root).as_posix() for path in (root / PACKAGE).rglob("*")
-            if path.is_file() and "__pycache__" not in path.parts}
+    return {
+        path.relative_to(root).as_posix()
+        for path in (root / PACKAGE).rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
 
 
 def wheel_metadata(wheel: Path) -> tuple[list[str], str]:
@@ -85,13 +88,15 @@ def wheel_problems(wheel: Path) -> list[str]:
     problems = [] if description.strip() == readme.strip() else ["README.md is not its description"]
     expected = package_files(REPO)
     problems += [f"{name} is not in the wheel" for name in sorted(expected - names)]
-    problems += [f"{name} is in the wheel but not in the repository" for name in
-                 sorted(names - expected)]
+    problems += [
+        f"{name} is in the wheel but not in the repository" for name in sorted(names - expected)
+    ]
     return problems
 
 
-def image_build_problems(dockerfile: str, tmp_path: Path,
-                         leave_out: str | None = None) -> list[str]:
+def image_build_problems(
+    dockerfile: str, tmp_path: Path, leave_out: str | None = None
+) -> list[str]:
     """Build the wheel as the image's build stage does (leave_out: a folder of the build
     context to delete first) and say what is wrong with it."""
     context = build_context(dockerfile, tmp_path / "context")
@@ -110,13 +115,15 @@ def deployed_commands() -> list[list[str]]:
     for manifest in sorted((REPO / "deploy").rglob("*.yaml")):
         for document in yaml.safe_load_all(manifest.read_text()):
             spec = (document or {}).get("spec", {})
-            pod = spec.get("template", {}).get("spec") or spec.get("jobTemplate", {}).get(
-                "spec", {}).get("template", {}).get("spec") or {}
+            pod = (
+                spec.get("template", {}).get("spec")
+                or spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec")
+                or {}
+            )
             for container in pod.get("containers", []) + pod.get("initContainers", []):
                 commands += container_commands(container)
     defaults = Config().policies.sidecarInjection
-    options = {"flush": defaults.flushInterval, "ack": defaults.ack,
-               "drain": defaults.drainTimeout}
+    options = {"flush": defaults.flushInterval, "ack": defaults.ack, "drain": defaults.drainTimeout}
     injected = sidecar_container(defaults, options, native=True)
     return commands + container_commands(injected)
 
@@ -127,18 +134,22 @@ FIELD_VALUES = {"metadata.namespace": "volcano-guard", "metadata.name": "volcano
 
 def expanded(container: dict, text: str) -> str:
     """text with $(VAR) references to the container's env expanded, as the kubelet does."""
-    env = {entry["name"]: entry.get("value") or FIELD_VALUES.get(
-        entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath"), "")
-        for entry in container.get("env", [])}
-    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                  lambda match: env.get(match[1], match[0]), text)
+    env = {
+        entry["name"]: entry.get("value")
+        or FIELD_VALUES.get(entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath"), "")
+        for entry in container.get("env", [])
+    }
+    return re.sub(
+        r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda match: env.get(match[1], match[0]), text
+    )
 
 
 def container_commands(container: dict) -> list[list[str]]:
     if "command" not in container:  # the image's entrypoint, volcano-guard, gets the args
         return [[expanded(container, arg) for arg in container.get("args", [])]]
-    line = [expanded(container, part)
-            for part in [*container["command"], *container.get("args", [])]]
+    line = [
+        expanded(container, part) for part in [*container["command"], *container.get("args", [])]
+    ]
     if line[:1] == ["volcano-guard"]:
         return [line[1:]]
     # A shell script (`sh -c`): each volcano-guard invocation in it, up to the shell's next word.
@@ -157,22 +168,30 @@ def test_the_build_stage_copies_every_file_of_the_package_and_nothing_else(image
     assert wheel_problems(image_wheel) == []
 
 
-@pytest.mark.parametrize("copied", [source for sources, _ in
-                                    build_stage_copies(DOCKERFILE.read_text())
-                                    for source in sources])
+@pytest.mark.parametrize(
+    "copied",
+    [source for sources, _ in build_stage_copies(DOCKERFILE.read_text()) for source in sources],
+)
 def test_a_build_stage_without_one_of_its_copies_is_caught(tmp_path, copied):
     dockerfile = DOCKERFILE.read_text()
-    line = next(line for line in dockerfile.splitlines()
-                if line.startswith("COPY") and copied in line.split()[1:-1])
+    line = next(
+        line
+        for line in dockerfile.splitlines()
+        if line.startswith("COPY") and copied in line.split()[1:-1]
+    )
     _, *sources, destination = line.split()
     kept = [source for source in sources if source != copied]
     broken = dockerfile.replace(line, f"COPY {' '.join(kept)} {destination}" if kept else "")
     assert image_build_problems(broken, tmp_path) != []
 
 
-@pytest.mark.parametrize("subpackage", sorted(
-    path.parent.relative_to(REPO).as_posix()
-    for path in (REPO / PACKAGE).glob("*/**/__init__.py")))
+@pytest.mark.parametrize(
+    "subpackage",
+    sorted(
+        path.parent.relative_to(REPO).as_posix()
+        for path in (REPO / PACKAGE).glob("*/**/__init__.py")
+    ),
+)
 def test_a_build_without_one_subpackage_is_caught(tmp_path, subpackage):
     problems = image_build_problems(DOCKERFILE.read_text(), tmp_path, leave_out=subpackage)
     left_out = {name for name in package_files(REPO) if name.startswith(f"{subpackage}/")}
@@ -216,11 +235,19 @@ def installed(image_wheel, tmp_path_factory) -> Path:
 
 def run_installed(bin_dir: Path, *command: str) -> subprocess.CompletedProcess[str]:
     """Run command from the clean virtualenv, in a folder away from the repository."""
-    environment = {key: value for key, value in os.environ.items()
-                   if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    environment = {
+        key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")
+    }
     environment["PATH"] = f"{bin_dir}{os.pathsep}{environment.get('PATH', '')}"
-    return subprocess.run(command, capture_output=True, text=True, cwd=bin_dir.parent,
-                          env=environment, timeout=60, check=False)
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=bin_dir.parent,
+        env=environment,
+        timeout=60,
+        check=False,
+    )
 
 
 @pytest.mark.slow  # a pip install of the wheel into a fresh venv: 18 s
@@ -231,12 +258,19 @@ def test_the_installed_package_imports_every_module_but_the_sandbox_extras(insta
     assert Path(results["file"]).is_relative_to(installed.parent), results["file"]
     missing = {name.split(".")[0] for name in results["failed"].values()}
     assert missing <= {module.split(".")[0] for module in SANDBOX_EXTRA_MODULES}, results
-    production = {name for name in results["failed"]
-                  if not name.startswith(("volcano_guard.sandbox", "volcano_guard.demo",
-                                          "volcano_guard.guarded_sandbox"))}
+    production = {
+        name
+        for name in results["failed"]
+        if not name.startswith(
+            ("volcano_guard.sandbox", "volcano_guard.demo", "volcano_guard.guarded_sandbox")
+        )
+    }
     assert production == set(), "production modules need the sandbox extra"
-    shipped = {name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-               for name in package_files(REPO) if name.endswith(".py")}
+    shipped = {
+        name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        for name in package_files(REPO)
+        if name.endswith(".py")
+    }
     assert shipped - {PACKAGE} == set(results["imported"]) | set(results["failed"])
 
 

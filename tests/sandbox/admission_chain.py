@@ -20,9 +20,12 @@ POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["*"], "reso
 
 
 def pod(name: str = "p1", **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
 
 
 @dataclass
@@ -42,12 +45,18 @@ class ScriptedWebhook:
             result = await result
         if isinstance(result, web.StreamResponse):
             return result
-        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                  "response": {"uid": review["request"]["uid"], **result}})
+        return web.json_response(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {"uid": review["request"]["uid"], **result},
+            }
+        )
 
     def requests(self, path: str | None = None) -> list[dict[str, Any]]:
-        return [review["request"] for called, _, review in self.calls
-                if path is None or called == path]
+        return [
+            review["request"] for called, _, review in self.calls if path is None or called == path
+        ]
 
 
 @dataclass
@@ -56,26 +65,38 @@ class Box:
     session: aiohttp.ClientSession
     ca_bundle: str
 
-    async def call(self, method: str, path: str, body: Any = None,
-                   token: str | None = None) -> tuple[int, Any, list[str]]:
+    async def call(
+        self, method: str, path: str, body: Any = None, token: str | None = None
+    ) -> tuple[int, Any, list[str]]:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with self.session.request(method, self.url + path, json=body,
-                                        headers=headers) as response:
-            return (response.status, await response.json(content_type=None),
-                    response.headers.getall("Warning", []))
+        async with self.session.request(
+            method, self.url + path, json=body, headers=headers
+        ) as response:
+            return (
+                response.status,
+                await response.json(content_type=None),
+                response.headers.getall("Warning", []),
+            )
 
     async def register(self, kind: str, name: str, *hooks: dict[str, Any]) -> None:
         path = MUTATING if kind == "mutating" else VALIDATING
-        status, body, _ = await self.call("POST", path, {"metadata": {"name": name},
-                                                          "webhooks": list(hooks)})
+        status, body, _ = await self.call(
+            "POST", path, {"metadata": {"name": name}, "webhooks": list(hooks)}
+        )
         assert status == 201, body
 
     def hook(self, name: str, path: str = "/validate", **fields: Any) -> dict[str, Any]:
-        return {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
-                "clientConfig": {"service": {"namespace": NAMESPACE, "name": SERVICE,
-                                             "path": path, "port": 443},
-                                 "caBundle": self.ca_bundle},
-                "rules": [POD_RULE], **fields}
+        return {
+            "name": name,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "clientConfig": {
+                "service": {"namespace": NAMESPACE, "name": SERVICE, "path": path, "port": 443},
+                "caBundle": self.ca_bundle,
+            },
+            "rules": [POD_RULE],
+            **fields,
+        }
 
     async def audit(self) -> list[dict[str, Any]]:
         async with self.session.get(self.url + "/sandbox/audit") as response:

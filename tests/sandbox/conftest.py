@@ -25,8 +25,9 @@ async def scripted(certs) -> AsyncIterator[ScriptedWebhook]:
     app.router.add_post("/{path:.*}", hook.handle)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)  # a slow answer ends
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context(certs.cert_file,
-                                                                        certs.key_file))
+    site = web.TCPSite(
+        runner, "127.0.0.1", 0, ssl_context=server_context(certs.cert_file, certs.key_file)
+    )
     await site.start()
     hook.port = runner.addresses[0][1]
     yield hook
@@ -36,13 +37,24 @@ async def scripted(certs) -> AsyncIterator[ScriptedWebhook]:
 @pytest.fixture
 async def box(certs, scripted, tmp_path) -> AsyncIterator[Box]:
     tokens = tmp_path / "tokens.csv"
-    tokens.write_text('admin,kubernetes-admin,0,"system:masters"\n'
-                      'alice-token,alice,a1,"team-a,devs"\n')
-    settings = SandboxSettings(services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", scripted.port)},
-                               tokens=load_token_file(tokens))
-    async with running(settings=settings) as sandbox, aiohttp.ClientSession(
-            headers={"Authorization": "Bearer admin"}) as session:
-        sandbox.seed([{"apiVersion": "v1", "kind": "Namespace",
-                       "metadata": {"name": "team-a", "labels": {"tier": "gold"}}}])
-        yield Box(sandbox.url, session,
-                  base64.b64encode(certs.ca_file.read_bytes()).decode())
+    tokens.write_text(
+        'admin,kubernetes-admin,0,"system:masters"\nalice-token,alice,a1,"team-a,devs"\n'
+    )
+    settings = SandboxSettings(
+        services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", scripted.port)},
+        tokens=load_token_file(tokens),
+    )
+    async with (
+        running(settings=settings) as sandbox,
+        aiohttp.ClientSession(headers={"Authorization": "Bearer admin"}) as session,
+    ):
+        sandbox.seed(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": "team-a", "labels": {"tier": "gold"}},
+                }
+            ]
+        )
+        yield Box(sandbox.url, session, base64.b64encode(certs.ca_file.read_bytes()).decode())

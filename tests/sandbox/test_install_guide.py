@@ -17,8 +17,10 @@ from volcano_guard.base.kubeconfig import write_kubeconfig
 def install_commands():
     """The kubectl lines of the guide's "Install" section, comments dropped."""
     guide = (REPO / "docs" / "install.md").read_text()
-    section = guide[guide.index("## 4. Install"):]
-    block = section[section.index("```sh\n") + 6:section.index("```", section.index("```sh\n") + 6)]
+    section = guide[guide.index("## 4. Install") :]
+    block = section[
+        section.index("```sh\n") + 6 : section.index("```", section.index("```sh\n") + 6)
+    ]
     return [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
 
 
@@ -30,18 +32,28 @@ def operator(sandbox, tmp_path):
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "config")}
 
     def run(line):
-        return subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=60,
-                              env=env, cwd=REPO)
+        return subprocess.run(
+            shlex.split(line), capture_output=True, text=True, timeout=60, env=env, cwd=REPO
+        )
 
     return run
 
 
 def roll_out(run, namespace, name):
     """What the Deployment controller and kubelets would write once the pods are up."""
-    status = {"status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
-                         "readyReplicas": 2, "availableReplicas": 2}}
-    result = run(f"kubectl -n {namespace} patch deployment {name} --subresource=status "
-                 f"--type=merge -p '{json.dumps(status)}'")
+    status = {
+        "status": {
+            "observedGeneration": 1,
+            "replicas": 2,
+            "updatedReplicas": 2,
+            "readyReplicas": 2,
+            "availableReplicas": 2,
+        }
+    }
+    result = run(
+        f"kubectl -n {namespace} patch deployment {name} --subresource=status "
+        f"--type=merge -p '{json.dumps(status)}'"
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -54,9 +66,14 @@ def test_the_install_guides_commands_pass_as_written(operator):
         result = operator(line)
         assert result.returncode == 0, f"{line}: {result.stderr}"
         assert "Warning" not in result.stderr, result.stderr
-    for kind in ("deployment/volcano-guard", "deployment/volcano-guard-audit",
-                 "cronjob/volcano-guard-certs", "servicemonitor/volcano-guard",
-                 "prometheusrule/volcano-guard", "poddisruptionbudget/volcano-guard"):
+    for kind in (
+        "deployment/volcano-guard",
+        "deployment/volcano-guard-audit",
+        "cronjob/volcano-guard-certs",
+        "servicemonitor/volcano-guard",
+        "prometheusrule/volcano-guard",
+        "poddisruptionbudget/volcano-guard",
+    ):
         assert operator(f"kubectl -n volcano-guard get {kind}").returncode == 0, kind
     again = operator("kubectl apply -k deploy/base")
     assert again.returncode == 0, again.stderr
@@ -68,8 +85,10 @@ def test_the_install_guides_commands_pass_as_written(operator):
 
 def test_a_mistyped_field_is_refused_as_kube_apiserver_refuses_it(operator, tmp_path):
     manifest = tmp_path / "sa.yaml"
-    manifest.write_text("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: x, "
-                        "namespace: team-a}\nautomountServiceAcountToken: false\n")
+    manifest.write_text(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: x, "
+        "namespace: team-a}\nautomountServiceAcountToken: false\n"
+    )
     result = operator(f"kubectl apply -f {manifest}")
     assert result.returncode != 0
     assert 'unknown field "automountServiceAcountToken"' in result.stderr

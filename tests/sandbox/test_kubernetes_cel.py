@@ -15,8 +15,13 @@ from volcano_guard.sandbox.kubernetes_cel import QUANTITY_OVERLOADS, QUANTITY_TY
 
 APISERVER_1_30 = "v0.30.14"
 QUANTITY_GO = "pkg/cel/library/quantity.go"
-GO_TYPES = {"apiservercel.QuantityType": QUANTITY_TYPE, "cel.StringType": "string",
-            "cel.IntType": "int", "cel.BoolType": "bool", "cel.DoubleType": "double"}
+GO_TYPES = {
+    "apiservercel.QuantityType": QUANTITY_TYPE,
+    "cel.StringType": "string",
+    "cel.IntType": "int",
+    "cel.BoolType": "bool",
+    "cel.DoubleType": "double",
+}
 # The documentation's examples that do not type-check, and why: add and sub are declared for a
 # Quantity or an int, never a string; CEL's `_==_` takes two values of one type (cel-go declares
 # it `(A, A) -> bool` too), and the example compares a double with an int.
@@ -33,30 +38,45 @@ def quantity_source() -> str:
 
 def upstream_declarations() -> set[tuple[str, str, bool, tuple[str, ...], str]]:
     """(name, overload id, member, parameter types, result type) from quantityLibraryDecls."""
-    block = re.search(r"quantityLibraryDecls = map\[string\]\[\]cel.FunctionOpt\{(.*?)^\}",
-                      quantity_source(), re.S | re.M)
+    block = re.search(
+        r"quantityLibraryDecls = map\[string\]\[\]cel.FunctionOpt\{(.*?)^\}",
+        quantity_source(),
+        re.S | re.M,
+    )
     assert block, "quantityLibraryDecls is not in the source"
     declared = set()
     for name, body in re.findall(r'^\t"(\w+)": \{(.*?)^\t\},', block.group(1), re.S | re.M):
         for kind, overload, parameters, result in re.findall(
-                r'cel\.(Member)?Overload\("(\w+)", \[\]\*cel\.Type\{([^}]*)\}, ([\w.]+),', body):
+            r'cel\.(Member)?Overload\("(\w+)", \[\]\*cel\.Type\{([^}]*)\}, ([\w.]+),', body
+        ):
             types = tuple(GO_TYPES[p.strip()] for p in parameters.split(","))
             declared.add((name, overload, kind == "Member", types, GO_TYPES[result]))
     return declared
 
 
 def test_the_quantity_library_declares_what_the_apiserver_declares():
-    ours = {(name, overload, member, tuple(t.name() for t in parameters), result.name())
-            for name, overload, parameters, result, member, _ in QUANTITY_OVERLOADS}
-    normalized = {(n, o, m, tuple(t.lower() if t != QUANTITY_TYPE else t for t in p),
-                   r.lower() if r != QUANTITY_TYPE else r) for n, o, m, p, r in ours}
+    ours = {
+        (name, overload, member, tuple(t.name() for t in parameters), result.name())
+        for name, overload, parameters, result, member, _ in QUANTITY_OVERLOADS
+    }
+    normalized = {
+        (
+            n,
+            o,
+            m,
+            tuple(t.lower() if t != QUANTITY_TYPE else t for t in p),
+            r.lower() if r != QUANTITY_TYPE else r,
+        )
+        for n, o, m, p, r in ours
+    }
     assert normalized == upstream_declarations()
 
 
 def documented_examples() -> list[tuple[str, str]]:
     """(expression, what the documentation says it gives) for each example in quantity.go."""
-    return re.findall(r"^//\s+((?:isQuantity|quantity)\(.*?\)[^/]*?)\s*// (.+)$",
-                      quantity_source(), re.M)
+    return re.findall(
+        r"^//\s+((?:isQuantity|quantity)\(.*?\)[^/]*?)\s*// (.+)$", quantity_source(), re.M
+    )
 
 
 def evaluate(expression: str) -> cel.Value:
@@ -87,16 +107,19 @@ def test_every_documented_example_evaluates_as_documented():
     assert checked == len(examples) - len(NOT_DECLARED)
 
 
-@pytest.mark.parametrize(("expression", "expected"), [
-    ("sign(quantity('-1.5Gi'))", -1),
-    ("sign(quantity('0'))", 0),
-    ("quantity('1Ki').add(quantity('24')) == quantity('1048')", True),
-    ("quantity('1e400').asApproximateFloat() > 1e308", True),
-    ("quantity('9223372036854775807').isInteger()", True),
-    ("quantity('9223372036854775808').isInteger()", False),
-    ("quantity('1.5').isInteger()", False),
-    ("quantity('-0.5m').isLessThan(quantity('0'))", True),
-])
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("sign(quantity('-1.5Gi'))", -1),
+        ("sign(quantity('0'))", 0),
+        ("quantity('1Ki').add(quantity('24')) == quantity('1048')", True),
+        ("quantity('1e400').asApproximateFloat() > 1e308", True),
+        ("quantity('9223372036854775807').isInteger()", True),
+        ("quantity('9223372036854775808').isInteger()", False),
+        ("quantity('1.5').isInteger()", False),
+        ("quantity('-0.5m').isLessThan(quantity('0'))", True),
+    ],
+)
 def test_quantities_compare_and_convert_exactly(expression, expected):
     assert evaluate(expression).value() == expected
 
@@ -109,14 +132,25 @@ def test_sign_is_a_global_function_in_1_30_not_a_member():
 def test_a_match_condition_may_use_quantities_as_in_the_apiserver():
     from volcano_guard.sandbox.matching import Attributes, User, conditions_match
 
-    condition = ("object.spec.containers.all(c, has(c.resources.requests) && "
-                 "quantity(c.resources.requests.cpu).isGreaterThan(quantity('500m')))")
+    condition = (
+        "object.spec.containers.all(c, has(c.resources.requests) && "
+        "quantity(c.resources.requests.cpu).isGreaterThan(quantity('500m')))"
+    )
     webhook = {"matchConditions": [{"name": "big", "expression": condition}]}
 
     def pod(cpu: str) -> Attributes:
         spec = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
-        return Attributes("CREATE", "", "v1", "pods", ("", "v1", "Pod"), "ns", "p", User("u"),
-                          object={"spec": spec})
+        return Attributes(
+            "CREATE",
+            "",
+            "v1",
+            "pods",
+            ("", "v1", "Pod"),
+            "ns",
+            "p",
+            User("u"),
+            object={"spec": spec},
+        )
 
     assert conditions_match(webhook, pod("2"))
     assert not conditions_match(webhook, pod("100m"))
@@ -141,17 +175,36 @@ def evaluated(expression: str) -> object:
 
 # What the documentation says, in CEL, where it says it in words or Go; and the examples that
 # are not CEL (emptyIntList is a Go variable of the tests; strings are not durations).
-LISTS_SAID = {"true": True, "false": False, "4": 4, "4.0": 4.0, "0": 0, "0.0": 0.0, "1": 1,
-              "3": 3, "2": 2, "-1": -1, "error": ERROR}
-LISTS_NOT_CEL = {"['1m', '1s'].sum()", "emptyIntList.sum()", "emptyDoubleList.sum()",
-                 "([0] + emptyList).min()",
-                 # indexOf/lastIndexOf are not offered (kubernetes_cel says why)
-                 "[1, 2, 2, 3].indexOf(2)", "['a', 'b', 'b', 'c'].lastIndexOf('b')",
-                 "[1.0].indexOf(1.1)", "[].indexOf('string')"}
+LISTS_SAID = {
+    "true": True,
+    "false": False,
+    "4": 4,
+    "4.0": 4.0,
+    "0": 0,
+    "0.0": 0.0,
+    "1": 1,
+    "3": 3,
+    "2": 2,
+    "-1": -1,
+    "error": ERROR,
+}
+LISTS_NOT_CEL = {
+    "['1m', '1s'].sum()",
+    "emptyIntList.sum()",
+    "emptyDoubleList.sum()",
+    "([0] + emptyList).min()",
+    # indexOf/lastIndexOf are not offered (kubernetes_cel says why)
+    "[1, 2, 2, 3].indexOf(2)",
+    "['a', 'b', 'b', 'c'].lastIndexOf('b')",
+    "[1.0].indexOf(1.1)",
+    "[].indexOf('string')",
+}
 
 
-@pytest.mark.parametrize(("expression", "said"), [
-    example for example in library_examples(LISTS_GO) if example[0] not in LISTS_NOT_CEL])
+@pytest.mark.parametrize(
+    ("expression", "said"),
+    [example for example in library_examples(LISTS_GO) if example[0] not in LISTS_NOT_CEL],
+)
 def test_every_lists_example_gives_what_its_documentation_says(expression, said):
     assert evaluated(expression) == LISTS_SAID[said.strip()]
 
@@ -180,18 +233,21 @@ def test_every_regex_example_gives_what_go_gives(expression, said):
         assert evaluated(expression) == eval(said)  # a Python literal: '' or [...]
 
 
-@pytest.mark.parametrize(("expression", "expected"), [
-    ("'a1b22c333'.findAll('[0-9]+', 2)", ["1", "22"]),
-    ("'aaa'.findAll('a*?')", ["", "", "", ""]),  # empty matches, none abutting a match
-    ("'x'.find('(?=x)')", ERROR),  # RE2 has no look-around
-    ("'x'.find('(')", ERROR),
-    ("'hello'.charAt(4)", "o"),  # the strings extension, version 2
-    ("'hello hello hello'.split(' ', 2)", ["hello", "hello hello"]),
-    ("['a', 'b'].join('-')", "a-b"),
-    ("'%d pods on %s'.format([3, 'gpu-1'])", "3 pods on gpu-1"),
-    ("[3, 1, 2].max()", 3),
-    ("[1, 'a'].isSorted()", ERROR),  # not one comparable type
-])
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("'a1b22c333'.findAll('[0-9]+', 2)", ["1", "22"]),
+        ("'aaa'.findAll('a*?')", ["", "", "", ""]),  # empty matches, none abutting a match
+        ("'x'.find('(?=x)')", ERROR),  # RE2 has no look-around
+        ("'x'.find('(')", ERROR),
+        ("'hello'.charAt(4)", "o"),  # the strings extension, version 2
+        ("'hello hello hello'.split(' ', 2)", ["hello", "hello hello"]),
+        ("['a', 'b'].join('-')", "a-b"),
+        ("'%d pods on %s'.format([3, 'gpu-1'])", "3 pods on gpu-1"),
+        ("[3, 1, 2].max()", 3),
+        ("[1, 'a'].isSorted()", ERROR),  # not one comparable type
+    ],
+)
 def test_regex_strings_and_lists_beyond_the_examples(expression, expected):
     assert evaluated(expression) == expected
 

@@ -33,8 +33,10 @@ def test_generate_name_makes_a_unique_name(core):
 
 def test_limits_are_copied_into_missing_requests_on_create(core):
     body = pod()
-    body["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "2", "memory": "1Gi"},
-                                                  "requests": {"cpu": "1"}}
+    body["spec"]["containers"][0]["resources"] = {
+        "limits": {"cpu": "2", "memory": "1Gi"},
+        "requests": {"cpu": "1"},
+    }
     created = core.create_namespaced_pod("team-a", body)
     assert created.spec.containers[0].resources.requests == {"cpu": "1", "memory": "1Gi"}
 
@@ -61,8 +63,10 @@ def test_stale_update_is_409_conflict_in_the_apiservers_words(custom):
     with pytest.raises(client.ApiException) as info:
         custom.replace_cluster_custom_object(GROUP, VERSION, "queues", "q1", stale)
     assert info.value.status == 409
-    assert ("the object has been modified; please apply your changes to the latest version "
-            "and try again") in info.value.body
+    assert (
+        "the object has been modified; please apply your changes to the latest version "
+        "and try again"
+    ) in info.value.body
     assert '"reason":"Conflict"' in info.value.body.replace(" ", "")
 
 
@@ -75,12 +79,12 @@ def test_update_without_resource_version_is_unconditional(custom):
 
 
 def test_status_subresource_changes_only_status_and_main_resource_ignores_status(custom):
-    created = custom.create_cluster_custom_object(GROUP, VERSION, "queues",
-                                                  {**queue(), "status": {"state": "Open"}})
+    created = custom.create_cluster_custom_object(
+        GROUP, VERSION, "queues", {**queue(), "status": {"state": "Open"}}
+    )
     assert "status" not in created  # status on create is ignored where /status exists
     body = dict(created, spec={"weight": 5}, status={"state": "Closed"})
-    after_status = custom.replace_cluster_custom_object_status(GROUP, VERSION, "queues", "q1",
-                                                               body)
+    after_status = custom.replace_cluster_custom_object_status(GROUP, VERSION, "queues", "q1", body)
     assert after_status["status"] == {"state": "Closed"}
     assert after_status["spec"] == {"weight": 1}
     body = dict(after_status, spec={"weight": 6}, status={"state": "Open"})
@@ -90,8 +94,13 @@ def test_status_subresource_changes_only_status_and_main_resource_ignores_status
 
 
 def test_podgroup_has_no_status_subresource_so_status_is_written_with_the_object(custom):
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup",
-            "metadata": {"name": "pg"}, "spec": {"minMember": 1}, "status": {"phase": "Pending"}}
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg"},
+        "spec": {"minMember": 1},
+        "status": {"phase": "Pending"},
+    }
     created = custom.create_namespaced_custom_object(GROUP, VERSION, "team-a", "podgroups", body)
     assert created["status"] == {"phase": "Pending"}
     with pytest.raises(client.ApiException) as info:
@@ -108,13 +117,20 @@ def test_noop_update_keeps_the_resource_version(custom):
 def test_merge_and_json_patch_results(custom):
     custom.create_cluster_custom_object(GROUP, VERSION, "queues", queue(reclaimable=True))
     merged = custom.patch_cluster_custom_object(
-        GROUP, VERSION, "queues", "q1", {"spec": {"weight": 4, "reclaimable": None}})
+        GROUP, VERSION, "queues", "q1", {"spec": {"weight": 4, "reclaimable": None}}
+    )
     assert merged["spec"] == {"weight": 4}
     patched = custom.patch_cluster_custom_object(
-        GROUP, VERSION, "queues", "q1",
-        [{"op": "add", "path": "/spec/capability", "value": {"cpu": "8"}},
-         {"op": "replace", "path": "/spec/weight", "value": 2}],
-        _content_type="application/json-patch+json")
+        GROUP,
+        VERSION,
+        "queues",
+        "q1",
+        [
+            {"op": "add", "path": "/spec/capability", "value": {"cpu": "8"}},
+            {"op": "replace", "path": "/spec/weight", "value": 2},
+        ],
+        _content_type="application/json-patch+json",
+    )
     assert patched["spec"] == {"weight": 2, "capability": {"cpu": "8"}}
 
 
@@ -123,7 +139,8 @@ def test_strategic_merge_patch_merges_containers_by_name(core):
     body["spec"]["containers"].append({"name": "side", "image": "old"})
     core.create_namespaced_pod("team-a", body)
     patched = core.patch_namespaced_pod(
-        "p1", "team-a", {"spec": {"containers": [{"name": "side", "image": "new"}]}})
+        "p1", "team-a", {"spec": {"containers": [{"name": "side", "image": "new"}]}}
+    )
     images = {c.name: c.image for c in patched.spec.containers}
     assert images == {"c": "busybox", "side": "new"}
 
@@ -132,8 +149,13 @@ def test_custom_resources_refuse_strategic_merge_patch_with_415(custom):
     custom.create_cluster_custom_object(GROUP, VERSION, "queues", queue())
     with pytest.raises(client.ApiException) as info:
         custom.patch_cluster_custom_object(
-            GROUP, VERSION, "queues", "q1", {"spec": {}},
-            _content_type="application/strategic-merge-patch+json")
+            GROUP,
+            VERSION,
+            "queues",
+            "q1",
+            {"spec": {}},
+            _content_type="application/strategic-merge-patch+json",
+        )
     assert info.value.status == 415
 
 
@@ -141,36 +163,49 @@ def test_patch_with_another_uid_fails_the_precondition(custom):
     created = custom.create_cluster_custom_object(GROUP, VERSION, "queues", queue())
     with pytest.raises(client.ApiException) as info:
         custom.patch_cluster_custom_object_status(
-            GROUP, VERSION, "queues", "q1",
-            {"metadata": {"uid": "not-the-uid"}, "status": {"state": "Open"}})
+            GROUP,
+            VERSION,
+            "queues",
+            "q1",
+            {"metadata": {"uid": "not-the-uid"}, "status": {"state": "Open"}},
+        )
     assert info.value.status == 409
-    assert (f"Precondition failed: UID in precondition: not-the-uid, UID in object meta: "
-            f"{created['metadata']['uid']}") in info.value.body
+    assert (
+        f"Precondition failed: UID in precondition: not-the-uid, UID in object meta: "
+        f"{created['metadata']['uid']}"
+    ) in info.value.body
 
 
 def test_delete_honours_uid_and_resource_version_preconditions(core):
     created = core.create_namespaced_pod("team-a", pod())
     for preconditions in ({"uid": "other"}, {"resource_version": "1"}):
         with pytest.raises(client.ApiException) as info:
-            core.delete_namespaced_pod("p1", "team-a", body=client.V1DeleteOptions(
-                preconditions=client.V1Preconditions(**preconditions)))
+            core.delete_namespaced_pod(
+                "p1",
+                "team-a",
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(**preconditions)),
+            )
         assert info.value.status == 409 and "Precondition failed" in info.value.body
-    core.delete_namespaced_pod("p1", "team-a", body=client.V1DeleteOptions(
-        preconditions=client.V1Preconditions(uid=created.metadata.uid)))
+    core.delete_namespaced_pod(
+        "p1",
+        "team-a",
+        body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=created.metadata.uid)),
+    )
     with pytest.raises(client.ApiException) as info:
         core.read_namespaced_pod("p1", "team-a")
     assert info.value.status == 404 and "NotFound" in info.value.body
 
 
 def test_finalizers_hold_a_delete_until_removed(custom):
-    custom.create_cluster_custom_object(GROUP, VERSION, "queues",
-                                        {**queue(), "metadata": {"name": "q1",
-                                                                 "finalizers": ["keep"]}})
+    custom.create_cluster_custom_object(
+        GROUP, VERSION, "queues", {**queue(), "metadata": {"name": "q1", "finalizers": ["keep"]}}
+    )
     custom.delete_cluster_custom_object(GROUP, VERSION, "queues", "q1")
     held = custom.get_cluster_custom_object(GROUP, VERSION, "queues", "q1")
     assert held["metadata"]["deletionTimestamp"]
-    custom.patch_cluster_custom_object(GROUP, VERSION, "queues", "q1",
-                                       {"metadata": {"finalizers": None}})
+    custom.patch_cluster_custom_object(
+        GROUP, VERSION, "queues", "q1", {"metadata": {"finalizers": None}}
+    )
     with pytest.raises(client.ApiException) as info:
         custom.get_cluster_custom_object(GROUP, VERSION, "queues", "q1")
     assert info.value.status == 404
@@ -179,10 +214,15 @@ def test_finalizers_hold_a_delete_until_removed(custom):
 @pytest.mark.parametrize("endpoint", ["bindings", "pods/binding"])
 def test_binding_sets_node_name_once(core, endpoint):
     core.create_namespaced_pod("team-a", pod())
-    binding = client.V1Binding(metadata=client.V1ObjectMeta(name="p1"),
-                               target=client.V1ObjectReference(kind="Node", name="node-1"))
-    bind = (core.create_namespaced_binding if endpoint == "bindings" else
-            lambda ns, body, **kw: core.create_namespaced_pod_binding("p1", ns, body, **kw))
+    binding = client.V1Binding(
+        metadata=client.V1ObjectMeta(name="p1"),
+        target=client.V1ObjectReference(kind="Node", name="node-1"),
+    )
+    bind = (
+        core.create_namespaced_binding
+        if endpoint == "bindings"
+        else lambda ns, body, **kw: core.create_namespaced_pod_binding("p1", ns, body, **kw)
+    )
     bind("team-a", binding, _preload_content=False)
     bound = core.read_namespaced_pod("p1", "team-a")
     assert bound.spec.node_name == "node-1"
@@ -232,8 +272,9 @@ def test_watch_streams_events_in_order_and_resumes_from_a_resource_version(core)
     writer.start()
     seen = []
     stream = watch.Watch()
-    for event in stream.stream(core.list_namespaced_pod, "team-a", resource_version=start,
-                               timeout_seconds=2):
+    for event in stream.stream(
+        core.list_namespaced_pod, "team-a", resource_version=start, timeout_seconds=2
+    ):
         seen.append((event["type"], event["object"].metadata.resource_version))
         if len(seen) == 3:
             stream.stop()
@@ -241,8 +282,12 @@ def test_watch_streams_events_in_order_and_resumes_from_a_resource_version(core)
     assert [kind for kind, _ in seen] == ["ADDED", "MODIFIED", "DELETED"]
     versions = [int(rv) for _, rv in seen]
     assert versions == sorted(versions)
-    resumed = [event["type"] for event in watch.Watch().stream(
-        core.list_namespaced_pod, "team-a", resource_version=str(versions[0]), timeout_seconds=1)]
+    resumed = [
+        event["type"]
+        for event in watch.Watch().stream(
+            core.list_namespaced_pod, "team-a", resource_version=str(versions[0]), timeout_seconds=1
+        )
+    ]
     assert resumed == ["MODIFIED", "DELETED"]
 
 
@@ -251,8 +296,11 @@ def test_watch_from_a_resource_version_older_than_the_window_is_410(core):
     for i in range(60):  # the fixture's event window holds 50
         core.create_namespaced_pod("team-a", pod(f"p{i}"))
     with pytest.raises(client.ApiException) as info:
-        list(watch.Watch().stream(core.list_namespaced_pod, "team-a", resource_version=start,
-                                  timeout_seconds=1))
+        list(
+            watch.Watch().stream(
+                core.list_namespaced_pod, "team-a", resource_version=start, timeout_seconds=1
+            )
+        )
     assert info.value.status == 410
 
 
@@ -260,9 +308,16 @@ def test_watch_with_a_selector_sees_objects_leave_it_as_deleted(core):
     core.create_namespaced_pod("team-a", pod("a", app="x"))
     start = core.list_namespaced_pod("team-a").metadata.resource_version
     core.patch_namespaced_pod("a", "team-a", {"metadata": {"labels": {"app": "y"}}})
-    events = [e["type"] for e in watch.Watch().stream(
-        core.list_namespaced_pod, "team-a", label_selector="app=x", resource_version=start,
-        timeout_seconds=1)]
+    events = [
+        e["type"]
+        for e in watch.Watch().stream(
+            core.list_namespaced_pod,
+            "team-a",
+            label_selector="app=x",
+            resource_version=start,
+            timeout_seconds=1,
+        )
+    ]
     assert events == ["DELETED"]
 
 
@@ -270,8 +325,11 @@ def test_injected_503_then_429_with_retry_after(sandbox):
     configuration = client.Configuration(host=sandbox.url)
     configuration.retries = False  # see the raw answers, not urllib3's retries of them
     core = client.CoreV1Api(client.ApiClient(configuration))
-    sandbox.set_faults(FaultRule(verbs=frozenset({"list"}), resources=frozenset({"pods"}),
-                                 error_rate=1.0, error_code=503))
+    sandbox.set_faults(
+        FaultRule(
+            verbs=frozenset({"list"}), resources=frozenset({"pods"}), error_rate=1.0, error_code=503
+        )
+    )
     with pytest.raises(client.ApiException) as info:
         core.list_namespaced_pod("team-a")
     assert info.value.status == 503
@@ -295,11 +353,13 @@ def test_injected_latency_delays_matching_requests(core, sandbox):
 
 def test_stats_count_requests_writes_and_conflicts(custom, sandbox):
     created = custom.create_cluster_custom_object(GROUP, VERSION, "queues", queue())
-    custom.replace_cluster_custom_object_status(GROUP, VERSION, "queues", "q1",
-                                                dict(created, status={"state": "Open"}))
+    custom.replace_cluster_custom_object_status(
+        GROUP, VERSION, "queues", "q1", dict(created, status={"state": "Open"})
+    )
     with pytest.raises(client.ApiException):
-        custom.replace_cluster_custom_object_status(GROUP, VERSION, "queues", "q1",
-                                                    dict(created, status={"state": "Closed"}))
+        custom.replace_cluster_custom_object_status(
+            GROUP, VERSION, "queues", "q1", dict(created, status={"state": "Closed"})
+        )
     stats = sandbox.stats()
     assert stats["requests"]["update queues/status"] == 2
     assert stats["writes"] == {"queues": 1, "queues/status": 1}  # seeding bypasses HTTP
@@ -316,23 +376,30 @@ def test_a_watcher_that_stops_reading_is_dropped_past_its_buffer_bound():
     from volcano_guard.sandbox.store import MAX_QUEUED_BYTES
 
     queues = find("scheduling.volcano.sh", "v1beta1", "queues")
-    big = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-           "metadata": {"name": "q1", "annotations": {"note": "x" * 100_000}},
-           "spec": {"weight": 1}}
+    big = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": "q1", "annotations": {"note": "x" * 100_000}},
+        "spec": {"weight": 1},
+    }
     with SandboxThread() as sandbox:
         sandbox.seed([big])
         host, port = sandbox.url.removeprefix("http://").split(":")
         stalled = socket.socket()
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # no 32 MB autotuning
         stalled.connect((host, int(port)))
-        stalled.sendall(b"GET /apis/scheduling.volcano.sh/v1beta1/queues?watch=true "
-                        b"HTTP/1.1\r\nHost: x\r\n\r\n")
+        stalled.sendall(
+            b"GET /apis/scheduling.volcano.sh/v1beta1/queues?watch=true HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
         while not sandbox.call(lambda box: box.store.open_watches):
             time.sleep(0.01)
         sent = 0
         while sandbox.call(lambda box: box.store.open_watches) and sent < 4 * MAX_QUEUED_BYTES:
-            sandbox.call(lambda box, n=sent: box.store.update(
-                queues, "", "q1", {**big, "spec": {"weight": n + 2}}, None))
+            sandbox.call(
+                lambda box, n=sent: box.store.update(
+                    queues, "", "q1", {**big, "spec": {"weight": n + 2}}, None
+                )
+            )
             sent += 100_000
         assert sandbox.call(lambda box: box.store.open_watches) == 0, "the watcher was kept"
         assert sent < 2 * MAX_QUEUED_BYTES  # dropped near its bound, not long after

@@ -33,18 +33,32 @@ async def call(box, method, path, body=None, content_type="application/json", **
 
 
 def queue(name="q1"):
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-            "metadata": {"name": name}, "spec": {"weight": 1}}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"weight": 1},
+    }
 
 
 async def test_discovery_lists_groups_resources_and_subresources(box):
     status, groups = await call(box, "GET", "/apis")
     assert status == 200
     assert {g["name"] for g in groups["groups"]} == {
-        "scheduling.volcano.sh", "batch.volcano.sh", "flow.volcano.sh",
-        "admissionregistration.k8s.io", "coordination.k8s.io", "wgpolicyk8s.io", "apps",
-        "batch", "policy", "rbac.authorization.k8s.io", "apiextensions.k8s.io",
-        "networking.k8s.io", "monitoring.coreos.com"}
+        "scheduling.volcano.sh",
+        "batch.volcano.sh",
+        "flow.volcano.sh",
+        "admissionregistration.k8s.io",
+        "coordination.k8s.io",
+        "wgpolicyk8s.io",
+        "apps",
+        "batch",
+        "policy",
+        "rbac.authorization.k8s.io",
+        "apiextensions.k8s.io",
+        "networking.k8s.io",
+        "monitoring.coreos.com",
+    }
     _, core = await call(box, "GET", "/api/v1")
     names = {r["name"]: r for r in core["resources"]}
     assert names["pods"]["namespaced"] and not names["nodes"]["namespaced"]
@@ -74,15 +88,39 @@ async def test_openapi_v3_declares_field_validation_on_each_kinds_patch(box):
         ("POST", Q, b"{not json", "application/json", 400, "not valid JSON"),
         ("POST", Q, [1], "application/json", 400, "not a Queue"),
         ("POST", Q, {**queue(), "kind": "Pod"}, "application/json", 400, "does not match"),
-        ("POST", Q, {**queue(), "metadata": {"name": "Bad_Name"}}, "application/json", 422,
-         "RFC 1123"),
+        (
+            "POST",
+            Q,
+            {**queue(), "metadata": {"name": "Bad_Name"}},
+            "application/json",
+            422,
+            "RFC 1123",
+        ),
         ("POST", Q, {"spec": {}}, "application/json", 422, "name or generateName is required"),
-        ("POST", Q, {**queue(), "metadata": {"name": "x", "labels": {"a": 1}}},
-         "application/json", 422, "map of strings"),
-        ("POST", PODS, {"metadata": {"name": "p"}, "spec": {}}, "application/json", 422,
-         "spec.containers"),
-        ("POST", "/api/v1/namespaces/nope/pods", {"metadata": {"name": "p"}}, "application/json",
-         404, 'namespaces "nope" not found'),
+        (
+            "POST",
+            Q,
+            {**queue(), "metadata": {"name": "x", "labels": {"a": 1}}},
+            "application/json",
+            422,
+            "map of strings",
+        ),
+        (
+            "POST",
+            PODS,
+            {"metadata": {"name": "p"}, "spec": {}},
+            "application/json",
+            422,
+            "spec.containers",
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/nope/pods",
+            {"metadata": {"name": "p"}},
+            "application/json",
+            404,
+            'namespaces "nope" not found',
+        ),
         ("GET", f"{Q}/missing", None, "application/json", 404, "not found"),
         ("GET", "/apis/scheduling.volcano.sh/v1beta1/widgets", None, "", 404, "could not find"),
         ("PATCH", f"{Q}/missing", {}, "application/merge-patch+json", 404, "not found"),
@@ -93,8 +131,9 @@ async def test_openapi_v3_declares_field_validation_on_each_kinds_patch(box):
         ("POST", f"{Q}?dryRun=All", queue(), "application/json", 400, "dryRun"),
     ],
 )
-async def test_errors_are_status_objects_with_fitting_codes(box, method, path, body,
-                                                            content_type, code, needle):
+async def test_errors_are_status_objects_with_fitting_codes(
+    box, method, path, body, content_type, code, needle
+):
     status, answer = await call(box, method, path, body, content_type)
     assert status == code, answer
     assert answer["kind"] == "Status" and answer["code"] == code
@@ -103,11 +142,13 @@ async def test_errors_are_status_objects_with_fitting_codes(box, method, path, b
 
 async def test_apply_patch_is_415_and_bad_json_patch_is_422(box):
     await call(box, "POST", Q, queue())
-    status, answer = await call(box, "PATCH", f"{Q}/q1", b"spec: {}",
-                                "application/apply-patch+yaml")
+    status, answer = await call(
+        box, "PATCH", f"{Q}/q1", b"spec: {}", "application/apply-patch+yaml"
+    )
     assert status == 415 and "merge-patch" in answer["message"]
-    status, answer = await call(box, "PATCH", f"{Q}/q1", [{"op": "remove", "path": "/nope"}],
-                                "application/json-patch+json")
+    status, answer = await call(
+        box, "PATCH", f"{Q}/q1", [{"op": "remove", "path": "/nope"}], "application/json-patch+json"
+    )
     assert status == 422
 
 
@@ -120,8 +161,9 @@ async def test_watch_sends_bookmarks_when_allowed_and_ends_on_timeout(box):
 
 async def test_watch_path_form_and_initial_added_events(box):
     await call(box, "POST", Q, queue("a"))
-    async with box.http.get("/apis/scheduling.volcano.sh/v1beta1/watch/queues",
-                            params={"timeoutSeconds": "1"}) as resp:
+    async with box.http.get(
+        "/apis/scheduling.volcano.sh/v1beta1/watch/queues", params={"timeoutSeconds": "1"}
+    ) as resp:
         events = [json.loads(line) async for line in resp.content]
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a")]
 
@@ -139,9 +181,12 @@ async def test_open_watches_end_cleanly_on_shutdown():
 
 
 async def test_fault_rules_over_http_and_stats(box):
-    status, answer = await call(box, "POST", "/sandbox/faults",
-                                {"rules": [{"verbs": ["create"], "errorRate": 1.0,
-                                            "errorCode": 500}]})
+    status, answer = await call(
+        box,
+        "POST",
+        "/sandbox/faults",
+        {"rules": [{"verbs": ["create"], "errorRate": 1.0, "errorCode": 500}]},
+    )
     assert status == 200
     status, _ = await call(box, "POST", Q, queue())
     assert status == 500
@@ -176,27 +221,41 @@ async def test_many_concurrent_writers_each_conflict_or_land_and_the_final_state
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=6),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
     max_leaves=15,
 )
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=json_values | st.fixed_dictionaries({"metadata": json_values, "spec": json_values}),
-       method_path=st.sampled_from([("POST", Q), ("POST", PODS), ("PUT", f"{Q}/q1"),
-                                    ("PATCH", f"{Q}/q1"), ("DELETE", f"{Q}/q1")]),
-       content_type=st.sampled_from(["application/json", "application/merge-patch+json",
-                                     "application/json-patch+json"]))
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    body=json_values | st.fixed_dictionaries({"metadata": json_values, "spec": json_values}),
+    method_path=st.sampled_from(
+        [
+            ("POST", Q),
+            ("POST", PODS),
+            ("PUT", f"{Q}/q1"),
+            ("PATCH", f"{Q}/q1"),
+            ("DELETE", f"{Q}/q1"),
+        ]
+    ),
+    content_type=st.sampled_from(
+        ["application/json", "application/merge-patch+json", "application/json-patch+json"]
+    ),
+)
 def test_arbitrary_bodies_never_get_a_5xx(body, method_path, content_type):
     async def scenario():
         async with running() as sandbox, aiohttp.ClientSession(sandbox.url) as session:
-            sandbox.seed([{"apiVersion": "v1", "kind": "Namespace",
-                           "metadata": {"name": "team-a"}}, queue()])
+            sandbox.seed(
+                [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}, queue()]
+            )
             method, path = method_path
-            async with session.request(method, path, data=json.dumps(body),
-                                       headers={"Content-Type": content_type}) as response:
+            async with session.request(
+                method, path, data=json.dumps(body), headers={"Content-Type": content_type}
+            ) as response:
                 assert response.status < 500, await response.text()
                 await response.json(content_type=None)
             async with session.get(f"{Q}/q1") as response:
@@ -206,19 +265,30 @@ def test_arbitrary_bodies_never_get_a_5xx(body, method_path, content_type):
 
 
 async def test_a_secrets_string_data_is_stored_as_base64_data(box):
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
-              "data": {"kept": "eA=="}, "stringData": {"token": "abc"}}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "s"},
+        "data": {"kept": "eA=="},
+        "stringData": {"token": "abc"},
+    }
     status, created = await call(box, "POST", "/api/v1/namespaces/team-a/secrets", secret)
     assert status == 201 and "stringData" not in created
     assert created["data"] == {"kept": "eA==", "token": "YWJj"}
 
 
 async def test_every_namespace_carries_its_name_as_a_label(box):
-    status, created = await call(box, "POST", "/api/v1/namespaces",
-                                 {"metadata": {"name": "team-b", "labels": {"tier": "gold"}}})
+    status, created = await call(
+        box,
+        "POST",
+        "/api/v1/namespaces",
+        {"metadata": {"name": "team-b", "labels": {"tier": "gold"}}},
+    )
     assert status == 201
-    assert created["metadata"]["labels"] == {"tier": "gold",
-                                             "kubernetes.io/metadata.name": "team-b"}
+    assert created["metadata"]["labels"] == {
+        "tier": "gold",
+        "kubernetes.io/metadata.name": "team-b",
+    }
 
 
 def test_generate_name_tries_another_name_when_one_is_taken():
@@ -228,13 +298,18 @@ def test_generate_name_tries_another_name_when_one_is_taken():
     body = {"metadata": {"generateName": "w-"}, "spec": {"containers": [{"name": "c"}]}}
     names = {store.create(pods, "a", body).fields["metadata.name"] for _ in range(5000)}
     assert len(names) == 5000
-    assert all(len(name) == 7 and set(name[2:]) <= set("bcdfghjklmnpqrstvwxz2456789")
-               for name in names)
+    assert all(
+        len(name) == 7 and set(name[2:]) <= set("bcdfghjklmnpqrstvwxz2456789") for name in names
+    )
 
 
 async def test_a_node_keeps_the_status_it_is_created_with(box):
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
-            "status": {"allocatable": {"cpu": "4"}}}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {"cpu": "4"}},
+    }
     status, created = await call(box, "POST", "/api/v1/nodes", node)
     assert status == 201 and created["status"] == {"allocatable": {"cpu": "4"}}
     _, queue_created = await call(box, "POST", Q, {**queue("q9"), "status": {"state": "Open"}})
@@ -243,8 +318,12 @@ async def test_a_node_keeps_the_status_it_is_created_with(box):
 
 async def test_a_list_is_paged_with_limit_and_continue(box):
     for i in range(5):
-        await call(box, "POST", PODS, {"metadata": {"name": f"p{i}"},
-                                       "spec": {"containers": [{"name": "c"}]}})
+        await call(
+            box,
+            "POST",
+            PODS,
+            {"metadata": {"name": f"p{i}"}, "spec": {"containers": [{"name": "c"}]}},
+        )
     status, first = await call(box, "GET", f"{PODS}?limit=2")
     assert status == 200 and [p["metadata"]["name"] for p in first["items"]] == ["p0", "p1"]
     names, token = [], first["metadata"]["continue"]

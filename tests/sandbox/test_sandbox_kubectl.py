@@ -25,8 +25,10 @@ def as_json(result):
 
 
 def test_create_get_and_list_across_groups(kubectl):
-    assert "queue.scheduling.volcano.sh/research created" in kubectl(
-        "create", "-f", "-", stdin=QUEUE).stdout
+    assert (
+        "queue.scheduling.volcano.sh/research created"
+        in kubectl("create", "-f", "-", stdin=QUEUE).stdout
+    )
     kubectl("create", "-f", "-", stdin=POD)
     assert as_json(kubectl("get", "queue", "research", "-o", "json"))["spec"] == {"weight": 1}
     listed = kubectl("get", "pods", "-A").stdout
@@ -75,10 +77,22 @@ def test_replace_with_a_stale_object_conflicts_and_status_replace_changes_only_s
 
 def test_merge_and_json_patch(kubectl):
     kubectl("create", "-f", "-", stdin=QUEUE)
-    kubectl("patch", "queue", "research", "--type=merge",
-            "-p", '{"spec":{"weight":5,"reclaimable":true}}')
-    kubectl("patch", "queue", "research", "--type=json",
-            "-p", '[{"op":"remove","path":"/spec/reclaimable"}]')
+    kubectl(
+        "patch",
+        "queue",
+        "research",
+        "--type=merge",
+        "-p",
+        '{"spec":{"weight":5,"reclaimable":true}}',
+    )
+    kubectl(
+        "patch",
+        "queue",
+        "research",
+        "--type=json",
+        "-p",
+        '[{"op":"remove","path":"/spec/reclaimable"}]',
+    )
     assert as_json(kubectl("get", "queue", "research", "-o", "json"))["spec"] == {"weight": 5}
 
 
@@ -88,8 +102,10 @@ def test_label_and_selector(kubectl):
     kubectl("label", "queue", "default", "tier=gold", check=False)
     names = kubectl("get", "pods", "-n", "team-a", "-l", "tier=gold", "-o", "name").stdout
     assert names.split() == ["pod/p1"]
-    assert kubectl("get", "pods", "-n", "team-a", "-l", "tier=silver", "-o",
-                   "name").stdout.strip() == ""
+    assert (
+        kubectl("get", "pods", "-n", "team-a", "-l", "tier=silver", "-o", "name").stdout.strip()
+        == ""
+    )
 
 
 def test_delete(kubectl):
@@ -102,9 +118,22 @@ def test_delete(kubectl):
 def test_get_watch_streams_changes(kubectl, sandbox):
     kubectl("create", "-f", "-", stdin=POD)
     watcher = subprocess.Popen(
-        [KUBECTL, "--server", sandbox.url, "get", "pods", "-n", "team-a", "-w",
-         "--output-watch-events", "--request-timeout=5s"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            KUBECTL,
+            "--server",
+            sandbox.url,
+            "get",
+            "pods",
+            "-n",
+            "team-a",
+            "-w",
+            "--output-watch-events",
+            "--request-timeout=5s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(1.0)
     kubectl("label", "pod", "p1", "-n", "team-a", "x=1")
     kubectl("delete", "pod", "p1", "-n", "team-a")
@@ -116,15 +145,28 @@ def test_get_watch_streams_changes(kubectl, sandbox):
 
 
 def policy(variables, conditions):
-    return json.dumps({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "reapplied"},
-        "spec": {"matchConstraints": {"resourceRules": [{
-            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-            "resources": ["pods"]}]},
-            "matchConditions": [{"name": n, "expression": "true"} for n in conditions],
-            "variables": [{"name": n, "expression": e} for n, e in variables],
-            "validations": [{"expression": "variables.b == 2"}]}})
+    return json.dumps(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "reapplied"},
+            "spec": {
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }
+                    ]
+                },
+                "matchConditions": [{"name": n, "expression": "true"} for n in conditions],
+                "variables": [{"name": n, "expression": e} for n, e in variables],
+                "validations": [{"expression": "variables.b == 2"}],
+            },
+        }
+    )
 
 
 def test_reapplying_a_policy_keeps_its_variables_and_their_order(kubectl):

@@ -27,8 +27,17 @@ def test_kubectl_create_namespace_is_decoded_and_labelled_with_its_name(kubectl)
 
 
 def test_kubectl_create_secret_keeps_every_key_and_empty_values(kubectl):
-    kubectl("create", "secret", "generic", "creds", "-n", "team-a", "--from-literal=user=ada",
-            "--from-literal=empty=", "--type=example.com/token")
+    kubectl(
+        "create",
+        "secret",
+        "generic",
+        "creds",
+        "-n",
+        "team-a",
+        "--from-literal=user=ada",
+        "--from-literal=empty=",
+        "--type=example.com/token",
+    )
     secret = as_json(kubectl("get", "secret", "creds", "-n", "team-a", "-o", "json"))
     assert secret["data"] == {"user": base64.b64encode(b"ada").decode(), "empty": ""}
     assert secret["type"] == "example.com/token"
@@ -37,8 +46,19 @@ def test_kubectl_create_secret_keeps_every_key_and_empty_values(kubectl):
 def test_kubectl_run_is_served(kubectl):
     # kubectl 1.32 sends `run`'s Pod as JSON; client-go's typed clients send Pods as protobuf,
     # which the round trip below covers.
-    kubectl("run", "trainer", "-n", "team-a", "--image=pytorch/pytorch:2.3.0",
-            "--labels=app=train", "--privileged", "--command", "--", "python", "train.py")
+    kubectl(
+        "run",
+        "trainer",
+        "-n",
+        "team-a",
+        "--image=pytorch/pytorch:2.3.0",
+        "--labels=app=train",
+        "--privileged",
+        "--command",
+        "--",
+        "python",
+        "train.py",
+    )
     pod = as_json(kubectl("get", "pod", "trainer", "-n", "team-a", "-o", "json"))
     assert pod["spec"]["containers"][0]["securityContext"] == {"privileged": True}
     assert pod["spec"]["containers"][0]["command"] == ["python", "train.py"]
@@ -64,12 +84,21 @@ def test_a_protobuf_pod_decodes_to_the_json_the_apiserver_would_store():
     (_, kind), obj = protobuf.decode(_envelope("v1", "Pod", _pod_message()))
     assert kind == "Pod"
     assert obj == {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": "p1", "namespace": "team-a", "labels": {"app": "train"}},
-        "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {
-            "limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "500m"}},
-            "securityContext": {"privileged": False}}],
-            "schedulerName": "volcano", "terminationGracePeriodSeconds": 0},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "500m"}},
+                    "securityContext": {"privileged": False},
+                }
+            ],
+            "schedulerName": "volcano",
+            "terminationGracePeriodSeconds": 0,
+        },
     }
 
 
@@ -80,11 +109,14 @@ async def test_a_protobuf_field_the_sandbox_does_not_decode_is_refused_not_dropp
     raw.spec.ParseFromString(raw.spec.SerializeToString() + b"\x0a\x02\x0a\x00")
     async with running() as sandbox:
         sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}])
-        status, body = await _post(f"{sandbox.url}/api/v1/namespaces/team-a/pods",
-                                   _envelope("v1", "Pod", raw.SerializeToString()))
+        status, body = await _post(
+            f"{sandbox.url}/api/v1/namespaces/team-a/pods",
+            _envelope("v1", "Pod", raw.SerializeToString()),
+        )
         assert status == 415
-        assert "protobuf PodSpec has field(s) 1 that the sandbox does not decode" in (
-            body["message"])
+        assert (
+            "protobuf PodSpec has field(s) 1 that the sandbox does not decode" in (body["message"])
+        )
         assert sandbox.store.count(resource_for({"apiVersion": "v1", "kind": "Pod"})) == 0
 
 
@@ -96,8 +128,10 @@ def _envelope(api_version: str, kind: str, raw: bytes) -> bytes:
 
 
 async def _post(url: str, body: bytes) -> tuple[int, dict]:
-    async with aiohttp.ClientSession() as session, session.post(
-            url, data=body, headers={"Content-Type": protobuf.MEDIA_TYPE}) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=body, headers={"Content-Type": protobuf.MEDIA_TYPE}) as response,
+    ):
         return response.status, await response.json()
 
 
@@ -106,8 +140,10 @@ async def test_protobuf_of_another_kind_gets_415_naming_the_media_type():
         sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}])
         status, body = await _post(f"{sandbox.url}/api/v1/nodes", _envelope("v1", "Node", b""))
     assert status == 415 and body["reason"] == "UnsupportedMediaType"
-    assert "decodes application/vnd.kubernetes.protobuf only for Namespace, Secret, Pod" in (
-        body["message"])
+    assert (
+        "decodes application/vnd.kubernetes.protobuf only for Namespace, Secret, Pod"
+        in (body["message"])
+    )
 
 
 @pytest.mark.parametrize("body", [b"{}", b"k8s\x00\xff\xff\xff", b"k8s"])
@@ -126,7 +162,6 @@ def test_decoding_arbitrary_bytes_gives_an_object_or_a_protobuf_error(kind, raw)
         return
     assert decoded_kind == kind and obj["kind"] == kind
     json.dumps(obj)  # what the store keeps is plain JSON
-
 
 
 @settings(max_examples=50, deadline=None)

@@ -18,9 +18,13 @@ KEY = ObjectKey("scheduling.volcano.sh/v1beta1/queues", "", "q1")
 
 
 def queue(rv, status, uid="uid-1"):
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-            "metadata": {"name": "q1", "uid": uid, "resourceVersion": str(rv)},
-            "spec": {"weight": 1}, "status": status}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": "q1", "uid": uid, "resourceVersion": str(rv)},
+        "spec": {"weight": 1},
+        "status": status,
+    }
 
 
 def put(rv, status, uid="uid-1"):
@@ -109,15 +113,20 @@ def test_removed_owned_field_is_sent_as_null(c):
 
 
 def test_merge_patch_is_intent_as_it_is_and_owns_its_fields(c):
-    c.absorb(StatusWrite(KEY, "merge", {"status": {"allocated": {"memory": "1Gi"},
-                                                   "pending": None}}), now=0)
-    assert c.plan(KEY).patch["status"] == {"allocated": {"cpu": "1", "memory": "1Gi"},
-                                           "pending": None}
+    c.absorb(
+        StatusWrite(KEY, "merge", {"status": {"allocated": {"memory": "1Gi"}, "pending": None}}),
+        now=0,
+    )
+    assert c.plan(KEY).patch["status"] == {
+        "allocated": {"cpu": "1", "memory": "1Gi"},
+        "pending": None,
+    }
 
 
 def test_json_patch_is_applied_to_the_base_first(c):
-    c.absorb(StatusWrite(KEY, "json", [{"op": "replace", "path": "/status/pending",
-                                        "value": 3}]), now=0)
+    c.absorb(
+        StatusWrite(KEY, "json", [{"op": "replace", "path": "/status/pending", "value": 3}]), now=0
+    )
     assert c.plan(KEY).patch["status"] == {"pending": 3}
 
 
@@ -159,17 +168,20 @@ def test_writes_during_a_flight_are_kept_for_the_next_flush(c):
     plan = c.plan(KEY)
     c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "5"}}), now=0.05)
     assert c.due(0.05) == []  # one flight at a time per object
-    c.complete(plan, 200, server_after(c, 11, plan) | {"status": {"state": "Open", "pending": 1,
-                                                                   "allocated": {"cpu": "2"}}},
-               now=0.1)
+    c.complete(
+        plan,
+        200,
+        server_after(c, 11, plan)
+        | {"status": {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}},
+        now=0.1,
+    )
     assert c.pending_count == 1
     assert c.plan(KEY).patch["status"] == {"allocated": {"cpu": "5"}}
 
 
 @pytest.mark.parametrize("code", [404, 409])
 def test_uid_precondition_failure_or_404_drops_the_pending_state(c, code):
-    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0,
-             waiter="w")
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0, waiter="w")
     plan = c.plan(KEY)
     settled = c.complete(plan, code, None, now=0.1)
     assert settled.outcome == "stale" and settled.waiters == ("w",)
@@ -179,8 +191,9 @@ def test_uid_precondition_failure_or_404_drops_the_pending_state(c, code):
 def test_write_for_a_new_incarnation_drops_the_old_intent(c):
     c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0)
     c.observe(KEY, queue(20, {"state": "Open"}, uid="uid-2"))
-    c.absorb(StatusWrite(KEY, "merge", {"metadata": {"uid": "uid-2"},
-                                        "status": {"pending": 9}}), now=0.1)
+    c.absorb(
+        StatusWrite(KEY, "merge", {"metadata": {"uid": "uid-2"}, "status": {"pending": 9}}), now=0.1
+    )
     plan = c.plan(KEY)
     assert plan.uid == "uid-2"
     assert plan.patch["status"] == {"pending": 9}
@@ -189,11 +202,13 @@ def test_write_for_a_new_incarnation_drops_the_old_intent(c):
 
 @pytest.mark.parametrize("code", [0, 429, 500, 503])
 def test_retryable_answers_back_off_and_keep_the_newest_intent(c, code):
-    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0,
-             waiter="w1")
+    c.absorb(
+        put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0, waiter="w1"
+    )
     plan = c.plan(KEY)
-    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "4"}}), now=0.01,
-             waiter="w2")
+    c.absorb(
+        put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "4"}}), now=0.01, waiter="w2"
+    )
     settled = c.complete(plan, code, None, now=0.1, retry_after=3 if code == 429 else None)
     assert settled.outcome == "retry" and settled.waiters == ()
     next_at = c.next_due_at()
@@ -212,7 +227,7 @@ def test_backoff_grows_exponentially_with_jitter_and_is_capped(c):
 
 def test_backoff_draws_from_the_upper_half_of_its_ceiling_as_documented(c):
     for attempts in range(1, 10):
-        ceiling = min(1.0 * 2 ** attempts, 30.0)
+        ceiling = min(1.0 * 2**attempts, 30.0)
         for _ in range(50):
             assert ceiling / 2 <= c.backoff(attempts) <= ceiling
 
@@ -223,8 +238,10 @@ def test_a_write_that_lands_makes_every_backed_off_write_due_at_once():
     c = Coalescer(flush_interval=1.0, max_pending=100)
     keys = [ObjectKey(KEY.resource, "", f"q{n}") for n in range(3)]
     for key in keys:
-        c.observe(key, {**queue(10, {}), "metadata": {"name": key.name, "uid": "u",
-                                                      "resourceVersion": "10"}})
+        c.observe(
+            key,
+            {**queue(10, {}), "metadata": {"name": key.name, "uid": "u", "resourceVersion": "10"}},
+        )
         c.absorb(StatusWrite(key, "merge", {"status": {"pending": 1}}), now=0)
     now = 0.0
     for _ in range(8):  # an outage: every attempt fails
@@ -234,9 +251,15 @@ def test_a_write_that_lands_makes_every_backed_off_write_due_at_once():
     assert c.backing_off() == keys
     assert c.next_due_at() > now - 40.0 + 10.0  # far in the future
     probe = c.plan(keys[0])
-    c.complete(probe, 200, {**queue(11, {"pending": 1}),
-                            "metadata": {"name": "q0", "uid": "u", "resourceVersion": "11"}},
-               now)
+    c.complete(
+        probe,
+        200,
+        {
+            **queue(11, {"pending": 1}),
+            "metadata": {"name": "q0", "uid": "u", "resourceVersion": "11"},
+        },
+        now,
+    )
     assert c.backing_off() == []
     assert c.due(now) == keys[1:]
 
@@ -245,8 +268,9 @@ def test_backpressure_beyond_max_pending_objects():
     c = Coalescer(flush_interval=1.0, max_pending=2)
     for name in ("a", "b", "c"):
         key = ObjectKey("g/v/queues", "", name)
-        c.observe(key, queue(1, {}) | {"metadata": {"name": name, "uid": name,
-                                                    "resourceVersion": "1"}})
+        c.observe(
+            key, queue(1, {}) | {"metadata": {"name": name, "uid": name, "resourceVersion": "1"}}
+        )
         write = StatusWrite(key, "merge", {"status": {"pending": 1}})
         if name == "c":
             with pytest.raises(Backpressure):
@@ -254,8 +278,7 @@ def test_backpressure_beyond_max_pending_objects():
         else:
             c.absorb(write, now=0)
     # An object already pending still takes writes.
-    c.absorb(StatusWrite(ObjectKey("g/v/queues", "", "a"), "merge", {"status": {"x": 1}}),
-             now=0)
+    c.absorb(StatusWrite(ObjectKey("g/v/queues", "", "a"), "merge", {"status": {"x": 1}}), now=0)
 
 
 def test_absorbed_answer_is_the_object_as_the_server_will_hold_it(c):
@@ -270,16 +293,19 @@ def test_view_applies_deletions(c):
     assert DELETE is not None
 
 
-
-
 def _json_strategy():
     from hypothesis import strategies as st
 
     return st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False)
         | st.text(max_size=6),
-        lambda children: st.lists(children, max_size=3)
-        | st.dictionaries(st.text(max_size=6), children, max_size=3),
+        lambda children: (
+            st.lists(children, max_size=3)
+            | st.dictionaries(st.text(max_size=6), children, max_size=3)
+        ),
         max_leaves=12,
     )
 
@@ -289,19 +315,32 @@ def test_arbitrary_status_writes_are_absorbed_passed_through_or_refused_never_cr
     from hypothesis import strategies as st
 
     values = _json_strategy()
-    metadata = st.fixed_dictionaries({}, optional={
-        "uid": st.sampled_from(["uid-1", "uid-2", ""]) | values,
-        "resourceVersion": st.sampled_from(["10", "11", "x"]) | values})
-    bodies = values | st.fixed_dictionaries({}, optional={
-        "metadata": metadata | values, "status": values})
+    metadata = st.fixed_dictionaries(
+        {},
+        optional={
+            "uid": st.sampled_from(["uid-1", "uid-2", ""]) | values,
+            "resourceVersion": st.sampled_from(["10", "11", "x"]) | values,
+        },
+    )
+    bodies = values | st.fixed_dictionaries(
+        {}, optional={"metadata": metadata | values, "status": values}
+    )
 
     @settings(max_examples=300, deadline=None)
-    @given(kind=st.sampled_from(["put", "merge", "json", "apply"]), body=bodies,
-           patch=st.lists(st.fixed_dictionaries(
-               {"op": st.sampled_from(["add", "remove", "replace", "test", "move", "copy"]),
-                "path": st.sampled_from(["/status", "/status/a", "/status/a/b", "", "/x"])},
-               optional={"value": values, "from": st.sampled_from(["/status", "/spec"])}),
-               max_size=3))
+    @given(
+        kind=st.sampled_from(["put", "merge", "json", "apply"]),
+        body=bodies,
+        patch=st.lists(
+            st.fixed_dictionaries(
+                {
+                    "op": st.sampled_from(["add", "remove", "replace", "test", "move", "copy"]),
+                    "path": st.sampled_from(["/status", "/status/a", "/status/a/b", "", "/x"]),
+                },
+                optional={"value": values, "from": st.sampled_from(["/status", "/spec"])},
+            ),
+            max_size=3,
+        ),
+    )
     def check(kind, body, patch):
         c = Coalescer(flush_interval=1.0, max_pending=10)
         c.observe(KEY, queue(10, {"state": "Open", "a": {"b": 1}}))

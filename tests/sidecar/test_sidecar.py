@@ -22,8 +22,12 @@ def settings(**changes):
 
 
 def queue_body(name):
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-            "metadata": {"name": name}, "spec": {"weight": 1}}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"weight": 1},
+    }
 
 
 class Env:
@@ -82,8 +86,11 @@ async def test_reads_and_other_writes_pass_through_unchanged(make_env):
     assert status == 200
     status, missing, _ = await env.via("GET", f"{Q}/q2")
     assert status == 404 and missing["reason"] == "NotFound"
-    status, conflict, _ = await env.via("PUT", f"{Q}/q1", {**got, "metadata": {
-        **got["metadata"], "name": "q1", "resourceVersion": "1"}})
+    status, conflict, _ = await env.via(
+        "PUT",
+        f"{Q}/q1",
+        {**got, "metadata": {**got["metadata"], "name": "q1", "resourceVersion": "1"}},
+    )
     # Spec writes are not coalesced: the API server's own answer comes back as it is.
     assert status == 409 and conflict["reason"] == "Conflict"
 
@@ -114,10 +121,16 @@ async def test_two_writers_owning_different_fields_never_clobber_each_other(make
         await env.request("GET", f"{controller.url}{Q}/q1")
         for n in range(1, 30):
             # Each resends its stale copy of the other's field from the same old base.
-            await env.request("PUT", f"{scheduler.url}{Q}/q1/status",
-                              {**base, "status": {"allocated": {"cpu": str(n)}, "pending": 0}})
-            await env.request("PUT", f"{controller.url}{Q}/q1/status",
-                              {**base, "status": {"allocated": {}, "pending": n}})
+            await env.request(
+                "PUT",
+                f"{scheduler.url}{Q}/q1/status",
+                {**base, "status": {"allocated": {"cpu": str(n)}, "pending": 0}},
+            )
+            await env.request(
+                "PUT",
+                f"{controller.url}{Q}/q1/status",
+                {**base, "status": {"allocated": {}, "pending": n}},
+            )
             await asyncio.sleep(0.01)
         await env.settle()
         _, final, _ = await env.direct("GET", f"{Q}/q1")
@@ -156,10 +169,10 @@ async def test_uid_guard_never_writes_onto_a_recreated_object(make_env):
 async def test_backoff_under_injected_503_and_429_then_the_final_value_lands(make_env):
     env = await make_env(flush_interval=0.05)
     _, base, _ = await env.via("GET", f"{Q}/q1")
-    env.sandbox.set_faults(FaultRule(verbs=frozenset({"patch"}), error_rate=0.5,
-                                     error_code=503),
-                           FaultRule(verbs=frozenset({"patch"}), throttle_rate=0.3,
-                                     retry_after=0))
+    env.sandbox.set_faults(
+        FaultRule(verbs=frozenset({"patch"}), error_rate=0.5, error_code=503),
+        FaultRule(verbs=frozenset({"patch"}), throttle_rate=0.3, retry_after=0),
+    )
     for n in range(20):
         await env.via("PUT", f"{Q}/q1/status", {**base, "status": {"pending": n}})
         await asyncio.sleep(0.02)
@@ -192,9 +205,12 @@ async def test_sync_ack_returns_the_real_response_and_writers_share_one_write(ma
     _, base, _ = await env.via("GET", f"{Q}/q1")
     await env.via("PUT", f"{Q}/q1/status", {**base, "status": {"pending": 0}})  # opens window
     before = env.writes()
-    results = await asyncio.gather(*(
-        env.via("PUT", f"{Q}/q1/status", {**base, "status": {"pending": n}})
-        for n in range(1, 11)))
+    results = await asyncio.gather(
+        *(
+            env.via("PUT", f"{Q}/q1/status", {**base, "status": {"pending": n}})
+            for n in range(1, 11)
+        )
+    )
     assert all(status == 200 for status, _, _ in results)
     versions = {answer["metadata"]["resourceVersion"] for _, answer, _ in results}
     assert len(versions) == 1  # one upstream write answered them all
@@ -206,11 +222,18 @@ async def test_sync_ack_returns_the_real_response_and_writers_share_one_write(ma
 async def test_json_and_merge_patches_are_coalesced(make_env):
     env = await make_env()
     await env.via("GET", f"{Q}/q1")
-    await env.via("PATCH", f"{Q}/q1/status", {"status": {"running": 2}},
-                  content_type="application/merge-patch+json")
-    await env.via("PATCH", f"{Q}/q1/status", [{"op": "add", "path": "/status/pending",
-                                              "value": 4}],
-                  content_type="application/json-patch+json")
+    await env.via(
+        "PATCH",
+        f"{Q}/q1/status",
+        {"status": {"running": 2}},
+        content_type="application/merge-patch+json",
+    )
+    await env.via(
+        "PATCH",
+        f"{Q}/q1/status",
+        [{"op": "add", "path": "/status/pending", "value": 4}],
+        content_type="application/json-patch+json",
+    )
     await env.settle()
     _, final, _ = await env.direct("GET", f"{Q}/q1")
     assert final["status"] == {"running": 2, "pending": 4}
@@ -219,19 +242,27 @@ async def test_json_and_merge_patches_are_coalesced(make_env):
 async def test_bad_status_writes_get_400_and_422(make_env):
     env = await make_env()
     await env.via("GET", f"{Q}/q1")
-    async with env.session.put(f"{env.sidecar.url}{Q}/q1/status", data=b"{nope",
-                               headers={"Content-Type": "application/json"}) as response:
+    async with env.session.put(
+        f"{env.sidecar.url}{Q}/q1/status",
+        data=b"{nope",
+        headers={"Content-Type": "application/json"},
+    ) as response:
         assert response.status == 400
-    status, answer, _ = await env.via("PATCH", f"{Q}/q1/status",
-                                      [{"op": "remove", "path": "/status/nope"}],
-                                      content_type="application/json-patch+json")
+    status, answer, _ = await env.via(
+        "PATCH",
+        f"{Q}/q1/status",
+        [{"op": "remove", "path": "/status/nope"}],
+        content_type="application/json-patch+json",
+    )
     assert status == 422 and answer["kind"] == "Status"
 
 
 async def test_upgrade_requests_get_a_clear_501(make_env):
     env = await make_env()
-    async with env.session.get(f"{env.sidecar.url}/api/v1/namespaces/a/pods/p/exec",
-                               headers={"Connection": "Upgrade", "Upgrade": "SPDY/3.1"}) as r:
+    async with env.session.get(
+        f"{env.sidecar.url}/api/v1/namespaces/a/pods/p/exec",
+        headers={"Connection": "Upgrade", "Upgrade": "SPDY/3.1"},
+    ) as r:
         assert r.status == 501
         assert "exec" in (await r.json())["message"]
 
@@ -258,8 +289,11 @@ async def test_many_writers_on_many_objects_converge_exactly(make_env):
         for n in range(25):
             name = names[(w * 7 + n) % len(names)]
             value = f"{w}-{n}"
-            await env.via("PUT", f"{Q}/{name}/status",
-                          {**bases[name], "status": {"allocated": {"cpu": value}}})
+            await env.via(
+                "PUT",
+                f"{Q}/{name}/status",
+                {**bases[name], "status": {"allocated": {"cpu": value}}},
+            )
             last[name] = value
 
     await asyncio.gather(*(writer(w) for w in range(20)))
@@ -275,11 +309,15 @@ async def test_server_side_apply_of_status_is_coalesced_newest_per_manager(make_
     await env.via("GET", f"{Q}/q1")
     apply = "application/apply-patch+yaml"
     path = f"{Q}/q1/status?fieldManager=volcano-controller&force=true"
-    async with env.session.patch(env.sidecar.url + path, headers={"Content-Type": apply},
-                                 data="status:\n  pending: 3\n  running: 1\n") as response:
+    async with env.session.patch(
+        env.sidecar.url + path,
+        headers={"Content-Type": apply},
+        data="status:\n  pending: 3\n  running: 1\n",
+    ) as response:
         assert response.status == 200
-    async with env.session.patch(env.sidecar.url + path, headers={"Content-Type": apply},
-                                 data="status:\n  pending: 4\n") as response:
+    async with env.session.patch(
+        env.sidecar.url + path, headers={"Content-Type": apply}, data="status:\n  pending: 4\n"
+    ) as response:
         assert response.status == 200
     await env.settle()
     _, final, _ = await env.direct("GET", f"{Q}/q1")
@@ -287,7 +325,8 @@ async def test_server_side_apply_of_status_is_coalesced_newest_per_manager(make_
 
 
 async def test_volcano_1_11_writers_the_schedulers_stale_put_and_the_controllers_apply_both_land(
-        make_env):
+    make_env,
+):
     """Volcano >= 1.11, each writer in its own pod with its own sidecar: the scheduler PUTs its
     whole, possibly stale, Queue to /status with a new `allocated` (pkg/scheduler/cache/cache.go
     UpdateQueueStatus); the queue controller server-side applies `status.state` alone as field
@@ -296,18 +335,26 @@ async def test_volcano_1_11_writers_the_schedulers_stale_put_and_the_controllers
     env = await make_env()  # the scheduler's sidecar
     await env.direct("PUT", f"{Q}/q1/status", {**queue_body("q1"), "status": {"state": "Open"}})
     _, stale, _ = await env.via("GET", f"{Q}/q1")  # the scheduler's cached copy: Open
-    apply = {"kind": "Queue", "apiVersion": "scheduling.volcano.sh/v1beta1",
-             "metadata": {"name": "q1"}, "status": {"state": "Closed"}}
+    apply = {
+        "kind": "Queue",
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "metadata": {"name": "q1"},
+        "status": {"state": "Closed"},
+    }
     async with sidecar_running(Cluster(env.sandbox.url), settings()) as controllers:
         await env.request("GET", f"{controllers.url}{Q}/q1")  # its informer's copy
         async with env.session.patch(
-                f"{controllers.url}{Q}/q1/status?fieldManager=queue-controller",
-                headers={"Content-Type": "application/apply-patch+yaml"},
-                data=json.dumps(apply)) as response:
+            f"{controllers.url}{Q}/q1/status?fieldManager=queue-controller",
+            headers={"Content-Type": "application/apply-patch+yaml"},
+            data=json.dumps(apply),
+        ) as response:
             assert response.status == 200
         for cpu in ("1", "2", "3"):
-            status, _, _ = await env.via("PUT", f"{Q}/q1/status", {
-                **stale, "status": {**stale["status"], "allocated": {"cpu": cpu}}})
+            status, _, _ = await env.via(
+                "PUT",
+                f"{Q}/q1/status",
+                {**stale, "status": {**stale["status"], "allocated": {"cpu": cpu}}},
+            )
             assert status == 200
         await env.settle()
     _, final, _ = await env.direct("GET", f"{Q}/q1")
@@ -335,13 +382,18 @@ def test_volcanos_source_still_writes_queue_status_these_ways():
 
     controller = volcano_file("pkg/controllers/queue/queue_controller_action.go")
     assert "v1beta1apply.QueueStatus().WithState(" in controller
-    assert ("Queues().ApplyStatus(context.TODO(), queueApply, metav1.ApplyOptions{FieldManager: "
-            "controllerName})") in controller
+    assert (
+        "Queues().ApplyStatus(context.TODO(), queueApply, metav1.ApplyOptions{FieldManager: "
+        "controllerName})"
+    ) in controller
     assert 'controllerName = "queue-controller"' in volcano_file(
-        "pkg/controllers/queue/queue_controller_util.go")
+        "pkg/controllers/queue/queue_controller_util.go"
+    )
     scheduler = go_function(volcano_file("pkg/scheduler/cache/cache.go"), "UpdateQueueStatus")
     assert "Queues().UpdateStatus(context.TODO(), newQueue, metav1.UpdateOptions{})" in scheduler
     # ... only for a queue whose allocated changed (framework/session.go, updateQueueStatus).
     session = volcano_file("pkg/scheduler/framework/session.go")
-    assert "equality.Semantic.DeepEqual(ssn.Queues[queueID].Queue.Status.Allocated, " \
+    assert (
+        "equality.Semantic.DeepEqual(ssn.Queues[queueID].Queue.Status.Allocated, "
         "queueStatus)" in session
+    )

@@ -47,10 +47,14 @@ async def recorder():
                 await response.write(b"\x00\x01" * 32768)
             await response.write_eof()
             return response
-        return web.Response(body=body or b"\x0a\x02k8s", headers={
-            "Content-Type": request.headers.get("Content-Type", PROTOBUF),
-            "Content-Encoding": request.headers.get("Content-Encoding", "identity"),
-            "X-Upstream": "yes"})
+        return web.Response(
+            body=body or b"\x0a\x02k8s",
+            headers={
+                "Content-Type": request.headers.get("Content-Type", PROTOBUF),
+                "Content-Encoding": request.headers.get("Content-Encoding", "identity"),
+                "X-Upstream": "yes",
+            },
+        )
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", echo)
@@ -62,8 +66,9 @@ async def recorder():
 
 
 def settings(**changes):
-    return SidecarSettings(**{"listen_port": 0, "metrics_port": 0, "flush_interval": 0.1,
-                              **changes})
+    return SidecarSettings(
+        **{"listen_port": 0, "metrics_port": 0, "flush_interval": 0.1, **changes}
+    )
 
 
 async def test_bodies_headers_and_encodings_pass_through_byte_for_byte(recorder, tmp_path):
@@ -71,10 +76,16 @@ async def test_bodies_headers_and_encodings_pass_through_byte_for_byte(recorder,
     token = tmp_path / "token"
     token.write_text("first-token\n")
     body = bytes(range(256)) * 10  # not JSON, not UTF-8: must never be decoded
-    async with sidecar_running(Cluster(url, token_file=str(token)), settings()) as sidecar, \
-            aiohttp.ClientSession(auto_decompress=False) as session:
-        headers = {"Content-Type": PROTOBUF, "Accept": PROTOBUF, "Content-Encoding": "gzip",
-                   "Authorization": "Bearer client-token"}
+    async with (
+        sidecar_running(Cluster(url, token_file=str(token)), settings()) as sidecar,
+        aiohttp.ClientSession(auto_decompress=False) as session,
+    ):
+        headers = {
+            "Content-Type": PROTOBUF,
+            "Accept": PROTOBUF,
+            "Content-Encoding": "gzip",
+            "Authorization": "Bearer client-token",
+        }
         target = URL(f"{sidecar.url}/api/v1/namespaces/a/pods?x=1%2F2", encoded=True)
         async with session.post(target, data=body, headers=headers) as response:
             assert response.status == 200
@@ -99,10 +110,16 @@ async def test_impersonation_headers_never_reach_the_upstream(recorder, tmp_path
     url, seen = recorder
     token = tmp_path / "token"
     token.write_text("pod-token\n")
-    async with sidecar_running(Cluster(url, token_file=str(token)), settings()) as sidecar, \
-            aiohttp.ClientSession() as session:
-        headers = {"Impersonate-User": "system:admin", "Impersonate-Group": "system:masters",
-                   "Impersonate-Uid": "0", "Impersonate-Extra-Scopes": "all"}
+    async with (
+        sidecar_running(Cluster(url, token_file=str(token)), settings()) as sidecar,
+        aiohttp.ClientSession() as session,
+    ):
+        headers = {
+            "Impersonate-User": "system:admin",
+            "Impersonate-Group": "system:masters",
+            "Impersonate-Uid": "0",
+            "Impersonate-Extra-Scopes": "all",
+        }
         async with session.get(f"{sidecar.url}/api/v1/secrets", headers=headers) as response:
             assert response.status == 200
     sent = {name.lower() for name in seen[-1][2]}
@@ -114,25 +131,34 @@ async def raw_request(url: str, request_line: str, host: str, extra: str = "") -
     """One request as the bytes a client could send, the answer's status line and body."""
     address = URL(url)
     reader, writer = await asyncio.open_connection(address.host, address.port)
-    writer.write(f"{request_line}\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"
-                 .encode())
+    writer.write(f"{request_line}\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n".encode())
     await writer.drain()
     answer = await reader.read()
     writer.close()
     return answer
 
 
-@pytest.mark.parametrize(("request_line", "host", "said"), [
-    ("GET http://kubernetes.default.svc/api/v1/secrets HTTP/1.1", "kubernetes.default.svc",
-     b"only origin-form request targets"),
-    ("GET /api/v1/secrets HTTP/1.1", "attacker.example", b"is not the sidecar's loopback"),
-    ("GET /api/v1/secrets HTTP/1.1", "attacker.example:8001", b"is not the sidecar's loopback"),
-    ("CONNECT kubernetes.default.svc:443 HTTP/1.1", "kubernetes.default.svc:443",
-     b"only origin-form request targets"),
-    ("OPTIONS * HTTP/1.1", "127.0.0.1", b"only origin-form request targets"),
-])
-async def test_targets_and_hosts_that_are_not_its_loopback_get_400(recorder, request_line, host,
-                                                                   said):
+@pytest.mark.parametrize(
+    ("request_line", "host", "said"),
+    [
+        (
+            "GET http://kubernetes.default.svc/api/v1/secrets HTTP/1.1",
+            "kubernetes.default.svc",
+            b"only origin-form request targets",
+        ),
+        ("GET /api/v1/secrets HTTP/1.1", "attacker.example", b"is not the sidecar's loopback"),
+        ("GET /api/v1/secrets HTTP/1.1", "attacker.example:8001", b"is not the sidecar's loopback"),
+        (
+            "CONNECT kubernetes.default.svc:443 HTTP/1.1",
+            "kubernetes.default.svc:443",
+            b"only origin-form request targets",
+        ),
+        ("OPTIONS * HTTP/1.1", "127.0.0.1", b"only origin-form request targets"),
+    ],
+)
+async def test_targets_and_hosts_that_are_not_its_loopback_get_400(
+    recorder, request_line, host, said
+):
     url, seen = recorder
     async with sidecar_running(Cluster(url), settings()) as sidecar:
         answer = await raw_request(sidecar.url, request_line, host)
@@ -140,8 +166,9 @@ async def test_targets_and_hosts_that_are_not_its_loopback_get_400(recorder, req
     assert seen == []
 
 
-@pytest.mark.parametrize("host", ["localhost:8001", "127.0.0.1", "[::1]:8001", "localhost",
-                                  "LocalHost:8001"])
+@pytest.mark.parametrize(
+    "host", ["localhost:8001", "127.0.0.1", "[::1]:8001", "localhost", "LocalHost:8001"]
+)
 async def test_loopback_hosts_are_served(recorder, host):
     url, seen = recorder
     async with sidecar_running(Cluster(url), settings()) as sidecar:
@@ -155,25 +182,29 @@ async def test_with_a_written_kubeconfig_only_its_token_borrows_the_pods(recorde
     token.write_text("pod-token\n")
     kubeconfig = tmp_path / "shared" / "kubeconfig"
     changes = {"write_kubeconfig": str(kubeconfig)}
-    async with sidecar_running(Cluster(url, token_file=str(token)), settings(**changes)) as \
-            sidecar, aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=client_context(sidecar.ca_file))) as session:
+    async with (
+        sidecar_running(Cluster(url, token_file=str(token)), settings(**changes)) as sidecar,
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=client_context(sidecar.ca_file))
+        ) as session,
+    ):
         assert sidecar.url.startswith("https://127.0.0.1:")
-        for headers in ({}, {"Authorization": "Bearer pod-token"},
-                        {"Authorization": "Bearer wrong"}):
+        for headers in (
+            {},
+            {"Authorization": "Bearer pod-token"},
+            {"Authorization": "Bearer wrong"},
+        ):
             async with session.get(f"{sidecar.url}/api/v1/secrets", headers=headers) as answer:
                 assert answer.status == 401, headers
         assert seen == []
         for scheme in ("Bearer", "bearer"):  # the scheme is case-insensitive (RFC 7235)
             own = f"{scheme} {sidecar.proxy.client_token}"
-            async with session.get(f"{sidecar.url}/api",
-                                   headers={"Authorization": own}) as answer:
+            async with session.get(f"{sidecar.url}/api", headers={"Authorization": own}) as answer:
                 assert answer.status == 200
     assert seen[-1][2]["Authorization"] == "Bearer pod-token"
 
 
-def test_kubectl_with_the_written_kubeconfig_reaches_the_cluster_and_nothing_else_does(
-        tmp_path):
+def test_kubectl_with_the_written_kubeconfig_reaches_the_cluster_and_nothing_else_does(tmp_path):
     """client-go sends a kubeconfig's token to https servers only: the kubeconfig the sidecar
     writes must work for kubectl (and Volcano's components) as written."""
     kubectl = shutil.which("kubectl")
@@ -182,22 +213,47 @@ def test_kubectl_with_the_written_kubeconfig_reaches_the_cluster_and_nothing_els
     kubeconfig = tmp_path / "shared" / "kubeconfig"
     with SandboxThread() as sandbox:
         sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}])
-        proc = start_cli("sidecar", "--upstream", sandbox.url, "--listen", "127.0.0.1:0",
-                         "--metrics-listen", "127.0.0.1:0", "--write-kubeconfig",
-                         str(kubeconfig))
+        proc = start_cli(
+            "sidecar",
+            "--upstream",
+            sandbox.url,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--write-kubeconfig",
+            str(kubeconfig),
+        )
         try:
             url = wait_for_log(proc, r"sidecar proxy on (https://[^ ]+) ")[1]
-            listed = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "get",
-                                     "namespaces", "-o", "name"], capture_output=True,
-                                    text=True, timeout=30)
+            listed = subprocess.run(
+                [kubectl, "--kubeconfig", str(kubeconfig), "get", "namespaces", "-o", "name"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             assert listed.returncode == 0, listed.stderr
             assert listed.stdout.strip() == "namespace/team-a"
-            stranger = subprocess.run([kubectl, "--server", url, "--insecure-skip-tls-verify",
-                                       "--token", "guess", "get", "namespaces"],
-                                      capture_output=True, text=True, timeout=30)
+            stranger = subprocess.run(
+                [
+                    kubectl,
+                    "--server",
+                    url,
+                    "--insecure-skip-tls-verify",
+                    "--token",
+                    "guess",
+                    "get",
+                    "namespaces",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             assert stranger.returncode != 0
-            assert "You must be logged in to the server (this request lacks the token" in \
-                stranger.stderr
+            assert (
+                "You must be logged in to the server (this request lacks the token"
+                in stranger.stderr
+            )
         finally:
             proc.kill()
             proc.wait(10)
@@ -205,8 +261,11 @@ def test_kubectl_with_the_written_kubeconfig_reaches_the_cluster_and_nothing_els
 
 async def test_large_streamed_response_is_relayed_in_full(recorder):
     url, _ = recorder
-    async with sidecar_running(Cluster(url), settings()) as sidecar, \
-            aiohttp.ClientSession() as session, session.get(f"{sidecar.url}/big") as response:
+    async with (
+        sidecar_running(Cluster(url), settings()) as sidecar,
+        aiohttp.ClientSession() as session,
+        session.get(f"{sidecar.url}/big") as response,
+    ):
         data = await response.read()
     assert data == b"\x00\x01" * 32768 * 64
 
@@ -224,38 +283,66 @@ def test_token_source_keeps_the_last_token_while_the_file_is_replaced(tmp_path):
 
 def test_real_clients_through_the_sidecar(tmp_path):
     """The kubernetes package and kubectl, pointed at the sidecar instead of the API server."""
-    with SandboxThread() as sandbox, on_thread(
-            lambda: sidecar_running(Cluster(sandbox.url), settings(flush_interval=0.2))) as sc:
+    with (
+        SandboxThread() as sandbox,
+        on_thread(
+            lambda: sidecar_running(Cluster(sandbox.url), settings(flush_interval=0.2))
+        ) as sc,
+    ):
         sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}])
         api = client.ApiClient(client.Configuration(host=sc.url))
         custom = client.CustomObjectsApi(api)
         created = custom.create_cluster_custom_object(
-            "scheduling.volcano.sh", "v1beta1", "queues",
-            {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-             "metadata": {"name": "q1"}, "spec": {"weight": 1}})
+            "scheduling.volcano.sh",
+            "v1beta1",
+            "queues",
+            {
+                "apiVersion": "scheduling.volcano.sh/v1beta1",
+                "kind": "Queue",
+                "metadata": {"name": "q1"},
+                "spec": {"weight": 1},
+            },
+        )
         listed = custom.list_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues")
         assert [q["metadata"]["name"] for q in listed["items"]] == ["q1"]
         for n in range(200):  # UpdateStatus from a stale copy, as a controller would
             answer = custom.replace_cluster_custom_object_status(
-                "scheduling.volcano.sh", "v1beta1", "queues", "q1",
-                {**created, "status": {"pending": n}})
+                "scheduling.volcano.sh",
+                "v1beta1",
+                "queues",
+                "q1",
+                {**created, "status": {"pending": n}},
+            )
             assert answer["status"] == {"pending": n}
         core = client.CoreV1Api(api)
-        core.create_namespaced_pod("a", {"metadata": {"name": "p"}, "spec": {
-            "containers": [{"name": "c", "image": "x"}]}})
-        events = [e["type"] for e in watch.Watch().stream(core.list_namespaced_pod, "a",
-                                                          timeout_seconds=1)]
+        core.create_namespaced_pod(
+            "a", {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        )
+        events = [
+            e["type"]
+            for e in watch.Watch().stream(core.list_namespaced_pod, "a", timeout_seconds=1)
+        ]
         assert events == ["ADDED"]
         core.delete_namespaced_pod("p", "a")
         time.sleep(0.5)
         stats = sandbox.stats()
         assert stats["writes"]["queues/status"] <= 5
-        final = custom.get_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues",
-                                                 "q1")
+        final = custom.get_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", "q1")
         assert final["status"] == {"pending": 199}
-        kubectl = subprocess.run(["kubectl", "--server", sc.url, "get", "queues", "-o",
-                                  "jsonpath={.items[0].status.pending}"],
-                                 capture_output=True, text=True, timeout=60)
+        kubectl = subprocess.run(
+            [
+                "kubectl",
+                "--server",
+                sc.url,
+                "get",
+                "queues",
+                "-o",
+                "jsonpath={.items[0].status.pending}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if kubectl.returncode == 127:
             pytest.skip("kubectl is not installed")
         assert kubectl.stdout == "199", kubectl.stderr
@@ -263,19 +350,38 @@ def test_real_clients_through_the_sidecar(tmp_path):
 
 def test_sigterm_drains_pending_writes_then_exits_0():
     with SandboxThread() as sandbox:
-        sandbox.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                       "metadata": {"name": "q1"}, "spec": {"weight": 1}}])
-        proc = start_cli("sidecar", "--upstream", sandbox.url, "--listen", "127.0.0.1:0",
-                         "--metrics-listen", "127.0.0.1:0", "--flush-interval", "30")
+        sandbox.seed(
+            [
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "Queue",
+                    "metadata": {"name": "q1"},
+                    "spec": {"weight": 1},
+                }
+            ]
+        )
+        proc = start_cli(
+            "sidecar",
+            "--upstream",
+            sandbox.url,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--flush-interval",
+            "30",
+        )
         try:
             url = wait_for_log(proc, r"sidecar proxy on (http://\S+) ")[1]
             with urllib.request.urlopen(f"{url}{Q}/q1") as response:
                 base = json.load(response)
             for n in range(3):  # a 30 s window: nothing is written before SIGTERM
                 request = urllib.request.Request(
-                    f"{url}{Q}/q1/status", method="PUT",
+                    f"{url}{Q}/q1/status",
+                    method="PUT",
                     data=json.dumps({**base, "status": {"pending": n}}).encode(),
-                    headers={"Content-Type": "application/json"})
+                    headers={"Content-Type": "application/json"},
+                )
                 urllib.request.urlopen(request).read()
                 time.sleep(0.2)
             proc.send_signal(signal.SIGTERM)
@@ -292,17 +398,24 @@ def test_sigterm_drains_pending_writes_then_exits_0():
 
 async def test_metrics_and_probes_on_the_metrics_port(recorder):
     url, _ = recorder
-    async with sidecar_running(Cluster(url), settings()) as sidecar, \
-            aiohttp.ClientSession() as session:
+    async with (
+        sidecar_running(Cluster(url), settings()) as sidecar,
+        aiohttp.ClientSession() as session,
+    ):
         for path in ("/healthz", "/readyz"):
             async with session.get(sidecar.metrics_url + path) as response:
                 assert response.status == 200
         async with session.get(sidecar.metrics_url + "/metrics") as response:
             text = await response.text()
-    for name in ("sidecar_writes_received_total", "sidecar_upstream_writes_total",
-                 "sidecar_coalesced_total", "sidecar_noop_skipped_total",
-                 "sidecar_conflicts_total", "sidecar_pending_objects",
-                 "sidecar_flush_delay_seconds"):
+    for name in (
+        "sidecar_writes_received_total",
+        "sidecar_upstream_writes_total",
+        "sidecar_coalesced_total",
+        "sidecar_noop_skipped_total",
+        "sidecar_conflicts_total",
+        "sidecar_pending_objects",
+        "sidecar_flush_delay_seconds",
+    ):
         assert f"volcano_guard_{name}" in text
 
 
@@ -322,12 +435,20 @@ def test_a_token_goes_to_a_plain_http_upstream_only_when_asked_for(tmp_path, cap
 
     token = tmp_path / "token"
     token.write_text("pod-token\n")
-    assert main(["sidecar", "--upstream", "http://10.0.0.1:6443", "--token-file",
-                 str(token)]) == 2
+    assert main(["sidecar", "--upstream", "http://10.0.0.1:6443", "--token-file", str(token)]) == 2
     assert "plain http and a token would be sent to it in clear" in capsys.readouterr().err
-    proc = start_cli("sidecar", "--upstream", "http://127.0.0.1:9", "--token-file", str(token),
-                     "--allow-plaintext-token", "--listen", "127.0.0.1:0",
-                     "--metrics-listen", "127.0.0.1:0")
+    proc = start_cli(
+        "sidecar",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--token-file",
+        str(token),
+        "--allow-plaintext-token",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    )
     try:
         wait_for_log(proc, r"sidecar proxy on http://")
     finally:
@@ -336,8 +457,11 @@ def test_a_token_goes_to_a_plain_http_upstream_only_when_asked_for(tmp_path, cap
 
 
 async def test_unreachable_upstream_is_a_503_status():
-    async with sidecar_running(Cluster("http://127.0.0.1:9"), settings()) as sidecar, \
-            aiohttp.ClientSession() as session, session.get(f"{sidecar.url}/api") as response:
+    async with (
+        sidecar_running(Cluster("http://127.0.0.1:9"), settings()) as sidecar,
+        aiohttp.ClientSession() as session,
+        session.get(f"{sidecar.url}/api") as response,
+    ):
         assert response.status == 503
         assert "unreachable" in (await response.json())["message"]
     await asyncio.sleep(0)
@@ -345,13 +469,21 @@ async def test_unreachable_upstream_is_a_503_status():
 
 # --- nothing held for a client that left -----------------------------------------------------
 
+
 async def test_watches_whose_clients_left_end_upstream_within_a_second():
     from volcano_guard.sandbox.runner import running as sandbox_running
 
-    async with sandbox_running() as box, \
-            sidecar_running(Cluster(box.url), settings()) as proxy:
-        box.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                   "metadata": {"name": "q1"}, "spec": {"weight": 1}}])
+    async with sandbox_running() as box, sidecar_running(Cluster(box.url), settings()) as proxy:
+        box.seed(
+            [
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "Queue",
+                    "metadata": {"name": "q1"},
+                    "spec": {"weight": 1},
+                }
+            ]
+        )
         session = aiohttp.ClientSession()
         responses = [await session.get(f"{proxy.url}{Q}?watch=true") for _ in range(50)]
         for response in responses:
@@ -369,14 +501,24 @@ def test_a_stalled_watch_client_costs_the_sidecar_no_memory_and_ends_upstream_wh
     its client instead of buffering them (what is not taken stays in the kernel's socket
     buffers and the API server's bounded watch buffer), and ends the watch once it leaves."""
     # 100 kB an event (an annotation: the status of a Queue is not written by a PUT of it).
-    queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-             "metadata": {"name": "q1", "annotations": {"note": "x" * 100_000}},
-             "spec": {"weight": 1}}
+    queue = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": "q1", "annotations": {"note": "x" * 100_000}},
+        "spec": {"weight": 1},
+    }
     resource = find("scheduling.volcano.sh", "v1beta1", "queues")
     with SandboxThread() as sandbox:
         sandbox.seed([queue])
-        proc = start_cli("sidecar", "--upstream", sandbox.url, "--listen", "127.0.0.1:0",
-                         "--metrics-listen", "127.0.0.1:0")
+        proc = start_cli(
+            "sidecar",
+            "--upstream",
+            sandbox.url,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        )
         try:
             host, port = wait_for_log(proc, r"sidecar proxy on http://([^:]+):(\d+) ").groups()
             stalled = socket.socket()
@@ -387,8 +529,11 @@ def test_a_stalled_watch_client_costs_the_sidecar_no_memory_and_ends_upstream_wh
                 time.sleep(0.01)
             before = memory_kib(proc.pid)
             for n in range(250):
-                sandbox.call(lambda box, n=n: box.store.update(
-                    resource, "", "q1", {**queue, "spec": {"weight": n + 2}}, None))
+                sandbox.call(
+                    lambda box, n=n: box.store.update(
+                        resource, "", "q1", {**queue, "spec": {"weight": n + 2}}, None
+                    )
+                )
             time.sleep(0.5)
             grown = memory_kib(proc.pid) - before
             print(f"\nsidecar RSS growth with a stalled client: {grown} KiB")
@@ -396,8 +541,9 @@ def test_a_stalled_watch_client_costs_the_sidecar_no_memory_and_ends_upstream_wh
             assert sandbox.call(lambda box: box.store.open_watches) == 1
             stalled.close()
             left = time.monotonic()
-            while sandbox.call(lambda box: box.store.open_watches) and \
-                    time.monotonic() - left < 1.0:
+            while (
+                sandbox.call(lambda box: box.store.open_watches) and time.monotonic() - left < 1.0
+            ):
                 time.sleep(0.02)
             assert sandbox.call(lambda box: box.store.open_watches) == 0
         finally:
@@ -418,8 +564,10 @@ async def test_a_hung_api_server_answers_504_after_the_read_timeout_but_watches_
     upstream = f"http://127.0.0.1:{runner.addresses[0][1]}"
     try:
         quick = settings(upstream_read_timeout=0.5)
-        async with sidecar_running(Cluster(upstream), quick) as proxy, \
-                aiohttp.ClientSession() as session:
+        async with (
+            sidecar_running(Cluster(upstream), quick) as proxy,
+            aiohttp.ClientSession() as session,
+        ):
             started = time.monotonic()
             async with session.get(f"{proxy.url}{Q}/q1") as response:
                 assert response.status == 504
@@ -436,11 +584,29 @@ def write_until_killed(ack: str, flush_interval: float, seconds: float) -> dict:
     """A writer PUTs Queue status {"pending": n}, n = 0, 1, ... through a sidecar process
     (`--ack ack`) until the sidecar is SIGKILLed; what the API server holds afterwards."""
     with SandboxThread() as sandbox:
-        sandbox.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                       "metadata": {"name": "q1"}, "spec": {"weight": 1}}])
-        proc = start_cli("sidecar", "--upstream", sandbox.url, "--listen", "127.0.0.1:0",
-                         "--metrics-listen", "127.0.0.1:0", "--ack", ack,
-                         "--flush-interval", str(flush_interval))
+        sandbox.seed(
+            [
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "Queue",
+                    "metadata": {"name": "q1"},
+                    "spec": {"weight": 1},
+                }
+            ]
+        )
+        proc = start_cli(
+            "sidecar",
+            "--upstream",
+            sandbox.url,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--ack",
+            ack,
+            "--flush-interval",
+            str(flush_interval),
+        )
         acked: dict[int, float] = {}  # n -> when the sidecar answered it
         try:
             url = wait_for_log(proc, r"sidecar proxy on (http://\S+) ")[1]
@@ -452,9 +618,11 @@ def write_until_killed(ack: str, flush_interval: float, seconds: float) -> dict:
                 n = 0
                 while True:
                     request = urllib.request.Request(
-                        f"{url}{Q}/q1/status", method="PUT",
+                        f"{url}{Q}/q1/status",
+                        method="PUT",
                         data=json.dumps({**base, "status": {"pending": n}}).encode(),
-                        headers={"Content-Type": "application/json"})
+                        headers={"Content-Type": "application/json"},
+                    )
                     try:
                         urllib.request.urlopen(request, timeout=10).read()
                     except OSError:
@@ -479,8 +647,12 @@ def write_until_killed(ack: str, flush_interval: float, seconds: float) -> dict:
         obj = sandbox.call(lambda box: box.store.get(queues, "", "q1").object())
     landed = obj.get("status", {}).get("pending", -1)
     lost = sorted(n for n in acked if n > landed)
-    return {"acked": len(acked), "landed": landed, "lost": len(lost),
-            "oldest_lost_age": killed_at - acked[lost[0]] if lost else 0.0}
+    return {
+        "acked": len(acked),
+        "landed": landed,
+        "lost": len(lost),
+        "oldest_lost_age": killed_at - acked[lost[0]] if lost else 0.0,
+    }
 
 
 @pytest.mark.slow

@@ -14,8 +14,10 @@ def results():
     import asyncio
 
     async def both():
-        return (await run_storm(SHORT, through_sidecar=False),
-                await run_storm(SHORT, through_sidecar=True))
+        return (
+            await run_storm(SHORT, through_sidecar=False),
+            await run_storm(SHORT, through_sidecar=True),
+        )
 
     return asyncio.run(both())
 

@@ -12,14 +12,21 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def result() -> subprocess.CompletedProcess[str]:
     """One run of the demo, read by every test here."""
-    return subprocess.run([sys.executable, "-m", "volcano_guard.cli", "demo"],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "volcano_guard.cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_demo_replays_the_examples_over_tls_and_prints_the_decisions(result):
     assert result.returncode == 0, result.stderr
-    rows = {line.split()[0]: line.split()[1:3] for line in result.stdout.splitlines()
-            if line[:2].isdigit()}
+    rows = {
+        line.split()[0]: line.split()[1:3]
+        for line in result.stdout.splitlines()
+        if line[:2].isdigit()
+    }
     assert rows["01-volcano-job-complete"] == ["allowed", "allowed"]
     assert rows["02-volcano-job-task-missing-cpu"] == ["allowed", "DENIED"]
     assert rows["03-pod-missing-memory-defaulted"] == ["PATCHED", "allowed"]
@@ -33,8 +40,11 @@ def test_demo_replays_the_examples_over_tls_and_prints_the_decisions(result):
     assert 'task "worker"' in result.stdout
     assert "volcano_guard_admission_requests_total{" in result.stdout
     assert "webhook shut down cleanly" in result.stdout
-    storm = [line.split() for line in result.stdout.splitlines()
-             if line.strip().startswith("10 ") and ("direct" in line or "sidecar" in line)]
+    storm = [
+        line.split()
+        for line in result.stdout.splitlines()
+        if line.strip().startswith("10 ") and ("direct" in line or "sidecar" in line)
+    ]
     modes = {row[1]: row for row in storm}
     assert set(modes) == {"direct", "sidecar"}
     assert int(modes["direct"][4].replace(",", "")) > 0  # 409s direct
@@ -43,16 +53,21 @@ def test_demo_replays_the_examples_over_tls_and_prints_the_decisions(result):
 
 def kubectl_sessions(stdout: str) -> tuple[dict[str, str], dict[str, str]]:
     """What kubectl printed for each command: with the guard up, and with it stopped."""
-    up, down = stdout[stdout.index("$ kubectl create namespace team-a"):].split(
-        "with the webhook process stopped", 1)
-    down = down[down.index("$ kubectl create namespace team-a"):down.index("Queue status")]
-    return tuple(dict(block.split("\n", 1) for block in session.split("$ kubectl ")[1:])
-                 for session in (up, down))  # type: ignore[return-value]
+    up, down = stdout[stdout.index("$ kubectl create namespace team-a") :].split(
+        "with the webhook process stopped", 1
+    )
+    down = down[down.index("$ kubectl create namespace team-a") : down.index("Queue status")]
+    return tuple(
+        dict(block.split("\n", 1) for block in session.split("$ kubectl ")[1:])
+        for session in (up, down)
+    )  # type: ignore[return-value]
 
 
-POLICY_REFUSED = ("ValidatingAdmissionPolicy 'volcano-guard-resource-requests' with binding "
-                  "'volcano-guard-resource-requests' denied request: Pod \"team-a/trainer\": "
-                  "container \"worker\" has no cpu request")
+POLICY_REFUSED = (
+    "ValidatingAdmissionPolicy 'volcano-guard-resource-requests' with binding "
+    "'volcano-guard-resource-requests' denied request: Pod \"team-a/trainer\": "
+    'container "worker" has no cpu request'
+)
 
 
 def test_demo_shows_the_registered_guard_answering_kubectl(result):
@@ -63,12 +78,17 @@ def test_demo_shows_the_registered_guard_answering_kubectl(result):
     assert said["create namespace team-a"].strip() == "namespace/team-a created"
     assert POLICY_REFUSED in said["apply -f examples/kubectl/pod-without-requests.yaml"]
     assert said["apply -f examples/kubectl/pod-with-requests.yaml"].strip() == (
-        "pod/trainer created")
-    assert "the node is managed by the Volcano scheduler" in said[
-        "apply -f examples/kubectl/pod-on-a-node.yaml"]
+        "pod/trainer created"
+    )
+    assert (
+        "the node is managed by the Volcano scheduler"
+        in said["apply -f examples/kubectl/pod-on-a-node.yaml"]
+    )
     assert said["run web -n team-a --image=nginx"].strip() == "pod/web created"
-    assert "volcano-guard.io/generation-id" in said[
-        "get podgroup pg-train -n team-a -o jsonpath={.metadata.annotations}"]
+    assert (
+        "volcano-guard.io/generation-id"
+        in said["get podgroup pg-train -n team-a -o jsonpath={.metadata.annotations}"]
+    )
     assert "still has 1 live pod(s): member" in said["delete podgroup pg-train -n team-a"]
 
 
@@ -77,10 +97,13 @@ def test_demo_replays_kubectl_with_the_guard_stopped(result):
         pytest.skip("kubectl is not installed")
     _, said = kubectl_sessions(result.stdout)
     assert POLICY_REFUSED in said["apply -f examples/kubectl/pod-without-requests.yaml"]
-    assert "ValidatingAdmissionPolicy 'volcano-guard-node-name'" in said[
-        "apply -f examples/kubectl/pod-on-a-node.yaml"]
+    assert (
+        "ValidatingAdmissionPolicy 'volcano-guard-node-name'"
+        in said["apply -f examples/kubectl/pod-on-a-node.yaml"]
+    )
     assert said["apply -f examples/kubectl/pod-with-requests.yaml"].strip() == (
-        "pod/trainer created")
+        "pod/trainer created"
+    )
     assert said["run web -n team-a --image=nginx"].strip() == "pod/web created"
     podgroup = said["create -f examples/kubectl/podgroup.yaml"]
     assert "pod/member created" in podgroup

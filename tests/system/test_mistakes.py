@@ -55,41 +55,67 @@ REFUSED = "--kubeconfig {w}/refused.kubeconfig"
 MISTAKES = [
     # (command line, exit code, what stderr must say)
     (f"webhook {TLS} --config {{w}}/off.yaml --listen nonsense", 2, "'nonsense' is not HOST:PORT"),
-    ("webhook --tls-cert {w}/nope.crt --tls-key {w}/certs/tls.key", 2,
-     "--tls-cert {w}/nope.crt: no such file"),
-    ("webhook --tls-cert {w}/certs/tls.key --tls-key {w}/certs/tls.crt", 2,
-     "are the certificate and the key swapped?"),
-    ("webhook --tls-cert {w}/other/tls.crt --tls-key {w}/certs/tls.key", 2,
-     "--tls-key {w}/certs/tls.key is not the key of --tls-cert {w}/other/tls.crt"),
+    (
+        "webhook --tls-cert {w}/nope.crt --tls-key {w}/certs/tls.key",
+        2,
+        "--tls-cert {w}/nope.crt: no such file",
+    ),
+    (
+        "webhook --tls-cert {w}/certs/tls.key --tls-key {w}/certs/tls.crt",
+        2,
+        "are the certificate and the key swapped?",
+    ),
+    (
+        "webhook --tls-cert {w}/other/tls.crt --tls-key {w}/certs/tls.key",
+        2,
+        "--tls-key {w}/certs/tls.key is not the key of --tls-cert {w}/other/tls.crt",
+    ),
     (f"webhook {TLS} --kubeconfig {{w}}/bad.yaml", 2, "kubeconfig {w}/bad.yaml line 3: not YAML"),
     (f"webhook {TLS}", 2, "read the cluster; to run without one, set policies.nodeName.mode: off"),
     (f"webhook {TLS} --workers abc", 2, "argument --workers: 'abc' is not a whole number"),
     (f"webhook {TLS} --config {{w}}/nope.yaml", 2, "config file {w}/nope.yaml: no such file"),
     (f"webhook {TLS} --config {{w}}/bad.yaml", 2, "config file {w}/bad.yaml line 3: not YAML"),
     (f"webhook {TLS} --client-ca {{w}}/nope.crt", 2, "--client-ca {w}/nope.crt: no such file"),
-    (f"webhook {TLS} --client-ca {{w}}/certs/tls.key", 2,
-     "--client-ca {w}/certs/tls.key: holds a private key"),
+    (
+        f"webhook {TLS} --client-ca {{w}}/certs/tls.key",
+        2,
+        "--client-ca {w}/certs/tls.key: holds a private key",
+    ),
     (f"webhook {TLS} --namespace Bad_NS", 2, "a lowercase RFC 1123 label"),
     ("certs generate --service 'bad name' --namespace n --out {w}/g", 2, "a DNS-1035 label"),
-    ("certs generate --service s --namespace n --out {w}/g --days abc", 2,
-     "argument --days: 'abc' is not a whole number"),
+    (
+        "certs generate --service s --namespace n --out {w}/g --days abc",
+        2,
+        "argument --days: 'abc' is not a whole number",
+    ),
     ("certs generate --service s --namespace n --out /proc/nope/g", 1, "no such file"),
     ("certs rotate --dir {w}/nope", 1, "{w}/nope/ca.crt: no such file"),
     ("certs rotate --dir {w}/certs --renew-before soon", 2, "'soon' is not a duration"),
     ("certs inject --ca {w}/nope.crt --mutating m", 2, "{w}/nope.crt: cannot read it"),
     ("certs inject --ca {w}/certs/tls.key --mutating m", 2, "holds a private key"),
-    (f"certs inject --ca {{w}}/certs/ca.crt --mutating m {REFUSED}", 2,
-     "cannot be reached: connection refused; no caBundle was changed"),
+    (
+        f"certs inject --ca {{w}}/certs/ca.crt --mutating m {REFUSED}",
+        2,
+        "cannot be reached: connection refused; no caBundle was changed",
+    ),
     (f"certs ensure --namespace Bad_NS --mutating m {REFUSED}", 2, "a lowercase RFC 1123 label"),
-    (f"certs ensure --namespace n --mutating m --ca-valid forever {REFUSED}", 2,
-     "'forever' is not a duration"),
+    (
+        f"certs ensure --namespace n --mutating m --ca-valid forever {REFUSED}",
+        2,
+        "'forever' is not a duration",
+    ),
     (f"certs ensure --namespace n --mutating m {REFUSED}", 2, "connection refused"),
-    (f"certs secret --dir {{w}}/nope --name s --namespace n {REFUSED}", 1,
-     "{w}/nope/tls.crt: no such file"),
-    (f"certs secret --dir {{w}}/certs --name Bad_Name --namespace n {REFUSED}", 2,
-     "a lowercase RFC 1123 subdomain"),
-    (f"certs secret --dir {{w}}/certs --name s --namespace n {REFUSED}", 2,
-     "connection refused"),
+    (
+        f"certs secret --dir {{w}}/nope --name s --namespace n {REFUSED}",
+        1,
+        "{w}/nope/tls.crt: no such file",
+    ),
+    (
+        f"certs secret --dir {{w}}/certs --name Bad_Name --namespace n {REFUSED}",
+        2,
+        "a lowercase RFC 1123 subdomain",
+    ),
+    (f"certs secret --dir {{w}}/certs --name s --namespace n {REFUSED}", 2, "connection refused"),
     ("certs client --out /proc/nope/c", 1, "no such file"),
     ("check -f {w}/nope.yaml", 2, "{w}/nope.yaml: no such file or directory"),
     ("check -f {w}/bad.yaml", 2, "{w}/bad.yaml line 3: not YAML or JSON"),
@@ -111,28 +137,52 @@ MISTAKES = [
     ("demo --examples {w}/multi.yaml", 2, "{w}/multi.yaml: not one AdmissionReview"),
     ("sandbox --load {w}/nope.yaml", 2, "--load {w}/nope.yaml: no such file"),
     ("sandbox --load {w}/bad.yaml", 2, "--load {w}/bad.yaml line 3: not YAML"),
-    ("sandbox --load {w}/multi.yaml", 2, "--load {w}/multi.yaml: document 1 is not a "
-     "Kubernetes object"),
+    (
+        "sandbox --load {w}/multi.yaml",
+        2,
+        "--load {w}/multi.yaml: document 1 is not a Kubernetes object",
+    ),
     ("certs client --out {w}/c --name ''", 2, "argument --name: '' must be 1 to 64 characters"),
-    (f"certs secret --dir {{w}}/mixed --name s --namespace n {REFUSED}", 1,
-     "{w}/mixed/tls.key is not the key of {w}/mixed/tls.crt; the Secret was not changed"),
-    ("sandbox --tls-cert {w}/nope.crt --tls-key {w}/certs/tls.key", 2,
-     "--tls-cert {w}/nope.crt: no such file"),
+    (
+        f"certs secret --dir {{w}}/mixed --name s --namespace n {REFUSED}",
+        1,
+        "{w}/mixed/tls.key is not the key of {w}/mixed/tls.crt; the Secret was not changed",
+    ),
+    (
+        "sandbox --tls-cert {w}/nope.crt --tls-key {w}/certs/tls.key",
+        2,
+        "--tls-cert {w}/nope.crt: no such file",
+    ),
     ("sandbox --tls-cert {w}/certs/tls.crt", 2, "--tls-cert and --tls-key go together"),
     ("sandbox --token-auth-file {w}/nope.csv", 2, "--token-auth-file {w}/nope.csv: no such file"),
-    ("sidecar --upstream https://127.0.0.1:1 --ca-file {w}/nope.crt", 2,
-     "--ca-file {w}/nope.crt: no such file"),
-    ("sidecar --upstream https://127.0.0.1:1 --token-file {w}/nope", 2,
-     "--token-file {w}/nope: no such file"),
-    ("sidecar --upstream https://127.0.0.1:1 --ca-file {w}/bad.yaml", 2,
-     "the CA bundle {w}/bad.yaml does not load"),
+    (
+        "sidecar --upstream https://127.0.0.1:1 --ca-file {w}/nope.crt",
+        2,
+        "--ca-file {w}/nope.crt: no such file",
+    ),
+    (
+        "sidecar --upstream https://127.0.0.1:1 --token-file {w}/nope",
+        2,
+        "--token-file {w}/nope: no such file",
+    ),
+    (
+        "sidecar --upstream https://127.0.0.1:1 --ca-file {w}/bad.yaml",
+        2,
+        "the CA bundle {w}/bad.yaml does not load",
+    ),
     ("sidecar --upstream http://127.0.0.1:1 --max-pending abc", 2, "'abc' is not a whole number"),
     ("sidecar --upstream http://127.0.0.1:1 --flush-interval soon", 2, "'soon' is not a number"),
     ("sidecar", 2, "pass --kubeconfig (and --context) or --upstream URL"),
-    (f"sidecar --upstream http://127.0.0.1:1 {REFUSED}", 2,
-     "--upstream and --kubeconfig/--context are alternatives"),
-    ("certs inject --ca {w}/certs/ca.crt --mutating m --context prod", 2,
-     "volcano-guard certs inject: --context prod: there is no"),
+    (
+        f"sidecar --upstream http://127.0.0.1:1 {REFUSED}",
+        2,
+        "--upstream and --kubeconfig/--context are alternatives",
+    ),
+    (
+        "certs inject --ca {w}/certs/ca.crt --mutating m --context prod",
+        2,
+        "volcano-guard certs inject: --context prod: there is no",
+    ),
     ("nonsense", 2, "invalid choice: 'nonsense'"),
 ]
 
@@ -144,8 +194,7 @@ def _argv(line, w):
 
 
 @pytest.mark.parametrize(("line", "code", "says"), MISTAKES, ids=[m[0] for m in MISTAKES])
-def test_a_mistake_is_one_line_and_the_right_exit_code(line, code, says, w, no_kubeconfig,
-                                                       capsys):
+def test_a_mistake_is_one_line_and_the_right_exit_code(line, code, says, w, no_kubeconfig, capsys):
     try:
         exit_code = main(_argv(line, w))
     except SystemExit as exited:  # argparse, and commands that exit at once
@@ -172,10 +221,8 @@ SERVERS = [
     "--metrics-listen 127.0.0.1:0",
     f"webhook {TLS} --config {{w}}/off.yaml --workers 2 --listen 127.0.0.1:0 "
     "--metrics-listen 127.0.0.1:{port}",
-    "sidecar --upstream http://127.0.0.1:1 --listen 127.0.0.1:{port} "
-    "--metrics-listen 127.0.0.1:0",
-    "sidecar --upstream http://127.0.0.1:1 --listen 127.0.0.1:0 "
-    "--metrics-listen 127.0.0.1:{port}",
+    "sidecar --upstream http://127.0.0.1:1 --listen 127.0.0.1:{port} --metrics-listen 127.0.0.1:0",
+    "sidecar --upstream http://127.0.0.1:1 --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:{port}",
     "sandbox --listen 127.0.0.1:{port}",
     f"audit {REFUSED} --watch --metrics-listen 127.0.0.1:{{port}}",
 ]
@@ -184,15 +231,24 @@ SERVERS = [
 @pytest.mark.parametrize("line", SERVERS, ids=SERVERS)
 def test_a_server_whose_address_is_in_use_says_which_and_exits_2(line, w, held_port):
     argv = [part.replace("{port}", str(held_port)) for part in _argv(line, w)]
-    flag = next(part for part in reversed(argv[:argv.index(f"127.0.0.1:{held_port}")])
-                if part.startswith("--"))
+    flag = next(
+        part
+        for part in reversed(argv[: argv.index(f"127.0.0.1:{held_port}")])
+        if part.startswith("--")
+    )
     env = {**os.environ, "HOME": str(w / "home")}
-    result = subprocess.run([sys.executable, "-m", "volcano_guard.cli", *argv],
-                            capture_output=True, text=True, timeout=60, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "volcano_guard.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
         f"volcano-guard {argv[0]}: {flag} 127.0.0.1:{held_port}: the address is already in "
-        "use (another process listens there)"]
+        "use (another process listens there)"
+    ]
 
 
 @pytest.fixture
@@ -209,16 +265,22 @@ def test_one_shot_commands_give_up_on_a_silent_server_within_30_seconds(w, silen
 
     write_kubeconfig(w / "silent.kubeconfig", silent_server)
     cluster = ["--kubeconfig", str(w / "silent.kubeconfig")]
-    commands = [["audit"], ["certs", "inject", "--ca", str(w / "certs" / "ca.crt"),
-                            "--mutating", "m"],
-                ["certs", "ensure", "--namespace", "n", "--mutating", "m"],
-                ["certs", "secret", "--dir", str(w / "certs"), "--name", "s", "--namespace", "n"]]
+    commands = [
+        ["audit"],
+        ["certs", "inject", "--ca", str(w / "certs" / "ca.crt"), "--mutating", "m"],
+        ["certs", "ensure", "--namespace", "n", "--mutating", "m"],
+        ["certs", "secret", "--dir", str(w / "certs"), "--name", "s", "--namespace", "n"],
+    ]
 
     def run(command):
         started = time.monotonic()
-        result = subprocess.run([sys.executable, "-m", "volcano_guard.cli", *command, *cluster],
-                                capture_output=True, text=True, timeout=60,
-                                env={**os.environ, "HOME": str(w / "home")})
+        result = subprocess.run(
+            [sys.executable, "-m", "volcano_guard.cli", *command, *cluster],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "HOME": str(w / "home")},
+        )
         return result, time.monotonic() - started
 
     with ThreadPoolExecutor(len(commands)) as pool:

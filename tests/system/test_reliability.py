@@ -45,19 +45,30 @@ QUEUES: ResourceType = _QUEUES
 
 def without_node_cache():
     """A config whose policies need no node cache (the TLS tests have no cluster)."""
-    return config_from_dict({"policies": {"nodeName": {"mode": "off",
-                                                        "bindingGuard": {"mode": "off"}}}})
+    return config_from_dict(
+        {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}}}}
+    )
 
 
 async def test_pending_writes_survive_an_api_server_outage_and_converge_after_it():
     async with sandbox_running() as sandbox:
-        sandbox.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                       "metadata": {"name": "q1"}, "spec": {"weight": 1}}])
+        sandbox.seed(
+            [
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "Queue",
+                    "metadata": {"name": "q1"},
+                    "spec": {"weight": 1},
+                }
+            ]
+        )
         outage = Outage(int(sandbox.url.rsplit(":", 1)[1]))
         await outage.up()
         settings = SidecarSettings(listen_port=0, metrics_port=0, flush_interval=0.2)
-        async with sidecar_running(Cluster(f"http://127.0.0.1:{outage.port}"), settings) as sc, \
-                aiohttp.ClientSession() as session:
+        async with (
+            sidecar_running(Cluster(f"http://127.0.0.1:{outage.port}"), settings) as sc,
+            aiohttp.ClientSession() as session,
+        ):
             async with session.get(f"{sc.url}{Q}/q1") as response:
                 base = await response.json()
             await outage.down()
@@ -82,14 +93,24 @@ async def converge_after_outage(outage_seconds: float, queues: int = 5) -> float
     """Seconds from the API server's return until every queue's last write has landed, after
     an outage of outage_seconds during which the writer kept writing."""
     async with sandbox_running() as sandbox:
-        sandbox.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                       "metadata": {"name": f"q{n}"}, "spec": {"weight": 1}}
-                      for n in range(queues)])
+        sandbox.seed(
+            [
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "Queue",
+                    "metadata": {"name": f"q{n}"},
+                    "spec": {"weight": 1},
+                }
+                for n in range(queues)
+            ]
+        )
         outage = Outage(int(sandbox.url.rsplit(":", 1)[1]))
         await outage.up()
         settings = SidecarSettings(listen_port=0, metrics_port=0, flush_interval=0.5)
-        async with sidecar_running(Cluster(f"http://127.0.0.1:{outage.port}"), settings) as sc, \
-                aiohttp.ClientSession() as session:
+        async with (
+            sidecar_running(Cluster(f"http://127.0.0.1:{outage.port}"), settings) as sc,
+            aiohttp.ClientSession() as session,
+        ):
             bases = []
             for n in range(queues):
                 async with session.get(f"{sc.url}{Q}/q{n}") as response:
@@ -108,8 +129,10 @@ async def converge_after_outage(outage_seconds: float, queues: int = 5) -> float
             await outage.up()
             back = loop.time()
             wanted = {"pending": count - 1}
-            while any(sandbox.store.get(QUEUES, "", f"q{n}").object().get("status") != wanted
-                      for n in range(queues)):
+            while any(
+                sandbox.store.get(QUEUES, "", f"q{n}").object().get("status") != wanted
+                for n in range(queues)
+            ):
                 assert loop.time() - back < 60, "pending writes never landed"
                 await asyncio.sleep(0.05)
             landed = loop.time() - back
@@ -126,12 +149,13 @@ async def test_pending_writes_land_within_5_s_of_the_api_servers_return():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("outage_seconds", [15.0, 40.0])
-async def test_pending_writes_land_within_5_s_of_the_return_however_long_the_outage(
-        outage_seconds):
+async def test_pending_writes_land_within_5_s_of_the_return_however_long_the_outage(outage_seconds):
     """By then each object's own backoff has grown to 8-30 s; the probe finds the return."""
     landed = await converge_after_outage(outage_seconds)
-    print(f"\nafter a {outage_seconds:.0f} s outage, every pending write landed {landed:.2f} s "
-          "after the return")
+    print(
+        f"\nafter a {outage_seconds:.0f} s outage, every pending write landed {landed:.2f} s "
+        "after the return"
+    )
     assert landed < 5.0
 
 
@@ -146,29 +170,42 @@ def write_pair(directory, now, not_before_days, not_after_days, names):
     return directory / "ca.crt", directory / "tls.crt", directory / "tls.key"
 
 
-@pytest.mark.parametrize(("start", "end", "names", "needle"), [
-    (-30, -1, (HOSTNAME,), "expired"),
-    (-1, 30, ("someone-else.example.com",), "match"),
-])
-async def test_clients_refuse_an_expired_or_misnamed_serving_cert(tmp_path, start, end, names,
-                                                                   needle):
+@pytest.mark.parametrize(
+    ("start", "end", "names", "needle"),
+    [
+        (-30, -1, (HOSTNAME,), "expired"),
+        (-1, 30, ("someone-else.example.com",), "match"),
+    ],
+)
+async def test_clients_refuse_an_expired_or_misnamed_serving_cert(
+    tmp_path, start, end, names, needle
+):
     now = datetime.datetime.now(datetime.UTC)
     ca, cert, key = write_pair(tmp_path, now, start, end, names)
     config = without_node_cache()
-    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0),
-                       server_context(cert, key)) as (port, _):
+    async with running(
+        config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), server_context(cert, key)
+    ) as (port, _):
         with pytest.raises(ssl.SSLCertVerificationError) as info:
-            await asyncio.open_connection("127.0.0.1", port, ssl=client_context(ca),
-                                          server_hostname=HOSTNAME)
+            await asyncio.open_connection(
+                "127.0.0.1", port, ssl=client_context(ca), server_hostname=HOSTNAME
+            )
     assert needle in str(info.value).lower()
 
 
 def node_guard_config(fail_closed: bool):
-    return config_from_dict({
-        "failClosed": fail_closed,
-        "policies": {"nodeName": {"managedNodeSelectors": ["volcano.sh/role:train"],
-                                  "bindingGuard": {"mode": "off"}},
-                     "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}}}})
+    return config_from_dict(
+        {
+            "failClosed": fail_closed,
+            "policies": {
+                "nodeName": {
+                    "managedNodeSelectors": ["volcano.sh/role:train"],
+                    "bindingGuard": {"mode": "off"},
+                },
+                "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+            },
+        }
+    )
 
 
 async def _eventually(check, seconds: float) -> bool:
@@ -181,7 +218,8 @@ async def _eventually(check, seconds: float) -> bool:
 
 @pytest.mark.parametrize("fail_closed", [True, False])
 async def test_webhook_turns_unready_while_the_api_server_is_gone_and_decisions_follow_fail_closed(
-        certs, fail_closed):
+    certs, fail_closed
+):
     async with sandbox_running() as sandbox:
         sandbox.seed([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-1"}}])
         outage = Outage(int(sandbox.url.rsplit(":", 1)[1]))
@@ -193,10 +231,18 @@ async def test_webhook_turns_unready_while_the_api_server_is_gone_and_decisions_
         obj["spec"]["nodeName"] = "cpu-1"
         body = review(obj)
         try:
-            async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0),
-                               server_context(certs.cert_file, certs.key_file),
-                               caches=caches) as (port, _), aiohttp.ClientSession(
-                    connector=aiohttp.TCPConnector(ssl=client_context(certs.ca_file))) as http:
+            async with (
+                running(
+                    config,
+                    Listen("127.0.0.1", 0),
+                    Listen("127.0.0.1", 0),
+                    server_context(certs.cert_file, certs.key_file),
+                    caches=caches,
+                ) as (port, _),
+                aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(ssl=client_context(certs.ca_file))
+                ) as http,
+            ):
                 base = f"https://127.0.0.1:{port}"
 
                 async def ready() -> bool:
@@ -204,8 +250,9 @@ async def test_webhook_turns_unready_while_the_api_server_is_gone_and_decisions_
                         return answer.status == 200
 
                 async def allowed() -> tuple[bool, str]:
-                    async with http.post(f"{base}/validate", json=body,
-                                         server_hostname=HOSTNAME) as answer:
+                    async with http.post(
+                        f"{base}/validate", json=body, server_hostname=HOSTNAME
+                    ) as answer:
                         response = (await answer.json())["response"]
                     return response["allowed"], response.get("status", {}).get("message", "")
 
@@ -240,14 +287,24 @@ async def _write_through_a_fault(fault: str) -> None:
     """A writer keeps writing every queue's status through the sidecar while the upstream has
     the fault; afterwards every queue must hold the last value written (none lost)."""
     async with sandbox_running() as sandbox:
-        sandbox.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                       "metadata": {"name": name}, "spec": {"weight": 1}}
-                      for name in QUEUE_NAMES])
+        sandbox.seed(
+            [
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "Queue",
+                    "metadata": {"name": name},
+                    "spec": {"weight": 1},
+                }
+                for name in QUEUE_NAMES
+            ]
+        )
         outage = Outage(int(sandbox.url.rsplit(":", 1)[1]))
         await outage.up()
         settings = SidecarSettings(listen_port=0, metrics_port=0, flush_interval=0.2)
-        async with sidecar_running(Cluster(f"http://127.0.0.1:{outage.port}"), settings) as sc, \
-                aiohttp.ClientSession() as session:
+        async with (
+            sidecar_running(Cluster(f"http://127.0.0.1:{outage.port}"), settings) as sc,
+            aiohttp.ClientSession() as session,
+        ):
             bases = {}
             for name in QUEUE_NAMES:
                 async with session.get(f"{sc.url}{Q}/{name}") as response:
@@ -263,11 +320,13 @@ async def _write_through_a_fault(fault: str) -> None:
             if fault == "down":
                 await outage.down()
             else:
-                sandbox.set_faults({
-                    "503": FaultRule(verbs=frozenset({"patch"}), error_rate=1.0),
-                    "429": FaultRule(verbs=frozenset({"patch"}), throttle_rate=1.0),
-                    "slow": FaultRule(verbs=frozenset({"patch"}), latency=2.0),
-                }[fault])
+                sandbox.set_faults(
+                    {
+                        "503": FaultRule(verbs=frozenset({"patch"}), error_rate=1.0),
+                        "429": FaultRule(verbs=frozenset({"patch"}), throttle_rate=1.0),
+                        "slow": FaultRule(verbs=frozenset({"patch"}), latency=2.0),
+                    }[fault]
+                )
             window = 10.0 if fault == "down" else 4.0
             for n in range(1, int(window / 0.1) + 1):
                 await write_all(n)
@@ -280,23 +339,28 @@ async def _write_through_a_fault(fault: str) -> None:
             want = {"pending": last, "running": last % 7}
 
             def converged() -> bool:
-                return all(sandbox.store.get(QUEUES, "", name).object().get("status") == want
-                           for name in QUEUE_NAMES)
+                return all(
+                    sandbox.store.get(QUEUES, "", name).object().get("status") == want
+                    for name in QUEUE_NAMES
+                )
 
             for _ in range(200):
                 if converged():
                     break
                 await asyncio.sleep(0.1)
-            assert converged(), {name: sandbox.store.get(QUEUES, "", name).object().get("status")
-                                 for name in QUEUE_NAMES}
+            assert converged(), {
+                name: sandbox.store.get(QUEUES, "", name).object().get("status")
+                for name in QUEUE_NAMES
+            }
         await outage.down()
 
 
 @pytest.mark.slow
 async def test_no_pending_write_is_lost_through_upstream_errors_throttling_slowness_or_outage():
     # The four faults run side by side, each on its own sandbox, to keep the suite short.
-    await asyncio.gather(*(_write_through_a_fault(fault)
-                           for fault in ("503", "429", "slow", "down")))
+    await asyncio.gather(
+        *(_write_through_a_fault(fault) for fault in ("503", "429", "slow", "down"))
+    )
 
 
 def _legacy_client(maximum: ssl.TLSVersion) -> ssl.SSLContext:
@@ -313,8 +377,12 @@ def _legacy_client(maximum: ssl.TLSVersion) -> ssl.SSLContext:
 
 async def test_a_tls_1_1_client_is_refused_and_the_same_client_on_tls_1_2_is_served(certs):
     config = without_node_cache()
-    async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0),
-                       server_context(certs.cert_file, certs.key_file)) as (port, _):
+    async with running(
+        config,
+        Listen("127.0.0.1", 0),
+        Listen("127.0.0.1", 0),
+        server_context(certs.cert_file, certs.key_file),
+    ) as (port, _):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             old = _legacy_client(ssl.TLSVersion.TLSv1_1)
@@ -324,7 +392,8 @@ async def test_a_tls_1_1_client_is_refused_and_the_same_client_on_tls_1_2_is_ser
             writer.close()
         assert "NO_PROTOCOLS_AVAILABLE" not in str(info.value)
         _, writer = await asyncio.open_connection(
-            "127.0.0.1", port, ssl=_legacy_client(ssl.TLSVersion.TLSv1_2))
+            "127.0.0.1", port, ssl=_legacy_client(ssl.TLSVersion.TLSv1_2)
+        )
         assert writer.get_extra_info("ssl_object").version() == "TLSv1.2"
         writer.close()
 
@@ -340,13 +409,17 @@ async def test_a_certificate_swap_under_load_fails_no_request(tmp_path):
         watcher = asyncio.create_task(reloader.watch(interval=0.05))
 
         async def client(keep_alive: bool, until: float) -> None:
-            connector = aiohttp.TCPConnector(ssl=client_context(made.ca_file),
-                                             force_close=not keep_alive)
+            connector = aiohttp.TCPConnector(
+                ssl=client_context(made.ca_file), force_close=not keep_alive
+            )
             async with aiohttp.ClientSession(connector=connector) as session:
                 while asyncio.get_running_loop().time() < until:
                     try:
-                        async with session.post(f"https://127.0.0.1:{port}/validate", json=body,
-                                                server_hostname=HOSTNAME) as response:
+                        async with session.post(
+                            f"https://127.0.0.1:{port}/validate",
+                            json=body,
+                            server_hostname=HOSTNAME,
+                        ) as response:
                             answered.append(response.status)
                             await response.read()
                     except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
@@ -356,7 +429,8 @@ async def test_a_certificate_swap_under_load_fails_no_request(tmp_path):
             """Which certificate a new connection gets, every 20 ms."""
             while asyncio.get_running_loop().time() < until:
                 _, writer = await asyncio.open_connection(
-                    "127.0.0.1", port, ssl=client_context(made.ca_file), server_hostname=HOSTNAME)
+                    "127.0.0.1", port, ssl=client_context(made.ca_file), server_hostname=HOSTNAME
+                )
                 der = writer.get_extra_info("ssl_object").getpeercert(True)
                 serials.add(x509.load_der_x509_certificate(der).serial_number)
                 writer.close()

@@ -26,12 +26,18 @@ from volcano_guard.guarded_sandbox import (
 pytestmark = pytest.mark.slow
 SEED = [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
-    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
-     "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}},
+    {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "node-1"},
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
+    },
 ]
 # What the tests change from the shipped config (deploy/base/config.yaml).
-VARIANT: dict[str, Any] = {"resourceRequests": {"defaults": {"cpu": "100m", "memory": "128Mi"}},
-           "nodeName": {"action": "rewrite", "bindingGuard": {"mode": "enforce"}}}
+VARIANT: dict[str, Any] = {
+    "resourceRequests": {"defaults": {"cpu": "100m", "memory": "128Mi"}},
+    "nodeName": {"action": "rewrite", "bindingGuard": {"mode": "enforce"}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +59,16 @@ def variant(tools, tmp_path_factory) -> Iterator[GuardedSandbox]:
         yield cluster
 
 
-def volcano_pod(name: str, requests: dict[str, str] | None = None,
-                **spec: Any) -> dict[str, Any]:
+def volcano_pod(name: str, requests: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "worker", "image": "busybox"}
     if requests is not None:
         container["resources"] = {"requests": requests}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "team-a"},
-            "spec": {"schedulerName": "volcano", "containers": [container], **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"schedulerName": "volcano", "containers": [container], **spec},
+    }
 
 
 REQUESTS = {"cpu": "1", "memory": "1Gi"}
@@ -68,29 +76,46 @@ REQUESTS = {"cpu": "1", "memory": "1Gi"}
 
 def refused_by_policy(policy: str) -> str:
     """How kubectl prints a ValidatingAdmissionPolicy's denial (the binding has its name)."""
-    return (f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request: ")
+    return f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request: "
 
 
 def test_a_volcano_pod_without_requests_is_refused_with_the_guards_message(shipped):
     result = shipped.create(volcano_pod("no-requests"), check=False)
     assert result.returncode != 0
-    assert (refused_by_policy("volcano-guard-resource-requests")
-            + 'Pod "team-a/no-requests": container "worker" has no cpu request') in result.stderr
-    assert shipped.kubectl("get", "pod", "no-requests", "-n", "team-a",
-                           check=False).returncode != 0
-    assert "pod/with-requests created" in shipped.create(
-        volcano_pod("with-requests", REQUESTS)).stdout
+    assert (
+        refused_by_policy("volcano-guard-resource-requests")
+        + 'Pod "team-a/no-requests": container "worker" has no cpu request'
+    ) in result.stderr
+    assert shipped.kubectl("get", "pod", "no-requests", "-n", "team-a", check=False).returncode != 0
+    assert (
+        "pod/with-requests created" in shipped.create(volcano_pod("with-requests", REQUESTS)).stdout
+    )
 
 
 def test_volcano_jobs_and_cronjobs_with_a_task_missing_memory_are_refused(shipped):
-    task = {"name": "worker", "replicas": 2, "template": {"spec": {"containers": [
-        {"name": "tf", "image": "tf", "resources": {"requests": {"cpu": "1"}}}]}}}
-    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-           "metadata": {"name": "mnist", "namespace": "team-a"},
-           "spec": {"schedulerName": "volcano", "tasks": [task]}}
-    cronjob = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "CronJob",
-               "metadata": {"name": "nightly", "namespace": "team-a"},
-               "spec": {"schedule": "0 2 * * *", "jobTemplate": {"spec": job["spec"]}}}
+    task = {
+        "name": "worker",
+        "replicas": 2,
+        "template": {
+            "spec": {
+                "containers": [
+                    {"name": "tf", "image": "tf", "resources": {"requests": {"cpu": "1"}}}
+                ]
+            }
+        },
+    }
+    job = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "mnist", "namespace": "team-a"},
+        "spec": {"schedulerName": "volcano", "tasks": [task]},
+    }
+    cronjob = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "team-a"},
+        "spec": {"schedule": "0 2 * * *", "jobTemplate": {"spec": job["spec"]}},
+    }
     for obj in (job, cronjob):
         result = shipped.create(obj, check=False)
         assert result.returncode != 0, obj["kind"]
@@ -100,21 +125,32 @@ def test_volcano_jobs_and_cronjobs_with_a_task_missing_memory_are_refused(shippe
 def test_a_pod_bound_by_node_name_to_a_managed_node_is_refused(shipped):
     result = shipped.create(volcano_pod("pinned", REQUESTS, nodeName="node-1"), check=False)
     assert result.returncode != 0
-    assert (refused_by_policy("volcano-guard-node-name")
-            + 'Pod "team-a/pinned" sets spec.nodeName "node-1"') in result.stderr
+    assert (
+        refused_by_policy("volcano-guard-node-name")
+        + 'Pod "team-a/pinned" sets spec.nodeName "node-1"'
+    ) in result.stderr
 
 
 MIRROR = {"kubernetes.io/config.mirror": "mirror-hash"}
-DAEMONSET_OWNER = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
-                   "uid": "6c8e8b0e-0000-4000-8000-000000000001", "controller": True}
+DAEMONSET_OWNER = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "name": "agent",
+    "uid": "6c8e8b0e-0000-4000-8000-000000000001",
+    "controller": True,
+}
 
 
-@pytest.mark.parametrize(("name", "metadata", "token"), [
-    ("mirror", {"annotations": MIRROR}, "node-1"),
-    ("daemon", {"ownerReferences": [DAEMONSET_OWNER]}, "daemonsets"),
-])
-def test_a_pod_pinned_to_a_node_is_exempt_only_when_its_creator_vouches(shipped, name, metadata,
-                                                                         token):
+@pytest.mark.parametrize(
+    ("name", "metadata", "token"),
+    [
+        ("mirror", {"annotations": MIRROR}, "node-1"),
+        ("daemon", {"ownerReferences": [DAEMONSET_OWNER]}, "daemonsets"),
+    ],
+)
+def test_a_pod_pinned_to_a_node_is_exempt_only_when_its_creator_vouches(
+    shipped, name, metadata, token
+):
     pinned = volcano_pod(name, {"cpu": "64", "memory": "1Gi"}, nodeName="node-1")
     pinned["metadata"].update(metadata)
     forged = shipped.create(pinned, token="admin", check=False)  # a user writing the fields
@@ -124,9 +160,12 @@ def test_a_pod_pinned_to_a_node_is_exempt_only_when_its_creator_vouches(shipped,
 
 
 def test_a_stale_podgroup_delete_is_refused_and_a_uid_preconditioned_one_allowed(shipped):
-    podgroup = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-                "metadata": {"name": "pg-train", "namespace": "team-a"},
-                "spec": {"minMember": 1}}
+    podgroup = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg-train", "namespace": "team-a"},
+        "spec": {"minMember": 1},
+    }
     shipped.create(podgroup)
     stamped = shipped.get("podgroup", "pg-train", "-n", "team-a")
     assert stamped["metadata"]["annotations"]["volcano-guard.io/generation-id"]
@@ -135,22 +174,33 @@ def test_a_stale_podgroup_delete_is_refused_and_a_uid_preconditioned_one_allowed
     shipped.create(member)
     refused = shipped.kubectl("delete", "podgroup", "pg-train", "-n", "team-a", check=False)
     assert refused.returncode != 0 and "UID precondition" in refused.stderr
-    options = {"kind": "DeleteOptions", "apiVersion": "v1",
-               "preconditions": {"uid": stamped["metadata"]["uid"]}}
+    options = {
+        "kind": "DeleteOptions",
+        "apiVersion": "v1",
+        "preconditions": {"uid": stamped["metadata"]["uid"]},
+    }
     path = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/pg-train"
     (shipped.directory / "delete.json").write_text(json.dumps(options))
     shipped.kubectl("delete", "--raw", path, "-f", str(shipped.directory / "delete.json"))
-    assert shipped.kubectl("get", "podgroup", "pg-train", "-n", "team-a",
-                           check=False).returncode != 0
+    assert (
+        shipped.kubectl("get", "podgroup", "pg-train", "-n", "team-a", check=False).returncode != 0
+    )
 
 
 def owned_pod(name: str, owner: dict[str, Any]) -> dict[str, Any]:
     """A pod as the owner's controller makes it from its template."""
     pod = volcano_pod(name, REQUESTS)
     pod["metadata"]["labels"] = owner["spec"]["selector"]["matchLabels"]
-    pod["metadata"]["ownerReferences"] = [{
-        "apiVersion": "apps/v1", "kind": owner["kind"], "name": owner["metadata"]["name"],
-        "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": owner["kind"],
+            "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     return pod
 
 
@@ -160,35 +210,68 @@ def grouped(cluster: GuardedSandbox, owner: dict[str, Any], pod_name: str) -> di
     it by a strategic merge patch. The stored PodGroup."""
     group = f"podgroup-{owner['metadata']['uid']}"
     cluster.create(owned_pod(pod_name, owner))
-    cluster.create({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-                    "metadata": {"name": group, "namespace": "team-a",
-                                 "ownerReferences": owned_pod("x", owner)["metadata"][
-                                     "ownerReferences"]},
-                    "spec": {"minMember": 1}})
-    cluster.kubectl("patch", "pod", pod_name, "-n", "team-a", "--type=strategic", "-p",
-                    json.dumps({"metadata": {"annotations": {
-                        "scheduling.k8s.io/group-name": group}}}))
+    cluster.create(
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {
+                "name": group,
+                "namespace": "team-a",
+                "ownerReferences": owned_pod("x", owner)["metadata"]["ownerReferences"],
+            },
+            "spec": {"minMember": 1},
+        }
+    )
+    cluster.kubectl(
+        "patch",
+        "pod",
+        pod_name,
+        "-n",
+        "team-a",
+        "--type=strategic",
+        "-p",
+        json.dumps({"metadata": {"annotations": {"scheduling.k8s.io/group-name": group}}}),
+    )
     return cluster.get("podgroup", group, "-n", "team-a")
 
 
-@pytest.mark.parametrize(("kind", "pod_name"), [("StatefulSet", "web-0"),
-                                                ("ReplicaSet", "web-7d4f9")])
+@pytest.mark.parametrize(
+    ("kind", "pod_name"), [("StatefulSet", "web-0"), ("ReplicaSet", "web-7d4f9")]
+)
 def test_a_stale_replicas_zero_delete_after_scaling_back_up_is_refused(shipped, kind, pod_name):
     """Volcano's PodGroup controller deletes podgroup-<uid> by name, with no preconditions,
     whenever it handles its owner at replicas 0 (addStatefulSet, addReplicaSet; #5972): scaled
     1 -> 0 -> 1, a late or retried such delete would take the new pod's PodGroup."""
     name = f"web-{kind.lower()}"
-    shipped.create({"apiVersion": "apps/v1", "kind": kind,
-                    "metadata": {"name": name, "namespace": "team-a"},
-                    "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                             "template": {"metadata": {"labels": {"app": name}},
-                                          "spec": volcano_pod("t", REQUESTS)["spec"]}}})
+    shipped.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": kind,
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": volcano_pod("t", REQUESTS)["spec"],
+                },
+            },
+        }
+    )
     owner = shipped.get(kind.lower(), name, "-n", "team-a")
     first = grouped(shipped, owner, pod_name)
 
     def scale(replicas: int) -> None:
-        shipped.kubectl("patch", kind.lower(), name, "-n", "team-a", "--type=merge", "-p",
-                        json.dumps({"spec": {"replicas": replicas}}))
+        shipped.kubectl(
+            "patch",
+            kind.lower(),
+            name,
+            "-n",
+            "team-a",
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"replicas": replicas}}),
+        )
 
     scale(0)  # its pod goes, and Volcano deletes the PodGroup: no live member, allowed
     shipped.kubectl("delete", "pod", pod_name, "-n", "team-a")
@@ -197,14 +280,16 @@ def test_a_stale_replicas_zero_delete_after_scaling_back_up_is_refused(shipped, 
     second = grouped(shipped, owner, pod_name)
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
 
-    stale = shipped.kubectl("delete", "podgroup", second["metadata"]["name"], "-n", "team-a",
-                            check=False)  # the replicas == 0 event, handled late
+    stale = shipped.kubectl(
+        "delete", "podgroup", second["metadata"]["name"], "-n", "team-a", check=False
+    )  # the replicas == 0 event, handled late
     assert stale.returncode != 0 and pod_name in stale.stderr, stale.stderr
     kept = shipped.get("podgroup", second["metadata"]["name"], "-n", "team-a")
     assert kept["metadata"]["uid"] == second["metadata"]["uid"]
     pod = shipped.get("pod", pod_name, "-n", "team-a")
-    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == kept[
-        "metadata"]["name"]
+    assert (
+        pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == kept["metadata"]["name"]
+    )
 
 
 def test_a_labelled_pod_is_created_with_the_sidecar_in_it(shipped):
@@ -212,8 +297,9 @@ def test_a_labelled_pod_is_created_with_the_sidecar_in_it(shipped):
     pod["metadata"]["labels"] = {"volcano-guard.io/inject": "true"}
     shipped.create(pod)
     created = shipped.get("pod", "controller", "-n", "team-a")
-    names = [c["name"] for c in created["spec"].get("initContainers", [])
-             + created["spec"]["containers"]]
+    names = [
+        c["name"] for c in created["spec"].get("initContainers", []) + created["spec"]["containers"]
+    ]
     assert any("volcano-guard" in name for name in names), names
 
 
@@ -221,7 +307,9 @@ def test_defaults_filled_in_by_mutate_are_stored(variant):
     variant.create(volcano_pod("defaulted"))
     stored = variant.get("pod", "defaulted", "-n", "team-a")
     assert stored["spec"]["containers"][0]["resources"]["requests"] == {
-        "cpu": "100m", "memory": "128Mi"}
+        "cpu": "100m",
+        "memory": "128Mi",
+    }
 
 
 def test_in_rewrite_mode_a_node_name_becomes_a_node_affinity(variant):
@@ -233,25 +321,40 @@ def test_in_rewrite_mode_a_node_name_becomes_a_node_affinity(variant):
 
 def test_a_binding_by_another_schedulers_user_is_refused(variant):
     variant.create(volcano_pod("to-bind", REQUESTS))
-    binding = {"apiVersion": "v1", "kind": "Binding",
-               "metadata": {"name": "to-bind", "namespace": "team-a"},
-               "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}}
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "to-bind", "namespace": "team-a"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"},
+    }
     path = "/api/v1/namespaces/team-a/pods/to-bind/binding"
     (variant.directory / "binding.json").write_text(json.dumps(binding))
-    refused = variant.kubectl("create", "--raw", path, "-f",
-                              str(variant.directory / "binding.json"), token="other",
-                              check=False)
+    refused = variant.kubectl(
+        "create",
+        "--raw",
+        path,
+        "-f",
+        str(variant.directory / "binding.json"),
+        token="other",
+        check=False,
+    )
     assert refused.returncode != 0 and OTHER_SCHEDULER in refused.stderr
-    variant.kubectl("create", "--raw", path, "-f", str(variant.directory / "binding.json"),
-                    token="volcano")
+    variant.kubectl(
+        "create", "--raw", path, "-f", str(variant.directory / "binding.json"), token="volcano"
+    )
     assert variant.get("pod", "to-bind", "-n", "team-a")["spec"]["nodeName"] == "node-1"
 
 
-PLAIN = {"apiVersion": "v1", "kind": "Pod",
-         "metadata": {"name": "web-7d4f9-abcde", "namespace": "team-a", "labels": {"app": "web"}},
-         "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
-OUTAGE_SEED = [*SEED, {"apiVersion": "v1", "kind": "Namespace",
-                       "metadata": {"name": VOLCANO_NAMESPACE}}]
+PLAIN = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "web-7d4f9-abcde", "namespace": "team-a", "labels": {"app": "web"}},
+    "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+}
+OUTAGE_SEED = [
+    *SEED,
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": VOLCANO_NAMESPACE}},
+]
 
 
 def test_with_the_webhook_down_the_api_server_still_refuses_what_the_guard_would(tools, tmp_path):
@@ -262,11 +365,14 @@ def test_with_the_webhook_down_the_api_server_still_refuses_what_the_guard_would
         refused = cluster.create(volcano_pod("no-requests"), check=False)
         assert refused.returncode != 0
         assert refused_by_policy("volcano-guard-resource-requests") in refused.stderr
-        negative = cluster.create(volcano_pod("negative", {"cpu": "-1", "memory": "1Gi"}),
-                                  check=False)
+        negative = cluster.create(
+            volcano_pod("negative", {"cpu": "-1", "memory": "1Gi"}), check=False
+        )
         assert negative.returncode != 0
-        assert ('The Pod "negative" is invalid: spec.containers[0].resources.requests[cpu]: '
-                'Invalid value: "-1": must be greater than or equal to 0') in negative.stderr
+        assert (
+            'The Pod "negative" is invalid: spec.containers[0].resources.requests[cpu]: '
+            'Invalid value: "-1": must be greater than or equal to 0'
+        ) in negative.stderr
         pinned = cluster.create(volcano_pod("pinned", REQUESTS, nodeName="node-1"), check=False)
         assert pinned.returncode != 0
         assert refused_by_policy("volcano-guard-node-name") in pinned.stderr
@@ -278,15 +384,24 @@ def test_with_the_webhook_down_the_api_server_still_refuses_what_the_guard_would
             assert " created" in cluster.create(pod).stdout
         for workload in CONTROL_PLANE:
             assert " created" in cluster.create(control_plane_pod(*workload)).stdout
-        labelled = {**PLAIN, "metadata": {"name": "labelled", "namespace": "team-a",
-                                          "labels": {"volcano-guard.io/inject": "true"}}}
+        labelled = {
+            **PLAIN,
+            "metadata": {
+                "name": "labelled",
+                "namespace": "team-a",
+                "labels": {"volcano-guard.io/inject": "true"},
+            },
+        }
         cluster.create(labelled)
         stored = cluster.get("pod", "labelled", "-n", "team-a")
         assert [c["name"] for c in stored["spec"]["containers"]] == ["web"]
         # PodGroups wait for the guard: their generation id may not be skipped.
-        podgroup = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-                    "metadata": {"name": "mnist", "namespace": "team-a"},
-                    "spec": {"minMember": 1}}
+        podgroup = {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "mnist", "namespace": "team-a"},
+            "spec": {"minMember": 1},
+        }
         waiting = cluster.create(podgroup, check=False)
         assert waiting.returncode != 0 and "failed calling webhook" in waiting.stderr
 
@@ -303,16 +418,26 @@ def test_without_the_policies_the_validating_webhook_fails_closed(tools, tmp_pat
 
 
 def test_with_managed_node_selectors_the_published_states_hold_while_the_webhook_is_down(
-        tools, tmp_path):
-    config = with_policy_changes(shipped_config(), {
-        "nodeName": {"managedNodeSelectors": ["volcano.sh/role:train"]}})
-    seed = [*SEED, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "volcano-guard"}},
-            {"apiVersion": "v1", "kind": "Node", "metadata": {
-                "name": "gpu-1", "labels": {"volcano.sh/role": "train"}}}]
+    tools, tmp_path
+):
+    config = with_policy_changes(
+        shipped_config(), {"nodeName": {"managedNodeSelectors": ["volcano.sh/role:train"]}}
+    )
+    seed = [
+        *SEED,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "volcano-guard"}},
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "gpu-1", "labels": {"volcano.sh/role": "train"}},
+        },
+    ]
     with guarded_sandbox(tmp_path, seed, config) as cluster:
+
         def published() -> dict[str, str]:
-            listed = cluster.get("configmaps", "-n", "volcano-guard", "-l",
-                                 "volcano-guard.io/params=node-states")
+            listed = cluster.get(
+                "configmaps", "-n", "volcano-guard", "-l", "volcano-guard.io/params=node-states"
+            )
             return {n: s for item in listed["items"] for n, s in item.get("data", {}).items()}
 
         deadline = time.monotonic() + 30
@@ -322,9 +447,12 @@ def test_with_managed_node_selectors_the_published_states_hold_while_the_webhook
         cluster.stop_webhook()
         managed = cluster.create(volcano_pod("on-gpu", REQUESTS, nodeName="gpu-1"), check=False)
         assert managed.returncode != 0
-        assert (refused_by_policy("volcano-guard-node-name") + 'Pod "team-a/on-gpu" sets '
-                'spec.nodeName "gpu-1": the node is managed') in managed.stderr
+        assert (
+            refused_by_policy("volcano-guard-node-name") + 'Pod "team-a/on-gpu" sets '
+            'spec.nodeName "gpu-1": the node is managed'
+        ) in managed.stderr
         ghost = cluster.create(volcano_pod("on-ghost", REQUESTS, nodeName="ghost"), check=False)
         assert ghost.returncode != 0 and "the node is not known to volcano-guard" in ghost.stderr
-        assert " created" in cluster.create(
-            volcano_pod("on-cpu", REQUESTS, nodeName="node-1")).stdout
+        assert (
+            " created" in cluster.create(volcano_pod("on-cpu", REQUESTS, nodeName="node-1")).stdout
+        )

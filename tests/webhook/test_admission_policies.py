@@ -42,22 +42,36 @@ from volcano_guard.webhook.review import (
 )
 
 # Every node the corpus names exists; with managedNodeSelectors, the train ones are managed.
-NODE_LABELS = {"gpu-1": {"volcano.sh/role": "train"}, "cpu-1": {"volcano.sh/role": "train"},
-               "web-1": {"role": "web"}}
+NODE_LABELS = {
+    "gpu-1": {"volcano.sh/role": "train"},
+    "cpu-1": {"volcano.sh/role": "train"},
+    "web-1": {"role": "web"},
+}
 NODE_NAMES = tuple(NODE_LABELS)
 SELECTORS = {"managedNodeSelectors": ["volcano.sh/role:train"]}
 DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 CONFIGS: dict[str, dict[str, Any]] = {
     "default": {"validatingAdmissionPolicies": True},
     "gpus, warn, exemptions": {
-        "validatingAdmissionPolicies": True, "volcanoSchedulerNames": ["volcano", "batch"],
-        "policies": {"resourceRequests": {"resources": ["cpu", "nvidia.com/gpu"]},
-                     "nodeName": {"mode": "warn", "exemptUsers": ["ops"],
-                                  "exemptGroups": ["admins"], "allowDaemonSets": False}}},
+        "validatingAdmissionPolicies": True,
+        "volcanoSchedulerNames": ["volcano", "batch"],
+        "policies": {
+            "resourceRequests": {"resources": ["cpu", "nvidia.com/gpu"]},
+            "nodeName": {
+                "mode": "warn",
+                "exemptUsers": ["ops"],
+                "exemptGroups": ["admins"],
+                "allowDaemonSets": False,
+            },
+        },
+    },
     # The node states published as params, split over several ConfigMaps (STATES_LIMIT).
     "selectors": {"policies": {"nodeName": {**SELECTORS, "bindingGuard": {"mode": "enforce"}}}},
-    "selectors, unknown nodes allowed": {"policies": {"nodeName": {
-        **SELECTORS, "unknownNodes": "allow", "bindingGuard": {"mode": "enforce"}}}},
+    "selectors, unknown nodes allowed": {
+        "policies": {
+            "nodeName": {**SELECTORS, "unknownNodes": "allow", "bindingGuard": {"mode": "enforce"}}
+        }
+    },
 }
 STATES_LIMIT = 20  # bytes of states a ConfigMap holds here: one or two nodes each
 
@@ -68,6 +82,7 @@ def config_of(name: str) -> Config:
 
 # -- what manifests prints ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_manifests_prints_policies_valid_for_1_30_that_compile(name, tmp_path, capsys):
     config = tmp_path / "config.yaml"
@@ -77,8 +92,11 @@ def test_manifests_prints_policies_valid_for_1_30_that_compile(name, tmp_path, c
     vaps = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
     bindings = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert {v["metadata"]["name"] for v in vaps} == {
-        "volcano-guard-resource-requests", "volcano-guard-volcano-resource-requests",
-        "volcano-guard-node-name", "volcano-guard-bindings"}
+        "volcano-guard-resource-requests",
+        "volcano-guard-volcano-resource-requests",
+        "volcano-guard-node-name",
+        "volcano-guard-bindings",
+    }
     assert {b["spec"]["policyName"] for b in bindings} == {v["metadata"]["name"] for v in vaps}
     for document in vaps + bindings:
         kubernetes_validate.validate(document, "1.30.0", strict=True)
@@ -88,57 +106,88 @@ def test_manifests_prints_policies_valid_for_1_30_that_compile(name, tmp_path, c
 
 def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
     warn = config_of("gpus, warn, exemptions")
-    actions = {b["metadata"]["name"]: b["spec"]["validationActions"]
-               for b in admission_policies(warn) if b["kind"].endswith("Binding")}
-    assert actions == {"volcano-guard-resource-requests": ["Deny"],
-                       "volcano-guard-volcano-resource-requests": ["Deny"],
-                       "volcano-guard-node-name": ["Warn"], "volcano-guard-bindings": ["Audit"]}
+    actions = {
+        b["metadata"]["name"]: b["spec"]["validationActions"]
+        for b in admission_policies(warn)
+        if b["kind"].endswith("Binding")
+    }
+    assert actions == {
+        "volcano-guard-resource-requests": ["Deny"],
+        "volcano-guard-volcano-resource-requests": ["Deny"],
+        "volcano-guard-node-name": ["Warn"],
+        "volcano-guard-bindings": ["Audit"],
+    }
     assert admission_policies(config_from_dict({"validatingAdmissionPolicies": False})) == []
-    off = config_from_dict({"validatingAdmissionPolicies": True, "policies": {
-        "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}}}})
-    assert [p["metadata"]["name"] for p in admission_policies(off)
-            if p["kind"] == "ValidatingAdmissionPolicy"] == [
-        "volcano-guard-resource-requests", "volcano-guard-volcano-resource-requests"]
+    off = config_from_dict(
+        {
+            "validatingAdmissionPolicies": True,
+            "policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}}},
+        }
+    )
+    assert [
+        p["metadata"]["name"]
+        for p in admission_policies(off)
+        if p["kind"] == "ValidatingAdmissionPolicy"
+    ] == ["volcano-guard-resource-requests", "volcano-guard-volcano-resource-requests"]
 
 
 def test_with_managed_node_selectors_the_node_checks_read_the_published_states():
-    policies = {p["metadata"]["name"]: p for p in admission_policies(config_of("selectors"))
-                if p["kind"] == "ValidatingAdmissionPolicy"}
+    policies = {
+        p["metadata"]["name"]: p
+        for p in admission_policies(config_of("selectors"))
+        if p["kind"] == "ValidatingAdmissionPolicy"
+    }
     for name in ("volcano-guard-node-name", "volcano-guard-bindings"):
         assert policies[name]["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
-    binding = next(p for p in admission_policies(config_of("selectors"))
-                   if p["kind"] == "ValidatingAdmissionPolicyBinding"
-                   and p["spec"]["policyName"] == "volcano-guard-node-name")
+    binding = next(
+        p
+        for p in admission_policies(config_of("selectors"))
+        if p["kind"] == "ValidatingAdmissionPolicyBinding"
+        and p["spec"]["policyName"] == "volcano-guard-node-name"
+    )
     assert binding["spec"]["paramRef"] == {
-        "namespace": "volcano-guard", "parameterNotFoundAction": "Allow",
-        "selector": {"matchLabels": {"volcano-guard.io/params": "node-states"}}}
+        "namespace": "volcano-guard",
+        "parameterNotFoundAction": "Allow",
+        "selector": {"matchLabels": {"volcano-guard.io/params": "node-states"}},
+    }
     assert len(published_states(config_of("selectors"))) > 1  # the corpus spans ranges
 
 
 # -- the same verdicts ---------------------------------------------------------------------------
 
 # kind -> (API group, version, resource, subresource) of a CREATE of it.
-SENT_AS = {"Pod": ("", "v1", "pods", ""), "Binding": ("", "v1", "pods", "binding"),
-           "Job": ("batch.volcano.sh", "v1alpha1", "jobs", ""),
-           "CronJob": ("batch.volcano.sh", "v1alpha1", "cronjobs", ""),
-           "JobTemplate": ("flow.volcano.sh", "v1alpha1", "jobtemplates", "")}
+SENT_AS = {
+    "Pod": ("", "v1", "pods", ""),
+    "Binding": ("", "v1", "pods", "binding"),
+    "Job": ("batch.volcano.sh", "v1alpha1", "jobs", ""),
+    "CronJob": ("batch.volcano.sh", "v1alpha1", "cronjobs", ""),
+    "JobTemplate": ("flow.volcano.sh", "v1alpha1", "jobtemplates", ""),
+}
 
 
-def webhook_evaluation(config: Config, obj: dict[str, Any], user: str,
-                       groups: tuple[str, ...]) -> Any:
+def webhook_evaluation(
+    config: Config, obj: dict[str, Any], user: str, groups: tuple[str, ...]
+) -> Any:
     """The webhook's policies on obj's CREATE by user, every node of NODE_NAMES known."""
     group, version, resource, subresource = SENT_AS[obj["kind"]]
     request = AdmissionRequest(
-        uid="u", kind=GroupVersionKind(group, version, obj["kind"]),
-        resource=GroupVersionResource(group, version, resource), operation="CREATE",
-        sub_resource=subresource, namespace=obj["metadata"]["namespace"],
-        name=obj["metadata"]["name"], user=UserInfo(user, groups), object=obj)
+        uid="u",
+        kind=GroupVersionKind(group, version, obj["kind"]),
+        resource=GroupVersionResource(group, version, resource),
+        operation="CREATE",
+        sub_resource=subresource,
+        namespace=obj["metadata"]["namespace"],
+        name=obj["metadata"]["name"],
+        user=UserInfo(user, groups),
+        object=obj,
+    )
     nodes = static_snapshot(NODE_LABELS)
     return evaluate("validate", request, PolicyContext(config, {NODES: nodes}))
 
 
-def webhook_verdict(config: Config, pod: dict[str, Any], user: str,
-                    groups: tuple[str, ...]) -> tuple[bool, dict[str, str]]:
+def webhook_verdict(
+    config: Config, pod: dict[str, Any], user: str, groups: tuple[str, ...]
+) -> tuple[bool, dict[str, str]]:
     """(allowed, the first reason of each policy that denies, without its field path)."""
     evaluation = webhook_evaluation(config, pod, user, groups)
     reasons = {}
@@ -146,13 +195,17 @@ def webhook_verdict(config: Config, pod: dict[str, Any], user: str,
         if result.verdict.violations and result.mode == "enforce":
             first = result.verdict.violations[0]
             path = first.find(" (spec.")
-            reasons[result.policy] = (first[:path] + first[first.index(")", path) + 1:]
-                                      if path >= 0 else first)
+            reasons[result.policy] = (
+                first[:path] + first[first.index(")", path) + 1 :] if path >= 0 else first
+            )
     return evaluation.decision.allowed, reasons
 
 
-def published_states(config: Config, labels: Mapping[str, Mapping[str, str]] = NODE_LABELS,
-                     existing: list[NodeRange] | None = None) -> list[dict[str, Any]]:
+def published_states(
+    config: Config,
+    labels: Mapping[str, Mapping[str, str]] = NODE_LABELS,
+    existing: list[NodeRange] | None = None,
+) -> list[dict[str, Any]]:
     """The node-state ConfigMaps the guard publishes for these nodes, as they are once its
     writes are done."""
     ranges = {r.start: r for r in existing or []}
@@ -163,39 +216,62 @@ def published_states(config: Config, labels: Mapping[str, Mapping[str, str]] = N
 
 def params_of(configmaps: list[dict[str, Any]]) -> plugin.ParamLookup:
     """The sandbox's params lookup over these ConfigMaps (the only paramKind used)."""
+
     def lookup(api_version: str, kind: str) -> plugin.ParamSource | None:
         if (api_version, kind) != ("v1", "ConfigMap"):
             return None
-        return plugin.ParamSource(True, lambda namespace: [
-            c for c in configmaps if c["metadata"]["namespace"] == namespace])
+        return plugin.ParamSource(
+            True,
+            lambda namespace: [c for c in configmaps if c["metadata"]["namespace"] == namespace],
+        )
+
     return lookup
 
 
-def in_server_verdict(config: Config, obj: dict[str, Any], user: str,
-                      groups: tuple[str, ...],
-                      params: list[dict[str, Any]] | None = None) -> tuple[bool, str, list[str]]:
+def in_server_verdict(
+    config: Config,
+    obj: dict[str, Any],
+    user: str,
+    groups: tuple[str, ...],
+    params: list[dict[str, Any]] | None = None,
+) -> tuple[bool, str, list[str]]:
     """(allowed, the denial's message, warnings) from the sandbox's admission-policy plugin,
     the node states published for NODE_LABELS (or these ConfigMaps) as params."""
     group, version, resource, subresource = SENT_AS[obj["kind"]]
     objects = admission_policies(config)
     attributes = Attributes(
-        operation="CREATE", group=group, version=version, resource=resource,
-        subresource=subresource, kind=(group, version, obj["kind"]),
-        namespace=obj["metadata"]["namespace"], name=obj["metadata"]["name"],
-        user=User(user, "", groups), object=obj)
+        operation="CREATE",
+        group=group,
+        version=version,
+        resource=resource,
+        subresource=subresource,
+        kind=(group, version, obj["kind"]),
+        namespace=obj["metadata"]["namespace"],
+        name=obj["metadata"]["name"],
+        user=User(user, "", groups),
+        object=obj,
+    )
     record = Record()
     try:
-        plugin.dispatch(attributes, [o for o in objects if o["kind"].endswith("Policy")],
-                        [o for o in objects if o["kind"].endswith("Binding")],
-                        params_of(published_states(config) if params is None else params),
-                        None, record)
+        plugin.dispatch(
+            attributes,
+            [o for o in objects if o["kind"].endswith("Policy")],
+            [o for o in objects if o["kind"].endswith("Binding")],
+            params_of(published_states(config) if params is None else params),
+            None,
+            record,
+        )
     except ApiError as exc:
         return False, exc.message.split("denied request: ", 1)[1], record.warnings
     return True, "", record.warnings
 
 
-def assert_same_verdict(config: Config, pod: dict[str, Any], user: str = "alice",
-                        groups: tuple[str, ...] = ("system:authenticated",)) -> None:
+def assert_same_verdict(
+    config: Config,
+    pod: dict[str, Any],
+    user: str = "alice",
+    groups: tuple[str, ...] = ("system:authenticated",),
+) -> None:
     allowed, reasons = webhook_verdict(config, pod, user, groups)
     in_server_allowed, message, _ = in_server_verdict(config, pod, user, groups)
     assert in_server_allowed == allowed, (pod, reasons, message)
@@ -226,13 +302,22 @@ def containers(draw: Any, prefix: str) -> list[dict[str, Any]]:
 
 @st.composite
 def pods(draw: Any) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": "p-" + draw(st.sampled_from(["a", "b"])),
-                                "namespace": draw(st.sampled_from(["team-a", "kube-system"]))}
+    metadata: dict[str, Any] = {
+        "name": "p-" + draw(st.sampled_from(["a", "b"])),
+        "namespace": draw(st.sampled_from(["team-a", "kube-system"])),
+    }
     if draw(st.booleans()):
         metadata["annotations"] = {"kubernetes.io/config.mirror": "hash"}
     if draw(st.booleans()):
-        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet",
-                                        "name": "d", "uid": "u", "controller": True}]
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "name": "d",
+                "uid": "u",
+                "controller": True,
+            }
+        ]
     spec: dict[str, Any] = {"containers": draw(containers("main"))}
     init = draw(containers("init"))
     if init:
@@ -246,9 +331,15 @@ def pods(draw: Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-users = st.sampled_from([
-    ("alice", ("system:authenticated",)), ("ops", ()), ("bob", ("admins",)),
-    ("system:node:gpu-1", ("system:nodes",)), (DAEMONSET_CONTROLLER, ())])
+users = st.sampled_from(
+    [
+        ("alice", ("system:authenticated",)),
+        ("ops", ()),
+        ("bob", ("admins",)),
+        ("system:node:gpu-1", ("system:nodes",)),
+        (DAEMONSET_CONTROLLER, ()),
+    ]
+)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -259,17 +350,24 @@ def test_generated_pods_get_the_same_verdict_and_reason(name, pod, user):
 
 
 SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
-ENFORCED_BINDINGS = {**CONFIGS["default"],
-                     "policies": {"nodeName": {"bindingGuard": {"mode": "enforce"}}}}
+ENFORCED_BINDINGS = {
+    **CONFIGS["default"],
+    "policies": {"nodeName": {"bindingGuard": {"mode": "enforce"}}},
+}
 
 
 @settings(max_examples=100, deadline=None)
-@given(user=st.sampled_from([SCHEDULER, "alice", "", "other-scheduler"]),
-       node=st.sampled_from(["gpu-1", "web-1", ""]))
+@given(
+    user=st.sampled_from([SCHEDULER, "alice", "", "other-scheduler"]),
+    node=st.sampled_from(["gpu-1", "web-1", ""]),
+)
 def test_bindings_get_the_same_verdict_and_reason(user, node):
-    binding = {"apiVersion": "v1", "kind": "Binding",
-               "metadata": {"name": "p", "namespace": "team-a"},
-               "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p", "namespace": "team-a"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
     assert_same_verdict(config_from_dict(ENFORCED_BINDINGS), binding, user, ())
 
 
@@ -303,24 +401,41 @@ def test_the_examples_get_the_same_verdict_and_reason(pod, request):
 
 
 def test_a_denial_names_what_the_webhook_names():
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
-           "spec": {"schedulerName": "volcano", "containers": [
-               {"name": "ok", "image": "x", "resources": {"requests": {"cpu": "1",
-                                                                       "memory": "1Gi"}}},
-               {"name": "worker", "image": "x", "resources": {"limits": {"cpu": "1"}}}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team-a"},
+        "spec": {
+            "schedulerName": "volcano",
+            "containers": [
+                {
+                    "name": "ok",
+                    "image": "x",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                },
+                {"name": "worker", "image": "x", "resources": {"limits": {"cpu": "1"}}},
+            ],
+        },
+    }
     allowed, message, _ = in_server_verdict(config_of("default"), pod, "alice", ())
     assert not allowed
-    assert message == ('Pod "team-a/p": container "worker" has no memory request; Volcano '
-                       "accounts node resources by requests, so set resources.requests.memory "
-                       "(or a limit, which Kubernetes copies into the request)")
+    assert message == (
+        'Pod "team-a/p": container "worker" has no memory request; Volcano '
+        "accounts node resources by requests, so set resources.requests.memory "
+        "(or a limit, which Kubernetes copies into the request)"
+    )
 
 
 def test_a_node_that_does_not_exist_is_refused_by_both_for_different_reasons():
     """The API server cannot tell a node the cluster lacks: the in-server policy calls every
     named node managed (true of every node there is, with no managedNodeSelectors), where the
     webhook says the node is unknown (docs/decisions.md lists it)."""
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
-           "spec": {"nodeName": "ghost", "containers": [{"name": "c", "image": "x"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team-a"},
+        "spec": {"nodeName": "ghost", "containers": [{"name": "c", "image": "x"}]},
+    }
     allowed, reasons = webhook_verdict(config_of("default"), pod, "alice", ())
     in_server_allowed, message, _ = in_server_verdict(config_of("default"), pod, "alice", ())
     assert not allowed and not in_server_allowed
@@ -332,10 +447,12 @@ def test_a_node_that_does_not_exist_is_refused_by_both_for_different_reasons():
 
 # What a reason says, whoever words it: (object, task, container kind, container, resource,
 # problem); the values and the parser's own words are not compared.
-REASON = re.compile(r'^\w+ "(?P<object>[^"]+)" task "(?P<task>[^"]+)": (?P<kind>init container'
-                    r'|container) "(?P<container>[^"]+)" (?:has no (?P<missing>\S+) request'
-                    r'|has an? (?P<unusable>invalid|negative) (?P<resource>\S+) (?P<field>'
-                    r'request|limit)|requests (?P<over>\S+) )')
+REASON = re.compile(
+    r'^\w+ "(?P<object>[^"]+)" task "(?P<task>[^"]+)": (?P<kind>init container'
+    r'|container) "(?P<container>[^"]+)" (?:has no (?P<missing>\S+) request'
+    r"|has an? (?P<unusable>invalid|negative) (?P<resource>\S+) (?P<field>"
+    r"request|limit)|requests (?P<over>\S+) )"
+)
 
 
 def reason(text: str) -> tuple[str | None, ...]:
@@ -346,16 +463,21 @@ def reason(text: str) -> tuple[str | None, ...]:
 
 values = st.sampled_from(["500m", "3", 1, "-1", "-500m", "abc", "1.5 cores", "64Gi"])
 # A mutation of a complete container: a resource dropped, or a value replaced.
-mutations = st.tuples(st.sampled_from(["requests", "limits"]),
-                      st.sampled_from(["cpu", "memory", "gpu"]), st.one_of(st.none(), values))
+mutations = st.tuples(
+    st.sampled_from(["requests", "limits"]),
+    st.sampled_from(["cpu", "memory", "gpu"]),
+    st.one_of(st.none(), values),
+)
 
 
 @st.composite
 def task_containers(draw: Any, prefix: str) -> list[dict[str, Any]]:
     found = []
     for index in range(draw(st.integers(0 if prefix == "init" else 1, 2))):
-        resources = {"requests": {"cpu": "1", "memory": "1Gi"},
-                     "limits": {"cpu": "2", "memory": "2Gi"}}
+        resources = {
+            "requests": {"cpu": "1", "memory": "1Gi"},
+            "limits": {"cpu": "2", "memory": "2Gi"},
+        }
         for field, resource, value in draw(st.lists(mutations, max_size=2)):
             if value is None:
                 resources[field].pop(resource, None)
@@ -383,10 +505,17 @@ def volcano_objects(draw: Any) -> dict[str, Any]:
         job_spec["schedulerName"] = scheduler
     kind = draw(st.sampled_from(["CronJob", "Job", "JobTemplate"]))
     group = SENT_AS[kind][0]
-    spec = {"schedule": "0 * * * *", "jobTemplate": {"spec": job_spec}} if kind == "CronJob" \
+    spec = (
+        {"schedule": "0 * * * *", "jobTemplate": {"spec": job_spec}}
+        if kind == "CronJob"
         else job_spec
-    return {"apiVersion": f"{group}/v1alpha1", "kind": kind,
-            "metadata": {"name": "train", "namespace": "team-a"}, "spec": spec}
+    )
+    return {
+        "apiVersion": f"{group}/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": spec,
+    }
 
 
 def volcano_verdicts(config: Config, obj: dict[str, Any]) -> tuple[Any, Any]:
@@ -406,21 +535,49 @@ def test_volcano_jobs_get_the_same_verdict_and_one_of_the_webhooks_reasons(obj):
         assert denied in reasons, (denied, reasons)
 
 
-@pytest.mark.parametrize(("requests", "limits", "expected"), [
-    ({"cpu": "1"}, {}, {"missing": "memory"}),
-    ({"cpu": "1", "memory": "-1Gi"}, {}, {"unusable": "negative", "resource": "memory",
-                                          "field": "request"}),
-    ({"cpu": "1", "memory": "1Gi"}, {"cpu": "abc"}, {"unusable": "invalid", "resource": "cpu",
-                                                    "field": "limit"}),
-    ({"cpu": "2", "memory": "1Gi"}, {"cpu": "1"}, {"over": "cpu"}),
-])
-def test_each_kind_of_problem_is_refused_in_the_server_for_the_same_reason(requests, limits,
-                                                                           expected):
-    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-           "metadata": {"name": "train", "namespace": "team-a"},
-           "spec": {"tasks": [{"name": "worker", "template": {"spec": {"containers": [
-               {"name": "tf", "image": "x",
-                "resources": {"requests": requests, "limits": limits}}]}}}]}}
+@pytest.mark.parametrize(
+    ("requests", "limits", "expected"),
+    [
+        ({"cpu": "1"}, {}, {"missing": "memory"}),
+        (
+            {"cpu": "1", "memory": "-1Gi"},
+            {},
+            {"unusable": "negative", "resource": "memory", "field": "request"},
+        ),
+        (
+            {"cpu": "1", "memory": "1Gi"},
+            {"cpu": "abc"},
+            {"unusable": "invalid", "resource": "cpu", "field": "limit"},
+        ),
+        ({"cpu": "2", "memory": "1Gi"}, {"cpu": "1"}, {"over": "cpu"}),
+    ],
+)
+def test_each_kind_of_problem_is_refused_in_the_server_for_the_same_reason(
+    requests, limits, expected
+):
+    job = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {
+            "tasks": [
+                {
+                    "name": "worker",
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "tf",
+                                    "image": "x",
+                                    "resources": {"requests": requests, "limits": limits},
+                                }
+                            ]
+                        }
+                    },
+                }
+            ]
+        },
+    }
     reasons, denied = volcano_verdicts(config_of("default"), job)
     assert denied is not None and reasons == [denied]
     said = dict(zip(REASON.groupindex, denied, strict=True))
@@ -446,11 +603,22 @@ def installer_pods() -> list[Any]:
     for document in volcano_manifest("installer/volcano-development.yaml", "v1.11.0"):
         if document.get("kind") in ("Deployment", "Job", "DaemonSet"):
             template = document["spec"]["template"]
-            metadata = {**template.get("metadata", {}), "name": document["metadata"]["name"],
-                        "namespace": document["metadata"]["namespace"]}
-            found.append(pytest.param({"apiVersion": "v1", "kind": "Pod",
-                                       "metadata": metadata, "spec": template["spec"]},
-                                      id=document["metadata"]["name"]))
+            metadata = {
+                **template.get("metadata", {}),
+                "name": document["metadata"]["name"],
+                "namespace": document["metadata"]["namespace"],
+            }
+            found.append(
+                pytest.param(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": metadata,
+                        "spec": template["spec"],
+                    },
+                    id=document["metadata"]["name"],
+                )
+            )
     return found
 
 
@@ -462,18 +630,26 @@ def test_volcanos_control_plane_pods_get_the_same_verdict(pod):
 
 # -- node states as params --------------------------------------------------------------------
 
+
 def pinned_pod(node: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team-a"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
+    }
 
 
 @pytest.mark.parametrize("name", ["selectors", "selectors, unknown nodes allowed"])
 @pytest.mark.parametrize("node", [*NODE_NAMES, "ghost", "a", "zzz"])
 def test_known_and_unknown_nodes_get_the_same_verdict_and_reason_from_the_states(name, node):
     assert_same_verdict(config_of(name), pinned_pod(node))
-    binding = {"apiVersion": "v1", "kind": "Binding",
-               "metadata": {"name": "p", "namespace": "team-a"},
-               "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p", "namespace": "team-a"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
     assert_same_verdict(config_of(name), binding, "alice", ())
 
 
@@ -482,10 +658,18 @@ def test_before_the_guard_publishes_any_state_the_policy_leaves_pods_to_the_webh
     refuse every pod CREATE in the cluster, so none means the check is skipped. A pinned pod
     then gets through only if the webhook is down too."""
     for node in ("gpu-1", "web-1"):
-        assert in_server_verdict(config_of("selectors"), pinned_pod(node), "alice", (),
-                                 params=[])[0]
-    unpinned = {**pinned_pod("x"), "spec": {"schedulerName": "volcano", "containers": [
-        {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", "memory": "1"}}}]}}
+        assert in_server_verdict(config_of("selectors"), pinned_pod(node), "alice", (), params=[])[
+            0
+        ]
+    unpinned = {
+        **pinned_pod("x"),
+        "spec": {
+            "schedulerName": "volcano",
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", "memory": "1"}}}
+            ],
+        },
+    }
     assert in_server_verdict(config_of("selectors"), unpinned, "alice", (), params=[])[0]
 
 
@@ -493,8 +677,9 @@ def test_a_node_that_joins_while_the_guard_is_down_is_refused_until_it_is_publis
     config, joined = config_of("selectors"), {**NODE_LABELS, "web-2": {"role": "web"}}
     stale = published_states(config)
     assert not in_server_verdict(config, pinned_pod("web-2"), "alice", (), stale)[0]
-    assert in_server_verdict(config, pinned_pod("web-2"), "alice", (),
-                             published_states(config, joined))[0]
+    assert in_server_verdict(
+        config, pinned_pod("web-2"), "alice", (), published_states(config, joined)
+    )[0]
 
 
 def test_a_node_relabelled_managed_while_the_guard_is_down_stays_unmanaged_until_it_is_back():
@@ -503,18 +688,25 @@ def test_a_node_relabelled_managed_while_the_guard_is_down_stays_unmanaged_until
     pod = pinned_pod("web-1")
     assert in_server_verdict(config, pod, "alice", (), published_states(config))[0]
     assert not webhook_verdict_for(config, pod, relabelled)
-    assert not in_server_verdict(config, pod, "alice", (),
-                                 published_states(config, relabelled))[0]
+    assert not in_server_verdict(config, pod, "alice", (), published_states(config, relabelled))[0]
 
 
 SELECTOR_LABELS = {"volcano.sh/role": "train"}
 
 
-def webhook_verdict_for(config: Config, pod: dict[str, Any],
-                        labels: Mapping[str, Mapping[str, str]]) -> bool:
+def webhook_verdict_for(
+    config: Config, pod: dict[str, Any], labels: Mapping[str, Mapping[str, str]]
+) -> bool:
     request = AdmissionRequest(
-        uid="u", kind=GroupVersionKind("", "v1", "Pod"),
-        resource=GroupVersionResource("", "v1", "pods"), operation="CREATE",
-        namespace="team-a", name="p", user=UserInfo("alice", ()), object=pod)
-    return evaluate("validate", request, PolicyContext(
-        config, {NODES: static_snapshot(labels)})).decision.allowed
+        uid="u",
+        kind=GroupVersionKind("", "v1", "Pod"),
+        resource=GroupVersionResource("", "v1", "pods"),
+        operation="CREATE",
+        namespace="team-a",
+        name="p",
+        user=UserInfo("alice", ()),
+        object=pod,
+    )
+    return evaluate(
+        "validate", request, PolicyContext(config, {NODES: static_snapshot(labels)})
+    ).decision.allowed

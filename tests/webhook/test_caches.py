@@ -14,9 +14,12 @@ from volcano_guard.webhook.policies.base import LiveList, Policy, WatchedList
 from volcano_guard.webhook.policies.node_name import NODES
 from volcano_guard.webhook.policies.pod_groups import PODGROUPS, UNFINISHED_PODS
 
-EVERYTHING_OFF = {"policies": {
-    "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
-    "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}}}}
+EVERYTHING_OFF = {
+    "policies": {
+        "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
+        "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+    }
+}
 
 
 def node(name):
@@ -36,15 +39,19 @@ def test_policies_that_are_off_need_no_cluster():
 
 
 def test_the_binding_guard_alone_still_watches_nodes():
-    config = config_from_dict({"policies": {
-        "nodeName": {"mode": "off", "bindingGuard": {"mode": "audit"}},
-        "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}}}})
+    config = config_from_dict(
+        {
+            "policies": {
+                "nodeName": {"mode": "off", "bindingGuard": {"mode": "audit"}},
+                "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+            }
+        }
+    )
     assert policies.watched_data(config) == (NODES,)
 
 
 def test_a_missing_cluster_names_the_policies_that_read_it():
-    with pytest.raises(ValueError, match="nodeName, bindingGuard, podGroupGeneration, "
-                                         "deleteGuard"):
+    with pytest.raises(ValueError, match="nodeName, bindingGuard, podGroupGeneration, deleteGuard"):
         Caches.for_config(config_from_dict({}), None)
 
 
@@ -54,12 +61,17 @@ def test_a_new_policy_gets_its_cache_and_lookup_from_its_declaration_alone(monke
     pods = WatchedList("pods", "Pod", lambda obj: obj["metadata"]["name"], namespaced=True)
     namespaces = WatchedList("namespaces", "Namespace", lambda obj: obj["metadata"]["name"])
     running = LiveList("pods", wanted=lambda request: True, field_selector="status.phase=Running")
-    extra = Policy(name="extra", mode=lambda config: "audit", watches=(pods, namespaces),
-                   lookups=(running,))
+    extra = Policy(
+        name="extra", mode=lambda config: "audit", watches=(pods, namespaces), lookups=(running,)
+    )
     monkeypatch.setattr(policies, "POLICIES", (extra,))
     with SandboxThread() as sandbox:
-        sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
-                      sandbox_pod("w0", "team-a")])
+        sandbox.seed(
+            [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
+                sandbox_pod("w0", "team-a"),
+            ]
+        )
         caches = Caches.for_config(config_from_dict(EVERYTHING_OFF), Cluster(sandbox.url))
         caches.start()
         try:

@@ -35,15 +35,23 @@ def test_violations_exit_1_one_line_each_as_file_doc_kind_name(capsys):
 
 def test_volcano_cronjobs_and_jobflow_job_templates_are_checked_like_jobs(tmp_path, capsys):
     tasks = {"worker": [container("tf", requests={"cpu": "1"})]}
-    manifests = write(tmp_path, "flows.yaml", "\n---\n".join(
-        json.dumps(obj) for obj in (volcano_cronjob(tasks), job_template(tasks))))
+    manifests = write(
+        tmp_path,
+        "flows.yaml",
+        "\n---\n".join(json.dumps(obj) for obj in (volcano_cronjob(tasks), job_template(tasks))),
+    )
     assert main(["check", "-f", str(manifests)]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert any(line.startswith(f"{manifests}:0 CronJob/nightly: ") and "spec.jobTemplate.spec."
-               "tasks[0].template.spec.containers[0].resources.requests.memory" in line
-               for line in lines), lines
-    assert any(line.startswith(f"{manifests}:1 JobTemplate/train: ") and 'task "worker"' in line
-               for line in lines), lines
+    assert any(
+        line.startswith(f"{manifests}:0 CronJob/nightly: ")
+        and "spec.jobTemplate.spec.tasks[0].template.spec.containers[0].resources.requests.memory"
+        in line
+        for line in lines
+    ), lines
+    assert any(
+        line.startswith(f"{manifests}:1 JobTemplate/train: ") and 'task "worker"' in line
+        for line in lines
+    ), lines
 
 
 def test_json_output_for_pipelines(capsys):
@@ -61,8 +69,12 @@ def test_json_output_for_pipelines(capsys):
     [
         ("bad.yaml", "kind: Pod\n  spec: [unclosed", "line 2: not YAML or JSON"),
         ("list.yaml", "- 1\n- 2\n", "expected a Kubernetes object"),
-        ("shape.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
-         "  schedulerName: volcano\n  containers: nope\n", "spec.containers must be a list"),
+        (
+            "shape.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+            "  schedulerName: volcano\n  containers: nope\n",
+            "spec.containers must be a list",
+        ),
         ("binary.json", None, "not text (UTF-8)"),
     ],
 )
@@ -90,8 +102,9 @@ def test_admission_reviews_and_json_files_are_checked(tmp_path, capsys):
 
 def test_defaults_from_config_are_applied_before_validation(tmp_path, capsys):
     write(tmp_path, "pod.yaml", json.dumps(pod(container("c", requests={"cpu": "1"}))))
-    config = write(tmp_path, "config.yml.txt",
-                   "policies: {resourceRequests: {defaults: {memory: 64Mi}}}")
+    config = write(
+        tmp_path, "config.yml.txt", "policies: {resourceRequests: {defaults: {memory: 64Mi}}}"
+    )
     assert main(["check", "-f", str(tmp_path / "pod.yaml"), "--config", str(config)]) == 0
     assert main(["check", "-f", str(tmp_path / "pod.yaml")]) == 1
 
@@ -105,12 +118,23 @@ def test_warn_mode_violations_are_reported_but_do_not_fail(tmp_path, capsys):
 
 def test_workload_templates_lists_and_cronjobs(tmp_path, capsys):
     template = {"spec": {"schedulerName": "volcano", "containers": [container("c")]}}
-    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
-            "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": template}}}}
-    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
-           "spec": {"template": template}}
-    write(tmp_path, "list.yaml", json.dumps({"apiVersion": "v1", "kind": "List",
-                                             "items": [cron, sts]}))
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly"},
+        "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": template}}},
+    }
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db"},
+        "spec": {"template": template},
+    }
+    write(
+        tmp_path,
+        "list.yaml",
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": [cron, sts]}),
+    )
     assert main(["check", "-f", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "CronJob/nightly" in out and "spec.jobTemplate.spec.template.spec.containers[0]" in out
@@ -134,17 +158,34 @@ def test_node_name_without_nodes_file_counts_every_node_as_managed(tmp_path, cap
     assert 'sets spec.nodeName "any-node"' in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("metadata", "said"), [
-    ({"annotations": {"kubernetes.io/config.mirror": "x"}},
-     "exempt only when created by node any-node's kubelet (user system:node:any-node in "
-     "system:nodes), which cannot be judged offline"),
-    ({"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d",
-                           "uid": "u", "controller": True}]},
-     "exempt only when created by system:serviceaccount:kube-system:daemon-set-controller, "
-     "which cannot be judged offline"),
-])
+@pytest.mark.parametrize(
+    ("metadata", "said"),
+    [
+        (
+            {"annotations": {"kubernetes.io/config.mirror": "x"}},
+            "exempt only when created by node any-node's kubelet (user system:node:any-node in "
+            "system:nodes), which cannot be judged offline",
+        ),
+        (
+            {
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "name": "d",
+                        "uid": "u",
+                        "controller": True,
+                    }
+                ]
+            },
+            "exempt only when created by system:serviceaccount:kube-system:daemon-set-controller, "
+            "which cannot be judged offline",
+        ),
+    ],
+)
 def test_a_mirror_or_daemonset_pod_is_a_violation_saying_only_its_creator_exempts_it(
-        tmp_path, capsys, metadata, said):
+    tmp_path, capsys, metadata, said
+):
     obj = bound_pod("any-node")
     obj["metadata"].update(metadata)
     write(tmp_path, "pod.json", json.dumps(obj))
@@ -154,13 +195,24 @@ def test_a_mirror_or_daemonset_pod_is_a_violation_saying_only_its_creator_exempt
 
 
 def test_node_name_with_a_nodes_file_uses_the_managed_selectors(tmp_path, capsys):
-    nodes = {"apiVersion": "v1", "kind": "NodeList", "items": [
-        {"apiVersion": "v1", "kind": "Node",
-         "metadata": {"name": "gpu-1", "labels": {"volcano.sh/role": "train"}}},
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "web-1"}}]}
+    nodes = {
+        "apiVersion": "v1",
+        "kind": "NodeList",
+        "items": [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "gpu-1", "labels": {"volcano.sh/role": "train"}},
+            },
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "web-1"}},
+        ],
+    }
     write(tmp_path, "nodes.yaml", json.dumps(nodes))
-    config = write(tmp_path, "config.txt",
-                   "policies: {nodeName: {managedNodeSelectors: ['volcano.sh/role:train']}}")
+    config = write(
+        tmp_path,
+        "config.txt",
+        "policies: {nodeName: {managedNodeSelectors: ['volcano.sh/role:train']}}",
+    )
     write(tmp_path, "web.json", json.dumps(bound_pod("web-1")))
     write(tmp_path, "gpu.json", json.dumps(bound_pod("gpu-1")))
     args = ["--nodes", str(tmp_path / "nodes.yaml"), "--config", str(config)]
@@ -172,14 +224,20 @@ def test_node_name_with_a_nodes_file_uses_the_managed_selectors(tmp_path, capsys
 def test_a_nodes_file_without_nodes_is_unusable(tmp_path, capsys):
     write(tmp_path, "nodes.yaml", json.dumps({"kind": "Pod", "metadata": {"name": "x"}}))
     write(tmp_path, "pod.json", json.dumps(bound_pod("a")))
-    assert main(["check", "-f", str(tmp_path / "pod.json"), "--nodes",
-                 str(tmp_path / "nodes.yaml")]) == 2
+    assert (
+        main(["check", "-f", str(tmp_path / "pod.json"), "--nodes", str(tmp_path / "nodes.yaml")])
+        == 2
+    )
     assert "expected Node objects" in capsys.readouterr().err
 
 
 def test_a_podgroup_without_a_generation_id_is_reported_as_information_only(tmp_path, capsys):
-    pg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-          "metadata": {"name": "pg", "namespace": "a"}, "spec": {"minMember": 1}}
+    pg = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg", "namespace": "a"},
+        "spec": {"minMember": 1},
+    }
     write(tmp_path, "pg.json", json.dumps(pg))
     assert main(["check", "-f", str(tmp_path / "pg.json")]) == 0
     assert "[info]" in capsys.readouterr().out
@@ -194,26 +252,30 @@ def test_standard_input_is_read_for_dash_as_kubectl_reads_it(tmp_path):
     import sys
 
     text = json.dumps(pod(container("app")))
-    result = subprocess.run([sys.executable, "-m", "volcano_guard.cli", "check", "-f", "-"],
-                            input=text, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "volcano_guard.cli", "check", "-f", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1, result.stderr
     assert result.stdout.startswith("<stdin>:0 Pod/")
     assert "1 documents checked, 2 violations" in result.stdout  # no cpu, no memory request
 
 
-def test_a_file_that_does_not_parse_is_reported_and_the_others_are_still_checked(
-        tmp_path, capsys):
+def test_a_file_that_does_not_parse_is_reported_and_the_others_are_still_checked(tmp_path, capsys):
     write(tmp_path, "a-bad.yaml", "kind: Pod\nmetadata:\n\tname: tabbed\n")
     write(tmp_path, "b-pod.json", json.dumps(pod(container("app"))))
-    write(tmp_path, "c-half.yaml", json.dumps(pod(container("app")))
-          + "\n---\nkind: [\n")
+    write(tmp_path, "c-half.yaml", json.dumps(pod(container("app"))) + "\n---\nkind: [\n")
     assert main(["check", "-f", str(tmp_path), "-f", str(tmp_path / "gone.yaml")]) == 2
     captured = capsys.readouterr()
     problems = captured.err.splitlines()
     assert problems[0].startswith(f"volcano-guard check: {tmp_path / 'a-bad.yaml'} line 3: ")
     assert problems[1].startswith(f"volcano-guard check: {tmp_path / 'c-half.yaml'} line 4: ")
-    assert problems[2] == f"volcano-guard check: {tmp_path / 'gone.yaml'}: no such file or " \
-        "directory"
+    assert (
+        problems[2] == f"volcano-guard check: {tmp_path / 'gone.yaml'}: no such file or directory"
+    )
     out = captured.out.splitlines()
     assert out[0].startswith(f"{tmp_path / 'b-pod.json'}:0 Pod/")
     assert out[2].startswith(f"{tmp_path / 'c-half.yaml'}:0 Pod/")  # before the bad document
@@ -221,21 +283,22 @@ def test_a_file_that_does_not_parse_is_reported_and_the_others_are_still_checked
 
 
 def test_list_items_are_reported_by_their_own_index(tmp_path, capsys):
-    items = [pod(container("app", requests={"cpu": "1", "memory": "1Gi"}), name="fine"),
-             pod(container("app"), name="bare")]
-    write(tmp_path, "list.json", json.dumps({"apiVersion": "v1", "kind": "List",
-                                             "items": items}))
+    items = [
+        pod(container("app", requests={"cpu": "1", "memory": "1Gi"}), name="fine"),
+        pod(container("app"), name="bare"),
+    ]
+    write(tmp_path, "list.json", json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     assert main(["check", "-f", str(tmp_path / "list.json")]) == 1
     lines = [line for line in capsys.readouterr().out.splitlines() if "Pod/" in line]
-    assert lines and all(line.startswith(f"{tmp_path / 'list.json'}:0[1] Pod/bare: ")
-                         for line in lines)
+    assert lines and all(
+        line.startswith(f"{tmp_path / 'list.json'}:0[1] Pod/bare: ") for line in lines
+    )
 
 
 def test_a_directory_is_read_one_level_deep_unless_recursive(tmp_path, capsys):
     (tmp_path / "nested").mkdir()
     write(tmp_path, "top.json", json.dumps(pod(container("app"), name="top")))
-    write(tmp_path / "nested", "deep.json",
-          json.dumps(pod(container("app"), name="deep")))
+    write(tmp_path / "nested", "deep.json", json.dumps(pod(container("app"), name="deep")))
     main(["check", "-f", str(tmp_path)])
     assert "1 documents checked" in capsys.readouterr().out
     main(["check", "-R", "-f", str(tmp_path)])
@@ -243,25 +306,49 @@ def test_a_directory_is_read_one_level_deep_unless_recursive(tmp_path, capsys):
 
 
 def test_notes_are_printed_but_not_counted_as_violations(tmp_path, capsys):
-    pg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-          "metadata": {"name": "pg", "namespace": "a"}, "spec": {"minMember": 1}}
+    pg = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg", "namespace": "a"},
+        "spec": {"minMember": 1},
+    }
     write(tmp_path, "pg.json", json.dumps(pg))
     assert main(["check", "-f", str(tmp_path / "pg.json"), "--output", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["violations"] == [] and report["notes"][0]["mode"] == "info"
     assert main(["check", "-f", str(tmp_path / "pg.json")]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == \
-        "1 documents checked, 0 violations, 1 notes"
+    assert capsys.readouterr().out.splitlines()[-1] == "1 documents checked, 0 violations, 1 notes"
 
 
 @settings(max_examples=150, deadline=None)
-@given(text=st.one_of(
-    st.text(max_size=300),
-    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                 lambda inner: st.lists(inner, max_size=4)
-                 | st.dictionaries(st.sampled_from(["apiVersion", "kind", "metadata", "spec",
-                                                    "items", "containers", "name", "x"]),
-                                   inner, max_size=5), max_leaves=20).map(json.dumps)))
+@given(
+    text=st.one_of(
+        st.text(max_size=300),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+            lambda inner: (
+                st.lists(inner, max_size=4)
+                | st.dictionaries(
+                    st.sampled_from(
+                        [
+                            "apiVersion",
+                            "kind",
+                            "metadata",
+                            "spec",
+                            "items",
+                            "containers",
+                            "name",
+                            "x",
+                        ]
+                    ),
+                    inner,
+                    max_size=5,
+                )
+            ),
+            max_leaves=20,
+        ).map(json.dumps),
+    )
+)
 def test_any_input_is_checked_or_named_as_unusable_never_a_crash(text):
     from volcano_guard.webhook.check import run_check
     from volcano_guard.webhook.config import Config
@@ -273,8 +360,9 @@ def test_any_input_is_checked_or_named_as_unusable_never_a_crash(text):
 
 def test_a_bad_item_of_a_list_is_named_and_its_siblings_are_still_checked(tmp_path, capsys):
     items = [pod(container("app"), name="bare"), "a string", pod(container("app"), name="other")]
-    write(tmp_path, "pods.json", json.dumps({"apiVersion": "v1", "kind": "PodList",
-                                             "items": items}))
+    write(
+        tmp_path, "pods.json", json.dumps({"apiVersion": "v1", "kind": "PodList", "items": items})
+    )
     assert main(["check", "-f", str(tmp_path / "pods.json")]) == 2
     captured = capsys.readouterr()
     assert f"{tmp_path / 'pods.json'}:0[1]: expected a Kubernetes object" in captured.err

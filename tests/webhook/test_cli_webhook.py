@@ -16,12 +16,24 @@ from tests.processes import start_cli, tls_connect, wait_for_log
 @pytest.fixture
 def process(certs, tmp_path):
     config = tmp_path / "config.yaml"
-    config.write_text("policies: {resourceRequests: {mode: enforce}, nodeName: {mode: off, "
-                      "bindingGuard: {mode: off}}, podGroups: {stampGenerationId: false, "
-                      "deleteGuard: {mode: off}}}\n")
-    proc = start_cli("webhook", "--config", str(config), "--listen", "127.0.0.1:0",
-                     "--metrics-listen", "127.0.0.1:0", "--tls-cert", str(certs.cert_file),
-                     "--tls-key", str(certs.key_file))
+    config.write_text(
+        "policies: {resourceRequests: {mode: enforce}, nodeName: {mode: off, "
+        "bindingGuard: {mode: off}}, podGroups: {stampGenerationId: false, "
+        "deleteGuard: {mode: off}}}\n"
+    )
+    proc = start_cli(
+        "webhook",
+        "--config",
+        str(config),
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        str(certs.cert_file),
+        "--tls-key",
+        str(certs.key_file),
+    )
     match = wait_for_log(proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)")
     yield proc, (int(match[1]), int(match[2]))
     if proc.poll() is None:
@@ -33,8 +45,10 @@ def test_sigterm_lets_an_in_flight_request_finish_then_exits_0(process, certs):
     proc, (port, _) = process
     body = json.dumps(review(pod(container("c")), uid="in-flight")).encode()
     tls = tls_connect(certs.ca_file, port)
-    tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+    tls.sendall(
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+    )
     tls.sendall(body[:100])
     time.sleep(0.3)  # the handler is now waiting for the rest of the body
     proc.send_signal(signal.SIGTERM)
@@ -86,10 +100,21 @@ def test_with_client_ca_only_the_client_that_ca_signed_is_answered(certs, tmp_pa
     assert main(["certs", "client", "--out", str(tmp_path / "apiserver")]) == 1  # no --force
     apiserver = tmp_path / "apiserver"
     stranger = generate_client("kube-apiserver", tmp_path / "stranger")  # another CA
-    proc = start_cli("webhook", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                     "--tls-cert", str(certs.cert_file), "--tls-key", str(certs.key_file),
-                     "--client-ca", str(apiserver / "client-ca.crt"), "--config",
-                     str(no_cluster_config(tmp_path)))
+    proc = start_cli(
+        "webhook",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        str(certs.cert_file),
+        "--tls-key",
+        str(certs.key_file),
+        "--client-ca",
+        str(apiserver / "client-ca.crt"),
+        "--config",
+        str(no_cluster_config(tmp_path)),
+    )
     try:
         port = int(wait_for_log(proc, r"https://[^:]+:(\d+), metrics")[1])
 
@@ -97,16 +122,21 @@ def test_with_client_ca_only_the_client_that_ca_signed_is_answered(certs, tmp_pa
             context = client_context(certs.ca_file)
             if cert is not None:
                 context.load_cert_chain(str(cert), str(key))
-            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock, \
-                    context.wrap_socket(sock, server_hostname=HOSTNAME) as tls:
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=10) as sock,
+                context.wrap_socket(sock, server_hostname=HOSTNAME) as tls,
+            ):
                 body = json.dumps(review(pod(container("c")))).encode()
-                tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                            b"application/json\r\nContent-Length: %d\r\nConnection: close\r\n"
-                            b"\r\n" % len(body) + body)
+                tls.sendall(
+                    b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                    b"application/json\r\nContent-Length: %d\r\nConnection: close\r\n"
+                    b"\r\n" % len(body) + body
+                )
                 return tls.recv(65536)
 
         assert answer(apiserver / "client.crt", apiserver / "client.key").startswith(
-            b"HTTP/1.1 200")
+            b"HTTP/1.1 200"
+        )
         for cert, key in ((None, None), (stranger.cert_file, stranger.key_file)):
             try:  # TLS 1.3: the server's verdict on the client arrives after the handshake
                 refused = answer(cert, key)
@@ -124,17 +154,31 @@ def test_a_client_ca_that_is_not_a_ca_bundle_exits_2_naming_it(certs, tmp_path, 
 
     garbage = tmp_path / "client-ca.crt"
     garbage.write_text("garbage\n")
-    for bad, said in ((garbage, "holds no PEM block"),
-                      (certs.cert_file, "holds a certificate that is not a CA")):  # a leaf
-        code = main(["webhook", "--tls-cert", str(certs.cert_file), "--tls-key",
-                     str(certs.key_file), "--client-ca", str(bad), "--config",
-                     str(no_cluster_config(tmp_path))])
+    for bad, said in (
+        (garbage, "holds no PEM block"),
+        (certs.cert_file, "holds a certificate that is not a CA"),
+    ):  # a leaf
+        code = main(
+            [
+                "webhook",
+                "--tls-cert",
+                str(certs.cert_file),
+                "--tls-key",
+                str(certs.key_file),
+                "--client-ca",
+                str(bad),
+                "--config",
+                str(no_cluster_config(tmp_path)),
+            ]
+        )
         assert code == 2
         assert f"--client-ca {bad}: {said}" in capsys.readouterr().err
 
 
 def no_cluster_config(tmp_path):
     config = tmp_path / "no-cluster.yaml"
-    config.write_text("policies: {nodeName: {mode: off, bindingGuard: {mode: off}}, podGroups: "
-                      "{stampGenerationId: false, deleteGuard: {mode: off}}}\n")
+    config.write_text(
+        "policies: {nodeName: {mode: off, bindingGuard: {mode: off}}, podGroups: "
+        "{stampGenerationId: false, deleteGuard: {mode: off}}}\n"
+    )
     return config

@@ -65,24 +65,38 @@ policies:
         ({"volcanoSchedulerNames": "volcano"}, "volcanoSchedulerNames"),
         ({"volcanoSchedulerNames": []}, "volcanoSchedulerNames"),
         ({"volcanoSchedulerNames": [""]}, "volcanoSchedulerNames[0]"),
-        ({"policies": {"resourceRequests": {"defaults": {"cpu": "lots"}}}},
-         "policies.resourceRequests.defaults.cpu"),
-        ({"policies": {"resourceRequests": {"defaults": {"cpu": "-1"}}}},
-         "policies.resourceRequests.defaults.cpu"),
-        ({"policies": {"nodeName": {"managedNodeSelectors": ["no-colon"]}}},
-         "policies.nodeName.managedNodeSelectors[0]"),
+        (
+            {"policies": {"resourceRequests": {"defaults": {"cpu": "lots"}}}},
+            "policies.resourceRequests.defaults.cpu",
+        ),
+        (
+            {"policies": {"resourceRequests": {"defaults": {"cpu": "-1"}}}},
+            "policies.resourceRequests.defaults.cpu",
+        ),
+        (
+            {"policies": {"nodeName": {"managedNodeSelectors": ["no-colon"]}}},
+            "policies.nodeName.managedNodeSelectors[0]",
+        ),
         ({"policies": {"sidecarInjection": {"port": 0}}}, "policies.sidecarInjection.port"),
         ({"maxRequestBytes": True}, "maxRequestBytes"),
         ({"policies": []}, "policies"),
         ([1, 2], "config"),
-        ({"policies": {"sidecarInjection": {"metricsPort": 65536}}},
-         "policies.sidecarInjection.metricsPort"),
-        ({"policies": {"sidecarInjection": {"flushInterval": 0}}},
-         "policies.sidecarInjection.flushInterval"),
-        ({"policies": {"sidecarInjection": {"limits": {"memory": "lots"}}}},
-         "policies.sidecarInjection.limits.memory"),
-        ({"policies": {"resourceRequests": {"defaults": {"": "1"}}}},
-         "policies.resourceRequests.defaults"),
+        (
+            {"policies": {"sidecarInjection": {"metricsPort": 65536}}},
+            "policies.sidecarInjection.metricsPort",
+        ),
+        (
+            {"policies": {"sidecarInjection": {"flushInterval": 0}}},
+            "policies.sidecarInjection.flushInterval",
+        ),
+        (
+            {"policies": {"sidecarInjection": {"limits": {"memory": "lots"}}}},
+            "policies.sidecarInjection.limits.memory",
+        ),
+        (
+            {"policies": {"resourceRequests": {"defaults": {"": "1"}}}},
+            "policies.resourceRequests.defaults",
+        ),
         ({"audit": {"orphanGracePeriod": "5 minutes"}}, "audit.orphanGracePeriod"),
         ({"policies": {"nodeName": {"exemptUsers": None}}}, "policies.nodeName.exemptUsers"),
     ],
@@ -116,8 +130,17 @@ def test_cli_exits_2_naming_the_bad_key(tmp_path, capsys, text, needle):
 
 def test_cli_exits_2_for_a_missing_config_file(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
-        main(["webhook", "--config", str(tmp_path / "nope.yaml"), "--tls-cert", "x",
-              "--tls-key", "y"])
+        main(
+            [
+                "webhook",
+                "--config",
+                str(tmp_path / "nope.yaml"),
+                "--tls-cert",
+                "x",
+                "--tls-key",
+                "y",
+            ]
+        )
     assert info.value.code == 2
     assert "nope.yaml: no such file" in capsys.readouterr().err
 
@@ -151,8 +174,9 @@ def test_own_namespace_comes_from_pod_namespace(monkeypatch):
 def test_an_unknown_key_is_named_with_the_keys_known_there():
     with pytest.raises(ConfigError) as info:
         config_from_dict({"policies": {"podGroups": {"deleteGaurd": {}}}})
-    assert str(info.value) == ("policies.podGroups.deleteGaurd: unknown key "
-                               "(known here: deleteGuard, stampGenerationId)")
+    assert str(info.value) == (
+        "policies.podGroups.deleteGaurd: unknown key (known here: deleteGuard, stampGenerationId)"
+    )
 
 
 def test_a_wrong_value_is_shown_beside_what_was_expected():
@@ -161,8 +185,9 @@ def test_a_wrong_value_is_shown_beside_what_was_expected():
     assert str(info.value) == 'failClosed: expected true or false, got a string "yes"'
     with pytest.raises(ConfigError) as info:
         config_from_dict({"policies": {"nodeName": {"action": "block"}}})
-    assert str(info.value) == ('policies.nodeName.action: a string "block" is not one of '
-                               "deny | rewrite")
+    assert str(info.value) == (
+        'policies.nodeName.action: a string "block" is not one of deny | rewrite'
+    )
 
 
 def test_a_section_written_empty_takes_its_defaults(tmp_path):
@@ -184,11 +209,21 @@ KEYS = st.text(max_size=6) | st.sampled_from(["x - at `y`", "a.b", "k[0]", "in `
 
 def _config_shaped(struct: type = Config) -> st.SearchStrategy:
     """Mappings with the config's own keys (and a stranger), holding anything at any depth."""
-    leaves = st.none() | st.booleans() | st.integers(-2, 70000) | st.floats(allow_nan=True) \
-        | st.text(max_size=12) | st.sampled_from(["off", "enforce", "5m", "100m", "a:b", "-1"])
-    anything = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3)
-                            | st.dictionaries(KEYS | st.integers(), inner,
-                                              max_size=3), max_leaves=8)
+    leaves = (
+        st.none()
+        | st.booleans()
+        | st.integers(-2, 70000)
+        | st.floats(allow_nan=True)
+        | st.text(max_size=12)
+        | st.sampled_from(["off", "enforce", "5m", "100m", "a:b", "-1"])
+    )
+    anything = st.recursive(
+        leaves,
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(KEYS | st.integers(), inner, max_size=3)
+        ),
+        max_leaves=8,
+    )
     fields: dict[str, st.SearchStrategy] = {}
     for field in msgspec.structs.fields(struct):
         kind = field.type
@@ -205,16 +240,23 @@ def test_any_input_is_a_config_or_a_config_error_naming_a_key(data):
         config_from_dict(data)
     except ConfigError as exc:
         message = str(exc)
-        keys = {str(key) for key in data} | {shown(key) for key in data} \
-            if isinstance(data, dict) else set()
+        keys = (
+            {str(key) for key in data} | {shown(key) for key in data}
+            if isinstance(data, dict)
+            else set()
+        )
         assert message.startswith("config: ") or any(
-            message.startswith((f"{key}: ", f"{key}.", f"{key}[")) for key in keys), message
+            message.startswith((f"{key}: ", f"{key}.", f"{key}[")) for key in keys
+        ), message
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("audit: {orphanGracePeriod: 99999999999999d}", "audit.orphanGracePeriod"),
-    ("a: " + "[" * 3000 + "]" * 3000, "nests too deeply"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("audit: {orphanGracePeriod: 99999999999999d}", "audit.orphanGracePeriod"),
+        ("a: " + "[" * 3000 + "]" * 3000, "nests too deeply"),
+    ],
+)
 def test_an_overflowing_duration_or_deep_nesting_is_a_config_error(tmp_path, text, needle):
     path = tmp_path / "config.yaml"
     path.write_text(text)
@@ -222,8 +264,11 @@ def test_an_overflowing_duration_or_deep_nesting_is_a_config_error(tmp_path, tex
         load_config(path)
 
 
-@pytest.mark.parametrize("policy", __import__(
-    "volcano_guard.webhook.policies", fromlist=["POLICIES"]).POLICIES, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "policy",
+    __import__("volcano_guard.webhook.policies", fromlist=["POLICIES"]).POLICIES,
+    ids=lambda p: p.name,
+)
 def test_the_setting_each_policy_names_to_turn_it_off_does(policy):
     from volcano_guard.webhook.config import read_yaml
 

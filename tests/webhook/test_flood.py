@@ -15,10 +15,12 @@ from bench.connection_flood import memory_limit_mib, open_files_for, run
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
-@pytest.mark.parametrize(("hostile", "reopen"), [
-    (2000, False), (10000, False), (2000, True), (10000, True)])
+@pytest.mark.parametrize(
+    ("hostile", "reopen"), [(2000, False), (10000, False), (2000, True), (10000, True)]
+)
 def test_a_flood_of_hostile_connections_keeps_out_no_review_and_no_memory_runs_away(
-        workers, hostile, reopen):
+    workers, hostile, reopen
+):
     try:
         open_files_for(hostile)
     except ValueError as exc:

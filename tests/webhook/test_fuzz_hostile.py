@@ -35,10 +35,17 @@ Path = tuple[str | int, ...]
 
 
 def _podgroup(operation: str) -> dict[str, Any]:
-    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-             "metadata": {"name": "mnist", "namespace": "team-a", "uid": "9b2e",
-                          "annotations": {"volcano-guard.io/generation-id": "019a"}},
-             "spec": {"minMember": 2}}
+    group = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": "mnist",
+            "namespace": "team-a",
+            "uid": "9b2e",
+            "annotations": {"volcano-guard.io/generation-id": "019a"},
+        },
+        "spec": {"minMember": 2},
+    }
     body = review(group, operation=operation)
     if operation == "DELETE":
         body["request"]["oldObject"] = body["request"].pop("object")
@@ -49,24 +56,37 @@ def _podgroup(operation: str) -> dict[str, Any]:
 def _pod_on_node() -> dict[str, Any]:
     obj = pod(container("c", requests={"cpu": "1", "memory": "1Gi"}))
     obj["spec"]["nodeName"] = "node-1"
-    obj["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-                               {"nodeSelectorTerms": [{"matchExpressions": [
-                                   {"key": "zone", "operator": "In", "values": ["a"]}]}]}}}
+    obj["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
     return review(obj)
 
 
 def _injected_pod() -> dict[str, Any]:
     obj = pod(container("c", requests={"cpu": "1", "memory": "1Gi"}))
     obj["metadata"]["labels"] = {"volcano-guard.io/inject": "true"}
-    obj["metadata"]["annotations"] = {"volcano-guard.io/flush-interval": "2s",
-                                      "scheduling.k8s.io/group-name": "mnist"}
+    obj["metadata"]["annotations"] = {
+        "volcano-guard.io/flush-interval": "2s",
+        "scheduling.k8s.io/group-name": "mnist",
+    }
     return review(obj)
 
 
 def _binding() -> dict[str, Any]:
-    body = review({"apiVersion": "v1", "kind": "Binding",
-                   "metadata": {"name": "train-0", "namespace": "team-a"},
-                   "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}})
+    body = review(
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "train-0", "namespace": "team-a"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"},
+        }
+    )
     body["request"]["subResource"] = "binding"
     return body
 
@@ -82,10 +102,14 @@ REVIEWS = [
 ]
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
     max_leaves=12,
 )
 unicode_text = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40)
@@ -102,14 +126,19 @@ class Deep:
 
 # Around every limit that matters: the sidecar's MAX_DEPTH, orjson's encoder (254) and parser
 # (1,024), and Python's recursion limit (1,000).
-deep_nesting = st.one_of(*(st.integers(limit - 10, limit + 10).map(Deep)
-                           for limit in (MAX_DEPTH, 254, 1000, PARSER_MAX_DEPTH)))
+deep_nesting = st.one_of(
+    *(
+        st.integers(limit - 10, limit + 10).map(Deep)
+        for limit in (MAX_DEPTH, 254, 1000, PARSER_MAX_DEPTH)
+    )
+)
 
 
 def encode(document: Any, **options: Any) -> bytes:
     text = json.dumps(document, default=lambda deep: f"@deep{deep.depth}@", **options)
-    return re.sub(r'"@deep(\d+)@"', lambda m: "[" * int(m[1]) + "1" + "]" * int(m[1]),
-                  text).encode()
+    return re.sub(
+        r'"@deep(\d+)@"', lambda m: "[" * int(m[1]) + "1" + "]" * int(m[1]), text
+    ).encode()
 
 
 hostile = json_values | unicode_text | huge_strings | deep_nesting
@@ -146,9 +175,14 @@ def mangled_reviews(draw: st.DrawFn) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def server(certs):
-    config = config_from_dict({"policies": {
-        "resourceRequests": {"defaults": {"cpu": "100m"}},
-        "nodeName": {"action": "rewrite", "bindingGuard": {"mode": "enforce"}}}})
+    config = config_from_dict(
+        {
+            "policies": {
+                "resourceRequests": {"defaults": {"cpu": "100m"}},
+                "nodeName": {"action": "rewrite", "bindingGuard": {"mode": "enforce"}},
+            }
+        }
+    )
     caches = Caches.fixed({NODES: {"node-1": {"volcano.sh/role": "train"}}})
     with SyncWebhook(config, certs, caches) as served:
         yield served
@@ -166,9 +200,15 @@ def assert_answered(server: SyncWebhook, path: str, body: bytes) -> None:
         assert document["kind"] == "Status" and document["message"]
 
 
-FUZZ = settings(max_examples=1000, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=1000,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 
 
 @FUZZ
@@ -178,8 +218,7 @@ def test_mangled_reviews_never_get_a_5xx(server, body, path):
 
 
 @FUZZ
-@given(body=mangled_reviews(), cut=st.integers(0, 200),
-       noise=st.binary(min_size=1, max_size=8))
+@given(body=mangled_reviews(), cut=st.integers(0, 200), noise=st.binary(min_size=1, max_size=8))
 def test_mangled_bytes_never_get_a_5xx(server, body, cut, noise):
     encoded = encode(body)  # \\u escapes: lone surrogates can be written
     at = len(encoded) * cut // 200
@@ -192,24 +231,29 @@ def _with_memory_request(value: Any) -> bytes:
     return encode(body)
 
 
-@pytest.mark.parametrize(("value", "status", "needle"), [
-    ("1" * 1_500_000, 200, b"longer than 128 characters"),  # a huge quantity: denied, named
-    (Deep(500), 200, b"expected a quantity string or number"),
-    # Past the decoder's limit (Python's recursion limit, less the stack it is called on).
-    (Deep(PARSER_MAX_DEPTH), 400, b"nested too deeply"),
-    ("\u202e1Gi\u0000", 200, b"not a Kubernetes quantity"),
-])
+@pytest.mark.parametrize(
+    ("value", "status", "needle"),
+    [
+        ("1" * 1_500_000, 200, b"longer than 128 characters"),  # a huge quantity: denied, named
+        (Deep(500), 200, b"expected a quantity string or number"),
+        # Past the decoder's limit (Python's recursion limit, less the stack it is called on).
+        (Deep(PARSER_MAX_DEPTH), 400, b"nested too deeply"),
+        ("\u202e1Gi\u0000", 200, b"not a Kubernetes quantity"),
+    ],
+)
 def test_huge_deep_and_odd_values_get_a_named_answer(server, value, status, needle):
     got, payload = server.post("/validate", _with_memory_request(value))
     assert (got, needle in payload) == (status, True), payload[:300]
 
 
-@pytest.mark.parametrize(("depth", "status", "needle"), [
-    (200, 200, b'"patchType"'),  # the user's affinity is copied into the patch as it is
-    (300, 400, b"cannot be patched"),  # too deep to encode: a named refusal, not a 500
-])
-def test_a_node_name_rewrite_with_deep_affinity_gets_a_named_answer(server, depth, status,
-                                                                    needle):
+@pytest.mark.parametrize(
+    ("depth", "status", "needle"),
+    [
+        (200, 200, b'"patchType"'),  # the user's affinity is copied into the patch as it is
+        (300, 400, b"cannot be patched"),  # too deep to encode: a named refusal, not a 500
+    ],
+)
+def test_a_node_name_rewrite_with_deep_affinity_gets_a_named_answer(server, depth, status, needle):
     body = copy.deepcopy(REVIEWS[1])
     body["request"]["object"]["spec"]["affinity"]["podAntiAffinity"] = {"x": Deep(depth)}
     got, payload = server.post("/mutate", encode(body))
@@ -232,16 +276,29 @@ def test_webhook_answers_properly_after_the_fuzz(server):
 # -- the sidecar's status writes --------------------------------------------------------------
 
 QUEUE = "/apis/scheduling.volcano.sh/v1beta1/queues/q1"
-CONTENT_TYPES = ["application/json", "application/merge-patch+json",
-                 "application/json-patch+json", "application/apply-patch+yaml",
-                 "application/strategic-merge-patch+json", "text/plain"]
+CONTENT_TYPES = [
+    "application/json",
+    "application/merge-patch+json",
+    "application/json-patch+json",
+    "application/apply-patch+yaml",
+    "application/strategic-merge-patch+json",
+    "text/plain",
+]
 
 
 @pytest.fixture(scope="module")
 def sidecar():
     with SandboxThread() as sandbox:
-        sandbox.seed([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                       "metadata": {"name": "q1"}, "spec": {"weight": 1}}])
+        sandbox.seed(
+            [
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "Queue",
+                    "metadata": {"name": "q1"},
+                    "spec": {"weight": 1},
+                }
+            ]
+        )
         settings = SidecarSettings(listen_port=0, metrics_port=0, flush_interval=0.05)
         with on_thread(lambda: sidecar_running(Cluster(sandbox.url), settings)) as running:
             session = requests.Session()
@@ -251,29 +308,59 @@ def sidecar():
 
 status_bodies = st.one_of(
     json_values,
-    st.fixed_dictionaries({}, optional={
-        "metadata": st.fixed_dictionaries({}, optional={
-            "uid": json_values, "resourceVersion": st.sampled_from(["1", "x"]) | json_values,
-            "name": json_values}) | json_values,
-        "status": json_values | st.dictionaries(st.text(max_size=5), hostile, max_size=3)}),
-    st.lists(st.fixed_dictionaries({"op": st.sampled_from(["add", "replace", "remove", "x"]),
-                                    "path": st.sampled_from(["/status", "/status/a", "", "~"])},
-                                   optional={"value": hostile}), max_size=3),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "metadata": st.fixed_dictionaries(
+                {},
+                optional={
+                    "uid": json_values,
+                    "resourceVersion": st.sampled_from(["1", "x"]) | json_values,
+                    "name": json_values,
+                },
+            )
+            | json_values,
+            "status": json_values | st.dictionaries(st.text(max_size=5), hostile, max_size=3),
+        },
+    ),
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "op": st.sampled_from(["add", "replace", "remove", "x"]),
+                "path": st.sampled_from(["/status", "/status/a", "", "~"]),
+            },
+            optional={"value": hostile},
+        ),
+        max_size=3,
+    ),
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.data_too_large])
-@given(method=st.sampled_from(["PUT", "PATCH"]), content_type=st.sampled_from(CONTENT_TYPES),
-       body=status_bodies, garbage=st.booleans())
-def test_arbitrary_status_writes_never_get_a_5xx_from_the_sidecar(sidecar, method,
-                                                                   content_type, body, garbage):
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    method=st.sampled_from(["PUT", "PATCH"]),
+    content_type=st.sampled_from(CONTENT_TYPES),
+    body=status_bodies,
+    garbage=st.booleans(),
+)
+def test_arbitrary_status_writes_never_get_a_5xx_from_the_sidecar(
+    sidecar, method, content_type, body, garbage
+):
     url, session = sidecar
     data = encode(body)
     if garbage:
         data = data[: len(data) // 2] + b"\xff{"
-    response = session.request(method, f"{url}{QUEUE}/status", data=data, timeout=10,
-                               headers={"Content-Type": content_type})
+    response = session.request(
+        method,
+        f"{url}{QUEUE}/status",
+        data=data,
+        timeout=10,
+        headers={"Content-Type": content_type},
+    )
     assert response.status_code < 500, (response.status_code, response.text[:300])
 
 
@@ -286,17 +373,20 @@ def test_sidecar_still_coalesces_after_the_fuzz(sidecar):
     for _ in range(100):  # up to 5 s: a write flushes within one 0.05 s interval, or backs off
         # a fuzzed write may have left `status: null` behind
         if (session.get(f"{url}{QUEUE}", timeout=10).json().get("status") or {}).get(
-                "pending") == 42:
+            "pending"
+        ) == 42:
             break
         time.sleep(0.05)
     assert session.get(f"{url}{QUEUE}", timeout=10).json()["status"]["pending"] == 42
 
 
-@pytest.mark.parametrize("content_type", ["application/apply-patch+yaml",
-                                          "application/merge-patch+json"])
+@pytest.mark.parametrize(
+    "content_type", ["application/apply-patch+yaml", "application/merge-patch+json"]
+)
 def test_a_status_write_nested_1000_deep_is_refused_with_400(sidecar, content_type):
     url, session = sidecar
     body = encode({"status": {"pending": Deep(1000)}})
-    response = session.patch(f"{url}{QUEUE}/status", data=body, timeout=10,
-                             headers={"Content-Type": content_type})
+    response = session.patch(
+        f"{url}{QUEUE}/status", data=body, timeout=10, headers={"Content-Type": content_type}
+    )
     assert response.status_code == 400 and "nested deeper" in response.text, response.text

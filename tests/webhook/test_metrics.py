@@ -16,7 +16,11 @@ async def test_metrics_port_serves_process_metrics_and_passes_promtools_lint(aio
     response = await client.get("/metrics")
     text = await response.text()
     names = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
-    assert {"process_resident_memory_bytes", "process_cpu_seconds_total",
-            "process_start_time_seconds", "process_open_fds"} <= names
+    assert {
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_start_time_seconds",
+        "process_open_fds",
+    } <= names
     checked = check_metrics(text)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -63,8 +63,9 @@ def informer(cluster):
 
 
 def patch_labels(sandbox, name, labels):
-    sandbox.call(lambda sb: sb.store.patch(NODES, "", name, MERGE_PATCH,
-                                           {"metadata": {"labels": labels}}))
+    sandbox.call(
+        lambda sb: sb.store.patch(NODES, "", name, MERGE_PATCH, {"metadata": {"labels": labels}})
+    )
 
 
 def test_first_list_fills_the_snapshot(informer):
@@ -93,10 +94,10 @@ def test_a_410_on_rewatch_makes_it_list_again(informer, cluster):
     assert wait_until(lambda: informer.snapshot.items["web-1"].get("after") == "relist")
 
 
-def test_decisions_see_consistent_snapshots_under_a_thousand_node_events_a_second(informer,
-                                                                                   cluster):
-    config = config_from_dict({"policies": {"nodeName": {
-        "managedNodeSelectors": ["pool:a"]}}})
+def test_decisions_see_consistent_snapshots_under_a_thousand_node_events_a_second(
+    informer, cluster
+):
+    config = config_from_dict({"policies": {"nodeName": {"managedNodeSelectors": ["pool:a"]}}})
     stop = threading.Event()
     written = []
 
@@ -106,8 +107,13 @@ def test_decisions_see_consistent_snapshots_under_a_thousand_node_events_a_secon
         while not stop.is_set():
             for _ in range(20):
                 value = "a" if n % 2 else "b"
-                sandbox.store.patch(NODES, "", "web-1", MERGE_PATCH, {"metadata": {"labels": {
-                    "pool": value, "twin": value}}})  # both labels change in one event
+                sandbox.store.patch(
+                    NODES,
+                    "",
+                    "web-1",
+                    MERGE_PATCH,
+                    {"metadata": {"labels": {"pool": value, "twin": value}}},
+                )  # both labels change in one event
                 written.append(value)
                 n += 1
             await asyncio.sleep(0.001)
@@ -141,8 +147,9 @@ async def test_webhook_is_ready_only_after_the_first_list_and_denies_from_the_ca
         config = config_from_dict({})
         caches = Caches.for_config(config, Cluster(sandbox.url))
         tls = server_context(certs.cert_file, certs.key_file)
-        async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
-                           caches=caches) as (port, metrics_port):
+        async with running(
+            config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls, caches=caches
+        ) as (port, metrics_port):
             connector = aiohttp.TCPConnector(ssl=client_context(certs.ca_file))
             async with aiohttp.ClientSession(connector=connector) as session:
                 base = f"https://127.0.0.1:{port}"
@@ -154,16 +161,18 @@ async def test_webhook_is_ready_only_after_the_first_list_and_denies_from_the_ca
                 caches.start()
                 try:
                     for _ in range(200):
-                        async with session.get(base + "/readyz",
-                                               server_hostname=HOSTNAME) as response:
+                        async with session.get(
+                            base + "/readyz", server_hostname=HOSTNAME
+                        ) as response:
                             if response.status == 200:
                                 break
                         await asyncio.sleep(0.02)
                     assert response.status == 200
                     body = pod(container(requests={"cpu": "1", "memory": "1Gi"}))
                     body["spec"]["nodeName"] = "gpu-1"
-                    async with session.post(base + "/validate", json=review(body),
-                                            server_hostname=HOSTNAME) as response:
+                    async with session.post(
+                        base + "/validate", json=review(body), server_hostname=HOSTNAME
+                    ) as response:
                         answer = (await response.json())["response"]
                     assert answer["allowed"] is False
                     assert 'sets spec.nodeName "gpu-1"' in answer["status"]["message"]
@@ -194,8 +203,13 @@ def test_an_unavailable_api_server_is_retried_with_backoff_until_it_answers(clus
 def test_on_change_sees_every_change_and_a_relist_reports_what_went_missing(cluster):
     api = client.CoreV1Api(client.ApiClient(client.Configuration(host=cluster.url)))
     seen: dict[str, object] = {}
-    informer = Informer("nodes", api.list_node, node_labels, snapshots=False,
-                        on_change=lambda key, labels: seen.__setitem__(key, labels))
+    informer = Informer(
+        "nodes",
+        api.list_node,
+        node_labels,
+        snapshots=False,
+        on_change=lambda key, labels: seen.__setitem__(key, labels),
+    )
     informer.start()
     try:
         assert wait_synced(informer, 10)

@@ -16,10 +16,12 @@ from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.node_name import pin_to_node
 from volcano_guard.webhook.review import from_document
 
-NODES = static_snapshot({
-    "gpu-1": {"volcano.sh/role": "train", "kubernetes.io/hostname": "gpu-1"},
-    "web-1": {"role": "web"},
-})
+NODES = static_snapshot(
+    {
+        "gpu-1": {"volcano.sh/role": "train", "kubernetes.io/hostname": "gpu-1"},
+        "web-1": {"role": "web"},
+    }
+)
 
 
 def context(nodes=NODES, fail_closed=True, **node_name):
@@ -95,8 +97,13 @@ def test_unknown_nodes_and_an_unsynced_cache(unknown_nodes, nodes, fail_closed, 
 
 
 MIRROR = {"kubernetes.io/config.mirror": "x"}
-DAEMONSET_OWNER = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u",
-                   "controller": True}
+DAEMONSET_OWNER = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "name": "ds",
+    "uid": "u",
+    "controller": True,
+}
 DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 NODE = {"user": "system:node:gpu-1", "groups": ("system:nodes", "system:authenticated")}
 
@@ -108,11 +115,17 @@ NODE = {"user": "system:node:gpu-1", "groups": ("system:nodes", "system:authenti
         (bound(), {"namespace": "kube-system"}, context()),
         (bound(), {"user": "admin"}, context(exemptUsers=["admin"])),
         (bound(), {"groups": ("ops",)}, context(exemptGroups=["ops"])),
-        (bound(), {"user": "system:serviceaccount:infra:agent"},
-         context(exemptUsers=["system:serviceaccount:infra:agent"])),
+        (
+            bound(),
+            {"user": "system:serviceaccount:infra:agent"},
+            context(exemptUsers=["system:serviceaccount:infra:agent"]),
+        ),
         (bound(ownerReferences=[DAEMONSET_OWNER]), {"user": DAEMONSET_CONTROLLER}, context()),
-        (bound(ownerReferences=[DAEMONSET_OWNER]), {"user": "system:kube-controller-manager"},
-         context(daemonSetControllers=["system:kube-controller-manager"])),
+        (
+            bound(ownerReferences=[DAEMONSET_OWNER]),
+            {"user": "system:kube-controller-manager"},
+            context(daemonSetControllers=["system:kube-controller-manager"]),
+        ),
     ],
 )
 def test_exemptions(obj, kwargs, ctx):
@@ -123,15 +136,21 @@ def test_exemptions(obj, kwargs, ctx):
     ("obj", "kwargs"),
     [
         (bound(annotations=MIRROR), {}),  # a user writing the mirror annotation
-        (bound(annotations=MIRROR), {"user": "system:node:web-1",
-                                     "groups": ("system:nodes",)}),  # another node
+        (
+            bound(annotations=MIRROR),
+            {"user": "system:node:web-1", "groups": ("system:nodes",)},
+        ),  # another node
         (bound(annotations=MIRROR), {"user": "system:node:gpu-1"}),  # not in system:nodes
         (bound(), NODE),  # a node, but not a mirror pod
         (bound(ownerReferences=[DAEMONSET_OWNER]), {}),  # a user naming a DaemonSet owner
-        (bound(ownerReferences=[{**DAEMONSET_OWNER, "apiVersion": "evil.io/v1"}]),
-         {"user": DAEMONSET_CONTROLLER}),  # a made-up API group
-        (bound(ownerReferences=[{**DAEMONSET_OWNER, "controller": False}]),
-         {"user": DAEMONSET_CONTROLLER}),
+        (
+            bound(ownerReferences=[{**DAEMONSET_OWNER, "apiVersion": "evil.io/v1"}]),
+            {"user": DAEMONSET_CONTROLLER},
+        ),  # a made-up API group
+        (
+            bound(ownerReferences=[{**DAEMONSET_OWNER, "controller": False}]),
+            {"user": DAEMONSET_CONTROLLER},
+        ),
         (bound(), {"user": DAEMONSET_CONTROLLER}),  # the controller, but no DaemonSet owner
     ],
 )
@@ -158,16 +177,34 @@ PIN = {"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}
 AFFINITIES: list[dict[str, Any] | None] = [
     None,
     {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
-    {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 1, "preference": {"matchExpressions": [
-            {"key": "zone", "operator": "In", "values": ["a"]}]}}]}},
-    {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
-        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}],
-         "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["other"]}]},
-    ]}}},
-    {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": []}}},
+    {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "preference": {
+                        "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]
+                    },
+                }
+            ]
+        }
+    },
+    {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+                    {
+                        "matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}],
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["other"]}
+                        ],
+                    },
+                ]
+            }
+        }
+    },
+    {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
 ]
 
 
@@ -183,20 +220,25 @@ def test_rewrite_pins_the_node_in_every_term_for_every_affinity_shape(affinity):
     assert "nodeName" not in spec
     assert spec["schedulerName"] == "volcano"
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"]
+        "nodeSelectorTerms"
+    ]
     assert terms and all(term["matchFields"] == [PIN] for term in terms)
     old_terms = ((affinity or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms") or []
+        "requiredDuringSchedulingIgnoredDuringExecution", {}
+    ).get("nodeSelectorTerms") or []
     for old, new in zip(old_terms, terms, strict=False):
         assert new.get("matchExpressions") == old.get("matchExpressions")
     for key, value in (affinity or {}).items():  # other affinities are kept as they were
         if key != "nodeAffinity":
             assert spec["affinity"][key] == value
     preferred = ((affinity or {}).get("nodeAffinity") or {}).get(
-        "preferredDuringSchedulingIgnoredDuringExecution")
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    )
     if preferred is not None:
-        assert spec["affinity"]["nodeAffinity"][
-            "preferredDuringSchedulingIgnoredDuringExecution"] == preferred
+        assert (
+            spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            == preferred
+        )
     assert run("validate", patched, context(action="rewrite")).decision.allowed
 
 
@@ -214,21 +256,32 @@ def test_pin_to_node_does_not_modify_its_input():
 
 # --- binding guard ---------------------------------------------------------------------------
 
+
 def binding_review(node, user, subresource=True):
     request = {
-        "uid": "b1", "operation": "CREATE", "namespace": "team-a", "name": "train-0",
+        "uid": "b1",
+        "operation": "CREATE",
+        "namespace": "team-a",
+        "name": "train-0",
         "kind": {"group": "", "version": "v1", "kind": "Binding"},
-        "resource": {"group": "", "version": "v1", "resource": "pods" if subresource
-                     else "bindings"},
+        "resource": {
+            "group": "",
+            "version": "v1",
+            "resource": "pods" if subresource else "bindings",
+        },
         "userInfo": {"username": user},
-        "object": {"apiVersion": "v1", "kind": "Binding",
-                   "metadata": {"name": "train-0", "namespace": "team-a"},
-                   "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
+        "object": {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "train-0", "namespace": "team-a"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        },
     }
     if subresource:
         request["subResource"] = "binding"
-    return from_document({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                  "request": request})
+    return from_document(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    )
 
 
 VOLCANO = "system:serviceaccount:volcano-system:volcano-scheduler"

@@ -40,8 +40,12 @@ def covering(ranges: list[NodeRange], node: str) -> list[NodeRange]:
 
 
 def test_100000_nodes_fit_in_configmaps_the_api_server_accepts():
-    states = {f"ip-10-{i // 65536}-{i // 256 % 256}-{i % 256}.eu-west-1.compute.internal":
-              MANAGED if i % 10 else UNMANAGED for i in range(100_000)}
+    states = {
+        f"ip-10-{i // 65536}-{i // 256 % 256}-{i % 256}.eu-west-1.compute.internal": MANAGED
+        if i % 10
+        else UNMANAGED
+        for i in range(100_000)
+    }
     writes = plan([], states)
     assert writes[0] == NodeRange("", "", pending=True)  # refuses all until the rest exist
     ranges = sorted({r.start: r for r in writes}.values(), key=lambda r: r.start)
@@ -79,7 +83,8 @@ def test_a_first_range_deleted_by_hand_is_created_again():
     upper = stored_copy(NodeRange("m", "", {"m": UNMANAGED, "z": MANAGED}))
     writes = plan([upper], {"a": MANAGED, "m": UNMANAGED, "z": MANAGED}, limit=100)
     assert [(r.start, r.end, dict(r.states), r.resource_version) for r in writes] == [
-        ("", "m", {"a": MANAGED}, "")]
+        ("", "m", {"a": MANAGED}, "")
+    ]
 
 
 NAMES = st.sampled_from(["a", "b", "cc", "d", "ee", "f", "gg", "h"])
@@ -118,17 +123,20 @@ STATES_PATH = "/api/v1/namespaces/volcano-guard/configmaps"
 
 
 async def listed(session: aiohttp.ClientSession, url: str) -> list[dict[str, Any]]:
-    async with session.get(url + STATES_PATH,
-                           params={"labelSelector": "volcano-guard.io/params=node-states"},
-                           headers={"Authorization": "Bearer admin"}) as response:
+    async with session.get(
+        url + STATES_PATH,
+        params={"labelSelector": "volcano-guard.io/params=node-states"},
+        headers={"Authorization": "Bearer admin"},
+    ) as response:
         return list((await response.json())["items"])
 
 
 @pytest.fixture
 async def api_server():
     async with running() as sandbox, aiohttp.ClientSession() as session:
-        sandbox.seed([{"apiVersion": "v1", "kind": "Namespace",
-                       "metadata": {"name": "volcano-guard"}}])
+        sandbox.seed(
+            [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "volcano-guard"}}]
+        )
         yield sandbox.url, session
 
 
@@ -136,30 +144,42 @@ async def test_the_publisher_writes_the_states_and_then_only_what_changes(api_se
     url, session = api_server
     labels = dict(LABELS)
     snapshot = static_snapshot(labels)
-    publisher = NodeStatesPublisher(config_of("selectors"), Cluster(url, token="admin"),
-                                    "volcano-guard", lambda: snapshot, limit=30)
+    publisher = NodeStatesPublisher(
+        config_of("selectors"),
+        Cluster(url, token="admin"),
+        "volcano-guard",
+        lambda: snapshot,
+        limit=30,
+    )
     assert await publisher.publish_once(session)
     stored = await listed(session, url)
     assert {n: s for c in stored for n, s in c["data"].items()} == {
-        "gpu-1": MANAGED, "web-1": UNMANAGED}
+        "gpu-1": MANAGED,
+        "web-1": UNMANAGED,
+    }
     assert not await publisher.publish_once(session)  # nothing changed: nothing read or written
     labels["web-2"] = {"role": "web"}
     snapshot = static_snapshot(labels)
     assert await publisher.publish_once(session)
     params = await listed(session, url)
     assert len(stored) == 1 and len(params) == 2  # 40 bytes of states: the range split
-    verdicts = {node: in_server_verdict(config_of("selectors"), pinned_pod(node), "alice", (),
-                                        params)[0] for node in ("gpu-1", "web-1", "web-2", "x")}
+    verdicts = {
+        node: in_server_verdict(config_of("selectors"), pinned_pod(node), "alice", (), params)[0]
+        for node in ("gpu-1", "web-1", "web-2", "x")
+    }
     assert verdicts == {"gpu-1": False, "web-1": True, "web-2": True, "x": False}
-    assert all(webhook_verdict_for(config_of("selectors"), pinned_pod(node), labels) == allowed
-               for node, allowed in verdicts.items())
+    assert all(
+        webhook_verdict_for(config_of("selectors"), pinned_pod(node), labels) == allowed
+        for node, allowed in verdicts.items()
+    )
 
 
 async def test_the_publisher_waits_for_a_synced_cache(api_server):
     url, session = api_server
     unsynced = static_snapshot(LABELS).__class__(static_snapshot(LABELS).items, synced=False)
-    publisher = NodeStatesPublisher(config_of("selectors"), Cluster(url, token="admin"),
-                                    "volcano-guard", lambda: unsynced)
+    publisher = NodeStatesPublisher(
+        config_of("selectors"), Cluster(url, token="admin"), "volcano-guard", lambda: unsynced
+    )
     assert not await publisher.publish_once(session)
     assert await listed(session, url) == []
 
@@ -177,8 +197,14 @@ class RacingSession:
 
 
 class _RacedPut:
-    def __init__(self, session: aiohttp.ClientSession, url: str, other: dict[str, Any],
-                 mine: dict[str, Any], headers: dict[str, str]) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        other: dict[str, Any],
+        mine: dict[str, Any],
+        headers: dict[str, str],
+    ) -> None:
         self.args = session, url, other, mine, headers
 
     async def __aenter__(self) -> aiohttp.ClientResponse:

@@ -49,6 +49,7 @@ RS_UID = "5f1c-replicaset-uid"
 
 # --- UUIDv7 ----------------------------------------------------------------------------------
 
+
 def test_uuid7_ids_are_unique_and_sorted_by_creation():
     ids = [new_uuid7() for _ in range(10_000)]
     assert len(set(ids)) == 10_000
@@ -73,28 +74,57 @@ def test_uuid7_stays_monotonic_inside_one_millisecond_and_when_the_clock_steps_b
 
 # --- stamping --------------------------------------------------------------------------------
 
+
 def podgroup(name="podgroup-rs", uid="pg-uid-1", annotations=None, owner=RS_UID):
-    metadata = {"name": name, "namespace": "team-a", "uid": uid,
-                "creationTimestamp": "2026-11-21T10:00:00Z"}
+    metadata = {
+        "name": name,
+        "namespace": "team-a",
+        "uid": uid,
+        "creationTimestamp": "2026-11-21T10:00:00Z",
+    }
     if annotations is not None:
         metadata["annotations"] = annotations
     if owner:
-        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                        "name": "rs", "uid": owner, "controller": True}]
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": metadata, "spec": {"minMember": 1}}
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": "rs",
+                "uid": owner,
+                "controller": True,
+            }
+        ]
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": metadata,
+        "spec": {"minMember": 1},
+    }
 
 
-def pg_review(operation, obj=None, old=None, options=None, user="system:serviceaccount:"
-              "volcano-system:volcano-controllers"):
-    request = {"uid": "r1", "operation": operation, "namespace": "team-a",
-               "name": (obj or old)["metadata"]["name"],
-               "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1",
-                        "kind": "PodGroup"},
-               "resource": {"group": "scheduling.volcano.sh", "version": "v1beta1",
-                            "resource": "podgroups"},
-               "userInfo": {"username": user}, "object": obj, "oldObject": old,
-               "options": options}
+def pg_review(
+    operation,
+    obj=None,
+    old=None,
+    options=None,
+    user="system:serviceaccount:volcano-system:volcano-controllers",
+):
+    request = {
+        "uid": "r1",
+        "operation": operation,
+        "namespace": "team-a",
+        "name": (obj or old)["metadata"]["name"],
+        "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1", "kind": "PodGroup"},
+        "resource": {
+            "group": "scheduling.volcano.sh",
+            "version": "v1beta1",
+            "resource": "podgroups",
+        },
+        "userInfo": {"username": user},
+        "object": obj,
+        "oldObject": old,
+        "options": options,
+    }
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
@@ -104,8 +134,11 @@ def context(pods=(), cached=None, fail_closed=True, **pod_groups):
     data = {"policies": {"podGroups": pod_groups}} if pod_groups else {}
     config = config_from_dict({**data, "failClosed": fail_closed})
     cached = [podgroup()] if cached is None else cached
-    snapshots = {PODGROUPS: static_snapshot({
-        f"team-a/{pg['metadata']['name']}": podgroup_record(pg) for pg in cached})}
+    snapshots = {
+        PODGROUPS: static_snapshot(
+            {f"team-a/{pg['metadata']['name']}": podgroup_record(pg) for pg in cached}
+        )
+    }
     listed = {UNFINISHED_PODS: None if pods is None else tuple(pods)}
     return PolicyContext(config, snapshots, listed, new_generation_id=lambda: "0190-fixed-id")
 
@@ -125,8 +158,10 @@ def test_an_id_a_client_supplies_on_create_is_replaced_with_a_warning():
     decision = evaluate("mutate", from_document(pg_review("CREATE", obj)), context()).decision
     patched = apply_patch(obj, list(decision.patch))
     assert patched["metadata"]["annotations"][GENERATION_ID] == "0190-fixed-id"
-    assert any('"0180-an-old-incarnations" is replaced by 0190-fixed-id' in warning
-               for warning in decision.warnings)
+    assert any(
+        '"0180-an-old-incarnations" is replaced by 0190-fixed-id' in warning
+        for warning in decision.warnings
+    )
 
 
 def test_a_break_glass_user_keeps_the_id_it_restores():
@@ -150,37 +185,45 @@ def test_an_update_that_drops_or_changes_the_id_gets_it_back():
 def test_an_update_is_not_given_back_an_old_id_that_is_not_a_string():
     # Annotations are strings; restoring a number would make the API server refuse the update.
     old = podgroup(annotations={GENERATION_ID: 7})
-    result = evaluate("mutate", from_document(pg_review("UPDATE", podgroup(annotations=None), old)),
-                      context())
+    result = evaluate(
+        "mutate", from_document(pg_review("UPDATE", podgroup(annotations=None), old)), context()
+    )
     assert result.decision.patch == ()
 
 
 def test_stamping_can_be_turned_off():
-    result = evaluate("mutate", from_document(pg_review("CREATE", podgroup())),
-                      context(stampGenerationId=False))
+    result = evaluate(
+        "mutate", from_document(pg_review("CREATE", podgroup())), context(stampGenerationId=False)
+    )
     assert result.decision.patch == ()
 
 
 # --- members and the delete guard ------------------------------------------------------------
+
 
 def member(name, group=None, owner=None, phase="Running", terminating=False):
     metadata = {"name": name, "namespace": "team-a", "annotations": {}}
     if group:
         metadata["annotations"]["scheduling.k8s.io/group-name"] = group
     if owner:
-        metadata["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs", "uid": owner,
-                                        "controller": True}]
+        metadata["ownerReferences"] = [
+            {"kind": "ReplicaSet", "name": "rs", "uid": owner, "controller": True}
+        ]
     if terminating:
         metadata["deletionTimestamp"] = "2026-11-21T10:00:00Z"
     return {"metadata": metadata, "status": {"phase": phase}}
 
 
 def test_live_members_by_annotation_or_shared_controller_not_finished_not_terminating():
-    pods = [member("a", group="podgroup-rs"), member("b", owner=RS_UID),
-            member("c", group="podgroup-rs", terminating=True),
-            member("d", group="podgroup-rs", phase="Succeeded"),
-            member("e", group="podgroup-rs", phase="Failed"),
-            member("f", group="other"), member("g", owner="other-rs")]
+    pods = [
+        member("a", group="podgroup-rs"),
+        member("b", owner=RS_UID),
+        member("c", group="podgroup-rs", terminating=True),
+        member("d", group="podgroup-rs", phase="Succeeded"),
+        member("e", group="podgroup-rs", phase="Failed"),
+        member("f", group="other"),
+        member("g", owner="other-rs"),
+    ]
     assert live_members("podgroup-rs", RS_UID, pods) == ["a", "b"]
 
 
@@ -228,10 +271,15 @@ def _deep(depth):
     return value
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("creationTimestamp", _deep(990)), ("uid", _deep(990)), ("ownerReferences", 7),
-    ("annotations", {GENERATION_ID: _deep(990)}),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("creationTimestamp", _deep(990)),
+        ("uid", _deep(990)),
+        ("ownerReferences", 7),
+        ("annotations", {GENERATION_ID: _deep(990)}),
+    ],
+)
 def test_a_podgroup_with_odd_field_types_is_still_cached_and_guarded(field, value):
     # The API server never serves these; the cache must not choke on them either. Repr of a
     # value nested 990 deep would raise RecursionError, so nothing may format one unbounded.
@@ -250,8 +298,9 @@ def test_deletes_that_pass():
     live = [member("a", group="podgroup-rs")]
     assert delete(pg, context([])).decision.allowed  # no live pods
     assert delete(pg, context(live), {"preconditions": {"uid": "pg-uid-1"}}).decision.allowed
-    assert delete(pg, context(live, deleteGuard={"exemptUsers": ["admin"]}),
-                  user="admin").decision.allowed
+    assert delete(
+        pg, context(live, deleteGuard={"exemptUsers": ["admin"]}), user="admin"
+    ).decision.allowed
     assert delete(pg, context(live, cached=[])).decision.allowed  # gone already: a 404
 
 
@@ -259,12 +308,16 @@ def test_unknown_members_or_an_unsynced_cache_follow_fail_closed():
     pg = podgroup()
     assert not delete(pg, context(None)).decision.allowed
     assert delete(pg, context(None, fail_closed=False)).decision.allowed
-    unsynced = PolicyContext(config_from_dict({}), {PODGROUPS: empty_snapshot()},
-                             {UNFINISHED_PODS: ()})
+    unsynced = PolicyContext(
+        config_from_dict({}), {PODGROUPS: empty_snapshot()}, {UNFINISHED_PODS: ()}
+    )
     denied = delete(pg, unsynced).decision
     assert not denied.allowed and "PodGroup cache is not synced" in denied.message
-    relaxed = PolicyContext(config_from_dict({"failClosed": False}),
-                            {PODGROUPS: empty_snapshot()}, {UNFINISHED_PODS: ()})
+    relaxed = PolicyContext(
+        config_from_dict({"failClosed": False}),
+        {PODGROUPS: empty_snapshot()},
+        {UNFINISHED_PODS: ()},
+    )
     assert delete(pg, relaxed).decision.allowed
 
 
@@ -278,14 +331,28 @@ def test_warn_and_audit_modes_allow_the_delete():
 
 # --- the race, replayed ----------------------------------------------------------------------
 
+
 def sandbox_pod(name, finalizers=()):
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "team-a", "finalizers": list(finalizers),
-                         "annotations": {"scheduling.k8s.io/group-name": "podgroup-rs"},
-                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                              "name": "rs", "uid": RS_UID,
-                                              "controller": True}]},
-            "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "finalizers": list(finalizers),
+            "annotations": {"scheduling.k8s.io/group-name": "podgroup-rs"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "rs",
+                    "uid": RS_UID,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
 
 
 def sandbox_podgroup():
@@ -295,8 +362,9 @@ def sandbox_podgroup():
 
 
 async def test_the_one_zero_one_race_is_stopped(certs):
-    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
-                                                          "bindingGuard": {"mode": "off"}}}})
+    config = config_from_dict(
+        {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}}}}
+    )
     with SandboxThread() as sandbox:
         # 1: the Deployment's pod and its PodGroup.
         sandbox.seed([sandbox_pod("web-old", finalizers=["hold"]), sandbox_podgroup()])
@@ -312,6 +380,7 @@ async def test_the_one_zero_one_race_is_stopped(certs):
         assert new_pg["metadata"]["uid"] != old_pg["metadata"]["uid"]
 
         async with webhook_over(sandbox.url, config, certs, lookup_timeout=0.5) as review:
+
             async def validate(options=None):
                 return await review("/validate", pg_review("DELETE", None, new_pg, options))
 
@@ -324,8 +393,14 @@ async def test_the_one_zero_one_race_is_stopped(certs):
 
             # A UID precondition naming the old incarnation fails at the API server.
             with pytest.raises(ApiError) as info:
-                sandbox.call(lambda sb: sb.store.delete(PG, "team-a", "podgroup-rs", {
-                    "preconditions": {"uid": old_pg["metadata"]["uid"]}}))
+                sandbox.call(
+                    lambda sb: sb.store.delete(
+                        PG,
+                        "team-a",
+                        "podgroup-rs",
+                        {"preconditions": {"uid": old_pg["metadata"]["uid"]}},
+                    )
+                )
             assert info.value.code == 409
 
             # Once the new pod is gone, a plain delete is allowed.
@@ -333,8 +408,9 @@ async def test_the_one_zero_one_race_is_stopped(certs):
             assert (await validate())["allowed"] is True
 
             # A member list that does not come in time: failClosed denies.
-            sandbox.set_faults(FaultRule(verbs=frozenset({"list"}),
-                                         resources=frozenset({"pods"}), latency=3.0))
+            sandbox.set_faults(
+                FaultRule(verbs=frozenset({"list"}), resources=frozenset({"pods"}), latency=3.0)
+            )
             started = asyncio.get_running_loop().time()
             slow = await validate()
             assert asyncio.get_running_loop().time() - started < 2.0
@@ -350,12 +426,20 @@ async def webhook_over(url, config, certs, **options):
     try:
         await synced(caches)
         tls = server_context(certs.cert_file, certs.key_file)
-        async with running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls,
-                           caches=caches) as (port, _), aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=client_context(certs.ca_file))) as session:
+        async with (
+            running(config, Listen("127.0.0.1", 0), Listen("127.0.0.1", 0), tls, caches=caches) as (
+                port,
+                _,
+            ),
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=client_context(certs.ca_file))
+            ) as session,
+        ):
+
             async def review(path, body):
-                async with session.post(f"https://127.0.0.1:{port}{path}", json=body,
-                                        server_hostname=HOSTNAME) as response:
+                async with session.post(
+                    f"https://127.0.0.1:{port}{path}", json=body, server_hostname=HOSTNAME
+                ) as response:
                     return (await response.json())["response"]
 
             yield review
@@ -374,15 +458,29 @@ async def synced(caches):
 
 # --- pods learn the generation of the PodGroup they join -------------------------------------
 
+
 def pod_review(annotations):
-    obj = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "w0", "namespace": "team-a", "annotations": annotations},
-           "spec": {"containers": [{"name": "c", "image": "x"}]}}
-    return from_document({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                          "request": {
-        "uid": "p", "operation": "CREATE", "namespace": "team-a", "name": "w0",
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "object": obj}}), obj
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "w0", "namespace": "team-a", "annotations": annotations},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    return from_document(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "p",
+                "operation": "CREATE",
+                "namespace": "team-a",
+                "name": "w0",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "object": obj,
+            },
+        }
+    ), obj
 
 
 def test_pod_naming_a_cached_podgroup_gets_its_generation():
@@ -391,8 +489,7 @@ def test_pod_naming_a_cached_podgroup_gets_its_generation():
     ctx = PolicyContext(config_from_dict({}), {PODGROUPS: static_snapshot(cached)})
     result = evaluate("mutate", request, ctx)
     patched = apply_patch(obj, list(result.decision.patch))
-    assert patched["metadata"]["annotations"]["volcano-guard.io/podgroup-generation"] == \
-        "0190-gen"
+    assert patched["metadata"]["annotations"]["volcano-guard.io/podgroup-generation"] == "0190-gen"
 
 
 def test_pod_naming_an_uncached_podgroup_is_admitted_and_counted():
@@ -401,20 +498,41 @@ def test_pod_naming_an_uncached_podgroup_is_admitted_and_counted():
     result = evaluate("mutate", request, ctx)
     assert result.decision.allowed and result.decision.patch == ()
     assert ("podGroupGeneration", "podgroup_not_cached") in [
-        (r.policy, r.outcome) for r in result.results]
+        (r.policy, r.outcome) for r in result.results
+    ]
 
 
 def deployment_pod(annotations=None):
     """A pod as a ReplicaSet of a Deployment creates it for Volcano: no group name yet."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "web-7d9f-x2k", "namespace": "team-a",
-                         "annotations": dict(annotations or {}), "labels": {"app": "web"},
-                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                              "name": "web-7d9f", "uid": RS_UID,
-                                              "controller": True}]},
-            "spec": {"schedulerName": "volcano",
-                     "containers": [{"name": "c", "image": "x",
-                                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "web-7d9f-x2k",
+            "namespace": "team-a",
+            "annotations": dict(annotations or {}),
+            "labels": {"app": "web"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "web-7d9f",
+                    "uid": RS_UID,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "schedulerName": "volcano",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "x",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                }
+            ],
+        },
+    }
 
 
 def volcano_patch(pod, group):
@@ -423,52 +541,76 @@ def volcano_patch(pod, group):
     from volcano_guard.sandbox.patch import apply_strategic_merge_patch
 
     return apply_strategic_merge_patch(
-        copy.deepcopy(pod), {"metadata": {"annotations": {"scheduling.k8s.io/group-name": group}}})
+        copy.deepcopy(pod), {"metadata": {"annotations": {"scheduling.k8s.io/group-name": group}}}
+    )
 
 
 def pod_update(old, new):
-    return from_document({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                          "request": {
-        "uid": "u", "operation": "UPDATE", "namespace": "team-a", "name": new["metadata"]["name"],
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "userInfo": {"username": "system:serviceaccount:volcano-system:volcano-controllers"},
-        "object": new, "oldObject": old}})
+    return from_document(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u",
+                "operation": "UPDATE",
+                "namespace": "team-a",
+                "name": new["metadata"]["name"],
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "userInfo": {
+                    "username": "system:serviceaccount:volcano-system:volcano-controllers"
+                },
+                "object": new,
+                "oldObject": old,
+            },
+        }
+    )
 
 
 def generation_context():
-    return PolicyContext(config_from_dict({}), {PODGROUPS: static_snapshot(
-        {f"team-a/podgroup-{RS_UID}": PodGroupRecord("0190-gen")})})
+    return PolicyContext(
+        config_from_dict({}),
+        {PODGROUPS: static_snapshot({f"team-a/podgroup-{RS_UID}": PodGroupRecord("0190-gen")})},
+    )
 
 
 @pytest.mark.parametrize("old_annotations", [{}, {"scheduling.k8s.io/group-name": ""}])
 def test_the_update_volcano_sends_to_name_a_deployment_pods_group_records_its_generation(
-        old_annotations):
+    old_annotations,
+):
     old = deployment_pod(old_annotations)
     new = volcano_patch(old, f"podgroup-{RS_UID}")
     result = evaluate("mutate", pod_update(old, new), generation_context())
     patched = apply_patch(new, list(result.decision.patch))
     assert patched["metadata"]["annotations"][POD_GENERATION] == "0190-gen"
-    assert patched["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == \
-        f"podgroup-{RS_UID}"
+    assert (
+        patched["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == f"podgroup-{RS_UID}"
+    )
 
 
 @pytest.mark.parametrize(
     ("old_annotations", "new_annotations"),
     [
         # It had joined already: a later update (a label, a status) changes nothing.
-        ({"scheduling.k8s.io/group-name": f"podgroup-{RS_UID}"},
-         {"scheduling.k8s.io/group-name": f"podgroup-{RS_UID}", "note": "x"}),
+        (
+            {"scheduling.k8s.io/group-name": f"podgroup-{RS_UID}"},
+            {"scheduling.k8s.io/group-name": f"podgroup-{RS_UID}", "note": "x"},
+        ),
         # A generation already recorded is kept.
-        ({POD_GENERATION: "0180-old"},
-         {POD_GENERATION: "0180-old", "scheduling.k8s.io/group-name": f"podgroup-{RS_UID}"}),
+        (
+            {POD_GENERATION: "0180-old"},
+            {POD_GENERATION: "0180-old", "scheduling.k8s.io/group-name": f"podgroup-{RS_UID}"},
+        ),
         # An update that does not name a group.
         ({}, {"note": "x"}),
     ],
 )
 def test_other_pod_updates_are_left_alone(old_annotations, new_annotations):
-    result = evaluate("mutate", pod_update(deployment_pod(old_annotations),
-                                           deployment_pod(new_annotations)), generation_context())
+    result = evaluate(
+        "mutate",
+        pod_update(deployment_pod(old_annotations), deployment_pod(new_annotations)),
+        generation_context(),
+    )
     assert result.decision.patch == ()
     assert "podGroupGeneration" not in [r.policy for r in result.results]
 
@@ -478,7 +620,7 @@ def test_volcanos_source_still_names_deployment_pods_groups_by_a_patch():
 
     handler = volcano_file("pkg/controllers/podgroup/pg_controller_handler.go")
     update = go_function(handler, "updatePodAnnotations")
-    assert "if pod.Annotations[scheduling.KubeGroupNameAnnotationKey] == \"\" {" in update
+    assert 'if pod.Annotations[scheduling.KubeGroupNameAnnotationKey] == "" {' in update
     assert "types.StrategicMergePatchType" in update
     assert 'Metadata annotationForMergePatch `json:"metadata"`' in handler
     assert 'Annotations map[string]string `json:"annotations"`' in handler
@@ -488,57 +630,85 @@ def test_volcanos_source_still_names_deployment_pods_groups_by_a_patch():
     assert 'KubeGroupNameAnnotationKey = "scheduling.k8s.io/group-name"' in keys
 
 
-@pytest.mark.parametrize(("handler_name", "owner"), [("addStatefulSet", "sts"),
-                                                     ("addReplicaSet", "rs")])
+@pytest.mark.parametrize(
+    ("handler_name", "owner"), [("addStatefulSet", "sts"), ("addReplicaSet", "rs")]
+)
 def test_volcanos_source_deletes_an_owners_podgroup_by_name_at_replicas_zero(handler_name, owner):
     """The stale delete the e2e replays: podgroup-<owner uid>, no preconditions (#5972)."""
     from tests.upstream import go_function, volcano_file
 
-    handler = go_function(volcano_file("pkg/controllers/podgroup/pg_controller_handler.go"),
-                          handler_name)
-    at_zero = handler[handler.index(f"if *{owner}.Spec.Replicas == 0 {{"):]
+    handler = go_function(
+        volcano_file("pkg/controllers/podgroup/pg_controller_handler.go"), handler_name
+    )
+    at_zero = handler[handler.index(f"if *{owner}.Spec.Replicas == 0 {{") :]
     assert f"pgName := batchv1alpha1.PodgroupNamePrefix + string({owner}.UID)" in at_zero
     assert "Delete(context.TODO(), pgName, metav1.DeleteOptions{})" in at_zero
 
 
 async def test_the_podgroup_cache_feeds_pod_annotations_end_to_end(certs):
-    config = config_from_dict({"policies": {"nodeName": {"mode": "off",
-                                                          "bindingGuard": {"mode": "off"}}}})
+    config = config_from_dict(
+        {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}}}}
+    )
     with SandboxThread() as sandbox:
         stamped = sandbox_podgroup()
         stamped["metadata"]["annotations"] = {GENERATION_ID: "0190-live"}
         sandbox.seed([stamped])
         async with webhook_over(sandbox.url, config, certs) as review:
             _, obj = pod_review({"scheduling.k8s.io/group-name": "podgroup-rs"})
-            answer = await review("/mutate", {
-                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                "request": {"uid": "p", "operation": "CREATE", "namespace": "team-a",
-                            "name": "w0", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                            "resource": {"group": "", "version": "v1", "resource": "pods"},
-                            "object": obj}})
+            answer = await review(
+                "/mutate",
+                {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "request": {
+                        "uid": "p",
+                        "operation": "CREATE",
+                        "namespace": "team-a",
+                        "name": "w0",
+                        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                        "resource": {"group": "", "version": "v1", "resource": "pods"},
+                        "object": obj,
+                    },
+                },
+            )
         patch = json.loads(base64.b64decode(answer["patch"]))
-        assert {"op": "add", "path": "/metadata/annotations/volcano-guard.io~1podgroup-"
-                "generation", "value": "0190-live"} in patch
+        assert {
+            "op": "add",
+            "path": "/metadata/annotations/volcano-guard.io~1podgroup-generation",
+            "value": "0190-live",
+        } in patch
 
 
 # --- the live member list ---------------------------------------------------------------------
 
+
 async def test_member_pods_are_listed_as_metadata_page_by_page_with_the_token_and_selector(
-        tmp_path):
+    tmp_path,
+):
     seen: list[dict[str, str | None]] = []
 
     async def pods(request: web.Request) -> web.Response:
-        seen.append({"path": request.path, **request.query,
-                     "accept": request.headers.get("Accept"),
-                     "authorization": request.headers.get("Authorization")})
+        seen.append(
+            {
+                "path": request.path,
+                **request.query,
+                "accept": request.headers.get("Accept"),
+                "authorization": request.headers.get("Authorization"),
+            }
+        )
         if request.match_info["namespace"] == "forbidden":
             return web.json_response({"kind": "Status", "code": 403}, status=403)
         if "continue" not in request.query:
-            return web.json_response({"kind": "PartialObjectMetadataList",
-                                      "metadata": {"continue": "page-2"},
-                                      "items": [member("w0"), "junk", 7]})
-        return web.json_response({"kind": "PartialObjectMetadataList", "metadata": {},
-                                  "items": [member("w1")]})
+            return web.json_response(
+                {
+                    "kind": "PartialObjectMetadataList",
+                    "metadata": {"continue": "page-2"},
+                    "items": [member("w0"), "junk", 7],
+                }
+            )
+        return web.json_response(
+            {"kind": "PartialObjectMetadataList", "metadata": {}, "items": [member("w1")]}
+        )
 
     app = web.Application()
     app.router.add_get("/api/v1/namespaces/{namespace}/pods", pods)
@@ -562,7 +732,8 @@ async def test_member_pods_are_listed_as_metadata_page_by_page_with_the_token_an
     assert first["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
     assert first["limit"] == "500" and second["continue"] == "page-2"
     assert first["accept"].startswith(
-        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+    )
     assert first["authorization"] == "Bearer s3cret"
 
 
@@ -581,13 +752,11 @@ async def test_lookups_past_the_cap_get_no_list_and_are_counted():
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    caches = Caches(cluster=Cluster(f"http://127.0.0.1:{runner.addresses[0][1]}"),
-                    max_lookups=2)
+    caches = Caches(cluster=Cluster(f"http://127.0.0.1:{runner.addresses[0][1]}"), max_lookups=2)
     refused = LIVE_LOOKUPS.labels("pods", "refused")
     before = refused._value.get()
     try:
-        held = [asyncio.create_task(caches.live_list(UNFINISHED_PODS, "team-a"))
-                for _ in range(2)]
+        held = [asyncio.create_task(caches.live_list(UNFINISHED_PODS, "team-a")) for _ in range(2)]
         while calls < 2:
             await asyncio.sleep(0.01)
         assert await caches.live_list(UNFINISHED_PODS, "team-a") is None  # at once, no list

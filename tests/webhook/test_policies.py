@@ -20,29 +20,49 @@ from volcano_guard.webhook.policies.pod_groups import UNFINISHED_PODS
 from volcano_guard.webhook.review import AdmissionRequest, from_document
 from volcano_guard.webhook.workloads import POD
 
-EVERYTHING_ON = {"policies": {"resourceRequests": {"defaults": {"cpu": "1"}},
-                              "nodeName": {"action": "rewrite", "bindingGuard": {
-                                  "mode": "enforce", "allowedBinders": []}}}}
+EVERYTHING_ON = {
+    "policies": {
+        "resourceRequests": {"defaults": {"cpu": "1"}},
+        "nodeName": {
+            "action": "rewrite",
+            "bindingGuard": {"mode": "enforce", "allowedBinders": []},
+        },
+    }
+}
 
 
 def test_enabled_checks_follow_policy_order_with_the_configured_modes():
-    config = config_from_dict({"policies": {"resourceRequests": {"mode": "warn"},
-                                            "nodeName": {"action": "rewrite"}}})
+    config = config_from_dict(
+        {"policies": {"resourceRequests": {"mode": "warn"}, "nodeName": {"action": "rewrite"}}}
+    )
     validate = enabled_checks("validate", config).checks
     assert [(c.policy, c.mode) for c in validate] == [
-        ("resourceRequests", "warn"), ("nodeName", "enforce"), ("bindingGuard", "audit"),
-        ("deleteGuard", "enforce")]
+        ("resourceRequests", "warn"),
+        ("nodeName", "enforce"),
+        ("bindingGuard", "audit"),
+        ("deleteGuard", "enforce"),
+    ]
     assert [c.check for c in validate] == [p.validate for p in POLICIES if p.validate]
     assert [c.policy for c in enabled_checks("mutate", config).checks] == [
-        "resourceRequests", "nodeName", "podGroups", "podGroupGeneration", "sidecarInjection"]
+        "resourceRequests",
+        "nodeName",
+        "podGroups",
+        "podGroupGeneration",
+        "sidecarInjection",
+    ]
 
 
 def test_policies_turned_off_are_not_among_the_checks():
-    config = config_from_dict({"policies": {
-        "resourceRequests": {"mode": "off"}, "nodeName": {"mode": "off",
-                                                         "bindingGuard": {"mode": "off"}},
-        "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
-        "sidecarInjection": {"mode": "off"}}})
+    config = config_from_dict(
+        {
+            "policies": {
+                "resourceRequests": {"mode": "off"},
+                "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
+                "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+                "sidecarInjection": {"mode": "off"},
+            }
+        }
+    )
     for phase in ("validate", "mutate"):
         checks = enabled_checks(phase, config)
         assert checks.checks == () and checks.for_kind(*POD) == KindChecks()
@@ -53,9 +73,11 @@ def test_each_kind_gets_the_checks_of_the_policies_naming_it_in_policy_order():
     assert [c.policy for c in checks.for_kind(*POD).checks] == ["resourceRequests", "nodeName"]
     assert [c.policy for c in checks.for_kind("", "Binding").checks] == ["bindingGuard"]
     assert [c.policy for c in checks.for_kind("scheduling.volcano.sh", "PodGroup").checks] == [
-        "deleteGuard"]
+        "deleteGuard"
+    ]
     assert [c.policy for c in checks.for_kind("batch.volcano.sh", "Job").checks] == [
-        "resourceRequests"]
+        "resourceRequests"
+    ]
     assert checks.for_kind("", "ConfigMap") == KindChecks()
 
 
@@ -82,29 +104,54 @@ def test_evaluate_with_given_checks_runs_only_those():
     context = PolicyContext(config)
     everything = evaluate("validate", request, context)
     assert not everything.decision.allowed
-    node_only = enabled_checks("validate", config,
-                               policies=[p for p in POLICIES if p.name == "nodeName"])
+    node_only = enabled_checks(
+        "validate", config, policies=[p for p in POLICIES if p.name == "nodeName"]
+    )
     assert evaluate("validate", request, context, node_only).decision.allowed
 
 
 def _requests_each_policy_acts_on() -> list[AdmissionRequest]:
     """Requests of every kind a policy names, each one that policy has something to say about."""
-    bound = pod(container()) | {"metadata": {
-        "name": "p", "namespace": "team-a", "labels": {"volcano-guard.io/inject": "true"},
-        "annotations": {"scheduling.k8s.io/group-name": "pg"}}}
+    bound = pod(container()) | {
+        "metadata": {
+            "name": "p",
+            "namespace": "team-a",
+            "labels": {"volcano-guard.io/inject": "true"},
+            "annotations": {"scheduling.k8s.io/group-name": "pg"},
+        }
+    }
     bound["spec"]["nodeName"] = "node-1"
-    podgroup = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-                "metadata": {"name": "pg", "namespace": "team-a"}}
-    binding = review({"apiVersion": "v1", "kind": "Binding",
-                      "metadata": {"name": "p", "namespace": "team-a"},
-                      "target": {"kind": "Node", "name": "node-1"}})
+    podgroup = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg", "namespace": "team-a"},
+    }
+    binding = review(
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "p", "namespace": "team-a"},
+            "target": {"kind": "Node", "name": "node-1"},
+        }
+    )
     binding["request"]["subResource"] = "binding"
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
-                  "metadata": {"name": "d", "namespace": "team-a"},
-                  "spec": {"template": {"spec": pod(container())["spec"]}}}
-    return [from_document(body) for body in (
-        review(bound), binding, review(podgroup), review(podgroup, "DELETE", old=podgroup),
-        review(volcano_job({"worker": [container()]})), review(deployment))]
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "team-a"},
+        "spec": {"template": {"spec": pod(container())["spec"]}},
+    }
+    return [
+        from_document(body)
+        for body in (
+            review(bound),
+            binding,
+            review(podgroup),
+            review(podgroup, "DELETE", old=podgroup),
+            review(volcano_job({"worker": [container()]})),
+            review(deployment),
+        )
+    ]
 
 
 @pytest.mark.parametrize("phase", ["validate", "mutate"])

@@ -83,8 +83,9 @@ def test_denies_a_bad_limit_too():
 
 @pytest.mark.parametrize(("bad", "told"), [("lots", '"lots"'), ("-1", '"-1"'), (True, "True")])
 def test_limits_equal_to_requests_are_each_told_when_unusable(bad, told):
-    obj = pod(container(requests={"cpu": bad, "memory": "1Gi"},
-                        limits={"cpu": bad, "memory": "1Gi"}))
+    obj = pod(
+        container(requests={"cpu": bad, "memory": "1Gi"}, limits={"cpu": bad, "memory": "1Gi"})
+    )
     message = validate(obj).decision.message
     for field in ("request", "limit"):
         assert f"cpu {field} {told}" in message
@@ -93,8 +94,11 @@ def test_limits_equal_to_requests_are_each_told_when_unusable(bad, told):
 
 @pytest.mark.parametrize("flag", [True, False])
 def test_a_bool_limit_is_no_quantity_even_where_it_equals_the_request(flag):
-    obj = pod(container(requests={"cpu": int(flag), "memory": "1Gi"},
-                        limits={"cpu": flag, "memory": "1Gi"}))
+    obj = pod(
+        container(
+            requests={"cpu": int(flag), "memory": "1Gi"}, limits={"cpu": flag, "memory": "1Gi"}
+        )
+    )
     message = validate(obj).decision.message
     assert f"invalid cpu limit {flag!r}" in message
     assert "invalid cpu request" not in message
@@ -112,8 +116,14 @@ def test_denies_a_negative_request():
 
 @pytest.mark.parametrize(
     ("request_value", "limit", "allowed"),
-    [("2", "1", False), ("1001m", "1", False), ("1", "1000m", True), ("1Gi", "1G", False),
-     ("1G", "1Gi", True), (2, "2", True)],
+    [
+        ("2", "1", False),
+        ("1001m", "1", False),
+        ("1", "1000m", True),
+        ("1Gi", "1G", False),
+        ("1G", "1Gi", True),
+        (2, "2", True),
+    ],
 )
 def test_request_may_not_exceed_its_limit(request_value, limit, allowed):
     obj = pod(container(requests={"cpu": request_value, "memory": "1Gi"}, limits={"cpu": limit}))
@@ -140,14 +150,17 @@ def test_pod_update_is_not_handled():
 
 def test_configured_resources_replace_the_default_list():
     ctx = context(resources=["nvidia.com/gpu"])
-    assert "no nvidia.com/gpu request" in validate(pod(container(requests=FULL)), ctx=ctx) \
-        .decision.message
+    assert (
+        "no nvidia.com/gpu request"
+        in validate(pod(container(requests=FULL)), ctx=ctx).decision.message
+    )
     assert validate(pod(container(limits={"nvidia.com/gpu": 1})), ctx=ctx).decision.allowed
 
 
 def test_volcano_job_denial_names_the_task_and_its_path():
-    job = volcano_job({"ps": [container("tf", requests=FULL)],
-                       "worker": [container("tf", requests={"cpu": "2"})]})
+    job = volcano_job(
+        {"ps": [container("tf", requests=FULL)], "worker": [container("tf", requests={"cpu": "2"})]}
+    )
     message = validate(job).decision.message
     assert 'Job "team-a/mnist" task "worker": container "tf" has no memory request' in message
     assert "spec.tasks[1].template.spec.containers[0].resources.requests.memory" in message
@@ -156,15 +169,26 @@ def test_volcano_job_denial_names_the_task_and_its_path():
 
 @pytest.mark.parametrize(
     ("build", "subject", "path"),
-    [(volcano_cronjob, 'CronJob "team-a/nightly"',
-      "spec.jobTemplate.spec.tasks[1].template.spec.containers[0].resources.requests.memory"),
-     (job_template, 'JobTemplate "team-a/train"',
-      "spec.tasks[1].template.spec.containers[0].resources.requests.memory")])
+    [
+        (
+            volcano_cronjob,
+            'CronJob "team-a/nightly"',
+            "spec.jobTemplate.spec.tasks[1].template.spec.containers[0].resources.requests.memory",
+        ),
+        (
+            job_template,
+            'JobTemplate "team-a/train"',
+            "spec.tasks[1].template.spec.containers[0].resources.requests.memory",
+        ),
+    ],
+)
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
 def test_kinds_volcano_makes_jobs_from_are_denied_naming_task_container_and_path(
-        build, subject, path, operation):
-    obj = build({"ps": [container("tf", requests=FULL)],
-                 "worker": [container("tf", requests={"cpu": "2"})]})
+    build, subject, path, operation
+):
+    obj = build(
+        {"ps": [container("tf", requests=FULL)], "worker": [container("tf", requests={"cpu": "2"})]}
+    )
     message = validate(obj, operation).decision.message
     assert f'{subject} task "worker": container "tf" has no memory request' in message
     assert path in message
@@ -206,8 +230,10 @@ def test_volcanos_example_job_shape_passes(tmp_path):
         ({"containers": [{"name": 3}]}, "spec.containers[0].name must be a string"),
         ({"containers": [{"name": "a", "resources": []}]}, "spec.containers[0].resources"),
         ({"containers": [{"name": "a", "resources": {"requests": "1"}}]}, "requests must be"),
-        ({"containers": [{"name": "a", "resources": {"limits": ["1"]}}]},
-         "spec.containers[0].resources.limits must be an object"),
+        (
+            {"containers": [{"name": "a", "resources": {"limits": ["1"]}}]},
+            "spec.containers[0].resources.limits must be an object",
+        ),
         ({"schedulerName": ["volcano"]}, "spec.schedulerName must be a string"),
     ],
 )
@@ -255,7 +281,9 @@ def test_mutate_fills_init_containers_and_job_tasks():
     assert tasks[0]["template"]["spec"]["initContainers"][0]["resources"]["requests"] == DEFAULTS
     assert tasks[0]["template"]["spec"]["containers"][0]["resources"]["requests"] == DEFAULTS
     assert tasks[1]["template"]["spec"]["containers"][0]["resources"]["requests"] == {
-        "cpu": "1", "memory": "128Mi"}
+        "cpu": "1",
+        "memory": "128Mi",
+    }
 
 
 def test_mutate_without_defaults_does_nothing():
@@ -270,11 +298,13 @@ def test_mutate_leaves_non_volcano_pods_alone():
 
 # --- modes ------------------------------------------------------------------------------------
 
+
 def test_warn_mode_allows_with_a_warning_naming_the_policy():
     result = validate(pod(container("c")), ctx=context(mode="warn"))
     assert result.decision.allowed
     assert result.decision.warnings and result.decision.warnings[0].startswith(
-        'resourceRequests: Pod "team-a/train-0": container "c" has no cpu request')
+        'resourceRequests: Pod "team-a/train-0": container "c" has no cpu request'
+    )
     assert result.results[0].outcome == "warned"
 
 
@@ -290,8 +320,7 @@ def test_audit_mode_allows_with_an_audit_annotation():
 def test_warn_mode_mutate_describes_instead_of_patching():
     result = mutate(pod(container("c")), context(mode="warn", defaults=DEFAULTS))
     assert result.decision.patch == ()
-    assert "would set container \"c\" requests cpu=100m, memory=128Mi" in \
-        result.decision.warnings[0]
+    assert 'would set container "c" requests cpu=100m, memory=128Mi' in result.decision.warnings[0]
 
 
 def test_off_mode_skips_the_policy():
@@ -302,25 +331,31 @@ def test_off_mode_skips_the_policy():
 GUARANTEED = {"cpu": "4", "memory": "16Gi"}
 
 
-@pytest.mark.parametrize("obj", [
-    pod(container(requests=GUARANTEED, limits=GUARANTEED)),
-    pod(container(requests=FULL, limits={"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1"})),
-    pod(container(requests=FULL)),
-    pod(container("a", requests=FULL), init=(container("setup", requests=FULL),)),
-], ids=["guaranteed", "burstable-with-extra-limit", "no-limits", "init-container"])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pod(container(requests=GUARANTEED, limits=GUARANTEED)),
+        pod(container(requests=FULL, limits={"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1"})),
+        pod(container(requests=FULL)),
+        pod(container("a", requests=FULL), init=(container("setup", requests=FULL),)),
+    ],
+    ids=["guaranteed", "burstable-with-extra-limit", "no-limits", "init-container"],
+)
 def test_usual_volcano_pods_are_allowed(obj):
     assert validate(obj).results[0].outcome == "allowed"
 
 
 GOOD_QUANTITIES = st.sampled_from(["1", "500m", "2", "16Gi", "1Gi", "0", "1e3", "2.5"])
 HOSTILE: st.SearchStrategy[Any] = st.sampled_from(
-    [None, "x", "", "-1", "1Gb", "1.5 cores", 1, 1.5, True, [], {}, "0", "64Gi", "volcano"])
+    [None, "x", "", "-1", "1Gb", "1.5 cores", 1, 1.5, True, [], {}, "0", "64Gi", "volcano"]
+)
 
 
 @st.composite
 def pod_specs(draw) -> dict:
     """A compliant Volcano pod's spec, then up to three of its fields set to hostile values or
     removed: near misses of every kind, and plenty of pods that pass."""
+
     def resources() -> dict:
         made = resources_of_a_kind()
         if draw(st.integers(0, 7)) == 0:  # requests or limits of the wrong type
@@ -335,17 +370,23 @@ def pod_specs(draw) -> dict:
         if limits == "none":
             return {"requests": requests}
         if limits == "other":
-            return {"requests": requests, "limits": {name: draw(GOOD_QUANTITIES)
-                                                     for name in requests}}
+            return {
+                "requests": requests,
+                "limits": {name: draw(GOOD_QUANTITIES) for name in requests},
+            }
         if limits == "extra":  # a limit without a request
             extra = draw(st.one_of(GOOD_QUANTITIES, HOSTILE))
             return {"requests": requests, "limits": {**requests, "ephemeral-storage": extra}}
-        return {"requests": requests,
-                "limits": requests if limits == "same" else copy.copy(requests)}
+        return {
+            "requests": requests,
+            "limits": requests if limits == "same" else copy.copy(requests),
+        }
 
     def containers() -> list:
-        return [{"name": f"c{index}", "resources": resources()}
-                for index in range(draw(st.integers(0, 2)))]
+        return [
+            {"name": f"c{index}", "resources": resources()}
+            for index in range(draw(st.integers(0, 2)))
+        ]
 
     spec: dict = {"schedulerName": "volcano", "containers": containers()}
     if draw(st.booleans()):
@@ -354,7 +395,7 @@ def pod_specs(draw) -> dict:
     pending = [spec]
     while pending:
         holder = pending.pop()
-        for key in (holder if isinstance(holder, dict) else range(len(holder))):
+        for key in holder if isinstance(holder, dict) else range(len(holder)):
             places.append((holder, key))
             if isinstance(holder[key], dict | list):
                 pending.append(holder[key])
@@ -369,18 +410,26 @@ def pod_specs(draw) -> dict:
     return spec
 
 
-CONFIGS = st.sampled_from([{}, {"volcanoSchedulerNames": ["volcano", "kube-batch"],
-                                "policies": {"resourceRequests": {
-                                    "resources": ["cpu", "memory", "nvidia.com/gpu"]}}}])
+CONFIGS = st.sampled_from(
+    [
+        {},
+        {
+            "volcanoSchedulerNames": ["volcano", "kube-batch"],
+            "policies": {"resourceRequests": {"resources": ["cpu", "memory", "nvidia.com/gpu"]}},
+        },
+    ]
+)
 
 
 @settings(max_examples=1000, deadline=None)
-@given(spec=pod_specs(), operation=st.sampled_from(["CREATE", "CREATE", "UPDATE"]),
-       config=CONFIGS)
-def test_hostile_pod_specs_get_a_verdict_or_a_shape_error_never_a_crash(spec, operation,
-                                                                         config):
-    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
-           "spec": spec}
+@given(spec=pod_specs(), operation=st.sampled_from(["CREATE", "CREATE", "UPDATE"]), config=CONFIGS)
+def test_hostile_pod_specs_get_a_verdict_or_a_shape_error_never_a_crash(spec, operation, config):
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team-a"},
+        "spec": spec,
+    }
     request = from_document(review(obj, operation))
     ctx = PolicyContext(config=config_from_dict(config))
     try:

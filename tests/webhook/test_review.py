@@ -44,9 +44,19 @@ def test_parsed_records_equal_ones_built_by_their_constructors():
     body["request"]["subResource"] = "status"
     request = parse(wire(body))
     assert request == AdmissionRequest(
-        "abc", GroupVersionKind("", "v1", "Pod"), GroupVersionResource("", "v1", "pods"),
-        "CREATE", "status", "team-a", "train-0", UserInfo("alice", ("system:authenticated",)),
-        body["request"]["object"], None, None, False)
+        "abc",
+        GroupVersionKind("", "v1", "Pod"),
+        GroupVersionResource("", "v1", "pods"),
+        "CREATE",
+        "status",
+        "team-a",
+        "train-0",
+        UserInfo("alice", ("system:authenticated",)),
+        body["request"]["object"],
+        None,
+        None,
+        False,
+    )
 
 
 def test_a_decoded_document_is_checked_as_the_wire_is():
@@ -70,8 +80,10 @@ def test_a_decoded_document_is_checked_as_the_wire_is():
         (lambda b: b["request"].update(kind="Pod"), r"\$\.request\.kind"),
         (lambda b: b["request"]["kind"].pop("version"), r"`version` - at `\$\.request\.kind`"),
         (lambda b: b["request"].update(object=[1]), r"\$\.request\.object"),
-        (lambda b: b["request"].update(userInfo={"groups": "admins"}),
-         r"\$\.request\.userInfo\.groups"),
+        (
+            lambda b: b["request"].update(userInfo={"groups": "admins"}),
+            r"\$\.request\.userInfo\.groups",
+        ),
         (lambda b: b["request"].update(namespace=3), r"\$\.request\.namespace"),
         (lambda b: b["request"].update(dryRun="yes"), r"\$\.request\.dryRun"),
     ],
@@ -83,15 +95,18 @@ def test_refuses_a_malformed_review_naming_the_field(mutate, needle):
         parse(wire(body))
 
 
-@pytest.mark.parametrize(("key", "wrong", "message"), [
-    ("subResource", 1, "Expected `str`, got `int` - at `$.request.subResource`"),
-    ("namespace", ["a"], "Expected `str`, got `array` - at `$.request.namespace`"),
-    ("name", {}, "Expected `str`, got `object` - at `$.request.name`"),
-    ("object", "pod", "Expected `object | null`, got `str` - at `$.request.object`"),
-    ("oldObject", [], "Expected `object | null`, got `array` - at `$.request.oldObject`"),
-    ("options", 0, "Expected `object | null`, got `int` - at `$.request.options`"),
-    ("dryRun", 1, "Expected `bool`, got `int` - at `$.request.dryRun`"),
-])
+@pytest.mark.parametrize(
+    ("key", "wrong", "message"),
+    [
+        ("subResource", 1, "Expected `str`, got `int` - at `$.request.subResource`"),
+        ("namespace", ["a"], "Expected `str`, got `array` - at `$.request.namespace`"),
+        ("name", {}, "Expected `str`, got `object` - at `$.request.name`"),
+        ("object", "pod", "Expected `object | null`, got `str` - at `$.request.object`"),
+        ("oldObject", [], "Expected `object | null`, got `array` - at `$.request.oldObject`"),
+        ("options", 0, "Expected `object | null`, got `int` - at `$.request.options`"),
+        ("dryRun", 1, "Expected `bool`, got `int` - at `$.request.dryRun`"),
+    ],
+)
 def test_each_optional_field_of_the_wrong_type_is_named(key, wrong, message):
     body = review(pod())
     body["request"][key] = wrong
@@ -100,23 +115,42 @@ def test_each_optional_field_of_the_wrong_type_is_named(key, wrong, message):
     assert str(info.value) == f"body is not an AdmissionReview: {message}"
 
 
-json_values = st.none() | st.booleans() | st.integers() | st.text(max_size=3) | st.lists(
-    st.integers(), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
-ENVELOPE_FIELDS = ["uid", "operation", "subResource", "namespace", "name", "object",
-                   "oldObject", "options", "dryRun"]
+json_values = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=3)
+    | st.lists(st.integers(), max_size=2)
+    | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+)
+ENVELOPE_FIELDS = [
+    "uid",
+    "operation",
+    "subResource",
+    "namespace",
+    "name",
+    "object",
+    "oldObject",
+    "options",
+    "dryRun",
+]
 # What each field may hold, as the API server's Go types define it.
-ALLOWED = {"uid": lambda v: isinstance(v, str) and v != "",
-           "operation": lambda v: v in ("CREATE", "UPDATE", "DELETE", "CONNECT"),
-           **dict.fromkeys(("subResource", "namespace", "name"), lambda v: isinstance(v, str)),
-           **dict.fromkeys(("object", "oldObject", "options"),
-                           lambda v: v is None or isinstance(v, dict)),
-           "dryRun": lambda v: isinstance(v, bool)}
+ALLOWED = {
+    "uid": lambda v: isinstance(v, str) and v != "",
+    "operation": lambda v: v in ("CREATE", "UPDATE", "DELETE", "CONNECT"),
+    **dict.fromkeys(("subResource", "namespace", "name"), lambda v: isinstance(v, str)),
+    **dict.fromkeys(("object", "oldObject", "options"), lambda v: v is None or isinstance(v, dict)),
+    "dryRun": lambda v: isinstance(v, bool),
+}
 REQUIRED = {"uid", "operation"}
 
 
 @settings(max_examples=500, deadline=None)
-@given(changes=st.dictionaries(st.sampled_from(ENVELOPE_FIELDS), json_values | st.just(...),
-                               max_size=4))
+@given(
+    changes=st.dictionaries(
+        st.sampled_from(ENVELOPE_FIELDS), json_values | st.just(...), max_size=4
+    )
+)
 def test_any_mix_of_field_types_is_parsed_or_refused_naming_a_wrong_field(changes):
     """Parsed exactly when every field holds what the API's types allow; a refusal names a
     field that does not."""
@@ -127,14 +161,18 @@ def test_any_mix_of_field_types_is_parsed_or_refused_naming_a_wrong_field(change
         else:
             body["request"][key] = value
     fields = body["request"]
-    wrong = {key for key in ENVELOPE_FIELDS
-             if (key not in fields and key in REQUIRED)
-             or (key in fields and not ALLOWED[key](fields[key]))}
+    wrong = {
+        key
+        for key in ENVELOPE_FIELDS
+        if (key not in fields and key in REQUIRED)
+        or (key in fields and not ALLOWED[key](fields[key]))
+    }
     try:
         request = parse(wire(body))
     except ReviewError as exc:
-        named = {key for key in wrong
-                 if f"$.request.{key}`" in str(exc) or f"field `{key}`" in str(exc)}
+        named = {
+            key for key in wrong if f"$.request.{key}`" in str(exc) or f"field `{key}`" in str(exc)
+        }
         assert named, (str(exc), wrong)
     else:
         assert not wrong
@@ -167,13 +205,16 @@ def test_user_groups_must_all_be_strings():
     assert parse(wire(body)).user.groups == ("a", "b")
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    (b"[1, 2]", "body is not an AdmissionReview: Expected `object`, got `array`"),
-    (b'{"kind": ', "body is not valid JSON: Input data was truncated"),
-    (b'{"kind": "\xff"}', "body is not valid JSON"),
-    (b'{"kind": "\\ud800"}', "body is not valid JSON"),
-    (b'{"request": {"object": ' * 3000, "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"[1, 2]", "body is not an AdmissionReview: Expected `object`, got `array`"),
+        (b'{"kind": ', "body is not valid JSON: Input data was truncated"),
+        (b'{"kind": "\xff"}', "body is not valid JSON"),
+        (b'{"kind": "\\ud800"}', "body is not valid JSON"),
+        (b'{"request": {"object": ' * 3000, "nested too deeply"),
+    ],
+)
 def test_refuses_a_body_that_is_not_a_json_object_saying_why(body, message):
     with pytest.raises(ReviewError, match=re.escape(message)):
         parse(body)

@@ -47,14 +47,23 @@ async def test_mutate_returns_a_jsonpatch_that_fills_defaults(webhook):
     patch = json.loads(base64.b64decode(response["patch"]))
     patched = apply_patch(obj, patch)
     assert patched["spec"]["containers"][0]["resources"]["requests"] == {
-        "cpu": "1", "memory": "256Mi"}
+        "cpu": "1",
+        "memory": "256Mi",
+    }
     again = await admission(webhook, "/validate", review(patched))
     assert again["allowed"] is True
 
 
 async def test_request_no_policy_handles_is_allowed_untouched(webhook):
-    body = review({"apiVersion": "v1", "kind": "ConfigMap",
-                   "metadata": {"name": "x", "namespace": "a"}, "data": {}}, uid="cm")
+    body = review(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "x", "namespace": "a"},
+            "data": {},
+        },
+        uid="cm",
+    )
     for path in ("/mutate", "/validate"):
         response = await admission(webhook, path, body)
         assert response == {"uid": "cm", "allowed": True}
@@ -93,12 +102,20 @@ BAD_BODIES = [
     (b"not json at all", "not valid JSON"),
     (b"[1, 2, 3]", "not an AdmissionReview"),
     (json.dumps({"apiVersion": "v1", "kind": "Pod"}).encode(), 'expected "AdmissionReview"'),
-    (json.dumps({**review(pod()), "apiVersion": "admission.k8s.io/v1beta1"}).encode(),
-     "only admission.k8s.io/v1"),
-    (json.dumps({**review(pod()), "request": {**review(pod())["request"], "uid": ""}}).encode(),
-     "request.uid"),
-    (json.dumps(review({**pod(), "spec": {"schedulerName": "volcano", "containers": 5}}))
-     .encode(), "spec.containers must be a list"),
+    (
+        json.dumps({**review(pod()), "apiVersion": "admission.k8s.io/v1beta1"}).encode(),
+        "only admission.k8s.io/v1",
+    ),
+    (
+        json.dumps({**review(pod()), "request": {**review(pod())["request"], "uid": ""}}).encode(),
+        "request.uid",
+    ),
+    (
+        json.dumps(
+            review({**pod(), "spec": {"schedulerName": "volcano", "containers": 5}})
+        ).encode(),
+        "spec.containers must be a list",
+    ),
     (b'{"request": {"object": {"a": ' + b"[" * 5000 + b"]" * 5000 + b"}}}", "nested too deeply"),
     (b'{"kind": "AdmissionReview", "x": ' + b"[" * 1100 + b"]" * 1100 + b"}", "nested too deeply"),
     (b"\xff\xfe\xfd", "not valid JSON"),
@@ -113,14 +130,16 @@ async def test_bad_input_gets_400_with_a_status_saying_what_is_wrong(webhook, pa
     status = await response.json()
     assert status["kind"] == "Status" and status["code"] == 400
     assert needle in status["message"]
-    assert (await webhook.post("/validate", json=review(pod(container(requests=FULL))))) \
-        .status == 200
+    assert (
+        await webhook.post("/validate", json=review(pod(container(requests=FULL))))
+    ).status == 200
 
 
 async def test_body_over_the_limit_gets_413_from_content_length(webhook):
     body = b"x" * (7 * 1024 * 1024 + 1)
-    response = await webhook.post("/validate", data=body,
-                                  headers={"Content-Type": "application/json"})
+    response = await webhook.post(
+        "/validate", data=body, headers={"Content-Type": "application/json"}
+    )
     assert response.status == 413
     assert "limit" in (await response.json())["message"]
 
@@ -131,8 +150,10 @@ async def test_chunked_body_over_the_limit_gets_413_before_the_body_ends(webhook
     reader, writer = await asyncio.open_connection(
         "127.0.0.1", port, ssl=client_context(certs.ca_file), server_hostname=HOSTNAME
     )
-    writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Transfer-Encoding: chunked\r\n\r\n")
+    writer.write(
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
     chunk = b"%x\r\n%s\r\n" % (65536, b" " * 65536)
     for _ in range(7 * 16 + 2):  # just over 7 MiB, and no terminating chunk
         writer.write(chunk)
@@ -157,8 +178,10 @@ async def test_metrics_count_decisions_and_errors(webhook):
     await webhook.post("/validate", data=b"{", headers={"Content-Type": "application/json"})
     async with webhook.session.get(webhook.metrics_url) as response:
         text = await response.text()
-    assert ('volcano_guard_admission_requests_total{decision="denied",kind="Pod",'
-            'operation="CREATE",policy="resourceRequests"}') in text
+    assert (
+        'volcano_guard_admission_requests_total{decision="denied",kind="Pod",'
+        'operation="CREATE",policy="resourceRequests"}'
+    ) in text
     assert 'volcano_guard_admission_errors_total{reason="bad_review"}' in text
     assert "volcano_guard_admission_duration_seconds_bucket" in text
 
@@ -171,11 +194,19 @@ async def test_each_admission_is_counted_once_per_policy_that_applied(webhook):
 
     def counts() -> tuple[float, float, float]:
         requests = "admission_requests_total"
-        return (sample(requests, operation="CREATE", kind="Pod", policy="resourceRequests",
-                       decision="denied"),
-                sample(requests, operation="CREATE", kind="ConfigMap", policy="none",
-                       decision="allowed"),
-                sample("admission_duration_seconds_count"))
+        return (
+            sample(
+                requests,
+                operation="CREATE",
+                kind="Pod",
+                policy="resourceRequests",
+                decision="denied",
+            ),
+            sample(
+                requests, operation="CREATE", kind="ConfigMap", policy="none", decision="allowed"
+            ),
+            sample("admission_duration_seconds_count"),
+        )
 
     before = counts()
     await admission(webhook, "/validate", review(pod(container("x"))))
@@ -186,8 +217,11 @@ async def test_each_admission_is_counted_once_per_policy_that_applied(webhook):
 
 
 async def test_content_type_with_parameters_is_json_too(webhook):
-    response = await webhook.post("/validate", data=json.dumps(review(pod())).encode(),
-                                  headers={"Content-Type": "Application/JSON; charset=utf-8"})
+    response = await webhook.post(
+        "/validate",
+        data=json.dumps(review(pod())).encode(),
+        headers={"Content-Type": "Application/JSON; charset=utf-8"},
+    )
     assert response.status == 200
 
 

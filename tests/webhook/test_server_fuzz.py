@@ -12,8 +12,9 @@ from volcano_guard.webhook.config import config_from_dict
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=25,
 )
 # Values for the fields the policy reads, so the fuzz reaches the policy, not just the envelope.
@@ -55,8 +56,9 @@ def assert_answered(server, path, body: bytes) -> None:
         assert document["kind"] == "Status" and document["message"]
 
 
-FUZZ = settings(max_examples=150, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @FUZZ
@@ -66,8 +68,11 @@ def test_arbitrary_json_never_gets_a_5xx(server, document, path):
 
 
 @FUZZ
-@given(spec=pod_fields, kind=st.sampled_from(["Pod", "Job", "Deployment"]),
-       path=st.sampled_from(["/validate", "/mutate"]))
+@given(
+    spec=pod_fields,
+    kind=st.sampled_from(["Pod", "Job", "Deployment"]),
+    path=st.sampled_from(["/validate", "/mutate"]),
+)
 def test_arbitrary_objects_inside_a_valid_review_never_get_a_5xx(server, spec, kind, path):
     obj = pod()
     obj["kind"] = kind
@@ -81,9 +86,26 @@ def test_arbitrary_objects_inside_a_valid_review_never_get_a_5xx(server, spec, k
 
 
 @FUZZ
-@given(request=st.dictionaries(
-    st.sampled_from(["uid", "kind", "resource", "operation", "object", "userInfo", "namespace",
-                     "options", "oldObject", "dryRun", "subResource"]), json_values))
+@given(
+    request=st.dictionaries(
+        st.sampled_from(
+            [
+                "uid",
+                "kind",
+                "resource",
+                "operation",
+                "object",
+                "userInfo",
+                "namespace",
+                "options",
+                "oldObject",
+                "dryRun",
+                "subResource",
+            ]
+        ),
+        json_values,
+    )
+)
 def test_arbitrary_request_envelopes_never_get_a_5xx(server, request):
     body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
     assert_answered(server, "/validate", json.dumps(body).encode())
@@ -91,7 +113,10 @@ def test_arbitrary_request_envelopes_never_get_a_5xx(server, request):
 
 def test_server_is_alive_after_the_fuzz(server):
     status, payload = server.post(
-        "/validate", json.dumps(review(pod(container(requests={"cpu": "1", "memory": "1"})),
-                                       uid="alive")).encode())
+        "/validate",
+        json.dumps(
+            review(pod(container(requests={"cpu": "1", "memory": "1"})), uid="alive")
+        ).encode(),
+    )
     assert status == 200
     assert json.loads(payload)["response"] == {"uid": "alive", "allowed": True}

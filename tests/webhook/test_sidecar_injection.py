@@ -20,21 +20,32 @@ SCHEMA_VERSION = "1.30.0"
 def volcano_controller_pod(**annotations):
     """The pod template of Volcano's controller-manager Deployment, labelled for injection."""
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "volcano-controllers-7d9f", "namespace": "volcano-system",
-                     "labels": {"app": "volcano-controller", "volcano-guard.io/inject": "true"},
-                     "annotations": annotations},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "volcano-controllers-7d9f",
+            "namespace": "volcano-system",
+            "labels": {"app": "volcano-controller", "volcano-guard.io/inject": "true"},
+            "annotations": annotations,
+        },
         "spec": {
             "serviceAccountName": "volcano-controllers",
             "priorityClassName": "system-cluster-critical",
-            "containers": [{
-                "name": "volcano-controllers",
-                "image": "volcanosh/vc-controller-manager:v1.10.0",
-                "args": ["--logtostderr", "--enable-healthz=true", "--leader-elect=true",
-                         "-v=4", "2>&1"],
-                "imagePullPolicy": "IfNotPresent",
-                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-            }],
+            "containers": [
+                {
+                    "name": "volcano-controllers",
+                    "image": "volcanosh/vc-controller-manager:v1.10.0",
+                    "args": [
+                        "--logtostderr",
+                        "--enable-healthz=true",
+                        "--leader-elect=true",
+                        "-v=4",
+                        "2>&1",
+                    ],
+                    "imagePullPolicy": "IfNotPresent",
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                }
+            ],
         },
     }
 
@@ -42,13 +53,21 @@ def volcano_controller_pod(**annotations):
 def admit(obj, *, copied=True, **sidecar):
     data = {"policies": {"sidecarInjection": sidecar}} if sidecar else {}
     ctx = PolicyContext(config=config_from_dict(data))
-    request = from_document({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                     "request": {"uid": "i", "operation": "CREATE",
-                                 "namespace": obj["metadata"]["namespace"],
-                                 "name": obj["metadata"]["name"],
-                                 "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                                 "resource": {"group": "", "version": "v1", "resource": "pods"},
-                                 "object": copy.deepcopy(obj) if copied else obj}})
+    request = from_document(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "i",
+                "operation": "CREATE",
+                "namespace": obj["metadata"]["namespace"],
+                "name": obj["metadata"]["name"],
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "object": copy.deepcopy(obj) if copied else obj,
+            },
+        }
+    )
     return evaluate("mutate", request, ctx)
 
 
@@ -69,14 +88,19 @@ def test_native_sidecar_is_the_first_init_container_and_the_app_gets_the_kubecon
     app = pod["spec"]["containers"][0]
     assert app["args"][-1] == f"--kubeconfig={KUBECONFIG}"
     assert app["args"][:-1] == volcano_controller_pod()["spec"]["containers"][0]["args"]
-    assert {"name": "volcano-guard-kubeconfig", "mountPath": "/var/run/volcano-guard",
-            "readOnly": True} in app["volumeMounts"]
+    assert {
+        "name": "volcano-guard-kubeconfig",
+        "mountPath": "/var/run/volcano-guard",
+        "readOnly": True,
+    } in app["volumeMounts"]
     assert pod["spec"].get("terminationGracePeriodSeconds", 30) >= 20 + 10  # drain + margin
 
 
 def test_termination_grace_covers_the_drain_timeout():
-    assert injected(volcano_controller_pod(), drainTimeout=40)["spec"][
-        "terminationGracePeriodSeconds"] == 50
+    assert (
+        injected(volcano_controller_pod(), drainTimeout=40)["spec"]["terminationGracePeriodSeconds"]
+        == 50
+    )
     obj = volcano_controller_pod()
     obj["spec"]["terminationGracePeriodSeconds"] = 120
     assert injected(obj, drainTimeout=40)["spec"]["terminationGracePeriodSeconds"] == 120
@@ -84,16 +108,21 @@ def test_termination_grace_covers_the_drain_timeout():
 
 def test_existing_init_containers_run_after_the_sidecar():
     obj = volcano_controller_pod()
-    obj["spec"]["initContainers"] = [{"name": "migrate", "image": "busybox",
-                                      "resources": {"requests": {"cpu": "10m",
-                                                                 "memory": "8Mi"}}}]
+    obj["spec"]["initContainers"] = [
+        {
+            "name": "migrate",
+            "image": "busybox",
+            "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}},
+        }
+    ]
     pod = injected(obj)
     assert [c["name"] for c in pod["spec"]["initContainers"]] == [CONTAINER_NAME, "migrate"]
 
 
 def test_plain_container_mode_and_env_mode():
-    pod = injected(volcano_controller_pod(**{"volcano-guard.io/proxy-mode": "env"}),
-                   nativeSidecar=False)
+    pod = injected(
+        volcano_controller_pod(**{"volcano-guard.io/proxy-mode": "env"}), nativeSidecar=False
+    )
     assert pod["spec"]["containers"][-1]["name"] == CONTAINER_NAME
     assert "restartPolicy" not in pod["spec"]["containers"][-1]
     assert {"name": "KUBECONFIG", "value": KUBECONFIG} in pod["spec"]["containers"][0]["env"]
@@ -108,22 +137,29 @@ def test_a_container_without_args_or_command_gets_env_so_its_image_cmd_survives(
 
 
 def test_annotation_overrides_reach_the_sidecar_args():
-    pod = injected(volcano_controller_pod(**{"volcano-guard.io/flush-interval": "0.5",
-                                             "volcano-guard.io/ack": "sync"}))
+    pod = injected(
+        volcano_controller_pod(
+            **{"volcano-guard.io/flush-interval": "0.5", "volcano-guard.io/ack": "sync"}
+        )
+    )
     args = pod["spec"]["initContainers"][0]["args"]
     assert args[args.index("--flush-interval") + 1] == "0.5"
     assert args[args.index("--ack") + 1] == "sync"
 
 
-@pytest.mark.parametrize(("annotation", "value", "needle"), [
-    ("volcano-guard.io/flush-interval", "fast", "seconds from 0.05 to 60"),
-    ("volcano-guard.io/flush-interval", "600", "seconds from 0.05 to 60"),
-    ("volcano-guard.io/ack", "maybe", "allowed: async or sync"),
-    ("volcano-guard.io/proxy-mode", "magic", "allowed: args or env"),
-    ("volcano-guard.io/proxy-containers", "nope", "not containers of this pod"),
-])
-def test_bad_annotations_are_denied_naming_the_annotation_and_what_is_allowed(annotation, value,
-                                                                              needle):
+@pytest.mark.parametrize(
+    ("annotation", "value", "needle"),
+    [
+        ("volcano-guard.io/flush-interval", "fast", "seconds from 0.05 to 60"),
+        ("volcano-guard.io/flush-interval", "600", "seconds from 0.05 to 60"),
+        ("volcano-guard.io/ack", "maybe", "allowed: async or sync"),
+        ("volcano-guard.io/proxy-mode", "magic", "allowed: args or env"),
+        ("volcano-guard.io/proxy-containers", "nope", "not containers of this pod"),
+    ],
+)
+def test_bad_annotations_are_denied_naming_the_annotation_and_what_is_allowed(
+    annotation, value, needle
+):
     decision = admit(volcano_controller_pod(**{annotation: value})).decision
     assert not decision.allowed and decision.code == 403
     assert annotation in decision.message and needle in decision.message
@@ -131,9 +167,14 @@ def test_bad_annotations_are_denied_naming_the_annotation_and_what_is_allowed(an
 
 def test_only_the_named_proxy_containers_are_pointed_at_the_sidecar():
     obj = volcano_controller_pod(**{"volcano-guard.io/proxy-containers": "volcano-controllers"})
-    obj["spec"]["containers"].append({"name": "exporter", "image": "x", "args": ["--a"],
-                                      "resources": {"requests": {"cpu": "1m",
-                                                                 "memory": "1Mi"}}})
+    obj["spec"]["containers"].append(
+        {
+            "name": "exporter",
+            "image": "x",
+            "args": ["--a"],
+            "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}},
+        }
+    )
     pod = injected(obj)
     assert pod["spec"]["containers"][1]["args"] == ["--a"]
 
@@ -160,11 +201,20 @@ def test_injection_is_idempotent_and_unlabelled_pods_are_left_alone():
 def test_the_injected_pod_passes_the_resource_requests_policy():
     pod = injected(volcano_controller_pod())
     pod["spec"]["schedulerName"] = "volcano"
-    request = from_document({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                     "request": {"uid": "v", "operation": "CREATE", "namespace": "volcano-system",
-                                 "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                                 "resource": {"group": "", "version": "v1", "resource": "pods"},
-                                 "object": pod}})
+    request = from_document(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "v",
+                "operation": "CREATE",
+                "namespace": "volcano-system",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "object": pod,
+            },
+        }
+    )
     result = evaluate("validate", request, PolicyContext(config=config_from_dict({})))
     assert result.decision.allowed, result.decision.message
 
@@ -191,10 +241,13 @@ def test_labels_that_are_not_an_object_mean_no_injection():
     assert admit(pod).results == ()
 
 
-@pytest.mark.parametrize(("field", "value", "path"), [
-    ("containers", ["not-a-container"], "spec.containers[0] must be an object"),
-    ("initContainers", {"name": "x"}, "spec.initContainers must be a list"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "path"),
+    [
+        ("containers", ["not-a-container"], "spec.containers[0] must be an object"),
+        ("initContainers", {"name": "x"}, "spec.initContainers must be a list"),
+    ],
+)
 def test_containers_of_the_wrong_shape_are_a_shape_error_naming_the_path(field, value, path):
     pod = volcano_controller_pod()
     pod["spec"][field] = value

@@ -26,9 +26,12 @@ CONNECTIONS = 10
 
 
 def soak_body() -> dict:
-    worker = container("worker", requests={"cpu": "4", "memory": "16Gi"},
-                       limits={"cpu": "4", "memory": "16Gi"},
-                       env=[{"name": f"VAR_{i}", "value": "x" * 30} for i in range(20)])
+    worker = container(
+        "worker",
+        requests={"cpu": "4", "memory": "16Gi"},
+        limits={"cpu": "4", "memory": "16Gi"},
+        env=[{"name": f"VAR_{i}", "value": "x" * 30} for i in range(20)],
+    )
     obj = pod(worker)
     obj["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "mnist"}
     return review(obj)
@@ -51,20 +54,35 @@ class RssSampler(threading.Thread):
 
 
 def test_two_minutes_at_70_percent_of_max_throughput_fail_nothing_and_rss_stays_flat(
-        certs, tmp_path):
+    certs, tmp_path
+):
     hey = find_hey(install=False)
     if hey is None:
         pytest.skip("hey is not installed (apt-get install hey); .ci/run installs it")
     body = tmp_path / "review.json"
     body.write_text(json.dumps(soak_body()))
     with SandboxThread() as sandbox:
-        sandbox.seed([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{i}"}}
-                      for i in range(50)])
+        sandbox.seed(
+            [
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{i}"}}
+                for i in range(50)
+            ]
+        )
         kubeconfig = tmp_path / "kubeconfig"
         write_kubeconfig(str(kubeconfig), sandbox.url)
-        proc = start_cli("webhook", "--listen", "127.0.0.1:0", "--metrics-listen",
-                         "127.0.0.1:0", "--tls-cert", str(certs.cert_file), "--tls-key",
-                         str(certs.key_file), "--kubeconfig", str(kubeconfig))
+        proc = start_cli(
+            "webhook",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            str(certs.cert_file),
+            "--tls-key",
+            str(certs.key_file),
+            "--kubeconfig",
+            str(kubeconfig),
+        )
         try:
             ports = wait_for_log(proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)")
             port, metrics_port = int(ports[1]), int(ports[2])
@@ -79,18 +97,27 @@ def test_two_minutes_at_70_percent_of_max_throughput_fail_nothing_and_rss_stays_
             sampler.start()
             start_rss = memory_kib(proc.pid)
             answered_before = answered(metrics_port)
-            soak = run_hey(hey, url, body, SOAK_SECONDS, CONNECTIONS, rate / CONNECTIONS,
-                           requests=int(rate * SOAK_SECONDS))
+            soak = run_hey(
+                hey,
+                url,
+                body,
+                SOAK_SECONDS,
+                CONNECTIONS,
+                rate / CONNECTIONS,
+                requests=int(rate * SOAK_SECONDS),
+            )
             sampler.done.set()
             end_rss = memory_kib(proc.pid)
             answered_during = answered(metrics_port) - answered_before
         finally:
             proc.terminate()
             proc.wait(30)
-    print(f"\nmax {most:,.0f} req/s; soak {soak['total']:,} requests at {soak['rps']:,.0f} req/s "
-          f"(target {rate:,.0f}) for {SOAK_SECONDS:.0f}s, p99 {soak['p99']:.1f} ms; RSS "
-          f"{start_rss / 1024:.1f} -> {end_rss / 1024:.1f} MiB (peak "
-          f"{max(sampler.samples, default=end_rss) / 1024:.1f})")
+    print(
+        f"\nmax {most:,.0f} req/s; soak {soak['total']:,} requests at {soak['rps']:,.0f} req/s "
+        f"(target {rate:,.0f}) for {SOAK_SECONDS:.0f}s, p99 {soak['p99']:.1f} ms; RSS "
+        f"{start_rss / 1024:.1f} -> {end_rss / 1024:.1f} MiB (peak "
+        f"{max(sampler.samples, default=end_rss) / 1024:.1f})"
+    )
     assert soak["lost"] == 0 and soak["ok"] == soak["total"], soak
     assert answered_during == soak["total"], "the webhook's count differs from hey's"
     # hey falls behind the rate when the server slows down; 80% of 70% is still a soak at more

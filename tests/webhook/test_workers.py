@@ -25,19 +25,35 @@ from tests.promtool import check_metrics
 from volcano_guard.base.processes import children, stat_fields
 from volcano_guard.webhook.workers import merge_metrics
 
-NO_CLUSTER = ("policies: {nodeName: {mode: off, bindingGuard: {mode: off}}, podGroups: "
-              "{stampGenerationId: false, deleteGuard: {mode: off}}}\n")
+NO_CLUSTER = (
+    "policies: {nodeName: {mode: off, bindingGuard: {mode: off}}, podGroups: "
+    "{stampGenerationId: false, deleteGuard: {mode: off}}}\n"
+)
 
 
 @pytest.fixture
 def pool(certs, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(NO_CLUSTER)
-    proc = start_cli("webhook", "--workers", "2", "--config", str(config), "--listen",
-                     "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--tls-cert",
-                     str(certs.cert_file), "--tls-key", str(certs.key_file))
-    workers = [wait_for_log(proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)",
-                            timeout=60) for _ in range(2)]
+    proc = start_cli(
+        "webhook",
+        "--workers",
+        "2",
+        "--config",
+        str(config),
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        str(certs.cert_file),
+        "--tls-key",
+        str(certs.key_file),
+    )
+    workers = [
+        wait_for_log(proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)", timeout=60)
+        for _ in range(2)
+    ]
     parent = wait_for_log(proc, r"2 webhook workers; merged metrics on http://[^:]+:(\d+)")
     assert workers[0][1] == workers[1][1], "the workers must share one admission port"
     yield proc, int(workers[0][1]), [int(w[2]) for w in workers], int(parent[1])
@@ -75,8 +91,12 @@ def test_workers_share_the_port_and_the_parent_sums_their_metrics(pool, certs):
 
 
 def resident_memory(metrics: str) -> float:
-    return next(s.value for family in text_string_to_metric_families(metrics)
-                for s in family.samples if s.name == "process_resident_memory_bytes")
+    return next(
+        s.value
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+        if s.name == "process_resident_memory_bytes"
+    )
 
 
 def test_sigterm_stops_every_worker_and_exits_0(pool):
@@ -110,8 +130,15 @@ def test_a_killed_parent_takes_its_workers_with_it(pool):
 
 
 def test_workers_must_be_a_positive_number(certs):
-    proc = start_cli("webhook", "--workers", "0", "--tls-cert", str(certs.cert_file),
-                     "--tls-key", str(certs.key_file))
+    proc = start_cli(
+        "webhook",
+        "--workers",
+        "0",
+        "--tls-cert",
+        str(certs.cert_file),
+        "--tls-key",
+        str(certs.key_file),
+    )
     assert proc.wait(20) == 2
     assert "argument --workers: 0 is not a positive integer" in proc.stderr.read()
 
@@ -133,13 +160,20 @@ def test_merged_metrics_sum_counters_and_histograms_and_keep_the_highest_gauge()
     first = worker_exposition(3, [0.05, 0.2], 7)
     time.sleep(0.01)  # the second worker's series begin later
     second = worker_exposition(4, [0.05, 0.05, 0.2, 0.2, 0.2], 9)
-    created = [s.value for text in (first, second)
-               for family in text_string_to_metric_families(text) for s in family.samples
-               if s.name == "x_created"]
+    created = [
+        s.value
+        for text in (first, second)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "x_created"
+    ]
     assert created[0] < created[1]
     families = merge_metrics([first, second])
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in families for s in family.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in families
+        for s in family.samples
+    }
     assert samples[("x_total", (("policy", "a"),))] == 7
     assert samples[("x_created", (("policy", "a"),))] == created[0]  # the earliest
     assert samples[("latency_seconds_bucket", (("le", "0.1"),))] == 3
@@ -152,10 +186,10 @@ def test_merged_process_memory_is_the_sum_and_start_time_the_earliest():
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     text = generate_latest(registry).decode()
-    samples = {s.name: s.value for family in merge_metrics([text, text])
-               for s in family.samples}
-    alone = {s.name: s.value for family in text_string_to_metric_families(text)
-             for s in family.samples}
+    samples = {s.name: s.value for family in merge_metrics([text, text]) for s in family.samples}
+    alone = {
+        s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+    }
     assert samples["process_resident_memory_bytes"] == 2 * alone["process_resident_memory_bytes"]
     assert samples["process_open_fds"] == 2 * alone["process_open_fds"]
     assert samples["process_start_time_seconds"] == alone["process_start_time_seconds"]
@@ -185,4 +219,3 @@ def _alive(pid: int) -> bool:
         return stat_fields(pid)[0] != "Z"
     except FileNotFoundError:
         return False
-

@@ -63,15 +63,19 @@ def _container_requests(container: Any) -> Resources:
 def _add(total: Resources, more: Mapping[str, Decimal]) -> Resources:
     if not more:  # most pods: no overhead, no init containers
         return total
-    return {name: total.get(name, Decimal(0)) + more.get(name, Decimal(0))
-            for name in total.keys() | more.keys()}
+    return {
+        name: total.get(name, Decimal(0)) + more.get(name, Decimal(0))
+        for name in total.keys() | more.keys()
+    }
 
 
 def _largest(one: Resources, other: Mapping[str, Decimal]) -> Resources:
     if not other:
         return one
-    return {name: max(one.get(name, Decimal(0)), other.get(name, Decimal(0)))
-            for name in one.keys() | other.keys()}
+    return {
+        name: max(one.get(name, Decimal(0)), other.get(name, Decimal(0)))
+        for name in one.keys() | other.keys()
+    }
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -134,8 +138,11 @@ class NodeAccount:
 
     def overcommitted(self) -> list[str]:
         """The resources whose Idle Volcano would hold negative."""
-        return [name for name in self.resources()
-                if self.requested.get(name, Decimal(0)) > self.allocatable.get(name, Decimal(0))]
+        return [
+            name
+            for name in self.resources()
+            if self.requested.get(name, Decimal(0)) > self.allocatable.get(name, Decimal(0))
+        ]
 
 
 def node_account(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> NodeAccount:

@@ -54,13 +54,15 @@ class ChurnView:
 class NodeChurn:
     """Counts and rates of managed nodes' updates; one owner (the LiveAudit's)."""
 
-    updates: Counter[str] = field(default_factory=lambda: Counter(dict.fromkeys(
-        (*FIELDS, OTHER), 0)))
+    updates: Counter[str] = field(
+        default_factory=lambda: Counter(dict.fromkeys((*FIELDS, OTHER), 0))
+    )
     annotation_updates: Counter[str] = field(default_factory=Counter)
     _rates: dict[str, tuple[float, float]] = field(default_factory=dict)  # node -> (rate, at)
 
-    def updated(self, node: str, old: Mapping[str, Any], new: Mapping[str, Any],
-                now: float) -> None:
+    def updated(
+        self, node: str, old: Mapping[str, Any], new: Mapping[str, Any], now: float
+    ) -> None:
         """A managed node's update (its projection before and after) at `now` (seconds)."""
         changed, keys = changed_fields(old, new)
         self.updates.update(changed or [OTHER])
@@ -74,10 +76,15 @@ class NodeChurn:
         self._rates.pop(node, None)
 
     def view(self, now: float, per_minute_limit: float, device_sharing: bool) -> ChurnView:
-        per_minute = {node: 60 * rate * math.exp((at - now) / RATE_WINDOW)
-                      for node, (rate, at) in self._rates.items()}
+        per_minute = {
+            node: 60 * rate * math.exp((at - now) / RATE_WINDOW)
+            for node, (rate, at) in self._rates.items()
+        }
         busiest = heapq.nlargest(TOP_NODES, per_minute.items(), key=lambda item: item[1])
-        return ChurnView(dict(self.updates), dict(self.annotation_updates),
-                         tuple((node, rate) for node, rate in busiest if rate > 0.01),
-                         sum(rate > per_minute_limit for rate in per_minute.values()),
-                         device_sharing)
+        return ChurnView(
+            dict(self.updates),
+            dict(self.annotation_updates),
+            tuple((node, rate) for node, rate in busiest if rate > 0.01),
+            sum(rate > per_minute_limit for rate in per_minute.values()),
+            device_sharing,
+        )

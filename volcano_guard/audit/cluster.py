@@ -15,8 +15,9 @@ class ClusterReadError(Exception):
     """The cluster could not be read; the message says what failed."""
 
 
-def read_state(api_client: Any, namespace: str | None = None,
-               progress: Callable[[str], None] = lambda _: None) -> ClusterState:
+def read_state(
+    api_client: Any, namespace: str | None = None, progress: Callable[[str], None] = lambda _: None
+) -> ClusterState:
     """Every object the audit evaluates (in namespace, if given; nodes always)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -27,8 +28,12 @@ def read_state(api_client: Any, namespace: str | None = None,
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     apps = client.AppsV1Api(api_client)
 
-    def items(what: str, call: Callable[..., Any], *args: Any, missing_ok: bool = False,
-              ) -> list[dict[str, Any]]:
+    def items(
+        what: str,
+        call: Callable[..., Any],
+        *args: Any,
+        missing_ok: bool = False,
+    ) -> list[dict[str, Any]]:
         try:
             response = call(*args, _preload_content=False)
             listed = json.loads(response.data).get("items") or []
@@ -42,20 +47,37 @@ def read_state(api_client: Any, namespace: str | None = None,
         return [item for item in listed if isinstance(item, dict)]
 
     nodes = items("nodes", core.list_node)
-    pods = (items("pods", core.list_namespaced_pod, namespace) if namespace
-            else items("pods", core.list_pod_for_all_namespaces))
+    pods = (
+        items("pods", core.list_namespaced_pod, namespace)
+        if namespace
+        else items("pods", core.list_pod_for_all_namespaces)
+    )
 
-    daemonsets = (items("daemonsets", apps.list_namespaced_daemon_set, namespace) if namespace
-                  else items("daemonsets", apps.list_daemon_set_for_all_namespaces))
+    daemonsets = (
+        items("daemonsets", apps.list_namespaced_daemon_set, namespace)
+        if namespace
+        else items("daemonsets", apps.list_daemon_set_for_all_namespaces)
+    )
 
     def custom_items(group: str, version: str, plural: str) -> list[dict[str, Any]]:
         if namespace:
-            return items(plural, custom.list_namespaced_custom_object, group, version,
-                         namespace, plural, missing_ok=True)
-        return items(plural, custom.list_cluster_custom_object, group, version, plural,
-                     missing_ok=True)
+            return items(
+                plural,
+                custom.list_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                plural,
+                missing_ok=True,
+            )
+        return items(
+            plural, custom.list_cluster_custom_object, group, version, plural, missing_ok=True
+        )
 
     podgroups = custom_items("scheduling.volcano.sh", "v1beta1", "podgroups")
-    workloads = [item for (group, version, _), plural in WORKLOADS.items()
-                 for item in custom_items(group, version, plural)]
+    workloads = [
+        item
+        for (group, version, _), plural in WORKLOADS.items()
+        for item in custom_items(group, version, plural)
+    ]
     return ClusterState(nodes, pods, podgroups, workloads, daemonsets)

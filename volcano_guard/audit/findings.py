@@ -75,9 +75,11 @@ CONTROL_PLANE_RESTARTS = "controlPlaneRestarts"
 FAIL, WARN = "fail", "warn"
 GO_PANIC_EXIT = 2  # what a Go program exits with when a panic is not recovered
 # The Volcano kinds the audit evaluates besides pods: (group, version, kind) -> resource.
-WORKLOADS = {("batch.volcano.sh", "v1alpha1", "Job"): "jobs",
-             ("batch.volcano.sh", "v1alpha1", "CronJob"): "cronjobs",
-             ("flow.volcano.sh", "v1alpha1", "JobTemplate"): "jobtemplates"}
+WORKLOADS = {
+    ("batch.volcano.sh", "v1alpha1", "Job"): "jobs",
+    ("batch.volcano.sh", "v1alpha1", "CronJob"): "cronjobs",
+    ("flow.volcano.sh", "v1alpha1", "JobTemplate"): "jobtemplates",
+}
 
 
 @dataclass(frozen=True)
@@ -111,16 +113,20 @@ class ClusterState:
 def findings(state: ClusterState, config: Config) -> list[Finding]:
     """Every finding, in a stable order: nodes, then objects by namespace and name."""
     nodes = list(node_findings(state, config))
-    found = [*nodes, *policy_findings(state, config), *orphaned_pods(state, config),
-             *unstamped_podgroups(state, config), *missing_node_findings(state, config),
-             *control_plane_findings(state.pods, config, state.now, overcommitted=bool(nodes))]
+    found = [
+        *nodes,
+        *policy_findings(state, config),
+        *orphaned_pods(state, config),
+        *unstamped_podgroups(state, config),
+        *missing_node_findings(state, config),
+        *control_plane_findings(state.pods, config, state.now, overcommitted=bool(nodes)),
+    ]
     return sorted(found, key=finding_order)
 
 
 def finding_order(finding: Finding) -> tuple[bool, str, str, str, str]:
     """Nodes first, then objects by namespace, kind and name."""
-    return (finding.namespace != "", finding.namespace, finding.kind, finding.name,
-            finding.policy)
+    return (finding.namespace != "", finding.namespace, finding.kind, finding.name, finding.policy)
 
 
 def managed_accounts(state: ClusterState, config: Config) -> list[NodeAccount]:
@@ -130,8 +136,11 @@ def managed_accounts(state: ClusterState, config: Config) -> list[NodeAccount]:
     for pod in state.pods:
         if is_accounted(pod):
             by_node.setdefault(str(_spec(pod).get("nodeName")), []).append(pod)
-    return [node_account(node, by_node.get(_name(node), ())) for node in state.nodes
-            if is_managed(node_labels(node), selectors)]
+    return [
+        node_account(node, by_node.get(_name(node), ()))
+        for node in state.nodes
+        if is_managed(node_labels(node), selectors)
+    ]
 
 
 def node_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
@@ -142,24 +151,37 @@ def account_findings(accounts: Iterable[NodeAccount]) -> Iterator[Finding]:
     """A finding for each resource a node's pods request past its allocatable."""
     for account in accounts:
         for resource in account.overcommitted():
-            yield Finding(NODE_ACCOUNTING, "Node", "", account.node, (
-                f"pods bound here request {account.requested.get(resource, 0)} {resource}, "
-                f"more than its allocatable {account.allocatable.get(resource, 0)} "
-                f"({_ratio(account.ratio(resource))}): Volcano's scheduler holds a negative "
-                f"idle {resource} for this node, the precondition of its negative-resource "
-                "panic; move or delete pods bound here around Volcano"))
+            yield Finding(
+                NODE_ACCOUNTING,
+                "Node",
+                "",
+                account.node,
+                (
+                    f"pods bound here request {account.requested.get(resource, 0)} {resource}, "
+                    f"more than its allocatable {account.allocatable.get(resource, 0)} "
+                    f"({_ratio(account.ratio(resource))}): Volcano's scheduler holds a negative "
+                    f"idle {resource} for this node, the precondition of its negative-resource "
+                    "panic; move or delete pods bound here around Volcano"
+                ),
+            )
 
 
 def policy_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
-    context = PolicyContext(config, {
-        NODES: static_snapshot({_name(node): node_labels(node) for node in state.nodes}),
-        PODGROUPS: static_snapshot({f"{_namespace(pg)}/{_name(pg)}": podgroup_record(pg)
-                                    for pg in state.podgroups})})
+    context = PolicyContext(
+        config,
+        {
+            NODES: static_snapshot({_name(node): node_labels(node) for node in state.nodes}),
+            PODGROUPS: static_snapshot(
+                {f"{_namespace(pg)}/{_name(pg)}": podgroup_record(pg) for pg in state.podgroups}
+            ),
+        },
+    )
     checks = enabled_checks("validate", config)
     schedulers = config.volcanoSchedulerNames
     node_uids = {_name(node): _metadata(node).get("uid") for node in state.nodes}
-    daemonset_uids = {(_namespace(ds), _name(ds)): _metadata(ds).get("uid")
-                      for ds in state.daemonsets}
+    daemonset_uids = {
+        (_namespace(ds), _name(ds)): _metadata(ds).get("uid") for ds in state.daemonsets
+    }
     for pod in state.pods:
         user = UserInfo()
         if _spec(pod).get("nodeName") and _spec(pod).get("schedulerName") in schedulers:
@@ -176,9 +198,12 @@ def policy_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
             yield from _evaluated(workload, kind, WORKLOADS[kind], context, checks)
 
 
-def vouched_requester(pod: dict[str, Any], node_uids: Mapping[str, Any],
-                      daemonset_uids: Mapping[tuple[str, str], Any],
-                      config: Config) -> tuple[UserInfo, str]:
+def vouched_requester(
+    pod: dict[str, Any],
+    node_uids: Mapping[str, Any],
+    daemonset_uids: Mapping[tuple[str, str], Any],
+    config: Config,
+) -> tuple[UserInfo, str]:
     """Who the cluster shows created a bound pod, for the nodeName exemption: its node, for a
     mirror pod owned by that Node (as NodeRestriction makes a kubelet create it); the DaemonSet
     controller, for a pod controlled by a DaemonSet that exists with that uid; else nobody. And,
@@ -187,15 +212,22 @@ def vouched_requester(pod: dict[str, Any], node_uids: Mapping[str, Any],
     owners = _metadata(pod).get("ownerReferences")
     owners = owners if isinstance(owners, list) else []
     if MIRROR_ANNOTATION in _annotations(pod):
-        node_owner = {"apiVersion": "v1", "kind": "Node", "name": node, "controller": True,
-                      "uid": node_uids.get(node)}
+        node_owner = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": node,
+            "controller": True,
+            "uid": node_uids.get(node),
+        }
         if node_uids.get(node) and any(
-                isinstance(o, dict) and node_owner.items() <= o.items() for o in owners):
+            isinstance(o, dict) and node_owner.items() <= o.items() for o in owners
+        ):
             return UserInfo(NODE_USER_PREFIX + node, (NODES_GROUP,)), ""
         return UserInfo(), (
             f"has the mirror-pod annotation {MIRROR_ANNOTATION} but is not owned by node "
             f'"{node}" as a static pod its kubelet created is: someone else wrote it, and '
-            "the guard does not exempt it; delete the pod")
+            "the guard does not exempt it; delete the pod"
+        )
     owner = daemonset_owner(pod) if config.policies.nodeName.allowDaemonSets else None
     if owner is None:
         return UserInfo(), ""
@@ -206,17 +238,29 @@ def vouched_requester(pod: dict[str, Any], node_uids: Mapping[str, Any],
     return UserInfo(), (
         f'names DaemonSet "{key[1]}" (uid {owner.get("uid")}) as its controller, which does '
         "not exist: the guard does not exempt it, and the garbage collector deletes the pods of "
-        "a deleted DaemonSet; delete the pod")
+        "a deleted DaemonSet; delete the pod"
+    )
 
 
-def _evaluated(obj: dict[str, Any], kind: tuple[str, str, str], resource: str,
-               context: PolicyContext, checks: Any,
-               user: UserInfo = UserInfo()) -> Iterator[Finding]:  # noqa: B008 (immutable)
+def _evaluated(
+    obj: dict[str, Any],
+    kind: tuple[str, str, str],
+    resource: str,
+    context: PolicyContext,
+    checks: Any,
+    user: UserInfo = UserInfo(),  # noqa: B008 (immutable)
+) -> Iterator[Finding]:
     group, version, kind_name = kind
     request = AdmissionRequest(
-        uid=str(uuid.uuid4()), kind=GroupVersionKind(group, version, kind_name),
-        resource=GroupVersionResource(group, version, resource), operation="CREATE",
-        namespace=_namespace(obj), name=_name(obj), user=user, object=obj)
+        uid=str(uuid.uuid4()),
+        kind=GroupVersionKind(group, version, kind_name),
+        resource=GroupVersionResource(group, version, resource),
+        operation="CREATE",
+        namespace=_namespace(obj),
+        name=_name(obj),
+        user=user,
+        object=obj,
+    )
     try:
         evaluation = evaluate("validate", request, context, checks)
     except ObjectShapeError as exc:
@@ -234,21 +278,35 @@ def orphaned_pods(state: ClusterState, config: Config) -> Iterator[Finding]:
     for pod in state.pods:
         group = pod_group_name(pod)
         if group and (_namespace(pod), group) not in existing and not finished(pod):
-            finding = orphan_finding(_namespace(pod), _name(pod), group, created_at(pod),
-                                     state.now, config)
+            finding = orphan_finding(
+                _namespace(pod), _name(pod), group, created_at(pod), state.now, config
+            )
             if finding is not None:
                 yield finding
 
 
-def orphan_finding(namespace: str, name: str, group: str, created: datetime.datetime | None,
-                   now: datetime.datetime, config: Config) -> Finding | None:
+def orphan_finding(
+    namespace: str,
+    name: str,
+    group: str,
+    created: datetime.datetime | None,
+    now: datetime.datetime,
+    config: Config,
+) -> Finding | None:
     """The finding for a pod naming a PodGroup that does not exist, once past the grace."""
     if created is None or now - created < config.audit.orphan_grace:
         return None
-    return Finding(ORPHANED_PODS, "Pod", namespace, name, (
-        f'names PodGroup "{group}", which does not exist (the pod was created '
-        f"{_stamp(created)}); Volcano "
-        "will not schedule it: recreate the PodGroup or the pod's workload"))
+    return Finding(
+        ORPHANED_PODS,
+        "Pod",
+        namespace,
+        name,
+        (
+            f'names PodGroup "{group}", which does not exist (the pod was created '
+            f"{_stamp(created)}); Volcano "
+            "will not schedule it: recreate the PodGroup or the pod's workload"
+        ),
+    )
 
 
 def missing_node_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
@@ -256,28 +314,42 @@ def missing_node_findings(state: ClusterState, config: Config) -> Iterator[Findi
     for pod in state.pods:
         node = bound_node(pod)
         if node and node not in existing and not finished(pod):
-            finding = missing_node_finding(_namespace(pod), _name(pod), node, created_at(pod),
-                                           state.now, config)
+            finding = missing_node_finding(
+                _namespace(pod), _name(pod), node, created_at(pod), state.now, config
+            )
             if finding is not None:
                 yield finding
 
 
-def missing_node_finding(namespace: str, name: str, node: str,
-                         since: datetime.datetime | None, now: datetime.datetime,
-                         config: Config) -> Finding | None:
+def missing_node_finding(
+    namespace: str,
+    name: str,
+    node: str,
+    since: datetime.datetime | None,
+    now: datetime.datetime,
+    config: Config,
+) -> Finding | None:
     """The finding for a pod bound to a node that does not exist, once it has been so for
     the grace period (since: when it was first seen so, or its creation)."""
     if since is None or now - since < config.audit.missing_node_grace:
         return None
-    return Finding(MISSING_NODES, "Pod", namespace, name, (
-        f'is bound to node "{node}", which does not exist: no kubelet runs it, and '
-        "Volcano's agent scheduler panics on such a pod "
-        "(volcano-sh/volcano#5924); kube-controller-manager's pod garbage collector deletes "
-        "these within about a minute, so check that it runs, or delete the pod"))
+    return Finding(
+        MISSING_NODES,
+        "Pod",
+        namespace,
+        name,
+        (
+            f'is bound to node "{node}", which does not exist: no kubelet runs it, and '
+            "Volcano's agent scheduler panics on such a pod "
+            "(volcano-sh/volcano#5924); kube-controller-manager's pod garbage collector deletes "
+            "these within about a minute, so check that it runs, or delete the pod"
+        ),
+    )
 
 
-def control_plane_findings(pods: Iterable[Mapping[str, Any]], config: Config,
-                           now: datetime.datetime, overcommitted: bool) -> Iterator[Finding]:
+def control_plane_findings(
+    pods: Iterable[Mapping[str, Any]], config: Config, now: datetime.datetime, overcommitted: bool
+) -> Iterator[Finding]:
     """Schedulers armed to panic (one finding a workload, its replicas alike) and recent
     non-zero exits of Volcano's control-plane containers."""
     armed: dict[Finding, None] = {}
@@ -285,8 +357,9 @@ def control_plane_findings(pods: Iterable[Mapping[str, Any]], config: Config,
     for pod in pods:
         if finished(pod) or not may_run_volcano(_spec(pod), images):
             continue
-        for container in armed_schedulers(_spec(pod), config.volcanoSchedulerNames,
-                                           config.audit.component_images):
+        for container in armed_schedulers(
+            _spec(pod), config.volcanoSchedulerNames, config.audit.component_images
+        ):
             armed[scheduler_finding(pod, container, overcommitted)] = None
         yield from restart_findings(pod, config, now)
     yield from armed
@@ -294,14 +367,25 @@ def control_plane_findings(pods: Iterable[Mapping[str, Any]], config: Config,
 
 def scheduler_finding(pod: Mapping[str, Any], container: str, overcommitted: bool) -> Finding:
     kind, name = owning_workload(pod)
-    risk = ("a Volcano-managed node is over-committed now (nodeAccounting), so its next "
-            "scheduling session on that node panics" if overcommitted else NEGATIVE_IDLE_RISK)
-    return Finding(SCHEDULER_PANICS, kind, _namespace(pod), name,
-                   panic_message(container, risk), FAIL if overcommitted else WARN)
+    risk = (
+        "a Volcano-managed node is over-committed now (nodeAccounting), so its next "
+        "scheduling session on that node panics"
+        if overcommitted
+        else NEGATIVE_IDLE_RISK
+    )
+    return Finding(
+        SCHEDULER_PANICS,
+        kind,
+        _namespace(pod),
+        name,
+        panic_message(container, risk),
+        FAIL if overcommitted else WARN,
+    )
 
 
-def restart_findings(pod: Mapping[str, Any], config: Config,
-                     now: datetime.datetime) -> Iterator[Finding]:
+def restart_findings(
+    pod: Mapping[str, Any], config: Config, now: datetime.datetime
+) -> Iterator[Finding]:
     """A finding for each Volcano control-plane container of the pod whose last run ended
     with a non-zero exit within the restart window."""
     specs = {str(c.get("name")): c for c in containers(_spec(pod))}
@@ -311,20 +395,38 @@ def restart_findings(pod: Mapping[str, Any], config: Config,
             continue
         name = str(status.get("name", ""))
         spec = specs.get(name, {})
-        which = component({**spec, "image": spec.get("image") or status.get("image")},
-                          config.volcanoSchedulerNames, config.audit.component_images)
+        which = component(
+            {**spec, "image": spec.get("image") or status.get("image")},
+            config.volcanoSchedulerNames,
+            config.audit.component_images,
+        )
         terminated = object_at(object_at(status, "lastState"), "terminated")
         code, ended = terminated.get("exitCode"), _time(terminated.get("finishedAt"))
-        if (which is None or not isinstance(code, int) or code == 0 or ended is None
-                or now - ended > config.audit.restart_window):
+        if (
+            which is None
+            or not isinstance(code, int)
+            or code == 0
+            or ended is None
+            or now - ended > config.audit.restart_window
+        ):
             continue
-        cause = ("a Go panic's exit code" if code == GO_PANIC_EXIT
-                 else str(terminated.get("reason") or "error"))
-        yield Finding(CONTROL_PLANE_RESTARTS, "Pod", _namespace(pod), _name(pod), (
-            f"Volcano's {which} (container {name}) exited with code {code} ({cause}) at "
-            f"{_stamp(ended)} and has restarted "
-            f"{status.get('restartCount', 0)} times: read its last log with kubectl logs "
-            f"--previous -n {_namespace(pod)} {_name(pod)} -c {name}"))
+        cause = (
+            "a Go panic's exit code"
+            if code == GO_PANIC_EXIT
+            else str(terminated.get("reason") or "error")
+        )
+        yield Finding(
+            CONTROL_PLANE_RESTARTS,
+            "Pod",
+            _namespace(pod),
+            _name(pod),
+            (
+                f"Volcano's {which} (container {name}) exited with code {code} ({cause}) at "
+                f"{_stamp(ended)} and has restarted "
+                f"{status.get('restartCount', 0)} times: read its last log with kubectl logs "
+                f"--previous -n {_namespace(pod)} {_name(pod)} -c {name}"
+            ),
+        )
 
 
 def owning_workload(pod: Mapping[str, Any]) -> tuple[str, str]:
@@ -372,9 +474,16 @@ def unstamped_podgroups(state: ClusterState, config: Config) -> Iterator[Finding
         return
     for podgroup in state.podgroups:
         if not podgroup_generation(podgroup):
-            yield Finding(GENERATION_IDS, "PodGroup", _namespace(podgroup), _name(podgroup), (
-                f"has no {GENERATION_ID}: it was created before the guard or while the guard "
-                "was down, so a stale delete of it cannot be told from a current one"))
+            yield Finding(
+                GENERATION_IDS,
+                "PodGroup",
+                _namespace(podgroup),
+                _name(podgroup),
+                (
+                    f"has no {GENERATION_ID}: it was created before the guard or while the guard "
+                    "was down, so a stale delete of it cannot be told from a current one"
+                ),
+            )
 
 
 def _ratio(ratio: float) -> str:

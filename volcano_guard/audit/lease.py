@@ -51,16 +51,29 @@ def _parse(text: Any) -> datetime.datetime | None:
 
 
 def _record(spec: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(spec.get(key) for key in ("holderIdentity", "leaseDurationSeconds",
-                                           "acquireTime", "renewTime", "leaseTransitions"))
+    return tuple(
+        spec.get(key)
+        for key in (
+            "holderIdentity",
+            "leaseDurationSeconds",
+            "acquireTime",
+            "renewTime",
+            "leaseTransitions",
+        )
+    )
 
 
 class LeaseElector:
     """try_lead() once every `retry` seconds; True while this identity holds the lease.
     `problem` says why the lease cannot be read or written (None when it can)."""
 
-    def __init__(self, api_client: Any, identity: str, settings: LeaseSettings,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        identity: str,
+        settings: LeaseSettings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         from kubernetes import client
 
         self._api = client.CoordinationV1Api(api_client)
@@ -110,9 +123,13 @@ class LeaseElector:
             if spec.get("holderIdentity") != self.identity:
                 return
             now = _micro_time(datetime.datetime.now(datetime.UTC))
-            lease["spec"] = {"holderIdentity": "", "leaseDurationSeconds": 1,
-                             "acquireTime": now, "renewTime": now,
-                             "leaseTransitions": spec.get("leaseTransitions") or 0}
+            lease["spec"] = {
+                "holderIdentity": "",
+                "leaseDurationSeconds": 1,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": spec.get("leaseTransitions") or 0,
+            }
             self._api.replace_namespaced_lease(settings.name, settings.namespace, lease)
         except Exception as exc:  # it expires in its own time
             log.warning("lease %s: not released: %s", self._where(), exc)
@@ -129,9 +146,12 @@ class LeaseElector:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            lease: Any = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                     "metadata": {"name": settings.name, "namespace": settings.namespace},
-                     "spec": self._spec(now, transitions=0, acquired=now)}
+            lease: Any = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": settings.name, "namespace": settings.namespace},
+                "spec": self._spec(now, transitions=0, acquired=now),
+            }
             self._api.create_namespaced_lease(settings.namespace, lease)
             self._holder = self.identity
             self._renewed(lease["spec"], local)
@@ -154,19 +174,24 @@ class LeaseElector:
 
     def _read(self) -> Any:
         """The Lease as JSON (raw: its times kept as written); ApiException if unreadable."""
-        read: Any = self._api.read_namespaced_lease(self.settings.name, self.settings.namespace,
-                                                    _preload_content=False)
+        read: Any = self._api.read_namespaced_lease(
+            self.settings.name, self.settings.namespace, _preload_content=False
+        )
         return json.loads(read.data)
 
     def _renewed(self, spec: dict[str, Any], local: float) -> None:
         self._observed, self._observed_at, self._renewed_at = _record(spec), local, local
 
-    def _spec(self, now: datetime.datetime, transitions: int,
-              acquired: datetime.datetime) -> dict[str, Any]:
-        return {"holderIdentity": self.identity,
-                "leaseDurationSeconds": self.settings.duration,
-                "acquireTime": _micro_time(acquired), "renewTime": _micro_time(now),
-                "leaseTransitions": transitions}
+    def _spec(
+        self, now: datetime.datetime, transitions: int, acquired: datetime.datetime
+    ) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.settings.duration,
+            "acquireTime": _micro_time(acquired),
+            "renewTime": _micro_time(now),
+            "leaseTransitions": transitions,
+        }
 
     def _where(self) -> str:
         return f"{self.settings.namespace}/{self.settings.name}"
@@ -175,12 +200,16 @@ class LeaseElector:
         """One line on what is wrong with the lease, naming the flag that moves it."""
         settings, flag = self.settings, self.settings.namespace_flag
         if exc.status == 404:
-            return (f"lease {self._where()}: the namespace {settings.namespace} does not exist; "
-                    f"create it or choose another with {flag}")
+            return (
+                f"lease {self._where()}: the namespace {settings.namespace} does not exist; "
+                f"create it or choose another with {flag}"
+            )
         if exc.status in (401, 403):
-            return (f"lease {self._where()}: {exc.status} {exc.reason}: this account may not "
-                    f"get, create and update Leases in {settings.namespace} (grant it, or "
-                    f"choose another namespace with {flag})")
+            return (
+                f"lease {self._where()}: {exc.status} {exc.reason}: this account may not "
+                f"get, create and update Leases in {settings.namespace} (grant it, or "
+                f"choose another namespace with {flag})"
+            )
         return f"lease {self._where()}: {exc.status} {exc.reason}"
 
     def _say(self, problem: str | None) -> None:

@@ -59,26 +59,43 @@ _CONTAINER_KEPT = ("name", "resources", "restartPolicy", "image")
 _CONTROL_PLANE_KEPT = ("command", "args", "env")  # of Volcano's own pods: what arms a panic
 
 
-def trim(kind: str, obj: Mapping[str, Any],
-         images: Mapping[str, str] = COMPONENT_IMAGES) -> dict[str, Any]:
+def trim(
+    kind: str, obj: Mapping[str, Any], images: Mapping[str, str] = COMPONENT_IMAGES
+) -> dict[str, Any]:
     """What the audit keeps of an object: the fields the policies and the accounting read, and
     of a pod that may run a Volcano component (by `images`), its containers' command, args and
     env and their last exits."""
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     assert isinstance(metadata, dict)
-    kept_metadata = {key: metadata[key] for key in (
-        "name", "namespace", "uid", "labels", "annotations", "ownerReferences",
-        "creationTimestamp") if key in metadata}
+    kept_metadata = {
+        key: metadata[key]
+        for key in (
+            "name",
+            "namespace",
+            "uid",
+            "labels",
+            "annotations",
+            "ownerReferences",
+            "creationTimestamp",
+        )
+        if key in metadata
+    }
     if kind == "Node":  # an update is told from a re-list's replay by its resourceVersion
         kept_metadata["resourceVersion"] = metadata.get("resourceVersion")
-    out: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-                           "metadata": kept_metadata}
+    out: dict[str, Any] = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": kept_metadata,
+    }
     spec, status = obj.get("spec"), obj.get("status")
     if kind == "DaemonSet":  # who vouches for its pods: its name and uid
         return out
     if kind == "Node":  # what the accounting and the churn counts read
-        out["status"] = {key: status.get(key) for key in (
-            "allocatable", "capacity", "conditions")} if isinstance(status, dict) else {}
+        out["status"] = (
+            {key: status.get(key) for key in ("allocatable", "capacity", "conditions")}
+            if isinstance(status, dict)
+            else {}
+        )
         return out
     if kind == "Pod" and isinstance(spec, dict):
         control_plane = may_run_volcano(spec, images)
@@ -87,8 +104,9 @@ def trim(kind: str, obj: Mapping[str, Any],
         for field_name in ("containers", "initContainers"):
             if isinstance(spec.get(field_name), list):
                 spec[field_name] = [
-                    {key: c[key] for key in kept if key in c}
-                    if isinstance(c, dict) else c for c in spec[field_name]]
+                    {key: c[key] for key in kept if key in c} if isinstance(c, dict) else c
+                    for c in spec[field_name]
+                ]
         out["status"] = {"phase": status.get("phase")} if isinstance(status, dict) else {}
         if control_plane and isinstance(status, dict):
             out["status"]["containerStatuses"] = _last_exits(status.get("containerStatuses"))
@@ -98,11 +116,20 @@ def trim(kind: str, obj: Mapping[str, Any],
 
 def _last_exits(statuses: Any) -> list[dict[str, Any]]:
     """Container statuses as the restart finding reads them."""
-    return [{"name": status.get("name"), "image": status.get("image"),
-             "restartCount": status.get("restartCount"),
-             "lastState": {"terminated": (status.get("lastState") or {}).get("terminated")}}
-            for status in statuses if isinstance(status, dict)] if isinstance(
-                statuses, list) else []
+    return (
+        [
+            {
+                "name": status.get("name"),
+                "image": status.get("image"),
+                "restartCount": status.get("restartCount"),
+                "lastState": {"terminated": (status.get("lastState") or {}).get("terminated")},
+            }
+            for status in statuses
+            if isinstance(status, dict)
+        ]
+        if isinstance(statuses, list)
+        else []
+    )
 
 
 @dataclass(frozen=True)
@@ -115,23 +142,31 @@ class View:
 
     def violations(self) -> Counter[tuple[str, str]]:
         """(policy, namespace) -> failures."""
-        return Counter((finding.policy, finding.namespace) for finding in self.findings
-                       if finding.result == FAIL)
+        return Counter(
+            (finding.policy, finding.namespace)
+            for finding in self.findings
+            if finding.result == FAIL
+        )
 
     def warnings(self) -> Counter[tuple[str, str]]:
         """(policy, namespace) -> warnings."""
-        return Counter((finding.policy, finding.namespace) for finding in self.findings
-                       if finding.result != FAIL)
+        return Counter(
+            (finding.policy, finding.namespace)
+            for finding in self.findings
+            if finding.result != FAIL
+        )
 
     def overcommitted(self) -> Counter[str]:
         """resource -> managed nodes over their allocatable on it."""
-        return Counter(resource for account in self.accounts
-                       for resource in account.overcommitted())
+        return Counter(
+            resource for account in self.accounts for resource in account.overcommitted()
+        )
 
     def orphans(self) -> Counter[str]:
         """namespace -> orphaned pods."""
-        return Counter(finding.namespace for finding in self.findings
-                       if finding.policy == ORPHANED_PODS)
+        return Counter(
+            finding.namespace for finding in self.findings if finding.policy == ORPHANED_PODS
+        )
 
 
 def _daemonset_key(pod: Mapping[str, Any]) -> Key | None:
@@ -175,7 +210,8 @@ class LiveAudit:
     daemonsets: dict[Key, dict[str, Any]] = field(default_factory=dict)
     # Derived, kept current by the events:
     _object_findings: dict[tuple[str, str, str], tuple[Finding, ...]] = field(
-        default_factory=dict)  # only objects with findings
+        default_factory=dict
+    )  # only objects with findings
     _requested: dict[str, Resources] = field(default_factory=dict)  # node -> its pods' sum
     # Managed node -> its allocatable, parsed once per node event rather than on every view.
     _managed: dict[str, Resources] = field(default_factory=dict)
@@ -230,9 +266,15 @@ class LiveAudit:
             self.podgroups.pop(key, None)
         else:
             self.podgroups[key] = trim("PodGroup", obj)
-        self._set_findings(("PodGroup", *key), tuple(unstamped_podgroups(
-            ClusterState(podgroups=[self.podgroups[key]] if key in self.podgroups else []),
-            self.config)))
+        self._set_findings(
+            ("PodGroup", *key),
+            tuple(
+                unstamped_podgroups(
+                    ClusterState(podgroups=[self.podgroups[key]] if key in self.podgroups else []),
+                    self.config,
+                )
+            ),
+        )
         for pod_key in list(self._naming.get(key, ())):
             self._judge_pod(pod_key)
 
@@ -243,9 +285,17 @@ class LiveAudit:
             self._object_findings.pop(full_key, None)
             return
         self.workloads[full_key] = trim(kind, obj)
-        self._set_findings(full_key, tuple(policy_findings(
-            ClusterState(nodes=list(self.nodes.values()), workloads=[self.workloads[full_key]]),
-            self.config)))
+        self._set_findings(
+            full_key,
+            tuple(
+                policy_findings(
+                    ClusterState(
+                        nodes=list(self.nodes.values()), workloads=[self.workloads[full_key]]
+                    ),
+                    self.config,
+                )
+            ),
+        )
 
     def recheck_orphans(self) -> None:
         """Orphans age into findings without an event: run now and then."""
@@ -259,23 +309,37 @@ class LiveAudit:
         accounts = tuple(self._accounts())
         now = self.clock()
         overcommitted = any(account.overcommitted() for account in accounts)
-        found = [*account_findings(accounts),
-                 *(finding for found in self._object_findings.values() for finding in found),
-                 *control_plane_findings(self._control_plane.values(), self.config, now,
-                                         overcommitted),
-                 *(finding for finding in (
-                     missing_node_finding(*key, node, since, now, self.config)
-                     for key, (node, since) in self._unplaced.items()) if finding)]
+        found = [
+            *account_findings(accounts),
+            *(finding for found in self._object_findings.values() for finding in found),
+            *control_plane_findings(self._control_plane.values(), self.config, now, overcommitted),
+            *(
+                finding
+                for finding in (
+                    missing_node_finding(*key, node, since, now, self.config)
+                    for key, (node, since) in self._unplaced.items()
+                )
+                if finding
+            ),
+        ]
         audit = self.config.audit
-        return View(tuple(sorted(found, key=finding_order)), accounts, self.churn.view(
-            now.timestamp(), audit.nodeUpdatesPerMinute, audit.schedulerDeviceSharing))
+        return View(
+            tuple(sorted(found, key=finding_order)),
+            accounts,
+            self.churn.view(
+                now.timestamp(), audit.nodeUpdatesPerMinute, audit.schedulerDeviceSharing
+            ),
+        )
 
     # -- internals ------------------------------------------------------------------------
 
     def _accounts(self) -> Iterable[NodeAccount]:
         for name, allocatable in self._managed.items():
-            requested = {resource: amount for resource, amount in
-                         self._requested.get(name, {}).items() if amount}
+            requested = {
+                resource: amount
+                for resource, amount in self._requested.get(name, {}).items()
+                if amount
+            }
             yield NodeAccount(name, dict(allocatable), requested)
 
     def _policy_findings(self, pod: dict[str, Any]) -> tuple[Finding, ...]:
@@ -283,15 +347,20 @@ class LiveAudit:
         nodes = [self.nodes[node]] if node in self.nodes else []
         key = _daemonset_key(pod)
         daemonset = self.daemonsets.get(key) if key else None
-        return tuple(policy_findings(ClusterState(
-            nodes=nodes, pods=[pod], daemonsets=[daemonset] if daemonset else []), self.config))
+        return tuple(
+            policy_findings(
+                ClusterState(nodes=nodes, pods=[pod], daemonsets=[daemonset] if daemonset else []),
+                self.config,
+            )
+        )
 
     def _rejudge(self, keys: Iterable[Key]) -> None:
         """Node-sensitive pods whose node or DaemonSet changed: their findings anew."""
         for key in list(keys):
             record = self.pods[key]
-            self.pods[key] = replace(record, policy_findings=self._policy_findings(
-                self._node_sensitive[key]))
+            self.pods[key] = replace(
+                record, policy_findings=self._policy_findings(self._node_sensitive[key])
+            )
             self._judge_pod(key)
 
     def _add_pod(self, pod: dict[str, Any], key: Key) -> None:
@@ -299,8 +368,14 @@ class LiveAudit:
         assert isinstance(spec, dict)
         node = str(spec.get("nodeName") or "")
         request = tuple(sorted(pod_request(pod).items())) if is_accounted(pod) else ()
-        record = PodRecord(node, request, pod_group_name(pod), created_at(pod), finished(pod),
-                           self._policy_findings(pod))
+        record = PodRecord(
+            node,
+            request,
+            pod_group_name(pod),
+            created_at(pod),
+            finished(pod),
+            self._policy_findings(pod),
+        )
         self.pods[key] = record
         if request:
             total = self._requested.setdefault(node, {})
@@ -352,8 +427,9 @@ class LiveAudit:
             return
         found = record.policy_findings
         if record.group and not record.finished and (key[0], record.group) not in self.podgroups:
-            orphan = orphan_finding(key[0], key[1], record.group, record.created, self.clock(),
-                                    self.config)
+            orphan = orphan_finding(
+                key[0], key[1], record.group, record.created, self.clock(), self.config
+            )
             found = (*found, orphan) if orphan else found
         self._set_findings(("Pod", *key), found)
 

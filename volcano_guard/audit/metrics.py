@@ -14,12 +14,17 @@ from volcano_guard.audit.churn import ANNOTATION_KEYS, RATE_WINDOW, TOP_NODES, C
 from volcano_guard.audit.live import View
 from volcano_guard.base.metrics import PREFIX, REGISTRY
 
-LEADING = Gauge(f"{PREFIX}audit_leader", "1 while this audit replica holds the lease (exports "
-                "the audit's gauges and writes its reports), 0 while it stands by.",
-                registry=REGISTRY)
-REPORT_WRITE_ERRORS = Counter(f"{PREFIX}audit_report_write_errors",
-                              "PolicyReport writes that failed (each is retried at the next "
-                              "sync).", registry=REGISTRY)
+LEADING = Gauge(
+    f"{PREFIX}audit_leader",
+    "1 while this audit replica holds the lease (exports "
+    "the audit's gauges and writes its reports), 0 while it stands by.",
+    registry=REGISTRY,
+)
+REPORT_WRITE_ERRORS = Counter(
+    f"{PREFIX}audit_report_write_errors",
+    "PolicyReport writes that failed (each is retried at the next sync).",
+    registry=REGISTRY,
+)
 
 ALWAYS_REPORTED = frozenset({"cpu", "memory", "pods"})
 
@@ -36,23 +41,35 @@ class AuditCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         published = self._view()
         violations = GaugeMetricFamily(
-            f"{PREFIX}audit_violations", "Findings of the audit now, by policy and namespace "
-            "(namespace empty for nodes).", labels=["policy", "namespace"])
+            f"{PREFIX}audit_violations",
+            "Findings of the audit now, by policy and namespace (namespace empty for nodes).",
+            labels=["policy", "namespace"],
+        )
         warnings = GaugeMetricFamily(
-            f"{PREFIX}audit_warnings", "Warnings of the audit now (risks that are not failures "
-            "yet), by policy and namespace.", labels=["policy", "namespace"])
+            f"{PREFIX}audit_warnings",
+            "Warnings of the audit now (risks that are not failures yet), by policy and namespace.",
+            labels=["policy", "namespace"],
+        )
         ratio = GaugeMetricFamily(
-            f"{PREFIX}node_request_ratio", "A Volcano-managed node's accounted requests over "
-            "its allocatable, by resource (+Inf: requested of none).", labels=["node", "resource"])
+            f"{PREFIX}node_request_ratio",
+            "A Volcano-managed node's accounted requests over "
+            "its allocatable, by resource (+Inf: requested of none).",
+            labels=["node", "resource"],
+        )
         overcommitted = GaugeMetricFamily(
-            f"{PREFIX}overcommitted_nodes", "Volcano-managed nodes whose accounted requests pass "
-            "their allocatable, by resource.", labels=["resource"])
+            f"{PREFIX}overcommitted_nodes",
+            "Volcano-managed nodes whose accounted requests pass their allocatable, by resource.",
+            labels=["resource"],
+        )
         orphans = GaugeMetricFamily(
-            f"{PREFIX}orphaned_pods", "Pods naming a PodGroup that does not exist, past the "
-            "grace period, by namespace.", labels=["namespace"])
+            f"{PREFIX}orphaned_pods",
+            "Pods naming a PodGroup that does not exist, past the grace period, by namespace.",
+            labels=["namespace"],
+        )
         evaluated = GaugeMetricFamily(
             f"{PREFIX}audit_last_evaluation_timestamp_seconds",
-            "When the audit's findings were last brought up to date (Unix time).")
+            "When the audit's findings were last brought up to date (Unix time).",
+        )
         if published is not None:
             view, at = published
             for (policy, namespace), count in sorted(view.violations().items()):
@@ -62,8 +79,9 @@ class AuditCollector(Collector):
             for account in view.accounts:
                 for resource in account.resources():
                     value = account.ratio(resource)
-                    ratio.add_metric([account.node, resource],
-                                     math.inf if value == float("inf") else value)
+                    ratio.add_metric(
+                        [account.node, resource], math.inf if value == float("inf") else value
+                    )
             counts = view.overcommitted()
             for resource in sorted(counts.keys() | ALWAYS_REPORTED):  # 0s too, for graphs
                 overcommitted.add_metric([resource], counts.get(resource, 0))
@@ -78,22 +96,33 @@ def churn_families(churn: ChurnView | None) -> Iterator[Metric]:
     """The managed nodes' update counts and rates (audit/churn.py); no samples before the
     first view."""
     updates = CounterMetricFamily(
-        f"{PREFIX}audit_node_updates", "Updates of Volcano-managed nodes (each reaches Volcano's "
-        "scheduler cache), by the field they changed (other: none of these).", labels=["field"])
+        f"{PREFIX}audit_node_updates",
+        "Updates of Volcano-managed nodes (each reaches Volcano's "
+        "scheduler cache), by the field they changed (other: none of these).",
+        labels=["field"],
+    )
     annotations = CounterMetricFamily(
-        f"{PREFIX}audit_node_annotation_updates", "Updates of Volcano-managed nodes by the "
+        f"{PREFIX}audit_node_annotation_updates",
+        "Updates of Volcano-managed nodes by the "
         f"annotation key they changed (the first {ANNOTATION_KEYS} keys; other: the rest).",
-        labels=["key"])
+        labels=["key"],
+    )
     rate = GaugeMetricFamily(
-        f"{PREFIX}audit_node_update_rate", f"Updates a minute of the {TOP_NODES} busiest "
-        f"Volcano-managed nodes (averaged over about {RATE_WINDOW:.0f} s).", labels=["node"])
+        f"{PREFIX}audit_node_update_rate",
+        f"Updates a minute of the {TOP_NODES} busiest "
+        f"Volcano-managed nodes (averaged over about {RATE_WINDOW:.0f} s).",
+        labels=["node"],
+    )
     churning = GaugeMetricFamily(
-        f"{PREFIX}audit_churning_nodes", "Volcano-managed nodes updated more often than "
-        "audit.nodeUpdatesPerMinute.")
+        f"{PREFIX}audit_churning_nodes",
+        "Volcano-managed nodes updated more often than audit.nodeUpdatesPerMinute.",
+    )
     sharing = GaugeMetricFamily(
-        f"{PREFIX}audit_scheduler_device_sharing", "1 when the config says Volcano's scheduler "
+        f"{PREFIX}audit_scheduler_device_sharing",
+        "1 when the config says Volcano's scheduler "
         "runs with device sharing (audit.schedulerDeviceSharing), where node updates race "
-        "its scheduling.")
+        "its scheduling.",
+    )
     if churn is not None:
         for name, count in sorted(churn.updates.items()):
             updates.add_metric([name], count)

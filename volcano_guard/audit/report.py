@@ -16,15 +16,23 @@ def exit_code(found: list[Finding]) -> int:
 
 
 def format_report(found: list[Finding], state: ClusterState, output: str) -> str:
-    read = {"nodes": len(state.nodes), "pods": len(state.pods),
-            "podGroups": len(state.podgroups), "workloads": len(state.workloads)}
+    read = {
+        "nodes": len(state.nodes),
+        "pods": len(state.pods),
+        "podGroups": len(state.podgroups),
+        "workloads": len(state.workloads),
+    }
     if output == "json":
-        return json.dumps({"read": read, "findings": [asdict(f) for f in found],
-                           "exitCode": exit_code(found)}, indent=2)
+        return json.dumps(
+            {"read": read, "findings": [asdict(f) for f in found], "exitCode": exit_code(found)},
+            indent=2,
+        )
     lines = [finding.line() for finding in found]
     failures = sum(f.result == FAIL for f in found)
-    lines.append(f"{read['nodes']:,} nodes, {read['pods']:,} pods, {read['podGroups']:,} "
-                 f"PodGroups and {read['workloads']:,} Volcano workloads read, "
-                 f"{failures:,} findings" + (f", {len(found) - failures:,} warnings"
-                                             if len(found) > failures else ""))
+    lines.append(
+        f"{read['nodes']:,} nodes, {read['pods']:,} pods, {read['podGroups']:,} "
+        f"PodGroups and {read['workloads']:,} Volcano workloads read, "
+        f"{failures:,} findings"
+        + (f", {len(found) - failures:,} warnings" if len(found) > failures else "")
+    )
     return "\n".join(lines)

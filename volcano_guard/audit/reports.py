@@ -34,14 +34,23 @@ API_VERSION = "wgpolicyk8s.io/v1alpha2"
 REPORT_NAME = "volcano-guard"
 SOURCE = "volcano-guard"
 # How bad each kind of finding is, in the report's severities (critical high medium low info).
-SEVERITY = {NODE_ACCOUNTING: "critical", ORPHANED_PODS: "high", GENERATION_IDS: "low",
-            EXEMPTION_CLAIMS: "high", SCHEDULER_PANICS: "critical", MISSING_NODES: "high",
-            CONTROL_PLANE_RESTARTS: "high"}
+SEVERITY = {
+    NODE_ACCOUNTING: "critical",
+    ORPHANED_PODS: "high",
+    GENERATION_IDS: "low",
+    EXEMPTION_CLAIMS: "high",
+    SCHEDULER_PANICS: "critical",
+    MISSING_NODES: "high",
+    CONTROL_PLANE_RESTARTS: "high",
+}
 DEFAULT_SEVERITY = "medium"  # an object the webhook would refuse today
-_API_VERSIONS = {"Pod": "v1", "Node": "v1", "PodGroup": "scheduling.volcano.sh/v1beta1",
-                 **{kind: "apps/v1" for kind in ("Deployment", "StatefulSet", "DaemonSet",
-                                                 "ReplicaSet")},
-                 **{kind: f"{group}/{version}" for group, version, kind in WORKLOADS}}
+_API_VERSIONS = {
+    "Pod": "v1",
+    "Node": "v1",
+    "PodGroup": "scheduling.volcano.sh/v1beta1",
+    **{kind: "apps/v1" for kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")},
+    **{kind: f"{group}/{version}" for group, version, kind in WORKLOADS},
+}
 
 ReportKey = tuple[str, str]  # (kind, namespace): ("ClusterPolicyReport", "") for nodes
 
@@ -54,45 +63,75 @@ class FirstSeen:
 
     def update(self, findings: Iterable[Finding], now: datetime.datetime) -> None:
         current = set(findings)
-        self.seen = {finding: self.seen.get(finding, int(now.timestamp()))
-                     for finding in current}
+        self.seen = {finding: self.seen.get(finding, int(now.timestamp())) for finding in current}
 
 
-def reports(findings: Iterable[Finding], first_seen: Mapping[Finding, int], limit: int,
-            namespaces: Iterable[str] = ()) -> dict[ReportKey, dict[str, Any]]:
+def reports(
+    findings: Iterable[Finding],
+    first_seen: Mapping[Finding, int],
+    limit: int,
+    namespaces: Iterable[str] = (),
+) -> dict[ReportKey, dict[str, Any]]:
     """The report documents for these findings; namespaces given get a report even with none
     (so a namespace whose last finding went away gets its report emptied)."""
-    grouped: dict[ReportKey, list[Finding]] = {key: [] for key in (
-        ("ClusterPolicyReport", ""), *(("PolicyReport", ns) for ns in namespaces if ns))}
+    grouped: dict[ReportKey, list[Finding]] = {
+        key: []
+        for key in (("ClusterPolicyReport", ""), *(("PolicyReport", ns) for ns in namespaces if ns))
+    }
     for finding in findings:
-        key = ("PolicyReport", finding.namespace) if finding.namespace else (
-            "ClusterPolicyReport", "")
+        key = (
+            ("PolicyReport", finding.namespace)
+            if finding.namespace
+            else ("ClusterPolicyReport", "")
+        )
         grouped.setdefault(key, []).append(finding)
     return {key: _report(key, found, first_seen, limit) for key, found in grouped.items()}
 
 
-def _report(key: ReportKey, found: list[Finding], first_seen: Mapping[Finding, int],
-            limit: int) -> dict[str, Any]:
+def _report(
+    key: ReportKey, found: list[Finding], first_seen: Mapping[Finding, int], limit: int
+) -> dict[str, Any]:
     kind, namespace = key
-    metadata: dict[str, Any] = {"name": REPORT_NAME,
-                                "labels": {"app.kubernetes.io/managed-by": "volcano-guard"}}
+    metadata: dict[str, Any] = {
+        "name": REPORT_NAME,
+        "labels": {"app.kubernetes.io/managed-by": "volcano-guard"},
+    }
     if namespace:
         metadata["namespace"] = namespace
-    return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata,
-            "summary": {"pass": 0, "fail": sum(f.result == FAIL for f in found),
-                        "warn": sum(f.result == WARN for f in found), "error": 0, "skip": 0},
-            "results": [_result(finding, first_seen.get(finding, 0)) for finding in found[:limit]]}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": metadata,
+        "summary": {
+            "pass": 0,
+            "fail": sum(f.result == FAIL for f in found),
+            "warn": sum(f.result == WARN for f in found),
+            "error": 0,
+            "skip": 0,
+        },
+        "results": [_result(finding, first_seen.get(finding, 0)) for finding in found[:limit]],
+    }
 
 
 def _result(finding: Finding, seen: int) -> dict[str, Any]:
-    subject: dict[str, Any] = {"apiVersion": _API_VERSIONS.get(finding.kind, ""),
-                               "kind": finding.kind, "name": finding.name}
+    subject: dict[str, Any] = {
+        "apiVersion": _API_VERSIONS.get(finding.kind, ""),
+        "kind": finding.kind,
+        "name": finding.name,
+    }
     if finding.namespace:
         subject["namespace"] = finding.namespace
-    return {"source": SOURCE, "policy": finding.policy, "result": finding.result,
-            "severity": SEVERITY.get(finding.policy, DEFAULT_SEVERITY), "scored": True,
-            "category": "Volcano", "message": finding.message,
-            "timestamp": {"seconds": seen, "nanos": 0}, "resources": [subject]}
+    return {
+        "source": SOURCE,
+        "policy": finding.policy,
+        "result": finding.result,
+        "severity": SEVERITY.get(finding.policy, DEFAULT_SEVERITY),
+        "scored": True,
+        "category": "Volcano",
+        "message": finding.message,
+        "timestamp": {"seconds": seen, "nanos": 0},
+        "resources": [subject],
+    }
 
 
 RETRY_FIRST, RETRY_MAX = 2.0, 120.0  # seconds: a failed report's backoff doubles between them
@@ -130,8 +169,14 @@ class ReportWriter:
                 self._errors.inc()
                 delay = min(delay * 2, RETRY_MAX)
                 self._backoff[key] = (now + datetime.timedelta(seconds=delay), delay)
-                log.warning("writing %s %s/%s failed (trying again in %.0f s): %s", key[0],
-                            key[1] or "-", REPORT_NAME, delay, exc)
+                log.warning(
+                    "writing %s %s/%s failed (trying again in %.0f s): %s",
+                    key[0],
+                    key[1] or "-",
+                    REPORT_NAME,
+                    delay,
+                    exc,
+                )
                 continue
             self._backoff.pop(key, None)
             self._written[key] = document
@@ -146,23 +191,33 @@ class ReportWriter:
         group, version = API_VERSION.split("/")
         current: Any
         try:
-            current = (self._custom.get_namespaced_custom_object(
-                group, version, namespace, plural, REPORT_NAME) if namespace else
-                self._custom.get_cluster_custom_object(group, version, plural, REPORT_NAME))
+            current = (
+                self._custom.get_namespaced_custom_object(
+                    group, version, namespace, plural, REPORT_NAME
+                )
+                if namespace
+                else self._custom.get_cluster_custom_object(group, version, plural, REPORT_NAME)
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
             if namespace:
-                self._custom.create_namespaced_custom_object(group, version, namespace, plural,
-                                                             document)
+                self._custom.create_namespaced_custom_object(
+                    group, version, namespace, plural, document
+                )
             else:
                 self._custom.create_cluster_custom_object(group, version, plural, document)
             return
-        body = {**document, "metadata": {**document["metadata"],
-                                         "resourceVersion": current["metadata"]["resourceVersion"]}}
+        body = {
+            **document,
+            "metadata": {
+                **document["metadata"],
+                "resourceVersion": current["metadata"]["resourceVersion"],
+            },
+        }
         if namespace:
-            self._custom.replace_namespaced_custom_object(group, version, namespace, plural,
-                                                          REPORT_NAME, body)
+            self._custom.replace_namespaced_custom_object(
+                group, version, namespace, plural, REPORT_NAME, body
+            )
         else:
             self._custom.replace_cluster_custom_object(group, version, plural, REPORT_NAME, body)
-

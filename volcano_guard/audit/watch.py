@@ -58,23 +58,50 @@ def _split(key: str) -> tuple[str, str]:
 def watched_kinds(config: Config) -> list[Watched]:
     """What --watch lists and watches, and how each change reaches the LiveAudit."""
     kinds = [
-        Watched(WatchedList("nodes", "Node", functools.partial(trim, "Node")),
-                lambda live, key, obj: live.node(obj, key)),
-        Watched(WatchedList("pods", "Pod", functools.partial(
-            trim, "Pod", images=config.audit.component_images), namespaced=True),
-                lambda live, key, obj: live.pod(obj, _split(key))),
-        Watched(WatchedList("daemonsets", "DaemonSet", functools.partial(trim, "DaemonSet"),
-                            "apps", namespaced=True),
-                lambda live, key, obj: live.daemonset(obj, _split(key))),
-        Watched(WatchedList("podgroups", "PodGroup", functools.partial(trim, "PodGroup"),
-                            "scheduling.volcano.sh", "v1beta1", namespaced=True),
-                lambda live, key, obj: live.podgroup(obj, _split(key))),
+        Watched(
+            WatchedList("nodes", "Node", functools.partial(trim, "Node")),
+            lambda live, key, obj: live.node(obj, key),
+        ),
+        Watched(
+            WatchedList(
+                "pods",
+                "Pod",
+                functools.partial(trim, "Pod", images=config.audit.component_images),
+                namespaced=True,
+            ),
+            lambda live, key, obj: live.pod(obj, _split(key)),
+        ),
+        Watched(
+            WatchedList(
+                "daemonsets",
+                "DaemonSet",
+                functools.partial(trim, "DaemonSet"),
+                "apps",
+                namespaced=True,
+            ),
+            lambda live, key, obj: live.daemonset(obj, _split(key)),
+        ),
+        Watched(
+            WatchedList(
+                "podgroups",
+                "PodGroup",
+                functools.partial(trim, "PodGroup"),
+                "scheduling.volcano.sh",
+                "v1beta1",
+                namespaced=True,
+            ),
+            lambda live, key, obj: live.podgroup(obj, _split(key)),
+        ),
     ]
     for (group, version, kind), plural in WORKLOADS.items():
-        kinds.append(Watched(
-            WatchedList(plural, kind, functools.partial(trim, kind), group, version,
-                        namespaced=True),
-            functools.partial(_workload_changed, kind)))
+        kinds.append(
+            Watched(
+                WatchedList(
+                    plural, kind, functools.partial(trim, kind), group, version, namespaced=True
+                ),
+                functools.partial(_workload_changed, kind),
+            )
+        )
     return kinds
 
 
@@ -99,22 +126,30 @@ class AuditWatch:
 
     def ready(self) -> bool:
         return self._published is not None and all(
-            informer.snapshot.synced for informer in self._informers)
+            informer.snapshot.synced for informer in self._informers
+        )
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         for watched in watched_kinds(self.live.config):
             if not self._served(watched.data):
-                log.info("%s are not served by this cluster (no CRD): none to audit",
-                         watched.data.resource)
+                log.info(
+                    "%s are not served by this cluster (no CRD): none to audit",
+                    watched.data.resource,
+                )
                 continue
 
             def changed(key: str, obj: Any, apply: Any = watched.apply) -> None:
                 self._room.acquire()  # the loop is behind: wait rather than queue everything
                 loop.call_soon_threadsafe(self._apply, apply, key, obj)
 
-            informer = Informer(watched.data.resource, lister(self._api_client, watched.data),
-                                watched.data.keep, on_change=changed, snapshots=False)
+            informer = Informer(
+                watched.data.resource,
+                lister(self._api_client, watched.data),
+                watched.data.keep,
+                on_change=changed,
+                snapshots=False,
+            )
             self._informers.append(informer)
             informer.start()
 
@@ -164,8 +199,7 @@ class AuditWatch:
         return True
 
 
-async def lead_and_report(audit: AuditWatch, elector: LeaseElector,
-                          writer: ReportWriter) -> None:
+async def lead_and_report(audit: AuditWatch, elector: LeaseElector, writer: ReportWriter) -> None:
     """Hold the lease while alive; while leading, write the reports that changed."""
     while True:
         leading = await asyncio.to_thread(elector.try_lead)
@@ -173,13 +207,15 @@ async def lead_and_report(audit: AuditWatch, elector: LeaseElector,
         published = audit.published()
         if leading and published is not None:
             view, at = published
-            await asyncio.to_thread(writer.sync, list(view.findings),
-                                    datetime.datetime.fromtimestamp(at, datetime.UTC))
+            await asyncio.to_thread(
+                writer.sync, list(view.findings), datetime.datetime.fromtimestamp(at, datetime.UTC)
+            )
         await asyncio.sleep(elector.next_try_in())
 
 
-async def watch(api_client: Any, config: Config, metrics_listen: Listen,
-                lease: LeaseSettings, identity: str) -> int:
+async def watch(
+    api_client: Any, config: Config, metrics_listen: Listen, lease: LeaseSettings, identity: str
+) -> int:
     """Serve the metrics and keep the audit current until SIGTERM/SIGINT; the replica holding
     the lease exports the audit's gauges and writes its reports, another stands by hot."""
     audit = AuditWatch(api_client, config)
@@ -194,13 +230,18 @@ async def watch(api_client: Any, config: Config, metrics_listen: Listen,
     runner = web.AppRunner(metrics_app(audit.ready, lambda: elector.problem), access_log=None)
     await runner.setup()
     try:
-        await start_site(web.TCPSite(runner, metrics_listen.host, metrics_listen.port),
-                         "--metrics-listen", metrics_listen)
+        await start_site(
+            web.TCPSite(runner, metrics_listen.host, metrics_listen.port),
+            "--metrics-listen",
+            metrics_listen,
+        )
         port = runner.addresses[0][1]
         log.info("audit watching the cluster; metrics on http://%s:%s", metrics_listen.host, port)
         audit.start()
-        tasks = [asyncio.create_task(audit.publish_forever()),
-                 asyncio.create_task(lead_and_report(audit, elector, writer))]
+        tasks = [
+            asyncio.create_task(audit.publish_forever()),
+            asyncio.create_task(lead_and_report(audit, elector, writer)),
+        ]
         await stop.wait()
         for task in tasks:
             task.cancel()

@@ -57,8 +57,9 @@ class _TimedRESTClient(rest.RESTClientObject):  # type: ignore[misc]  # untyped 
         except ApiException as exc:
             if exc.status == 0 and str(exc.reason).startswith("SSLError"):  # rest.py wraps it
                 detail = str(exc.reason).splitlines()[-1]
-                raise APIServerUnreachable(f"the API server {self.server} failed TLS: "
-                                           f"{detail}") from None
+                raise APIServerUnreachable(
+                    f"the API server {self.server} failed TLS: {detail}"
+                ) from None
             raise
 
 
@@ -79,8 +80,9 @@ def unreachable_message(server: str, exc: BaseException) -> str:
     if isinstance(reason, NameResolutionError):
         return f"the API server {server} cannot be found: its host name does not resolve"
     if isinstance(reason, NewConnectionError):
-        why = re.sub(r"^.*Failed to establish a new connection: (\[Errno -?\d+\] )?", "",
-                     str(reason))
+        why = re.sub(
+            r"^.*Failed to establish a new connection: (\[Errno -?\d+\] )?", "", str(reason)
+        )
         return f"the API server {server} cannot be reached: {why.lower()}"
     if isinstance(reason, ConnectTimeoutError):
         return f"the API server {server} did not accept a connection within {CONNECT_TIMEOUT:g}s"

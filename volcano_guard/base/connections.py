@@ -49,17 +49,24 @@ from prometheus_client import Counter, Gauge
 
 from volcano_guard.base.metrics import PREFIX, REGISTRY
 
-REFUSED = Counter(f"{PREFIX}connections_refused_total",
-                  "Connections closed on arrival: max_connections open, each with a request in "
-                  "flight.", registry=REGISTRY)
-EVICTED = Counter(f"{PREFIX}connections_evicted_total",
-                  "Idle connections closed to make room for a new one at max_connections.",
-                  registry=REGISTRY)
-TIMED_OUT = Counter(f"{PREFIX}connections_timed_out_total",
-                    "Connections closed because a request passed its deadline.",
-                    registry=REGISTRY)
-OPEN = Gauge(f"{PREFIX}connections_open", "Connections open on the admission port.",
-             registry=REGISTRY)
+REFUSED = Counter(
+    f"{PREFIX}connections_refused_total",
+    "Connections closed on arrival: max_connections open, each with a request in flight.",
+    registry=REGISTRY,
+)
+EVICTED = Counter(
+    f"{PREFIX}connections_evicted_total",
+    "Idle connections closed to make room for a new one at max_connections.",
+    registry=REGISTRY,
+)
+TIMED_OUT = Counter(
+    f"{PREFIX}connections_timed_out_total",
+    "Connections closed because a request passed its deadline.",
+    registry=REGISTRY,
+)
+OPEN = Gauge(
+    f"{PREFIX}connections_open", "Connections open on the admission port.", registry=REGISTRY
+)
 
 
 END_OF_HEADERS = b"\r\n\r\n"
@@ -91,8 +98,16 @@ class BoundedTLSSite(web.TCPSite):
     """An aiohttp site serving TLS under ConnectionLimits (the runner should be made with
     `keepalive_timeout=limits.idle_timeout`)."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, ssl_context: ssl.SSLContext,
-                 limits: ConnectionLimits, *, reuse_port: bool | None = None) -> None:
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext,
+        limits: ConnectionLimits,
+        *,
+        reuse_port: bool | None = None,
+    ) -> None:
         super().__init__(runner, host, port, reuse_port=reuse_port)
         self._tls, self._limits = ssl_context, limits
         self._connections: set[_Connection] = set()
@@ -105,8 +120,13 @@ class BoundedTLSSite(web.TCPSite):
         await web.BaseSite.start(self)  # registers the site with its runner
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._accept, self._host, self._port, backlog=self._backlog,
-            reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+            self._accept,
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
         self._sweep()
 
     async def stop(self) -> None:
@@ -128,9 +148,14 @@ class BoundedTLSSite(web.TCPSite):
         self._peak = max(self._peak, len(self._connections))
         OPEN.inc()
         return _BoundedSSLProtocol(
-            loop, connection, self._tls, None, server_side=True,
+            loop,
+            connection,
+            self._tls,
+            None,
+            server_side=True,
             ssl_handshake_timeout=self._limits.handshake_timeout,
-            closed=lambda: self._closed(connection))
+            closed=lambda: self._closed(connection),
+        )
 
     def _closed(self, connection: _Connection) -> None:
         self._connections.discard(connection)
@@ -147,8 +172,11 @@ class BoundedTLSSite(web.TCPSite):
         limits = self._limits
         now = loop.time()
         late, unasked = now - limits.request_timeout, now - limits.first_request_timeout
-        for connection in [c for c in self._connections if c.request_started < late
-                           or c.awaiting_first_request_since < unasked]:
+        for connection in [
+            c
+            for c in self._connections
+            if c.request_started < late or c.awaiting_first_request_since < unasked
+        ]:
             connection.expire()
         shortest = min(limits.request_timeout, limits.first_request_timeout)
         self._sweeper = loop.call_later(min(1.0, shortest / 4), self._sweep)
@@ -209,8 +237,14 @@ class _BoundedSSLProtocol(sslproto.SSLProtocol):
 
     max_size = 16 * 1024
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, connection: _Connection, *args: Any,
-                 closed: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        connection: _Connection,
+        *args: Any,
+        closed: Any,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(loop, connection, *args, **kwargs)
         self._connection, self._on_closed = connection, closed
         self._ssl_buffer, self._ssl_buffer_view = _READ_BUFFER.room, _READ_BUFFER.view
@@ -234,8 +268,9 @@ class _Connection(asyncio.Protocol):
     its headers has asked nothing yet, and counted as busy, dribblers would hold the cap and
     leave together at one deadline. Made at the accept, before the TLS handshake."""
 
-    def __init__(self, handler: Any, clock: Callable[[], float],
-                 idle: dict[_Connection, None]) -> None:
+    def __init__(
+        self, handler: Any, clock: Callable[[], float], idle: dict[_Connection, None]
+    ) -> None:
         self._handler, self._clock, self._idle = handler, clock, idle
         self.request_started = math.inf  # no request under way
         self.awaiting_first_request_since = clock()  # inf once a request has begun

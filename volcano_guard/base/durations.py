@@ -8,7 +8,7 @@ _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
 def parse_duration(text: str) -> datetime.timedelta:
-    """"720h", "30d", "90m", "45s" -> timedelta; ValueError otherwise."""
+    """ "720h", "30d", "90m", "45s" -> timedelta; ValueError otherwise."""
     if len(text) < 2 or text[-1] not in _UNITS or not text[:-1].isdigit():
         raise ValueError(f"{text!r} is not a duration like 45s, 90m, 720h or 30d")
     try:

@@ -12,8 +12,12 @@ class FileProblem(ValueError):
     """A file that cannot be used; the message names it and says why."""
 
 
-_ERRNO_WORDS = {errno.ENOENT: "no such file", errno.EACCES: "permission denied",
-                errno.EISDIR: "is a directory, not a file", errno.ENOTDIR: "no such file"}
+_ERRNO_WORDS = {
+    errno.ENOENT: "no such file",
+    errno.EACCES: "permission denied",
+    errno.EISDIR: "is a directory, not a file",
+    errno.ENOTDIR: "no such file",
+}
 
 
 def os_error_words(exc: OSError) -> str:
@@ -22,7 +26,7 @@ def os_error_words(exc: OSError) -> str:
 
 
 def describe_os_error(exc: OSError) -> str:
-    """"FILE: no such file", or the error in words when it names no file."""
+    """ "FILE: no such file", or the error in words when it names no file."""
     words = os_error_words(exc)
     return f"{exc.filename}: {words}" if exc.filename else words
 
@@ -51,8 +55,9 @@ def yaml_documents(text: str, name: str) -> list[Any]:
     try:
         return list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
-        raise FileProblem(f"{name}{yaml_error_line(exc)}: not YAML: "
-                          f"{yaml_error_problem(exc)}") from None
+        raise FileProblem(
+            f"{name}{yaml_error_line(exc)}: not YAML: {yaml_error_problem(exc)}"
+        ) from None
 
 
 def yaml_error_line(exc: Exception) -> str:

@@ -58,11 +58,16 @@ class Informer(Generic[T]):
     (key, None) for every delete, a re-list included, and with `snapshots=False` keeps no
     snapshot copies (the consumer keeps its own state: one copy, not two)."""
 
-    def __init__(self, name: str, list_func: Callable[..., Any],
-                 extract: Callable[[dict[str, Any]], T],
-                 key: Callable[[dict[str, Any]], str] | None = None, *,
-                 on_change: Callable[[str, T | None], None] | None = None,
-                 snapshots: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        list_func: Callable[..., Any],
+        extract: Callable[[dict[str, Any]], T],
+        key: Callable[[dict[str, Any]], str] | None = None,
+        *,
+        on_change: Callable[[str, T | None], None] | None = None,
+        snapshots: bool = True,
+    ) -> None:
         self.name, self._list, self._extract = name, list_func, extract
         self._key = key or _name_key
         self._on_change, self._snapshots = on_change, snapshots
@@ -99,11 +104,13 @@ class Informer(Generic[T]):
                     # A dropped watch alone is routine (the next attempt re-lists); a list
                     # that fails too means the API server is gone, and the cache can no longer
                     # be trusted: readiness goes down and decisions follow failClosed.
-                    log.warning("%s: the API server is unreachable; the cache is not synced "
-                                "until a list succeeds", self.name)
+                    log.warning(
+                        "%s: the API server is unreachable; the cache is not synced "
+                        "until a list succeeds",
+                        self.name,
+                    )
                     self.snapshot = replace(self.snapshot, synced=False)
-                log.warning("%s: list/watch failed (%s); retrying in %.1fs", self.name, exc,
-                            delay)
+                log.warning("%s: list/watch failed (%s); retrying in %.1fs", self.name, exc, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 30.0)
 
@@ -111,10 +118,14 @@ class Informer(Generic[T]):
         version = self._relist()
         while not self._stop.is_set():
             self._watch = watch.Watch()
-            events = self._watch.stream(self._list, resource_version=version,
-                                        allow_watch_bookmarks=True,
-                                        timeout_seconds=WATCH_SECONDS, deserialize=False,
-                                        _request_timeout=(CONNECT_TIMEOUT, WATCH_READ_TIMEOUT))
+            events = self._watch.stream(
+                self._list,
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=WATCH_SECONDS,
+                deserialize=False,
+                _request_timeout=(CONNECT_TIMEOUT, WATCH_READ_TIMEOUT),
+            )
             try:
                 for event in events:
                     version = self._apply(event, version)

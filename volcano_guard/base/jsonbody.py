@@ -58,8 +58,9 @@ def decode_yaml(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         budget -= len(value)
         if budget < 0:
             raise BodyError("YAML aliases expand to more values than the body has bytes")
-        stack.extend((item, depth + 1) for item in (value.values() if isinstance(value, dict)
-                                                     else value))
+        stack.extend(
+            (item, depth + 1) for item in (value.values() if isinstance(value, dict) else value)
+        )
     return document
 
 
@@ -90,8 +91,9 @@ def _refusal(body: bytes, error: orjson.JSONDecodeError, max_depth: int) -> Body
         return BodyError(f"body is not UTF-8: {exc.reason} at byte {exc.start}")
     if error.msg == "depth limit exceeded":
         return BodyError(f"JSON is nested deeper than {max_depth:,} levels")
-    return BodyError(f"body is not valid JSON: {error.msg} at line {error.lineno} "
-                     f"column {error.colno}")
+    return BodyError(
+        f"body is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
+    )
 
 
 def nesting_depth(valid_json: bytes, *, limit: int) -> int:

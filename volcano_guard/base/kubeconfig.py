@@ -52,8 +52,13 @@ class Cluster:
         return self.namespace or own_namespace() or "default"
 
 
-def resolve(url: str | None = None, token_file: str | None = None, ca_file: str | None = None,
-            kubeconfig: str | None = None, context: str | None = None) -> Cluster:
+def resolve(
+    url: str | None = None,
+    token_file: str | None = None,
+    ca_file: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> Cluster:
     """An explicit URL (the sidecar's --upstream), else the kubeconfig as kubectl loads it
     (--kubeconfig, else $KUBECONFIG, else ~/.kube/config), else the in-cluster config."""
     if url:
@@ -91,8 +96,10 @@ class Kubeconfig:
 
 
 # The fields client-go resolves against the file they come from (loader.go ResolveLocalPaths).
-_FILE_FIELDS = {"clusters": ("cluster", ("certificate-authority",)),
-                "users": ("user", ("client-certificate", "client-key", "tokenFile"))}
+_FILE_FIELDS = {
+    "clusters": ("cluster", ("certificate-authority",)),
+    "users": ("user", ("client-certificate", "client-key", "tokenFile")),
+}
 
 
 def load_kubeconfig(explicit: str | None = None) -> Kubeconfig | None:
@@ -118,13 +125,22 @@ def load_kubeconfig(explicit: str | None = None) -> Kubeconfig | None:
         documents.append((path, _parse(path, text)))
     if not documents:
         return None
-    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "clusters": [],
-                              "users": [], "contexts": [], "current-context": ""}
+    merged: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [],
+        "users": [],
+        "contexts": [],
+        "current-context": "",
+    }
     for path, document in documents:
         for section in ("clusters", "users", "contexts"):
             taken = {entry["name"] for entry in merged[section]}
-            merged[section] += [_absolute(section, entry, path) for entry in document[section]
-                                if entry["name"] not in taken]
+            merged[section] += [
+                _absolute(section, entry, path)
+                for entry in document[section]
+                if entry["name"] not in taken
+            ]
         merged["current-context"] = merged["current-context"] or document["current-context"]
     return Kubeconfig(merged, tuple(path for path, _ in documents))
 
@@ -135,20 +151,23 @@ def _parse(path: str, text: str) -> dict[str, Any]:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise KubeconfigError(f"kubeconfig {path}{yaml_error_line(exc)}: not YAML: "
-                              f"{yaml_error_problem(exc)}") from None
+        raise KubeconfigError(
+            f"kubeconfig {path}{yaml_error_line(exc)}: not YAML: {yaml_error_problem(exc)}"
+        ) from None
     document = document if document is not None else {}  # an empty file is an empty config
     if not isinstance(document, dict):
-        raise KubeconfigError(f"kubeconfig {path}: not a kubeconfig (a mapping with clusters, "
-                              "users and contexts)")
+        raise KubeconfigError(
+            f"kubeconfig {path}: not a kubeconfig (a mapping with clusters, users and contexts)"
+        )
     parsed: dict[str, Any] = {"current-context": str(document.get("current-context") or "")}
     for section in ("clusters", "users", "contexts"):
         entries = document.get(section) or []
         if not isinstance(entries, list) or not all(
-                isinstance(entry, dict) and isinstance(entry.get("name"), str)
-                for entry in entries):
-            raise KubeconfigError(f"kubeconfig {path}: {section} must be a list of entries "
-                                  "with a name")
+            isinstance(entry, dict) and isinstance(entry.get("name"), str) for entry in entries
+        ):
+            raise KubeconfigError(
+                f"kubeconfig {path}: {section} must be a list of entries with a name"
+            )
         parsed[section] = entries
     return parsed
 
@@ -161,8 +180,12 @@ def _absolute(section: str, entry: dict[str, Any], origin: str) -> dict[str, Any
     if not isinstance(body, dict):
         return entry
     base = Path(origin).absolute().parent
-    body = {name: str(base / value) if name in fields and isinstance(value, str) and value
-            and not os.path.isabs(value) else value for name, value in body.items()}
+    body = {
+        name: str(base / value)
+        if name in fields and isinstance(value, str) and value and not os.path.isabs(value)
+        else value
+        for name, value in body.items()
+    }
     return {**entry, key: body}
 
 
@@ -176,33 +199,47 @@ def _from_kubeconfig(loaded: Kubeconfig, context: str) -> Cluster:
     configuration = client.Configuration()
     logging.disable(logging.ERROR)  # the package logs a failed exec plugin; we say it once
     try:
-        config.load_kube_config_from_dict(loaded.document, context=context,
-                                          client_configuration=configuration,
-                                          persist_config=False)
+        config.load_kube_config_from_dict(
+            loaded.document,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
     except (ConfigException, OSError, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise KubeconfigError(f"{loaded.describe()}, context {context}: {exc}") from None
     finally:
         logging.disable(logging.NOTSET)
     # Recent kubernetes packages key the token "BearerToken", older ones "authorization".
-    authorization = (configuration.api_key.get("BearerToken")
-                     or configuration.api_key.get("authorization") or "")
+    authorization = (
+        configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization") or ""
+    )
     token = authorization.removeprefix("Bearer ").strip() or None
     [entry] = [c for c in loaded.document["contexts"] if c["name"] == context]
-    for field, path in (("certificate-authority", configuration.ssl_ca_cert),
-                        ("client-certificate", configuration.cert_file),
-                        ("client-key", configuration.key_file)):
+    for field, path in (
+        ("certificate-authority", configuration.ssl_ca_cert),
+        ("client-certificate", configuration.cert_file),
+        ("client-key", configuration.key_file),
+    ):
         if path and not os.path.exists(path):  # kubectl refuses these too
-            raise KubeconfigError(f"{loaded.describe()}, context {context}: {field} {path}: "
-                                  "no such file")
+            raise KubeconfigError(
+                f"{loaded.describe()}, context {context}: {field} {path}: no such file"
+            )
     user = _user_of(loaded, entry)
     if isinstance(user.get("exec"), dict) and token is None and not configuration.cert_file:
-        raise KubeconfigError(f"{loaded.describe()}, context {context}: the exec plugin "
-                              f"{user['exec'].get('command')!r} gave no credentials")
+        raise KubeconfigError(
+            f"{loaded.describe()}, context {context}: the exec plugin "
+            f"{user['exec'].get('command')!r} gave no credentials"
+        )
     namespace = (entry.get("context") or {}).get("namespace") or None
-    return Cluster(configuration.host.rstrip("/"), token=token,
-                   ca_file=configuration.ssl_ca_cert, client_cert=configuration.cert_file,
-                   client_key=configuration.key_file, verify=configuration.verify_ssl,
-                   namespace=str(namespace) if namespace else None)
+    return Cluster(
+        configuration.host.rstrip("/"),
+        token=token,
+        ca_file=configuration.ssl_ca_cert,
+        client_cert=configuration.cert_file,
+        client_key=configuration.key_file,
+        verify=configuration.verify_ssl,
+        namespace=str(namespace) if namespace else None,
+    )
 
 
 def _user_of(loaded: Kubeconfig, context_entry: dict[str, Any]) -> dict[str, Any]:
@@ -224,15 +261,23 @@ def _nowhere(loaded: Kubeconfig | None) -> str:
 
 
 def _in_cluster(loaded: Kubeconfig | None) -> Cluster:
-    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get(
-        "KUBERNETES_SERVICE_PORT")
+    host, port = (
+        os.environ.get("KUBERNETES_SERVICE_HOST"),
+        os.environ.get("KUBERNETES_SERVICE_PORT"),
+    )
     token = SERVICE_ACCOUNT / "token"
     if not host or not port or not token.exists():
-        raise KubeconfigError(f"no cluster to talk to: {_nowhere(loaded)}, and this is not a "
-                              "pod in a cluster; pass --kubeconfig (and --context)")
+        raise KubeconfigError(
+            f"no cluster to talk to: {_nowhere(loaded)}, and this is not a "
+            "pod in a cluster; pass --kubeconfig (and --context)"
+        )
     host = f"[{host}]" if ":" in host else host
-    return Cluster(f"https://{host}:{port}", token_file=str(token),
-                   ca_file=str(SERVICE_ACCOUNT / "ca.crt"), namespace=own_namespace())
+    return Cluster(
+        f"https://{host}:{port}",
+        token_file=str(token),
+        ca_file=str(SERVICE_ACCOUNT / "ca.crt"),
+        namespace=own_namespace(),
+    )
 
 
 class TokenSource:
@@ -299,8 +344,9 @@ def own_namespace() -> str | None:
         return None
 
 
-def write_kubeconfig(path: str | Path, server: str, *, token: str | None = None,
-                     ca_file: str | Path | None = None) -> None:
+def write_kubeconfig(
+    path: str | Path, server: str, *, token: str | None = None, ca_file: str | Path | None = None
+) -> None:
     """A kubeconfig whose server is `server`, with a bearer token and a CA if given. The sidecar
     writes one without credentials that points at itself, so the app's client talks to it and
     it adds the pod's credentials."""
@@ -309,11 +355,17 @@ def write_kubeconfig(path: str | Path, server: str, *, token: str | None = None,
         cluster["certificate-authority"] = str(ca_file)
     user: dict[str, str] = {"token": token} if token else {}
     document = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "volcano-guard",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "volcano-guard",
         "clusters": [{"name": "volcano-guard", "cluster": cluster}],
         "users": [{"name": "volcano-guard", "user": user}],
-        "contexts": [{"name": "volcano-guard",
-                      "context": {"cluster": "volcano-guard", "user": "volcano-guard"}}],
+        "contexts": [
+            {
+                "name": "volcano-guard",
+                "context": {"cluster": "volcano-guard", "user": "volcano-guard"},
+            }
+        ],
     }
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ class Listen:
 
 
 def parse_listen(text: str) -> Listen:
-    """"HOST:PORT" (IPv6 as [::1]:PORT) -> Listen; ValueError naming the problem."""
+    """ "HOST:PORT" (IPv6 as [::1]:PORT) -> Listen; ValueError naming the problem."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"{text!r} is not HOST:PORT")

@@ -18,4 +18,3 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = apply_merge_patch(result.get(key), value)
     return result
-

@@ -15,8 +15,10 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
 
 
-def metrics_app(ready: Callable[[], bool] = lambda: True,
-                unready_because: Callable[[], str | None] = lambda: None) -> web.Application:
+def metrics_app(
+    ready: Callable[[], bool] = lambda: True,
+    unready_because: Callable[[], str | None] = lambda: None,
+) -> web.Application:
     """GET /metrics, /healthz and /readyz, for the metrics port."""
 
     async def metrics(_: web.Request) -> web.Response:
@@ -29,10 +31,14 @@ def metrics_app(ready: Callable[[], bool] = lambda: True,
     return app
 
 
-def add_probes(app: web.Application, ready: Callable[[], bool],
-               unready_because: Callable[[], str | None] = lambda: None) -> None:
+def add_probes(
+    app: web.Application,
+    ready: Callable[[], bool],
+    unready_because: Callable[[], str | None] = lambda: None,
+) -> None:
     """/healthz, and /readyz: 503 while caches are not synced, or for the reason
     unready_because gives."""
+
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 

@@ -14,23 +14,41 @@ _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 def dns1123_label_problem(name: str) -> str | None:
     """Namespaces. None when name is one."""
-    return _problem(name, _DNS1123_LABEL, 63, (
-        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-        "and must start and end with an alphanumeric character"))
+    return _problem(
+        name,
+        _DNS1123_LABEL,
+        63,
+        (
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+            "and must start and end with an alphanumeric character"
+        ),
+    )
 
 
 def dns1123_subdomain_problem(name: str) -> str | None:
     """Most objects: Secrets, webhook configurations. None when name is one."""
-    return _problem(name, _DNS1123_SUBDOMAIN, 253, (
-        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-        "or '.', and must start and end with an alphanumeric character"))
+    return _problem(
+        name,
+        _DNS1123_SUBDOMAIN,
+        253,
+        (
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+            "'-' or '.', and must start and end with an alphanumeric character"
+        ),
+    )
 
 
 def dns1035_label_problem(name: str) -> str | None:
     """Services. None when name is one."""
-    return _problem(name, _DNS1035_LABEL, 63, (
-        "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with "
-        "an alphabetic character, and end with an alphanumeric character"))
+    return _problem(
+        name,
+        _DNS1035_LABEL,
+        63,
+        (
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start "
+            "with an alphabetic character, and end with an alphanumeric character"
+        ),
+    )
 
 
 def _problem(name: str, pattern: re.Pattern[str], longest: int, words: str) -> str | None:

@@ -17,7 +17,7 @@ def kept_selector(entry: str) -> str | None:
     index = entry.find(":")
     if index < 0 or index >= len(entry) - 1:
         return None
-    return f"{entry[:index].strip()}:{entry[index + 1:].strip()}"
+    return f"{entry[:index].strip()}:{entry[index + 1 :].strip()}"
 
 
 def selector_set(entries: Iterable[str]) -> frozenset[str]:

@@ -48,5 +48,6 @@ def status_response(
     details: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
 ) -> web.Response:
-    return web.json_response(status_body(code, message, reason, details), status=code,
-                             headers=headers)
+    return web.json_response(
+        status_body(code, message, reason, details), status=code, headers=headers
+    )

@@ -11,8 +11,9 @@ from typing import Any
 from volcano_guard.base.files import read_bytes
 
 
-def server_context(cert_file: str | Path, key_file: str | Path,
-                   client_ca: str | Path | None = None) -> ssl.SSLContext:
+def server_context(
+    cert_file: str | Path, key_file: str | Path, client_ca: str | Path | None = None
+) -> ssl.SSLContext:
     """A server context, TLS 1.2 minimum, loaded from PEM files; with client_ca, a client must
     present a certificate that CA signed, or the handshake fails."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -21,8 +22,9 @@ def server_context(cert_file: str | Path, key_file: str | Path,
     try:
         context.load_cert_chain(str(cert_file), str(key_file))
     except ssl.SSLError as exc:
-        raise ValueError(pair_problem(cert, key, f"--tls-cert {cert_file}",
-                                      f"--tls-key {key_file}") or str(exc)) from None
+        raise ValueError(
+            pair_problem(cert, key, f"--tls-cert {cert_file}", f"--tls-key {key_file}") or str(exc)
+        ) from None
     if client_ca is not None:
         problem = ca_bundle_problem(read_bytes(client_ca, "--client-ca"))
         if problem:  # the same rule as a caBundle's, before OpenSSL's own words
@@ -30,8 +32,9 @@ def server_context(cert_file: str | Path, key_file: str | Path,
         try:
             context.load_verify_locations(cafile=str(client_ca))
         except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"--client-ca {client_ca}: not a readable PEM CA bundle "
-                             f"({exc})") from None
+            raise ValueError(
+                f"--client-ca {client_ca}: not a readable PEM CA bundle ({exc})"
+            ) from None
         context.verify_mode = ssl.CERT_REQUIRED
     return context
 
@@ -52,12 +55,12 @@ def pair_problem(cert: bytes, key: bytes, cert_label: str, key_label: str) -> st
         private = serialization.load_pem_private_key(key, None)
     except (ValueError, TypeError):
         held = " (it holds a certificate)" if b"CERTIFICATE" in key else ""
-        return (f"{key_label} is not an unencrypted PEM private key{held}"
-                + (swapped * bool(held)))
+        return f"{key_label} is not an unencrypted PEM private key{held}" + (swapped * bool(held))
     info = serialization.PublicFormat.SubjectPublicKeyInfo
     der = serialization.Encoding.DER
     if private.public_key().public_bytes(der, info) != certificate.public_key().public_bytes(
-            der, info):
+        der, info
+    ):
         return f"{key_label} is not the key of {cert_label}"
     return None
 
@@ -66,8 +69,7 @@ def _is_ca(certificate: Any) -> bool:
     from cryptography import x509
 
     try:
-        return bool(certificate.extensions.get_extension_for_class(
-            x509.BasicConstraints).value.ca)
+        return bool(certificate.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
     except x509.ExtensionNotFound:
         return False
 
@@ -86,8 +88,10 @@ def ca_bundle_problem(pem: bytes, now: datetime.datetime | None = None) -> str |
         return "is empty"
     secrets = [kind for kind in kinds if "PRIVATE KEY" in kind]
     if secrets:
-        return (f"holds a private key ({secrets[0]}): a caBundle is readable by anyone who may "
-                "read webhook configurations; pass the CA certificate (ca.crt)")
+        return (
+            f"holds a private key ({secrets[0]}): a caBundle is readable by anyone who may "
+            "read webhook configurations; pass the CA certificate (ca.crt)"
+        )
     if not kinds:
         return "holds no PEM block (-----BEGIN CERTIFICATE-----): not a CA certificate"
     others = [kind for kind in kinds if kind != "CERTIFICATE"]
@@ -101,11 +105,15 @@ def ca_bundle_problem(pem: bytes, now: datetime.datetime | None = None) -> str |
     for certificate in certificates:
         subject = certificate.subject.rfc4514_string() or "(no subject)"
         if not _is_ca(certificate):
-            return (f"holds a certificate that is not a CA ({subject}): the serving "
-                    "certificate, perhaps; pass the CA that signed it")
+            return (
+                f"holds a certificate that is not a CA ({subject}): the serving "
+                "certificate, perhaps; pass the CA that signed it"
+            )
         if certificate.not_valid_after_utc <= now:
-            return (f"holds a CA certificate that expired on "
-                    f"{certificate.not_valid_after_utc:%Y-%m-%d} ({subject})")
+            return (
+                f"holds a CA certificate that expired on "
+                f"{certificate.not_valid_after_utc:%Y-%m-%d} ({subject})"
+            )
     return None
 
 

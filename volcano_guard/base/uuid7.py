@@ -15,8 +15,11 @@ _RANDOM_BITS = 74
 class UUIDv7:
     """A monotonic generator: `UUIDv7()()` -> uuid.UUID. Thread-safe (one lock, one owner)."""
 
-    def __init__(self, clock_ns: Callable[[], int] = time.time_ns,
-                 random_bits: Callable[[int], int] = secrets.randbits) -> None:
+    def __init__(
+        self,
+        clock_ns: Callable[[], int] = time.time_ns,
+        random_bits: Callable[[int], int] = secrets.randbits,
+    ) -> None:
         self._clock_ns, self._random_bits = clock_ns, random_bits
         self._last = 0
         self._lock = threading.Lock()

@@ -41,8 +41,11 @@ def image_name(image: Any) -> str:
     return name.split(":", 1)[0]
 
 
-def component(container: Mapping[str, Any], scheduler_names: Collection[str],
-              images: Mapping[str, str] = COMPONENT_IMAGES) -> str | None:
+def component(
+    container: Mapping[str, Any],
+    scheduler_names: Collection[str],
+    images: Mapping[str, str] = COMPONENT_IMAGES,
+) -> str | None:
     """The Volcano component a container runs, or None."""
     found = images.get(image_name(container.get("image")))
     if found:
@@ -70,23 +73,30 @@ def containers(pod_spec: Any) -> Iterator[Mapping[str, Any]]:
     yield from (c for c in listed if isinstance(c, dict)) if isinstance(listed, list) else ()
 
 
-def armed_schedulers(pod_spec: Any, scheduler_names: Collection[str],
-                     images: Mapping[str, str] = COMPONENT_IMAGES) -> list[str]:
+def armed_schedulers(
+    pod_spec: Any, scheduler_names: Collection[str], images: Mapping[str, str] = COMPONENT_IMAGES
+) -> list[str]:
     """The containers of a pod spec that run a Volcano scheduler which panics on a failed
     assertion."""
-    return [str(c.get("name", "")) for c in containers(pod_spec)
-            if component(c, scheduler_names, images) in SCHEDULERS and panics_on_error(c)]
+    return [
+        str(c.get("name", ""))
+        for c in containers(pod_spec)
+        if component(c, scheduler_names, images) in SCHEDULERS and panics_on_error(c)
+    ]
 
 
 def panic_message(container: str, risk: str) -> str:
     """What an armed scheduler risks (`risk`) and the fix, for the audit and `check`."""
-    return (f"container {container} runs Volcano's scheduler without {PANIC_ON_ERROR}=false, "
-            f"so a failed assertion panics the process instead of being logged: {risk}; set "
-            f'env {PANIC_ON_ERROR}: "false" on the container')
+    return (
+        f"container {container} runs Volcano's scheduler without {PANIC_ON_ERROR}=false, "
+        f"so a failed assertion panics the process instead of being logged: {risk}; set "
+        f'env {PANIC_ON_ERROR}: "false" on the container'
+    )
 
 
-NEGATIVE_IDLE_RISK = ("a managed node whose idle resources go negative (a pod bound around "
-                      "Volcano) would panic it")
+NEGATIVE_IDLE_RISK = (
+    "a managed node whose idle resources go negative (a pod bound around Volcano) would panic it"
+)
 
 
 def pod_template_spec(obj: Mapping[str, Any]) -> Any:
@@ -121,6 +131,7 @@ def may_run_volcano(pod_spec: Any, images: Mapping[str, str] = COMPONENT_IMAGES)
         for field in ("command", "args"):
             values = container.get(field)
             if isinstance(values, list) and any(
-                    isinstance(v, str) and v.startswith(_SCHEDULER_FLAGS) for v in values):
+                isinstance(v, str) and v.startswith(_SCHEDULER_FLAGS) for v in values
+            ):
                 return True
     return False

@@ -13,8 +13,9 @@ from volcano_guard.base.tls import ca_bundle_problem, pair_problem
 from volcano_guard.certs.generate import CA_FILE, CERT_FILE, KEY_FILE, CertsError
 
 
-def inject_ca_bundle(api_client: Any, pem: bytes, mutating: list[str],
-                     validating: list[str]) -> list[str]:
+def inject_ca_bundle(
+    api_client: Any, pem: bytes, mutating: list[str], validating: list[str]
+) -> list[str]:
     """Set clientConfig.caBundle to pem (from read_ca_bundle) on every webhook of the named
     configurations; returns what was patched. Each patch tests the webhook's name first, so a
     configuration edited meanwhile fails loudly instead of receiving a bundle at the wrong
@@ -27,21 +28,40 @@ def inject_ca_bundle(api_client: Any, pem: bytes, mutating: list[str],
     bundle = base64.b64encode(pem).decode("ascii")
     api = client.AdmissionregistrationV1Api(api_client)
     targets: list[tuple[str, str, Callable[..., Any], Callable[..., Any]]]
-    targets = [("MutatingWebhookConfiguration", name, api.read_mutating_webhook_configuration,
-                api.patch_mutating_webhook_configuration) for name in mutating]
-    targets += [("ValidatingWebhookConfiguration", name,
-                 api.read_validating_webhook_configuration,
-                 api.patch_validating_webhook_configuration) for name in validating]
+    targets = [
+        (
+            "MutatingWebhookConfiguration",
+            name,
+            api.read_mutating_webhook_configuration,
+            api.patch_mutating_webhook_configuration,
+        )
+        for name in mutating
+    ]
+    targets += [
+        (
+            "ValidatingWebhookConfiguration",
+            name,
+            api.read_validating_webhook_configuration,
+            api.patch_validating_webhook_configuration,
+        )
+        for name in validating
+    ]
     patched = []
     for kind, name, read, patch in targets:
         try:
             webhooks = read(name).webhooks or []
             operations: list[dict[str, Any]] = []
             for index, webhook in enumerate(webhooks):
-                operations.append({"op": "test", "path": f"/webhooks/{index}/name",
-                                   "value": webhook.name})
-                operations.append({"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle",
-                                   "value": bundle})
+                operations.append(
+                    {"op": "test", "path": f"/webhooks/{index}/name", "value": webhook.name}
+                )
+                operations.append(
+                    {
+                        "op": "add",
+                        "path": f"/webhooks/{index}/clientConfig/caBundle",
+                        "value": bundle,
+                    }
+                )
             if operations:
                 patch(name, operations, _content_type="application/json-patch+json")
         except ApiException as exc:
@@ -79,16 +99,24 @@ def write_secret(api_client: Any, directory: str | Path, namespace: str, name: s
         files = {key: read_bytes(folder / key) for key in (CERT_FILE, KEY_FILE, CA_FILE)}
     except FileProblem as exc:
         raise CertsError(str(exc)) from None
-    problem = pair_problem(files[CERT_FILE], files[KEY_FILE], str(folder / CERT_FILE),
-                           str(folder / KEY_FILE))
+    problem = pair_problem(
+        files[CERT_FILE], files[KEY_FILE], str(folder / CERT_FILE), str(folder / KEY_FILE)
+    )
     if problem:  # the webhook could not serve it: refuse before the Secret is written
         raise CertsError(f"{problem}; the Secret was not changed")
     data = {key: base64.b64encode(content).decode("ascii") for key, content in files.items()}
     core = client.CoreV1Api(api_client)
-    body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": {"name": name, "namespace": namespace,
-                         "labels": {"app.kubernetes.io/name": "volcano-guard"}},
-            "data": data}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "volcano-guard"},
+        },
+        "data": data,
+    }
     try:
         core.create_namespaced_secret(namespace, body)  # type: ignore[arg-type]  # a dict works
         return "created"
@@ -96,8 +124,9 @@ def write_secret(api_client: Any, directory: str | Path, namespace: str, name: s
         if exc.status != 409:
             raise CertsError(f"Secret {namespace}/{name}: {api_error_text(exc)}") from None
     try:
-        core.patch_namespaced_secret(name, namespace, {"data": data},
-                                     _content_type="application/merge-patch+json")
+        core.patch_namespaced_secret(
+            name, namespace, {"data": data}, _content_type="application/merge-patch+json"
+        )
     except ApiException as exc:
         raise CertsError(f"Secret {namespace}/{name}: {api_error_text(exc)}") from None
     return "updated"

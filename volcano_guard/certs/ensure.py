@@ -58,9 +58,13 @@ class Target:
     validating: tuple[str, ...] = ()
 
 
-def ensure(api_client: Any, target: Target, lifetimes: Lifetimes,
-           now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
-           said: Callable[[str, str], None] = lambda step, why: None) -> list[Step]:
+def ensure(
+    api_client: Any,
+    target: Target,
+    lifetimes: Lifetimes,
+    now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    said: Callable[[str, str], None] = lambda step, why: None,
+) -> list[Step]:
     """Carry out steps until the plan says done; the steps taken. CertsError names what failed
     (a run stopped by it is finished by the next)."""
     from urllib3.exceptions import HTTPError
@@ -111,40 +115,62 @@ class _Cluster:
         state = CertState(cas, key is not None, cert[0] if cert else None, self._bundles())
         return _Read(state, key, ca_version, tls_version, tls_cas)
 
-    def carry_out(self, step: Step, read: _Read, now: datetime.datetime,
-                  lifetimes: Lifetimes) -> None:
+    def carry_out(
+        self, step: Step, read: _Read, now: datetime.datetime, lifetimes: Lifetimes
+    ) -> None:
         cas = list(read.plan_state.cas)
         if step == "make-ca":
-            key, ca = issue_ca(f"volcano-guard-ca ({self.target.namespace}/"
-                               f"{self.target.service})", now, now + lifetimes.ca)
+            key, ca = issue_ca(
+                f"volcano-guard-ca ({self.target.namespace}/{self.target.service})",
+                now,
+                now + lifetimes.ca,
+            )
             known = {fingerprint(c) for c in cas}
             # Still trusted: the CAs before it, and (from an install that kept no CA Secret)
             # the one that signed the certificate served now.
-            kept = [c for c in (*cas, *(c for c in read.tls_cas if fingerprint(c) not in known))
-                    if c.not_valid_after_utc > now]
+            kept = [
+                c
+                for c in (*cas, *(c for c in read.tls_cas if fingerprint(c) not in known))
+                if c.not_valid_after_utc > now
+            ]
             self._write_ca([ca, *kept], key, read.ca_version)
         elif step == "trust":
             bundle = _pem(cas)
             problem = ca_bundle_problem(bundle, now)
             if problem:
                 raise CertsError(f"Secret {self.target.ca_secret} ca.crt {problem}")
-            inject_ca_bundle(self.api_client, bundle, list(self.target.mutating),
-                             list(self.target.validating))
+            inject_ca_bundle(
+                self.api_client, bundle, list(self.target.mutating), list(self.target.validating)
+            )
         elif step == "issue":
             signing = cas[0]
-            key, cert = issue_leaf(read.ca_key, signing, service_dns_names(
-                self.target.service, self.target.namespace), now,
-                min(now + lifetimes.cert, signing.not_valid_after_utc))
-            self._write(self.target.tls_secret, "kubernetes.io/tls", {
-                CERT_FILE: cert_pem(cert), KEY_FILE: key_pem(key), CA_FILE: _pem(cas)},
-                read.tls_version)
+            key, cert = issue_leaf(
+                read.ca_key,
+                signing,
+                service_dns_names(self.target.service, self.target.namespace),
+                now,
+                min(now + lifetimes.cert, signing.not_valid_after_utc),
+            )
+            self._write(
+                self.target.tls_secret,
+                "kubernetes.io/tls",
+                {CERT_FILE: cert_pem(cert), KEY_FILE: key_pem(key), CA_FILE: _pem(cas)},
+                read.tls_version,
+            )
         elif step == "retire":
-            self._write_ca([cas[0], *(c for c in cas[1:] if c.not_valid_after_utc > now)],
-                           read.ca_key, read.ca_version)
+            self._write_ca(
+                [cas[0], *(c for c in cas[1:] if c.not_valid_after_utc > now)],
+                read.ca_key,
+                read.ca_version,
+            )
 
     def _write_ca(self, cas: list[x509.Certificate], key: Any, version: str | None) -> None:
-        self._write(self.target.ca_secret, "Opaque", {CA_FILE: _pem(cas),
-                                                      CA_KEY_FILE: key_pem(key)}, version)
+        self._write(
+            self.target.ca_secret,
+            "Opaque",
+            {CA_FILE: _pem(cas), CA_KEY_FILE: key_pem(key)},
+            version,
+        )
 
     def _secret(self, name: str) -> tuple[dict[str, bytes], str | None]:
         from kubernetes.client.exceptions import ApiException
@@ -156,8 +182,9 @@ class _Cluster:
         except ApiException as exc:
             if exc.status == 404:
                 return {}, None
-            raise CertsError(f"Secret {self.target.namespace}/{name}: "
-                             f"{api_error_text(exc)}") from None
+            raise CertsError(
+                f"Secret {self.target.namespace}/{name}: {api_error_text(exc)}"
+            ) from None
         data = {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
         return data, secret.metadata.resource_version if secret.metadata else None
 
@@ -166,22 +193,28 @@ class _Cluster:
 
         from volcano_guard.base.api_client import api_error_text
 
-        body: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret", "type": kind,
-                                "metadata": {"name": name, "namespace": self.target.namespace,
-                                             "labels": {"app.kubernetes.io/name": "volcano-guard"}},
-                                "data": {key: base64.b64encode(value).decode("ascii")
-                                         for key, value in data.items()}}
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": kind,
+            "metadata": {
+                "name": name,
+                "namespace": self.target.namespace,
+                "labels": {"app.kubernetes.io/name": "volcano-guard"},
+            },
+            "data": {key: base64.b64encode(value).decode("ascii") for key, value in data.items()},
+        }
         try:
             if version is None:
                 self.core.create_namespaced_secret(self.target.namespace, body)  # type: ignore[arg-type]  # a dict works
             else:
                 body["metadata"]["resourceVersion"] = version  # a compare-and-swap
-                self.core.replace_namespaced_secret(name, self.target.namespace,
-                                                    body)  # type: ignore[arg-type]
+                self.core.replace_namespaced_secret(name, self.target.namespace, body)  # type: ignore[arg-type]
         except ApiException as exc:
             again = " (changed meanwhile by another run; run again)" if exc.status == 409 else ""
-            raise CertsError(f"Secret {self.target.namespace}/{name}: "
-                             f"{api_error_text(exc)}{again}") from None
+            raise CertsError(
+                f"Secret {self.target.namespace}/{name}: {api_error_text(exc)}{again}"
+            ) from None
 
     def _bundles(self) -> dict[str, frozenset[bytes]]:
         """Each named configuration's webhook -> the CAs its caBundle holds."""
@@ -190,12 +223,21 @@ class _Cluster:
         from volcano_guard.base.api_client import api_error_text
 
         reads: list[tuple[str, str, Callable[[str], Any]]] = [
-            ("MutatingWebhookConfiguration", name,
-             self.admission.read_mutating_webhook_configuration)
-            for name in self.target.mutating]
-        reads += [("ValidatingWebhookConfiguration", name,
-                   self.admission.read_validating_webhook_configuration)
-                  for name in self.target.validating]
+            (
+                "MutatingWebhookConfiguration",
+                name,
+                self.admission.read_mutating_webhook_configuration,
+            )
+            for name in self.target.mutating
+        ]
+        reads += [
+            (
+                "ValidatingWebhookConfiguration",
+                name,
+                self.admission.read_validating_webhook_configuration,
+            )
+            for name in self.target.validating
+        ]
         bundles: dict[str, frozenset[bytes]] = {}
         for kind, name, read in reads:
             try:
@@ -206,7 +248,8 @@ class _Cluster:
                 encoded = webhook.client_config.ca_bundle
                 pem = base64.b64decode(encoded) if encoded else b""
                 bundles[f"{kind}/{name}/{webhook.name}"] = frozenset(
-                    fingerprint(c) for c in _certificates(pem, ""))
+                    fingerprint(c) for c in _certificates(pem, "")
+                )
         return bundles
 
 

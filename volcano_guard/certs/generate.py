@@ -75,20 +75,23 @@ class GeneratedClient:
     not_after: datetime.datetime
 
 
-def generate_client(name: str, out_dir: str | Path, *, days: int = 365,
-                    force: bool = False) -> GeneratedClient:
+def generate_client(
+    name: str, out_dir: str | Path, *, days: int = 365, force: bool = False
+) -> GeneratedClient:
     """Write client-ca.crt, client.crt and client.key (0600): a CA used for nothing else, so
     that trusting it admits this one client only, and its client certificate for `name`."""
     out, now, not_after = _validity(out_dir, CLIENT_CA_FILE, days, force)
     ca_key, ca_cert = issue_ca("volcano-guard-client-ca", now, not_after)
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = _leaf_certificate(key, ca_key, ca_cert, name, ExtendedKeyUsageOID.CLIENT_AUTH, (),
-                             now, not_after)
+    cert = _leaf_certificate(
+        key, ca_key, ca_cert, name, ExtendedKeyUsageOID.CLIENT_AUTH, (), now, not_after
+    )
     write_pem(out / CLIENT_KEY_FILE, key_pem(key), private=True)
     write_pem(out / CLIENT_CERT_FILE, cert_pem(cert))
     write_pem(out / CLIENT_CA_FILE, cert_pem(ca_cert))
-    return GeneratedClient(out / CLIENT_CA_FILE, out / CLIENT_CERT_FILE, out / CLIENT_KEY_FILE,
-                           name, not_after)
+    return GeneratedClient(
+        out / CLIENT_CA_FILE, out / CLIENT_CERT_FILE, out / CLIENT_KEY_FILE, name, not_after
+    )
 
 
 def generate_loopback(out_dir: str | Path, prefix: str, *, days: int = 365) -> GeneratedCerts:
@@ -102,9 +105,17 @@ def generate_loopback(out_dir: str | Path, prefix: str, *, days: int = 365) -> G
     not_after = now + datetime.timedelta(days=days)
     ca_key, ca_cert = issue_ca(f"volcano-guard-loopback-ca ({prefix})", now, not_after)
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = _leaf_certificate(key, ca_key, ca_cert, LOOPBACK_NAMES[0],
-                             ExtendedKeyUsageOID.SERVER_AUTH, LOOPBACK_NAMES, now, not_after,
-                             addresses=LOOPBACK_ADDRESSES)
+    cert = _leaf_certificate(
+        key,
+        ca_key,
+        ca_cert,
+        LOOPBACK_NAMES[0],
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        LOOPBACK_NAMES,
+        now,
+        not_after,
+        addresses=LOOPBACK_ADDRESSES,
+    )
     files = out / f"{prefix}-ca.crt", out / f"{prefix}.crt", out / f"{prefix}.key"
     write_pem(files[2], key_pem(key), private=True)
     write_pem(files[1], cert_pem(cert))
@@ -112,8 +123,9 @@ def generate_loopback(out_dir: str | Path, prefix: str, *, days: int = 365) -> G
     return GeneratedCerts(*files, LOOPBACK_NAMES, not_after)
 
 
-def _validity(out_dir: str | Path, ca_file: str, days: int,
-              force: bool) -> tuple[Path, datetime.datetime, datetime.datetime]:
+def _validity(
+    out_dir: str | Path, ca_file: str, days: int, force: bool
+) -> tuple[Path, datetime.datetime, datetime.datetime]:
     """The output folder (made), now and the end of validity; CertsError for a bad --days or
     a CA that exists there without force."""
     if days < 1:
@@ -126,20 +138,31 @@ def _validity(out_dir: str | Path, ca_file: str, days: int,
     return out, now, now + datetime.timedelta(days=days)
 
 
-def issue_ca(common_name: str, now: datetime.datetime, not_after: datetime.datetime) -> tuple[
-    ec.EllipticCurvePrivateKey, x509.Certificate
-]:
+def issue_ca(
+    common_name: str, now: datetime.datetime, not_after: datetime.datetime
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     return key, _ca_certificate(key, common_name, now, not_after)
 
 
-def issue_leaf(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate,
-               dns_names: tuple[str, ...], now: datetime.datetime,
-               not_after: datetime.datetime) -> tuple[ec.EllipticCurvePrivateKey,
-                                                      x509.Certificate]:
+def issue_leaf(
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    dns_names: tuple[str, ...],
+    now: datetime.datetime,
+    not_after: datetime.datetime,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
-    return key, _leaf_certificate(key, ca_key, ca_cert, dns_names[-1],
-                                  ExtendedKeyUsageOID.SERVER_AUTH, dns_names, now, not_after)
+    return key, _leaf_certificate(
+        key,
+        ca_key,
+        ca_cert,
+        dns_names[-1],
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        dns_names,
+        now,
+        not_after,
+    )
 
 
 def cert_pem(cert: x509.Certificate) -> bytes:
@@ -147,7 +170,9 @@ def cert_pem(cert: x509.Certificate) -> bytes:
 
 
 def _ca_certificate(
-    key: ec.EllipticCurvePrivateKey, common_name: str, now: datetime.datetime,
+    key: ec.EllipticCurvePrivateKey,
+    common_name: str,
+    now: datetime.datetime,
     not_after: datetime.datetime,
 ) -> x509.Certificate:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -168,9 +193,14 @@ def _ca_certificate(
 
 
 def _leaf_certificate(
-    key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey,
-    ca_cert: x509.Certificate, common_name: str, usage: x509.ObjectIdentifier,
-    dns_names: tuple[str, ...], now: datetime.datetime, not_after: datetime.datetime,
+    key: ec.EllipticCurvePrivateKey,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    common_name: str,
+    usage: x509.ObjectIdentifier,
+    dns_names: tuple[str, ...],
+    now: datetime.datetime,
+    not_after: datetime.datetime,
     addresses: tuple[str, ...] = (),
 ) -> x509.Certificate:
     builder = (
@@ -199,9 +229,15 @@ def _leaf_certificate(
 def _key_usage(*, ca: bool) -> x509.KeyUsage:
     """ECDSA keys sign: certificates and CRLs for the CA, TLS handshakes for the server."""
     return x509.KeyUsage(
-        digital_signature=True, key_cert_sign=ca, crl_sign=ca, content_commitment=False,
-        key_encipherment=False, data_encipherment=False, key_agreement=False,
-        encipher_only=False, decipher_only=False,
+        digital_signature=True,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        encipher_only=False,
+        decipher_only=False,
     )
 
 

@@ -51,8 +51,12 @@ def fingerprint(certificate: x509.Certificate) -> bytes:
     return certificate.fingerprint(hashes.SHA256())
 
 
-def due(certificate: x509.Certificate, now: datetime.datetime, lifetime: datetime.timedelta,
-        lifetimes: Lifetimes) -> bool:
+def due(
+    certificate: x509.Certificate,
+    now: datetime.datetime,
+    lifetime: datetime.timedelta,
+    lifetimes: Lifetimes,
+) -> bool:
     """Whether a certificate has less than the renewal share of `lifetime` (the configured
     one: certificates are back-dated, so their own span is longer) left."""
     return certificate.not_valid_after_utc - now <= lifetime * lifetimes.renew_when_left
@@ -64,8 +68,9 @@ def plan(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> tupl
         return "make-ca", "there is no CA"
     signing = state.cas[0]
     if due(signing, now, lifetimes.ca, lifetimes):
-        return "make-ca", (f"the CA expires on {signing.not_valid_after_utc:%Y-%m-%d %H:%M}: "
-                           "a new one joins it")
+        return "make-ca", (
+            f"the CA expires on {signing.not_valid_after_utc:%Y-%m-%d %H:%M}: a new one joins it"
+        )
     wanted = frozenset(fingerprint(ca) for ca in state.cas)
     stale = sorted(name for name, trusted in state.bundles.items() if trusted != wanted)
     if stale:
@@ -76,12 +81,14 @@ def plan(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> tupl
     if cert.issuer != signing.subject or not signed_by(cert, signing):
         return "issue", "the serving certificate is not signed by the newest CA"
     if due(cert, now, lifetimes.cert, lifetimes):
-        return "issue", (f"the serving certificate expires on "
-                         f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M}")
+        return "issue", (
+            f"the serving certificate expires on {cert.not_valid_after_utc:%Y-%m-%d %H:%M}"
+        )
     expired = [ca for ca in state.cas[1:] if ca.not_valid_after_utc <= now]
     if expired:
-        return "retire", (f"{len(expired)} old CA(s) expired, and every certificate they "
-                          "signed with them")
+        return "retire", (
+            f"{len(expired)} old CA(s) expired, and every certificate they signed with them"
+        )
     return "done", "the certificates are current"
 
 

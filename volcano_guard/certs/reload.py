@@ -29,16 +29,23 @@ from prometheus_client import Counter, Gauge
 from volcano_guard.base.metrics import PREFIX, REGISTRY
 
 log = logging.getLogger("volcano_guard.certs")
-CERT_EXPIRY = Gauge(f"{PREFIX}cert_expiry_timestamp_seconds",
-                    "Unix time at which the serving certificate expires.", registry=REGISTRY)
-RELOAD_ERRORS = Counter(f"{PREFIX}cert_reload_errors_total",
-                        "Changed certificate files that did not form a usable pair (the "
-                        "previous certificate kept serving).", registry=REGISTRY)
+CERT_EXPIRY = Gauge(
+    f"{PREFIX}cert_expiry_timestamp_seconds",
+    "Unix time at which the serving certificate expires.",
+    registry=REGISTRY,
+)
+RELOAD_ERRORS = Counter(
+    f"{PREFIX}cert_reload_errors_total",
+    "Changed certificate files that did not form a usable pair (the "
+    "previous certificate kept serving).",
+    registry=REGISTRY,
+)
 
 
 class CertReloader:
-    def __init__(self, context: ssl.SSLContext, cert_file: str | Path,
-                 key_file: str | Path) -> None:
+    def __init__(
+        self, context: ssl.SSLContext, cert_file: str | Path, key_file: str | Path
+    ) -> None:
         self.context, self.cert_file, self.key_file = context, Path(cert_file), Path(key_file)
         self.reloads = 0
         self._stamp = self._files_stamp()
@@ -52,8 +59,10 @@ class CertReloader:
         if time.time() < self.expires_at:
             return None
         expired = datetime.datetime.fromtimestamp(self.expires_at, datetime.UTC)
-        return (f"the serving certificate {self.cert_file} expired at {expired:%Y-%m-%d %H:%M:%S}"
-                " UTC and no renewed one has arrived")
+        return (
+            f"the serving certificate {self.cert_file} expired at {expired:%Y-%m-%d %H:%M:%S}"
+            " UTC and no renewed one has arrived"
+        )
 
     def _files_stamp(self) -> tuple[int, ...]:
         stats = [os.stat(path) for path in (self.cert_file, self.key_file)]
@@ -73,9 +82,13 @@ class CertReloader:
         except (ssl.SSLError, OSError, ValueError) as exc:
             self._refused = stamp
             RELOAD_ERRORS.inc()
-            log.error("serving certificate files %s and %s changed but do not form a usable "
-                      "pair (%s); the previous certificate keeps serving", self.cert_file,
-                      self.key_file, exc)
+            log.error(
+                "serving certificate files %s and %s changed but do not form a usable "
+                "pair (%s); the previous certificate keeps serving",
+                self.cert_file,
+                self.key_file,
+                exc,
+            )
             return False
         CERT_EXPIRY.set(expiry)
         self.expires_at = expiry

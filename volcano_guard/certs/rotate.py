@@ -43,13 +43,19 @@ class Rotation:
     leaf_not_after: datetime.datetime
 
 
-def rotate(directory: str | Path, renew_before: datetime.timedelta = DEFAULT_RENEW_BEFORE,
-           *, now: datetime.datetime | None = None, force_leaf: bool = False) -> Rotation:
+def rotate(
+    directory: str | Path,
+    renew_before: datetime.timedelta = DEFAULT_RENEW_BEFORE,
+    *,
+    now: datetime.datetime | None = None,
+    force_leaf: bool = False,
+) -> Rotation:
     out = Path(directory)
     now = now or datetime.datetime.now(datetime.UTC)
     try:
-        ca_data, key_data, cert_data = (read_bytes(out / name)
-                                          for name in (CA_FILE, CA_KEY_FILE, CERT_FILE))
+        ca_data, key_data, cert_data = (
+            read_bytes(out / name) for name in (CA_FILE, CA_KEY_FILE, CERT_FILE)
+        )
     except FileProblem as exc:
         raise CertsError(f"{exc} (certs rotate renews what certs generate wrote)") from None
     try:

@@ -63,8 +63,17 @@ def parse_service(text: str) -> tuple[ServiceKey, tuple[str, int]]:
     namespace, slash, name_port = service.partition("/")
     name, colon, port = name_port.rpartition(":")
     host, colon2, target_port = address.rpartition(":")
-    if not (sep and slash and colon and colon2 and namespace and name and host
-            and port.isdigit() and target_port.isdigit()):
+    if not (
+        sep
+        and slash
+        and colon
+        and colon2
+        and namespace
+        and name
+        and host
+        and port.isdigit()
+        and target_port.isdigit()
+    ):
         raise ValueError(f"--service {text!r}: expected NAMESPACE/NAME:PORT=HOST:PORT")
     return (namespace, name, int(port)), (host.strip("[]"), int(target_port))
 
@@ -104,9 +113,13 @@ class Dispatcher:
         if self._session is not None:
             await self._session.close()
 
-    async def mutate(self, attributes: Attributes, configurations: Iterable[Mapping[str, Any]],
-                     record: Record, defaults: Callable[[dict[str, Any]], None] = _nothing
-                     ) -> dict[str, Any] | None:
+    async def mutate(
+        self,
+        attributes: Attributes,
+        configurations: Iterable[Mapping[str, Any]],
+        record: Record,
+        defaults: Callable[[dict[str, Any]], None] = _nothing,
+    ) -> dict[str, Any] | None:
         """The object after every mutating webhook that applies, `defaults` applied again after
         each patch (as the apiserver's defaulter); ApiError when one refuses."""
         if exempt(attributes):
@@ -123,8 +136,14 @@ class Dispatcher:
                 if round_ == 1 and index not in reinvoke:
                     continue
                 before = attributes.object
-                attributes = await self._mutating_call(configuration, hook, attributes, record,
-                                                       f"round_{round_}_index_{index}", defaults)
+                attributes = await self._mutating_call(
+                    configuration,
+                    hook,
+                    attributes,
+                    record,
+                    f"round_{round_}_index_{index}",
+                    defaults,
+                )
                 if attributes.object != before:
                     reinvoke |= previously
                     previously = set()
@@ -132,18 +151,25 @@ class Dispatcher:
                     previously.add(index)
         return attributes.object
 
-    async def validate(self, attributes: Attributes,
-                       configurations: Iterable[Mapping[str, Any]], record: Record) -> None:
+    async def validate(
+        self, attributes: Attributes, configurations: Iterable[Mapping[str, Any]], record: Record
+    ) -> None:
         """Call every validating webhook that applies, concurrently; ApiError for the first
         refusal (in webhook order) or failed call under failurePolicy Fail."""
         if exempt(attributes):
             return
-        called = [(index, hook) for index, (_, hook) in
-                  enumerate(configured_webhooks(configurations))
-                  if self._should_call(hook, attributes)]
+        called = [
+            (index, hook)
+            for index, (_, hook) in enumerate(configured_webhooks(configurations))
+            if self._should_call(hook, attributes)
+        ]
         outcomes = await asyncio.gather(
-            *(self._validating_call(hook, attributes, record, f"round_0_index_{index}")
-              for index, hook in called), return_exceptions=True)
+            *(
+                self._validating_call(hook, attributes, record, f"round_0_index_{index}")
+                for index, hook in called
+            ),
+            return_exceptions=True,
+        )
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -154,16 +180,24 @@ class Dispatcher:
         except ConditionError as exc:  # webhook.go ShouldCallHook: NewForbidden
             raise forbidden(attributes, str(exc)) from None
 
-    async def _mutating_call(self, configuration: str, hook: Mapping[str, Any],
-                             attributes: Attributes, record: Record, key: str,
-                             defaults: Callable[[dict[str, Any]], None]) -> Attributes:
+    async def _mutating_call(
+        self,
+        configuration: str,
+        hook: Mapping[str, Any],
+        attributes: Attributes,
+        record: Record,
+        key: str,
+        defaults: Callable[[dict[str, Any]], None],
+    ) -> Attributes:
         name = str(hook.get("name", ""))
         mutated = False
         try:
             response = await self._call(hook, attributes, record, mutating=True)
             if response.get("patch") and attributes.object is None:
-                raise _internal(f"admission webhook {name!r} attempted to modify the object, "
-                                "which is not supported for this operation")
+                raise _internal(
+                    f"admission webhook {name!r} attempted to modify the object, "
+                    "which is not supported for this operation"
+                )
             if response.get("patch"):
                 patched = _patched(name, attributes.object, response)
                 mutated = patched != attributes.object
@@ -174,37 +208,45 @@ class Dispatcher:
         finally:
             record.annotations[MUTATION_PREFIX + key] = json.dumps(
                 {"configuration": configuration, "webhook": name, "mutated": mutated},
-                separators=(",", ":"))
+                separators=(",", ":"),
+            )
         return attributes
 
-    async def _validating_call(self, hook: Mapping[str, Any], attributes: Attributes,
-                               record: Record, key: str) -> None:
+    async def _validating_call(
+        self, hook: Mapping[str, Any], attributes: Attributes, record: Record, key: str
+    ) -> None:
         try:
             await self._call(hook, attributes, record, mutating=False)
         except CallError as exc:
             _fail_or_go_on(hook, exc, record, FAILED_OPEN_VALIDATING + key)
 
-    async def _call(self, hook: Mapping[str, Any], attributes: Attributes, record: Record, *,
-                    mutating: bool) -> dict[str, Any]:
+    async def _call(
+        self, hook: Mapping[str, Any], attributes: Attributes, record: Record, *, mutating: bool
+    ) -> dict[str, Any]:
         """POST the AdmissionReview; the verified response (CallError if unusable), its
         warnings and annotations recorded; ApiError if it refuses."""
         name = str(hook.get("name", ""))
         uid = str(uuid.uuid4())
-        review = {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview",
-                  "request": attributes.request(uid)}
+        review = {
+            "apiVersion": REVIEW_VERSION,
+            "kind": "AdmissionReview",
+            "request": attributes.request(uid),
+        }
         timeout = hook.get("timeoutSeconds") or DEFAULT_TIMEOUT
         endpoint = self._endpoint(name, hook.get("clientConfig") or {})
         url = f"{endpoint.url}?timeout={timeout}s"
         try:
             body = await self._post(url, endpoint, json.dumps(review).encode(), timeout)
         except CallError as exc:
-            raise CallError(f'failed calling webhook "{name}": failed to call webhook: Post '
-                            f'"{url}": {exc}') from None
+            raise CallError(
+                f'failed calling webhook "{name}": failed to call webhook: Post "{url}": {exc}'
+            ) from None
         try:
             response = _verified(body, uid, mutating)
         except CallError as exc:
-            raise CallError(f'failed calling webhook "{name}": received invalid webhook '
-                            f"response: {exc}") from None
+            raise CallError(
+                f'failed calling webhook "{name}": received invalid webhook response: {exc}'
+            ) from None
         for key, value in (response.get("auditAnnotations") or {}).items():
             record.annotations[f"{name}/{key}"] = str(value)
         record.warnings.extend(str(warning) for warning in response.get("warnings") or ())
@@ -216,27 +258,37 @@ class Dispatcher:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         try:
-            async with asyncio.timeout(timeout), self._session.post(
-                    url, data=body, ssl=endpoint.tls, server_hostname=endpoint.server_hostname,
-                    headers={"Content-Type": "application/json",
-                             "Accept": "application/json, */*"}) as answer:
+            async with (
+                asyncio.timeout(timeout),
+                self._session.post(
+                    url,
+                    data=body,
+                    ssl=endpoint.tls,
+                    server_hostname=endpoint.server_hostname,
+                    headers={"Content-Type": "application/json", "Accept": "application/json, */*"},
+                ) as answer,
+            ):
                 data = await answer.content.read(MAX_RESPONSE + 1)
                 if len(data) > MAX_RESPONSE:
                     raise CallError(f"response body is larger than {MAX_RESPONSE} bytes")
                 if answer.status >= 300:
-                    raise CallError(f"the server responded with the status code {answer.status}"
-                                    f": {data[:200].decode('utf-8', 'replace')}")
+                    raise CallError(
+                        f"the server responded with the status code {answer.status}"
+                        f": {data[:200].decode('utf-8', 'replace')}"
+                    )
                 return data
         except TimeoutError:
             raise CallError("context deadline exceeded") from None
         except aiohttp.ClientConnectorCertificateError as exc:
             # as Go's crypto/tls says it: "tls: failed to verify certificate: x509: ..."
-            raise CallError(f"tls: failed to verify certificate: x509: "
-                            f"{_x509_words(exc.certificate_error)}") from None
+            raise CallError(
+                f"tls: failed to verify certificate: x509: {_x509_words(exc.certificate_error)}"
+            ) from None
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc, aiohttp.ClientSSLError):
-                raise CallError(f"tls: {getattr(exc.os_error, 'reason', None) or exc.os_error}"
-                                ) from None
+                raise CallError(
+                    f"tls: {getattr(exc.os_error, 'reason', None) or exc.os_error}"
+                ) from None
             if not exc.os_error.errno:
                 raise CallError(f"dial tcp {exc.host}:{exc.port}: {exc.os_error}") from None
             # as Go's dialer says it: "dial tcp 10.96.0.12:443: connect: connection refused"
@@ -256,9 +308,11 @@ class Dispatcher:
         dns_name = f"{service_name}.{namespace}.svc"
         address = self._services.get((namespace, service_name, port))
         if address is None:
-            raise CallError(f'failed calling webhook "{name}": failed to call webhook: service '
-                            f'"{namespace}/{service_name}:{port}" is not mapped to an address '
-                            "(volcano-guard sandbox --service NAMESPACE/NAME:PORT=HOST:PORT)")
+            raise CallError(
+                f'failed calling webhook "{name}": failed to call webhook: service '
+                f'"{namespace}/{service_name}:{port}" is not mapped to an address '
+                "(volcano-guard sandbox --service NAMESPACE/NAME:PORT=HOST:PORT)"
+            )
         host, target = address
         path = service.get("path") or "/"
         return _Endpoint(f"https://{host}:{target}{path}", dns_name, tls)
@@ -271,8 +325,9 @@ class Dispatcher:
                 pem = base64.b64decode(key, validate=True).decode("ascii") if key else None
                 self._contexts[key] = ssl.create_default_context(cadata=pem)
             except (binascii.Error, UnicodeDecodeError, ssl.SSLError) as exc:
-                raise CallError(f'failed calling webhook "{name}": could not get REST client: '
-                                f"caBundle: {exc}") from None
+                raise CallError(
+                    f'failed calling webhook "{name}": could not get REST client: caBundle: {exc}'
+                ) from None
         return self._contexts[key]
 
 
@@ -290,8 +345,10 @@ def _verified(body: bytes, uid: str, mutating: bool) -> dict[str, Any]:
     if response.get("uid") != uid:
         raise CallError(f'expected response.uid="{uid}", got "{response.get("uid")}"')
     if (review.get("apiVersion"), review.get("kind")) != (REVIEW_VERSION, "AdmissionReview"):
-        raise CallError(f"expected webhook response of {REVIEW_VERSION}, Kind=AdmissionReview, "
-                        f"got {review.get('apiVersion')}, Kind={review.get('kind')}")
+        raise CallError(
+            f"expected webhook response of {REVIEW_VERSION}, Kind=AdmissionReview, "
+            f"got {review.get('apiVersion')}, Kind={review.get('kind')}"
+        )
     patch, patch_type = response.get("patch"), response.get("patchType")
     if not mutating:
         if patch:
@@ -307,13 +364,16 @@ def _verified(body: bytes, uid: str, mutating: bool) -> dict[str, Any]:
 
 def _patched(name: str, obj: dict[str, Any] | None, response: dict[str, Any]) -> dict[str, Any]:
     if response.get("patchType") != "JSONPatch":
-        raise CallError(f'failed calling webhook "{name}": unsupported patch type '
-                        f'"{response.get("patchType")}"')
+        raise CallError(
+            f'failed calling webhook "{name}": unsupported patch type "{response.get("patchType")}"'
+        )
     try:
         operations = json.loads(base64.b64decode(str(response["patch"]), validate=True))
     except (binascii.Error, ValueError) as exc:
-        raise CallError(f'failed calling webhook "{name}": received undecodable patch in '
-                        f"webhook response: {exc}") from None
+        raise CallError(
+            f'failed calling webhook "{name}": received undecodable patch in '
+            f"webhook response: {exc}"
+        ) from None
     try:
         patched = apply_patch(obj, operations)
     except JsonPatchError as exc:  # not a call failure: no failurePolicy applies
@@ -352,20 +412,30 @@ def _denied(name: str, status: Any, attributes: Attributes) -> ApiError:
 def forbidden(attributes: Attributes, cause: str) -> ApiError:
     """admission.NewForbidden: apierrors.NewForbidden(resource, name, err), the name as
     extractResourceName finds it (the request's, the object's, its generateName, "Unknown")."""
-    resource = (f"{attributes.resource}.{attributes.group}" if attributes.group
-                else attributes.resource)
+    resource = (
+        f"{attributes.resource}.{attributes.group}" if attributes.group else attributes.resource
+    )
     metadata = (attributes.object or {}).get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
-    name = (attributes.name or str(metadata.get("name") or "")
-            or str(metadata.get("generateName") or "") or "Unknown")
-    return ApiError(403, "Forbidden", f'{resource} "{name}" is forbidden: {cause}',
-                    {"name": name, "group": attributes.group, "kind": attributes.resource})
+    name = (
+        attributes.name
+        or str(metadata.get("name") or "")
+        or str(metadata.get("generateName") or "")
+        or "Unknown"
+    )
+    return ApiError(
+        403,
+        "Forbidden",
+        f'{resource} "{name}" is forbidden: {cause}',
+        {"name": name, "group": attributes.group, "kind": attributes.resource},
+    )
 
 
 def _internal(cause: str) -> ApiError:
     """apierrors.NewInternalError(err)."""
-    return ApiError(500, "InternalError", f"Internal error occurred: {cause}",
-                    {"causes": [{"message": cause}]})
+    return ApiError(
+        500, "InternalError", f"Internal error occurred: {cause}", {"causes": [{"message": cause}]}
+    )
 
 
 # OpenSSL's verify messages as Go's crypto/x509 words the same failures.

@@ -33,8 +33,10 @@ def load_token_file(path: str | Path) -> dict[str, User]:
         if not record:  # Go's csv reader skips empty lines
             continue
         if len(record) < 3:
-            raise TokenFileError(f"token file '{path}' must have at least 3 columns (token, "
-                                 f"user name, user uid), found {len(record)} on line {number}")
+            raise TokenFileError(
+                f"token file '{path}' must have at least 3 columns (token, "
+                f"user name, user uid), found {len(record)} on line {number}"
+            )
         token, name, uid = record[:3]
         if not token:
             continue

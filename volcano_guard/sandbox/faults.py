@@ -22,13 +22,21 @@ class FaultRule:
 
     def applies(self, verb: str, resource: str) -> bool:
         return (not self.verbs or verb in self.verbs) and (
-            not self.resources or resource in self.resources)
+            not self.resources or resource in self.resources
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FaultRule:
         """From the JSON of POST /sandbox/faults; ValueError names a bad field."""
-        known = {"verbs", "resources", "latency", "errorRate", "errorCode", "throttleRate",
-                 "retryAfter"}
+        known = {
+            "verbs",
+            "resources",
+            "latency",
+            "errorRate",
+            "errorCode",
+            "throttleRate",
+            "retryAfter",
+        }
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown fault fields: {', '.join(sorted(unknown))}")
@@ -72,8 +80,9 @@ class Stats:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "requests": {f"{verb} {resource}": n for (verb, resource), n in
-                         sorted(self.requests.items())},
+            "requests": {
+                f"{verb} {resource}": n for (verb, resource), n in sorted(self.requests.items())
+            },
             "writes": dict(sorted(self.writes.items())),
             "conflicts": dict(sorted(self.conflicts.items())),
             "injected": {str(code): n for code, n in sorted(self.injected.items())},

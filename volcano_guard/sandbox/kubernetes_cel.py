@@ -48,11 +48,16 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 def _descriptor_pool() -> descriptor_pool.DescriptorPool:
     """A pool holding the one message the libraries need: kubernetes.Quantity {string value}."""
-    file = descriptor_pb2.FileDescriptorProto(name="volcano_guard_kubernetes_cel.proto",
-                                              package="kubernetes", syntax="proto3")
+    file = descriptor_pb2.FileDescriptorProto(
+        name="volcano_guard_kubernetes_cel.proto", package="kubernetes", syntax="proto3"
+    )
     message = file.message_type.add(name="Quantity")
-    message.field.add(name="value", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
-                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    message.field.add(
+        name="value",
+        number=1,
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return pool
@@ -116,24 +121,72 @@ QUANTITY_OVERLOADS: tuple[tuple[str, str, tuple[cel.Type, ...], cel.Type, bool, 
     ("quantity", "string_to_quantity", (_T.STRING,), _Q, False, string_to_quantity),
     ("isQuantity", "is_quantity_string", (_T.STRING,), _T.BOOL, False, is_quantity),
     ("sign", "quantity_sign", (_Q,), _T.INT, False, lambda q: _sign(_value(q))),
-    ("isGreaterThan", "quantity_is_greater_than", (_Q, _Q), _T.BOOL, True,
-     lambda q, other: _compare(q, other) == 1),
-    ("isLessThan", "quantity_is_less_than", (_Q, _Q), _T.BOOL, True,
-     lambda q, other: _compare(q, other) == -1),
+    (
+        "isGreaterThan",
+        "quantity_is_greater_than",
+        (_Q, _Q),
+        _T.BOOL,
+        True,
+        lambda q, other: _compare(q, other) == 1,
+    ),
+    (
+        "isLessThan",
+        "quantity_is_less_than",
+        (_Q, _Q),
+        _T.BOOL,
+        True,
+        lambda q, other: _compare(q, other) == -1,
+    ),
     ("compareTo", "quantity_compare_to", (_Q, _Q), _T.INT, True, _compare),
-    ("asApproximateFloat", "quantity_get_float", (_Q,), _T.DOUBLE, True,
-     lambda q: float(_value(q))),
+    (
+        "asApproximateFloat",
+        "quantity_get_float",
+        (_Q,),
+        _T.DOUBLE,
+        True,
+        lambda q: float(_value(q)),
+    ),
     ("asInteger", "quantity_get_int", (_Q,), _T.INT, True, as_integer),
-    ("isInteger", "quantity_is_integer", (_Q,), _T.BOOL, True,
-     lambda q: _as_integer(q) is not None),
-    ("add", "quantity_add", (_Q, _Q), _Q, True,
-     lambda q, other: _quantity(EXACT.add(_value(q), _value(other)))),
-    ("add", "quantity_add_int", (_Q, _T.INT), _Q, True,
-     lambda q, n: _quantity(EXACT.add(_value(q), Decimal(n)))),
-    ("sub", "quantity_sub", (_Q, _Q), _Q, True,
-     lambda q, other: _quantity(EXACT.subtract(_value(q), _value(other)))),
-    ("sub", "quantity_sub_int", (_Q, _T.INT), _Q, True,
-     lambda q, n: _quantity(EXACT.subtract(_value(q), Decimal(n)))),
+    (
+        "isInteger",
+        "quantity_is_integer",
+        (_Q,),
+        _T.BOOL,
+        True,
+        lambda q: _as_integer(q) is not None,
+    ),
+    (
+        "add",
+        "quantity_add",
+        (_Q, _Q),
+        _Q,
+        True,
+        lambda q, other: _quantity(EXACT.add(_value(q), _value(other))),
+    ),
+    (
+        "add",
+        "quantity_add_int",
+        (_Q, _T.INT),
+        _Q,
+        True,
+        lambda q, n: _quantity(EXACT.add(_value(q), Decimal(n))),
+    ),
+    (
+        "sub",
+        "quantity_sub",
+        (_Q, _Q),
+        _Q,
+        True,
+        lambda q, other: _quantity(EXACT.subtract(_value(q), _value(other))),
+    ),
+    (
+        "sub",
+        "quantity_sub_int",
+        (_Q, _T.INT),
+        _Q,
+        True,
+        lambda q, n: _quantity(EXACT.subtract(_value(q), Decimal(n))),
+    ),
 )
 
 
@@ -145,18 +198,25 @@ def quantity_library() -> cel.CelExtension:
 def _library(name: str, overloads: Any) -> cel.CelExtension:
     by_name: dict[str, list[cel.Overload]] = {}
     for function, overload_id, parameters, result, member, implementation in overloads:
-        by_name.setdefault(function, []).append(cel.Overload(
-            overload_id, result, list(parameters), is_member=member, impl=implementation))
-    return cel.CelExtension(name, [cel.FunctionDecl(function, declared)
-                                   for function, declared in by_name.items()])
+        by_name.setdefault(function, []).append(
+            cel.Overload(
+                overload_id, result, list(parameters), is_member=member, impl=implementation
+            )
+        )
+    return cel.CelExtension(
+        name, [cel.FunctionDecl(function, declared) for function, declared in by_name.items()]
+    )
 
 
 # -- k8s.lists ----------------------------------------------------------------------------------
 
+
 def _ordered(items: list[Any], name: str) -> list[Any]:
     """items, if CEL can compare them (one comparable type, numbers together); else an error."""
-    kinds = {"number" if isinstance(i, int | float) and not isinstance(i, bool) else type(i)
-             for i in items}
+    kinds = {
+        "number" if isinstance(i, int | float) and not isinstance(i, bool) else type(i)
+        for i in items
+    }
     if len(kinds) > 1 or kinds & {dict, list, type(None)}:
         raise ValueError(f"no such overload: {name} of a list of {sorted(map(str, kinds))}")
     return items
@@ -198,8 +258,9 @@ _NOT_RE2 = re.compile(r"\\(?:[1-9]|g<)|\(\?(?:=|!|<=|<!)")  # back-references, l
 
 def _regex(pattern: str) -> re.Pattern[str]:
     if _NOT_RE2.search(pattern):
-        raise ValueError(f"Illegal regex: error parsing regexp: invalid or unsupported Perl "
-                         f"syntax: `{pattern}`")
+        raise ValueError(
+            f"Illegal regex: error parsing regexp: invalid or unsupported Perl syntax: `{pattern}`"
+        )
     try:
         return re.compile(pattern)
     except re.error as exc:
@@ -235,15 +296,27 @@ def find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
 _LIST_OF_STRINGS = cel.Type.List(_T.STRING)
 REGEX_OVERLOADS = (
     ("find", "string_find_string", (_T.STRING, _T.STRING), _T.STRING, True, find),
-    ("findAll", "string_find_all_string", (_T.STRING, _T.STRING), _LIST_OF_STRINGS, True,
-     find_all),
-    ("findAll", "string_find_all_string_int", (_T.STRING, _T.STRING, _T.INT),
-     _LIST_OF_STRINGS, True, find_all),
+    ("findAll", "string_find_all_string", (_T.STRING, _T.STRING), _LIST_OF_STRINGS, True, find_all),
+    (
+        "findAll",
+        "string_find_all_string_int",
+        (_T.STRING, _T.STRING, _T.INT),
+        _LIST_OF_STRINGS,
+        True,
+        find_all,
+    ),
 )
 
 
 def environment(variables: Mapping[str, cel.Type]) -> cel.Env:
     """A CEL environment with the given variables and the Kubernetes libraries above."""
-    return cel.NewEnv(POOL, variables=dict(variables), extensions=[
-        quantity_library(), _library("k8s.lists", LISTS_OVERLOADS),
-        _library("k8s.regex", REGEX_OVERLOADS), ExtStrings(2)])
+    return cel.NewEnv(
+        POOL,
+        variables=dict(variables),
+        extensions=[
+            quantity_library(),
+            _library("k8s.lists", LISTS_OVERLOADS),
+            _library("k8s.regex", REGEX_OVERLOADS),
+            ExtStrings(2),
+        ],
+    )

@@ -63,10 +63,19 @@ class Attributes:
         gvk = {"group": group, "version": version, "kind": kind}
         gvr = {"group": self.group, "version": self.version, "resource": self.resource}
         request: dict[str, Any] = {
-            "uid": uid, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-            "name": self.name, "namespace": self.namespace, "operation": self.operation,
-            "userInfo": self.user.info(), "object": self.object, "oldObject": self.old_object,
-            "dryRun": False, "options": self.options,
+            "uid": uid,
+            "kind": gvk,
+            "resource": gvr,
+            "requestKind": gvk,
+            "requestResource": gvr,
+            "name": self.name,
+            "namespace": self.namespace,
+            "operation": self.operation,
+            "userInfo": self.user.info(),
+            "object": self.object,
+            "oldObject": self.old_object,
+            "dryRun": False,
+            "options": self.options,
         }
         if self.subresource:
             request["subResource"] = request["requestSubResource"] = self.subresource
@@ -78,16 +87,22 @@ class ConditionError(Exception):
     """A matchCondition that did not evaluate to a boolean."""
 
 
-def configured_webhooks(configurations: Iterable[Mapping[str, Any]]) -> list[
-    tuple[str, Mapping[str, Any]]
-]:
+def configured_webhooks(
+    configurations: Iterable[Mapping[str, Any]],
+) -> list[tuple[str, Mapping[str, Any]]]:
     """(configuration name, webhook) for every webhook, in the order the apiserver calls them:
     the configurations by name (configuration/*_webhook_manager.go sorts them), then each one's
     webhooks in their order."""
-    named = sorted(((str((c.get("metadata") or {}).get("name", "")), c) for c in configurations),
-                   key=lambda pair: pair[0])
-    return [(name, webhook) for name, configuration in named
-            for webhook in configuration.get("webhooks") or () if isinstance(webhook, Mapping)]
+    named = sorted(
+        ((str((c.get("metadata") or {}).get("name", "")), c) for c in configurations),
+        key=lambda pair: pair[0],
+    )
+    return [
+        (name, webhook)
+        for name, configuration in named
+        for webhook in configuration.get("webhooks") or ()
+        if isinstance(webhook, Mapping)
+    ]
 
 
 def exempt(attributes: Attributes) -> bool:
@@ -95,8 +110,11 @@ def exempt(attributes: Attributes) -> bool:
     (rules.go IsExemptAdmissionConfigurationResource), so a webhook cannot lock itself in."""
     group, _, kind = attributes.kind
     return group == "admissionregistration.k8s.io" and kind in (
-        "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    )
 
 
 def should_call(webhook: Mapping[str, Any], attributes: Attributes) -> bool:
@@ -114,12 +132,13 @@ def should_call(webhook: Mapping[str, Any], attributes: Attributes) -> bool:
 
 def rule_matches(rule: Mapping[str, Any], attributes: Attributes) -> bool:
     """rules.go Matcher.Matches: scope, operation, group, version and resource all match."""
-    return (_scope_matches(rule.get("scope", "*"), attributes)
-            and _listed(rule.get("operations"), attributes.operation)
-            and _listed(rule.get("apiGroups"), attributes.group)
-            and _listed(rule.get("apiVersions"), attributes.version)
-            and any(_resource_matches(pattern, attributes)
-                    for pattern in rule.get("resources") or ()))
+    return (
+        _scope_matches(rule.get("scope", "*"), attributes)
+        and _listed(rule.get("operations"), attributes.operation)
+        and _listed(rule.get("apiGroups"), attributes.group)
+        and _listed(rule.get("apiVersions"), attributes.version)
+        and any(_resource_matches(pattern, attributes) for pattern in rule.get("resources") or ())
+    )
 
 
 def _listed(items: Iterable[str] | None, value: str) -> bool:
@@ -139,8 +158,7 @@ def _scope_matches(scope: str, attributes: Attributes) -> bool:
 
 def _resource_matches(pattern: str, attributes: Attributes) -> bool:
     resource, _, subresource = pattern.partition("/")
-    return (resource in ("*", attributes.resource)
-            and subresource in ("*", attributes.subresource))
+    return resource in ("*", attributes.resource) and subresource in ("*", attributes.subresource)
 
 
 def namespace_matches(selector: Mapping[str, Any] | None, attributes: Attributes) -> bool:
@@ -154,8 +172,10 @@ def object_matches(selector: Mapping[str, Any] | None, attributes: Attributes) -
     """predicates/object: the new or the old object's labels match (an empty selector: all)."""
     if not selector or not (selector.get("matchLabels") or selector.get("matchExpressions")):
         return True
-    return any(obj is not None and selector_matches(selector, _labels(obj))
-               for obj in (attributes.object, attributes.old_object))
+    return any(
+        obj is not None and selector_matches(selector, _labels(obj))
+        for obj in (attributes.object, attributes.old_object)
+    )
 
 
 def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
@@ -163,8 +183,10 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
     selector = selector or {}
     if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
         return False
-    return all(_expression_holds(expression, labels)
-               for expression in selector.get("matchExpressions") or ())
+    return all(
+        _expression_holds(expression, labels)
+        for expression in selector.get("matchExpressions") or ()
+    )
 
 
 def _expression_holds(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -194,8 +216,11 @@ def conditions_match(webhook: Mapping[str, Any], attributes: Attributes) -> bool
     conditions = webhook.get("matchConditions") or ()
     if not conditions:
         return True
-    variables = {"object": attributes.object, "oldObject": attributes.old_object,
-                 "request": cel_request(attributes)}
+    variables = {
+        "object": attributes.object,
+        "oldObject": attributes.old_object,
+        "request": cel_request(attributes),
+    }
     matches, errors = evaluate_conditions(conditions, _program, variables)
     if not matches:
         return False
@@ -204,9 +229,11 @@ def conditions_match(webhook: Mapping[str, Any], attributes: Attributes) -> bool
     return not errors
 
 
-def evaluate_conditions(conditions: Iterable[Mapping[str, Any]],
-                        program: Callable[[str], cel.Expression],
-                        variables: Mapping[str, Any]) -> tuple[bool, list[str]]:
+def evaluate_conditions(
+    conditions: Iterable[Mapping[str, Any]],
+    program: Callable[[str], cel.Expression],
+    variables: Mapping[str, Any],
+) -> tuple[bool, list[str]]:
     """matchconditions/matcher.go Match: (False, ...) when a condition is false, whatever the
     others did; else (True, the errors)."""
     errors: list[str] = []
@@ -222,8 +249,9 @@ def evaluate_conditions(conditions: Iterable[Mapping[str, Any]],
     return True, errors
 
 
-def evaluate(program: Callable[[str], cel.Expression], expression: str,
-             variables: Mapping[str, Any]) -> tuple[Any, str]:
+def evaluate(
+    program: Callable[[str], cel.Expression], expression: str, variables: Mapping[str, Any]
+) -> tuple[Any, str]:
     """(expression's plain value, "") or (None, what went wrong), evaluated by CEL's C++
     runtime (cel-expr-python), as conformant as the apiserver's cel-go."""
     try:
@@ -246,8 +274,9 @@ def cel_request(attributes: Attributes) -> dict[str, Any]:
 
 # The apiserver's variables for webhook matchConditions, as dynamic values, in its base
 # environment (the Kubernetes libraries kubernetes_cel implements).
-_ENVIRONMENT = kubernetes_cel.environment({"object": cel.Type.DYN, "oldObject": cel.Type.DYN,
-                                           "request": cel.Type.DYN})
+_ENVIRONMENT = kubernetes_cel.environment(
+    {"object": cel.Type.DYN, "oldObject": cel.Type.DYN, "request": cel.Type.DYN}
+)
 
 
 @functools.lru_cache(maxsize=256)
@@ -267,12 +296,16 @@ def configuration_errors(configuration: Mapping[str, Any]) -> list[str]:
         for selector in ("namespaceSelector", "objectSelector"):
             for expression in (webhook.get(selector) or {}).get("matchExpressions") or ():
                 if expression.get("operator") not in ("In", "NotIn", "Exists", "DoesNotExist"):
-                    errors.append(f"webhooks[{index}].{selector}.matchExpressions.operator: "
-                                  f"Unsupported value: {expression.get('operator')!r}")
+                    errors.append(
+                        f"webhooks[{index}].{selector}.matchExpressions.operator: "
+                        f"Unsupported value: {expression.get('operator')!r}"
+                    )
         for position, condition in enumerate(webhook.get("matchConditions") or ()):
             try:
                 _program(str(condition.get("expression", "")))
             except RuntimeError as exc:
-                errors.append(f"webhooks[{index}].matchConditions[{position}].expression: "
-                              f"Invalid value: compilation failed: {exc}")
+                errors.append(
+                    f"webhooks[{index}].matchConditions[{position}].expression: "
+                    f"Invalid value: compilation failed: {exc}"
+                )
     return errors

@@ -18,7 +18,9 @@ from volcano_guard.base.status import status_response
 from volcano_guard.sandbox.resources import ResourceType, group_versions
 
 _FIELD_VALIDATION = {
-    "name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True},
+    "name": "fieldValidation",
+    "in": "query",
+    "schema": {"type": "string", "uniqueItems": True},
     "description": "Ignore, Warn or Strict: how unknown or duplicate fields are handled.",
 }
 
@@ -38,11 +40,15 @@ def _operation(resource: ResourceType, action: str) -> dict[str, Any]:
         "operationId": f"{action}{resource.kind}",
         "parameters": [_FIELD_VALIDATION],
         "requestBody": {"content": {"application/json": {"schema": ref}}},
-        "responses": {"200": {"description": "OK",
-                              "content": {"application/json": {"schema": ref}}}},
+        "responses": {
+            "200": {"description": "OK", "content": {"application/json": {"schema": ref}}}
+        },
         "x-kubernetes-action": action,
-        "x-kubernetes-group-version-kind": {"group": resource.group,
-                                            "version": resource.version, "kind": resource.kind},
+        "x-kubernetes-group-version-kind": {
+            "group": resource.group,
+            "version": resource.version,
+            "kind": resource.kind,
+        },
     }
 
 
@@ -57,18 +63,24 @@ def build_document(group: str, version: str) -> dict[str, Any]:
         paths[collection] = {"post": _operation(resource, "post")}
         paths[item] = {"put": _operation(resource, "put"), "patch": _operation(resource, "patch")}
         if resource.status_subresource:
-            paths[f"{item}/status"] = {"put": _operation(resource, "put"),
-                                       "patch": _operation(resource, "patch")}
+            paths[f"{item}/status"] = {
+                "put": _operation(resource, "put"),
+                "patch": _operation(resource, "patch"),
+            }
         schemas[_schema_name(resource)] = {
             "type": "object",
             "description": f"{resource.kind} (schema not modelled by the sandbox)",
             "x-kubernetes-preserve-unknown-fields": True,
-            "x-kubernetes-group-version-kind": [{"group": resource.group,
-                                                 "version": resource.version,
-                                                 "kind": resource.kind}],
+            "x-kubernetes-group-version-kind": [
+                {"group": resource.group, "version": resource.version, "kind": resource.kind}
+            ],
         }
-    return {"openapi": "3.0.0", "info": {"title": "volcano-guard sandbox", "version": "v1"},
-            "paths": paths, "components": {"schemas": schemas}}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "volcano-guard sandbox", "version": "v1"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }
 
 
 def _hash(document: dict[str, Any]) -> str:

@@ -57,7 +57,7 @@ def _merge_map(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
         return {}
     result = copy.deepcopy(target)
     for key, value in patch.items():
-        if key.startswith(ORDER) and key[len(ORDER):] in MERGE_KEYS:
+        if key.startswith(ORDER) and key[len(ORDER) :] in MERGE_KEYS:
             continue  # applied below, once the list is merged
         if key.startswith("$"):
             continue
@@ -68,8 +68,9 @@ def _merge_map(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
             result[key] = _merge_map(current if isinstance(current, dict) else {}, value)
         elif isinstance(value, list) and key in MERGE_KEYS:
             current = result.get(key)
-            result[key] = _merge_list(current if isinstance(current, list) else [], value,
-                                      MERGE_KEYS[key])
+            result[key] = _merge_list(
+                current if isinstance(current, list) else [], value, MERGE_KEYS[key]
+            )
         elif isinstance(value, list) and key in MERGED_SCALAR_LISTS:
             current = result.get(key)
             current = current if isinstance(current, list) else []
@@ -77,9 +78,8 @@ def _merge_map(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
         else:
             result[key] = copy.deepcopy(value)
     for key, order in patch.items():
-        field = key[len(ORDER):] if key.startswith(ORDER) else ""
-        if field in MERGE_KEYS and isinstance(order, list) and isinstance(result.get(field),
-                                                                          list):
+        field = key[len(ORDER) :] if key.startswith(ORDER) else ""
+        if field in MERGE_KEYS and isinstance(order, list) and isinstance(result.get(field), list):
             result[field] = _ordered(result[field], order, MERGE_KEYS[field])
     return result
 
@@ -99,14 +99,23 @@ def _ordered(items: list[Any], order: list[Any], key: str) -> list[Any]:
 
 def _merge_list(target: list[Any], patch: list[Any], key: str) -> list[Any]:
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
-        return [_strip(item) for item in patch if not (isinstance(item, dict)
-                                                       and item.get("$patch") == "replace")]
+        return [
+            _strip(item)
+            for item in patch
+            if not (isinstance(item, dict) and item.get("$patch") == "replace")
+        ]
     result = copy.deepcopy(target)
     for item in patch:
         if not isinstance(item, dict) or key not in item:
             raise StrategicPatchError(f"list elements must be objects with the merge key {key!r}")
-        index = next((i for i, existing in enumerate(result)
-                      if isinstance(existing, dict) and existing.get(key) == item[key]), None)
+        index = next(
+            (
+                i
+                for i, existing in enumerate(result)
+                if isinstance(existing, dict) and existing.get(key) == item[key]
+            ),
+            None,
+        )
         if item.get("$patch") == "delete":
             if index is not None:
                 result.pop(index)

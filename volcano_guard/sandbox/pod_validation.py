@@ -26,13 +26,18 @@ def decode_error(pod: Any) -> str | None:
     or None."""
     for _, quantity in _quantities(pod):
         if isinstance(quantity, bool) or not isinstance(quantity, str | int | float):
-            return ('Pod in version "v1" cannot be handled as a Pod: quantities must be a '
-                    'string or a number')
+            return (
+                'Pod in version "v1" cannot be handled as a Pod: quantities must be a '
+                "string or a number"
+            )
         try:
             parse_quantity(quantity)
         except QuantityError:
-            reason = ("unable to parse quantity's suffix" if re.match(SPLIT, str(quantity))
-                      else FORMAT_WRONG)
+            reason = (
+                "unable to parse quantity's suffix"
+                if re.match(SPLIT, str(quantity))
+                else FORMAT_WRONG
+            )
             return f'Pod in version "v1" cannot be handled as a Pod: {reason}'
     return None
 
@@ -50,9 +55,14 @@ def resource_errors(pod: Any) -> list[tuple[str, str]]:
         for name in sorted(requests):
             errors += _negative(f"{path}.requests[{name}]", requests[name])
             if name in limits and _value(requests[name]) > _value(limits[name]):
-                errors.append((f"{path}.requests", f'Invalid value: "{_text(requests[name])}": '
-                               f"must be less than or equal to {name} limit of "
-                               f"{_text(limits[name])}"))
+                errors.append(
+                    (
+                        f"{path}.requests",
+                        f'Invalid value: "{_text(requests[name])}": '
+                        f"must be less than or equal to {name} limit of "
+                        f"{_text(limits[name])}",
+                    )
+                )
     return errors
 
 
@@ -98,8 +108,7 @@ UPDATABLE_POD_SPEC_FIELDS = (
     "`spec.initContainers[*].image`",
     "`spec.activeDeadlineSeconds`",
     "`spec.tolerations` (only additions to existing tolerations)",
-    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously "
-    "negative)",
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
 )
 
 
@@ -117,24 +126,43 @@ def update_errors(new: dict[str, Any], old: dict[str, Any]) -> list[tuple[str, s
         new_list, old_list = _list(new_spec.get(key)), _list(old_spec.get(key))
         if len(new_list) != len(old_list):
             return [(f"spec.{key}", "Forbidden: pod updates may not add or remove containers")]
-        errors += [(f"spec.{key}[{index}].image", "Required value")
-                   for index, container in enumerate(new_list)
-                   if not _mapping(container).get("image")]
-    errors += _deadline_errors(new_spec.get("activeDeadlineSeconds"),
-                               old_spec.get("activeDeadlineSeconds"))
-    old_tolerations, new_tolerations = _list(old_spec.get("tolerations")), _list(
-        new_spec.get("tolerations"))
+        errors += [
+            (f"spec.{key}[{index}].image", "Required value")
+            for index, container in enumerate(new_list)
+            if not _mapping(container).get("image")
+        ]
+    errors += _deadline_errors(
+        new_spec.get("activeDeadlineSeconds"), old_spec.get("activeDeadlineSeconds")
+    )
+    old_tolerations, new_tolerations = (
+        _list(old_spec.get("tolerations")),
+        _list(new_spec.get("tolerations")),
+    )
     if any(_pruned(t) not in [_pruned(n) for n in new_tolerations] for t in old_tolerations):
-        errors.append(("spec.tolerations", "Forbidden: existing toleration can not be modified "
-                       "except its tolerationSeconds"))
+        errors.append(
+            (
+                "spec.tolerations",
+                "Forbidden: existing toleration can not be modified except its tolerationSeconds",
+            )
+        )
     old_gates = [_mapping(g).get("name") for g in _list(old_spec.get("schedulingGates"))]
     for gate in _list(new_spec.get("schedulingGates")):
         if _mapping(gate).get("name") not in old_gates:
-            errors.append(("spec.schedulingGates", "Forbidden: only deletion is allowed, but "
-                           f"found new scheduling gate '{_mapping(gate).get('name')}'"))
+            errors.append(
+                (
+                    "spec.schedulingGates",
+                    "Forbidden: only deletion is allowed, but "
+                    f"found new scheduling gate '{_mapping(gate).get('name')}'",
+                )
+            )
     if _pruned(_munged(new_spec, old_spec)) != _pruned(old_spec):
-        errors.append(("spec", "Forbidden: pod updates may not change fields other than "
-                       + ",".join(UPDATABLE_POD_SPEC_FIELDS)))
+        errors.append(
+            (
+                "spec",
+                "Forbidden: pod updates may not change fields other than "
+                + ",".join(UPDATABLE_POD_SPEC_FIELDS),
+            )
+        )
     return errors
 
 
@@ -142,8 +170,13 @@ def _deadline_errors(new: Any, old: Any) -> list[tuple[str, str]]:
     """Set from nothing to a value, or lowered; never raised or removed."""
     path = "spec.activeDeadlineSeconds"
     if new is None:
-        return [] if old is None else [
-            (path, "Invalid value: null: must not update from a positive integer to nil value")]
+        return (
+            []
+            if old is None
+            else [
+                (path, "Invalid value: null: must not update from a positive integer to nil value")
+            ]
+        )
     if not isinstance(new, int) or isinstance(new, bool) or not 0 <= new <= 2**31 - 1:
         return [(path, f"Invalid value: {new!r}: must be between 0 and 2147483647, inclusive")]
     if isinstance(old, int) and old < new:
@@ -156,15 +189,18 @@ def _munged(new_spec: dict[str, Any], old_spec: dict[str, Any]) -> dict[str, Any
     munged = dict(new_spec)
     for key in ("containers", "initContainers"):
         if key in munged:
-            munged[key] = [{**_mapping(container), "image": _mapping(old).get("image")}
-                           for container, old in zip(_list(munged[key]),
-                                                     _list(old_spec.get(key)), strict=True)]
+            munged[key] = [
+                {**_mapping(container), "image": _mapping(old).get("image")}
+                for container, old in zip(_list(munged[key]), _list(old_spec.get(key)), strict=True)
+            ]
     for key in ("activeDeadlineSeconds", "schedulingGates", "tolerations"):
         munged.pop(key, None)
         if key in old_spec:
             munged[key] = old_spec[key]
-    old_grace, new_grace = old_spec.get("terminationGracePeriodSeconds"), munged.get(
-        "terminationGracePeriodSeconds")
+    old_grace, new_grace = (
+        old_spec.get("terminationGracePeriodSeconds"),
+        munged.get("terminationGracePeriodSeconds"),
+    )
     if isinstance(old_grace, int) and old_grace < 0 and new_grace == 1:
         munged["terminationGracePeriodSeconds"] = old_grace
     if old_spec.get("schedulingGates"):  # a gated pod's nodeSelector may only grow
@@ -178,8 +214,11 @@ def _pruned(value: Any) -> Any:
     """value without empty fields: JSON leaves out what Go's omitempty leaves out, so an
     absent list, map or null and an empty one are the same field."""
     if isinstance(value, dict):
-        return {key: _pruned(item) for key, item in value.items()
-                if item is not None and item != [] and item != {}}
+        return {
+            key: _pruned(item)
+            for key, item in value.items()
+            if item is not None and item != [] and item != {}
+        }
     if isinstance(value, list):
         return [_pruned(item) for item in value]
     return value

@@ -41,13 +41,13 @@ from volcano_guard.sandbox.policy_validation import PolicyInputs, validate
 from volcano_guard.sandbox.store import ApiError
 
 ADMISSION = "admissionregistration.k8s.io"
-EXCLUDED = frozenset({(ADMISSION, "validatingadmissionpolicies"),
-                      (ADMISSION, "validatingadmissionpolicybindings")})
+EXCLUDED = frozenset(
+    {(ADMISSION, "validatingadmissionpolicies"), (ADMISSION, "validatingadmissionpolicybindings")}
+)
 VALIDATION_FAILURE = "validation.policy.admission.k8s.io/validation_failure"
 MAX_AUDIT_VALUE = 10 * 1024
 # policy_decision.go reasonToCode: the reasons a validation may give, and their status codes.
-REASON_CODES = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413,
-                "Invalid": 422}
+REASON_CODES = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413, "Invalid": 422}
 
 
 class ConfigurationError(Exception):
@@ -75,9 +75,14 @@ class _Denial:
     reason: str = ""
 
 
-def dispatch(attributes: Attributes, policies: Sequence[Mapping[str, Any]],
-             bindings: Sequence[Mapping[str, Any]], params: ParamLookup,
-             namespace_object: Mapping[str, Any] | None, record: Record) -> None:
+def dispatch(
+    attributes: Attributes,
+    policies: Sequence[Mapping[str, Any]],
+    bindings: Sequence[Mapping[str, Any]],
+    params: ParamLookup,
+    namespace_object: Mapping[str, Any] | None,
+    record: Record,
+) -> None:
     """Apply every bound policy to the request; ApiError for the first denial."""
     if (attributes.group, attributes.resource) in EXCLUDED:
         return
@@ -87,21 +92,37 @@ def dispatch(attributes: Attributes, policies: Sequence[Mapping[str, Any]],
     denials: list[_Denial] = []
     for policy in sorted(policies, key=_name):  # Go walks a map; the sandbox walks by name
         if _name(policy) in by_policy:
-            denials += _apply(policy, by_policy[_name(policy)], attributes, params,
-                              namespace_object, record)
+            denials += _apply(
+                policy, by_policy[_name(policy)], attributes, params, namespace_object, record
+            )
     if denials:
         raise _refusal(attributes, denials[0])
 
 
-def _apply(policy: Mapping[str, Any], bindings: list[Mapping[str, Any]],
-           attributes: Attributes, params: ParamLookup,
-           namespace_object: Mapping[str, Any] | None, record: Record) -> list[_Denial]:
+def _apply(
+    policy: Mapping[str, Any],
+    bindings: list[Mapping[str, Any]],
+    attributes: Attributes,
+    params: ParamLookup,
+    namespace_object: Mapping[str, Any] | None,
+    record: Record,
+) -> list[_Denial]:
     spec, name = _spec(policy), _name(policy)
     fail = spec.get("failurePolicy", "Fail") != "Ignore"
     constraints = spec.get("matchConstraints")
     if not isinstance(constraints, Mapping):
-        return [_Denial(name, None, "failed to configure policy: policy contained no match "
-                        "constraints, a required field")] if fail else []
+        return (
+            [
+                _Denial(
+                    name,
+                    None,
+                    "failed to configure policy: policy contained no match "
+                    "constraints, a required field",
+                )
+            ]
+            if fail
+            else []
+        )
     if not matches(constraints, attributes):
         return []
     denials: list[_Denial] = []
@@ -111,16 +132,21 @@ def _apply(policy: Mapping[str, Any], bindings: list[Mapping[str, Any]],
         if isinstance(resources, Mapping) and not matches(resources, attributes):
             continue
         try:
-            objects = collect_params(spec.get("paramKind"), _spec(binding).get("paramRef"),
-                                     attributes.namespace, params)
+            objects = collect_params(
+                spec.get("paramKind"), _spec(binding).get("paramRef"), attributes.namespace, params
+            )
         except ConfigurationError as exc:
             if fail:
-                denials.append(_Denial(name, _name(binding),
-                                       f"failed to configure binding: {exc}"))
+                denials.append(_Denial(name, _name(binding), f"failed to configure binding: {exc}"))
             continue
         for param in objects:
-            inputs = PolicyInputs(attributes.object, attributes.old_object,
-                                  cel_request(attributes), param, namespace_object)
+            inputs = PolicyInputs(
+                attributes.object,
+                attributes.old_object,
+                cel_request(attributes),
+                param,
+                namespace_object,
+            )
             result = validate(spec, inputs)
             denials += _act(result.decisions, policy, binding, record)
             for annotation in result.audit_annotations:
@@ -136,8 +162,9 @@ def _apply(policy: Mapping[str, Any], bindings: list[Mapping[str, Any]],
     return denials
 
 
-def _act(decisions: Sequence[Any], policy: Mapping[str, Any], binding: Mapping[str, Any],
-         record: Record) -> list[_Denial]:
+def _act(
+    decisions: Sequence[Any], policy: Mapping[str, Any], binding: Mapping[str, Any], record: Record
+) -> list[_Denial]:
     """What the binding's validationActions make of the policy's denials."""
     denials = []
     actions = [str(a) for a in _spec(binding).get("validationActions") or ()]
@@ -145,17 +172,28 @@ def _act(decisions: Sequence[Any], policy: Mapping[str, Any], binding: Mapping[s
         if decision.action != "deny":
             continue
         if "Deny" in actions:
-            denials.append(_Denial(_name(policy), _name(binding), decision.message,
-                                   decision.reason))
+            denials.append(
+                _Denial(_name(policy), _name(binding), decision.message, decision.reason)
+            )
         if "Audit" in actions:
-            record.annotations[VALIDATION_FAILURE] = json.dumps([{
-                "message": decision.message, "policy": _spec(binding).get("policyName", ""),
-                "binding": _name(binding), "expressionIndex": index,
-                "validationActions": actions}], separators=(",", ":"))
+            record.annotations[VALIDATION_FAILURE] = json.dumps(
+                [
+                    {
+                        "message": decision.message,
+                        "policy": _spec(binding).get("policyName", ""),
+                        "binding": _name(binding),
+                        "expressionIndex": index,
+                        "validationActions": actions,
+                    }
+                ],
+                separators=(",", ":"),
+            )
         if "Warn" in actions:
-            record.warnings.append(f"Validation failed for ValidatingAdmissionPolicy "
-                                   f"'{_name(policy)}' with binding '{_name(binding)}': "
-                                   f"{decision.message}")
+            record.warnings.append(
+                f"Validation failed for ValidatingAdmissionPolicy "
+                f"'{_name(policy)}' with binding '{_name(binding)}': "
+                f"{decision.message}"
+            )
     return denials
 
 
@@ -182,8 +220,9 @@ def _rules_match(rules: Sequence[Mapping[str, Any]], attributes: Attributes) -> 
     return False
 
 
-def collect_params(param_kind: Any, param_ref: Any, namespace: str,
-                   lookup: ParamLookup) -> list[Any]:
+def collect_params(
+    param_kind: Any, param_ref: Any, namespace: str, lookup: ParamLookup
+) -> list[Any]:
     """CollectParams: [None] without a paramKind or a paramRef; else the param objects (none
     found is fine unless parameterNotFoundAction is Deny). ConfigurationError names what is
     wrong."""
@@ -196,23 +235,33 @@ def collect_params(param_kind: Any, param_ref: Any, namespace: str,
     ref_namespace = str(param_ref.get("namespace") or "")
     if source.namespaced:
         if not (ref_namespace or namespace):
-            raise ConfigurationError("cannot use namespaced paramRef in policy binding that "
-                                     "matches cluster-scoped resources")
+            raise ConfigurationError(
+                "cannot use namespaced paramRef in policy binding that "
+                "matches cluster-scoped resources"
+            )
     elif ref_namespace:
-        raise ConfigurationError("paramRef.namespace must not be provided for a cluster-scoped "
-                                 "`paramKind`")
+        raise ConfigurationError(
+            "paramRef.namespace must not be provided for a cluster-scoped `paramKind`"
+        )
     name, selector = param_ref.get("name"), param_ref.get("selector")
     if name and selector is not None:
         raise ConfigurationError("paramRef.name and paramRef.selector are mutually exclusive")
     if not name and selector is None:
         raise ConfigurationError("one of name or selector must be provided")
     objects = source.objects((ref_namespace or namespace) if source.namespaced else "")
-    found = ([obj for obj in objects if _name(obj) == name] if name else
-             [obj for obj in objects if selector_matches(
-                 selector, (obj.get("metadata") or {}).get("labels") or {})])
+    found = (
+        [obj for obj in objects if _name(obj) == name]
+        if name
+        else [
+            obj
+            for obj in objects
+            if selector_matches(selector, (obj.get("metadata") or {}).get("labels") or {})
+        ]
+    )
     if not found and param_ref.get("parameterNotFoundAction") == "Deny":
-        raise ConfigurationError("no params found for policy binding with `Deny` "
-                                 "parameterNotFoundAction")
+        raise ConfigurationError(
+            "no params found for policy binding with `Deny` parameterNotFoundAction"
+        )
     return found
 
 
@@ -230,16 +279,21 @@ def binding_errors(spec: Mapping[str, Any]) -> list[str]:
     else:
         for index, action in enumerate(actions):
             if action not in ("Deny", "Warn", "Audit"):
-                errors.append(f"spec.validationActions[{index}]: Unsupported value: "
-                              f"{json.dumps(action)}: supported values: \"Audit\", \"Deny\", "
-                              "\"Warn\"")
+                errors.append(
+                    f"spec.validationActions[{index}]: Unsupported value: "
+                    f'{json.dumps(action)}: supported values: "Audit", "Deny", '
+                    '"Warn"'
+                )
             elif actions.index(action) != index:
-                errors.append(f"spec.validationActions[{index}]: Duplicate value: "
-                              f"{json.dumps(action)}")
+                errors.append(
+                    f"spec.validationActions[{index}]: Duplicate value: {json.dumps(action)}"
+                )
         if "Deny" in actions and "Warn" in actions:
-            errors.append("spec.validationActions: Invalid value: must not contain both Deny "
-                          "and Warn (repeating the same validation failure information in the "
-                          "API response and headers serves no purpose)")
+            errors.append(
+                "spec.validationActions: Invalid value: must not contain both Deny "
+                "and Warn (repeating the same validation failure information in the "
+                "API response and headers serves no purpose)"
+            )
     ref = spec.get("paramRef")
     if isinstance(ref, Mapping):
         if bool(ref.get("name")) == ("selector" in ref):
@@ -251,9 +305,12 @@ def binding_errors(spec: Mapping[str, Any]) -> list[str]:
 
 def _refusal(attributes: Attributes, denial: _Denial) -> ApiError:
     """Dispatch's error: NewForbidden's message, the reason's code, the message as a cause."""
-    message = (f"ValidatingAdmissionPolicy '{denial.policy}' with binding '{denial.binding}' "
-               f"denied request: {denial.message}" if denial.binding is not None else
-               f"ValidatingAdmissionPolicy '{denial.policy}' denied request: {denial.message}")
+    message = (
+        f"ValidatingAdmissionPolicy '{denial.policy}' with binding '{denial.binding}' "
+        f"denied request: {denial.message}"
+        if denial.binding is not None
+        else f"ValidatingAdmissionPolicy '{denial.policy}' denied request: {denial.message}"
+    )
     error = forbidden(attributes, message)
     reason = denial.reason or "Invalid"
     details = dict(error.details or {})

@@ -72,14 +72,17 @@ class PolicyInputs:
     namespace_object: Any = None
 
     def variables(self) -> dict[str, Any]:
-        return {"object": self.object, "oldObject": self.old_object,
-                "request": dict(self.request), "params": self.params,
-                "namespaceObject": self.namespace_object}
+        return {
+            "object": self.object,
+            "oldObject": self.old_object,
+            "request": dict(self.request),
+            "params": self.params,
+            "namespaceObject": self.namespace_object,
+        }
 
 
 _VARIABLES = ("object", "oldObject", "request", "namespaceObject", "variables")
-_ENVIRONMENT = kubernetes_cel.environment({name: cel.Type.DYN
-                                           for name in (*_VARIABLES, "params")})
+_ENVIRONMENT = kubernetes_cel.environment({name: cel.Type.DYN for name in (*_VARIABLES, "params")})
 # A policy without a paramKind has no `params` (plugin.go compilePolicy: HasParams).
 _WITHOUT_PARAMS = kubernetes_cel.environment({name: cel.Type.DYN for name in _VARIABLES})
 
@@ -95,10 +98,13 @@ def compile_errors(spec: Mapping[str, Any]) -> list[str]:
     validation refuses it: `FIELD: Invalid value: "EXPRESSION": compilation failed: ...`."""
     environment = _ENVIRONMENT if spec.get("paramKind") else _WITHOUT_PARAMS
     errors = []
-    for field_name, key in (("matchConditions", "expression"), ("variables", "expression"),
-                            ("validations", "expression"),
-                            ("validations", "messageExpression"),
-                            ("auditAnnotations", "valueExpression")):
+    for field_name, key in (
+        ("matchConditions", "expression"),
+        ("variables", "expression"),
+        ("validations", "expression"),
+        ("validations", "messageExpression"),
+        ("auditAnnotations", "valueExpression"),
+    ):
         for index, item in enumerate(spec.get(field_name) or ()):
             expression = item.get(key) if isinstance(item, Mapping) else None
             if not expression:
@@ -106,8 +112,10 @@ def compile_errors(spec: Mapping[str, Any]) -> list[str]:
             try:
                 environment.compile(str(expression))
             except RuntimeError as exc:
-                errors.append(f"spec.{field_name}[{index}].{key}: Invalid value: "
-                              f"{json.dumps(str(expression))}: compilation failed: {exc}")
+                errors.append(
+                    f"spec.{field_name}[{index}].{key}: Invalid value: "
+                    f"{json.dumps(str(expression))}: compilation failed: {exc}"
+                )
     return errors
 
 
@@ -121,10 +129,12 @@ def validate(spec: Mapping[str, Any], inputs: PolicyInputs) -> ValidateResult:
     if errors:
         return ValidateResult((_error(fail, "; ".join(errors)),))
     data["variables"] = _variables(spec.get("variables") or (), data)
-    decisions = tuple(_decide(validation, data, fail)
-                      for validation in spec.get("validations") or ())
-    annotations = tuple(_annotate(annotation, data, fail)
-                        for annotation in spec.get("auditAnnotations") or ())
+    decisions = tuple(
+        _decide(validation, data, fail) for validation in spec.get("validations") or ()
+    )
+    annotations = tuple(
+        _annotate(annotation, data, fail) for annotation in spec.get("auditAnnotations") or ()
+    )
     return ValidateResult(decisions, annotations)
 
 
@@ -133,8 +143,9 @@ def _variables(declared: Any, data: dict[str, Any]) -> dict[str, Any]:
     an expression that reads it then fails, as the apiserver's lazy variables fail it."""
     variables: dict[str, Any] = {}
     for variable in declared:
-        value, error = evaluate(program, str(variable.get("expression", "")),
-                                {**data, "variables": variables})
+        value, error = evaluate(
+            program, str(variable.get("expression", "")), {**data, "variables": variables}
+        )
         if not error:
             variables[str(variable.get("name", ""))] = value
     return variables
@@ -147,8 +158,9 @@ def _decide(validation: Mapping[str, Any], data: Mapping[str, Any], fail: bool) 
         return _error(fail, error)
     if outcome is True:
         return PolicyDecision("admit", "admit")
-    return PolicyDecision("deny", "deny", _message(validation, data),
-                          str(validation.get("reason") or REASON_INVALID))
+    return PolicyDecision(
+        "deny", "deny", _message(validation, data), str(validation.get("reason") or REASON_INVALID)
+    )
 
 
 def _message(validation: Mapping[str, Any], data: Mapping[str, Any]) -> str:
@@ -164,8 +176,9 @@ def _message(validation: Mapping[str, Any], data: Mapping[str, Any]) -> str:
     return message or f"failed expression: {str(validation.get('expression', '')).strip()}"
 
 
-def _annotate(annotation: Mapping[str, Any], data: Mapping[str, Any],
-              fail: bool) -> AuditAnnotation:
+def _annotate(
+    annotation: Mapping[str, Any], data: Mapping[str, Any], fail: bool
+) -> AuditAnnotation:
     key = str(annotation.get("key", ""))
     expression = str(annotation.get("valueExpression", ""))
     value, error = evaluate(program, expression, data)
@@ -175,9 +188,14 @@ def _annotate(annotation: Mapping[str, Any], data: Mapping[str, Any],
         return AuditAnnotation(key, "exclude")
     if isinstance(value, str):
         return AuditAnnotation(key, "publish", value.strip())
-    return AuditAnnotation(key, "error", error=(
-        f"valueExpression '{expression}' resulted in unsupported return type: "
-        f"{type(value).__name__}. Return type must be either string or null."))
+    return AuditAnnotation(
+        key,
+        "error",
+        error=(
+            f"valueExpression '{expression}' resulted in unsupported return type: "
+            f"{type(value).__name__}. Return type must be either string or null."
+        ),
+    )
 
 
 def _error(fail: bool, message: str) -> PolicyDecision:

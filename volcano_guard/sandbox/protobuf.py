@@ -38,66 +38,127 @@ class ProtobufError(ValueError):
 # `?` when the Go field is a pointer; another message; `[T]` repeated; `{T}` a map from string.
 # Time, Quantity and IntOrString become their JSON forms.
 _MESSAGES: dict[str, dict[str, tuple[int, str]]] = {
-    "Unknown": {"typeMeta": (1, "TypeMeta"), "raw": (2, "bytes"),
-                "contentEncoding": (3, "string"), "contentType": (4, "string")},
+    "Unknown": {
+        "typeMeta": (1, "TypeMeta"),
+        "raw": (2, "bytes"),
+        "contentEncoding": (3, "string"),
+        "contentType": (4, "string"),
+    },
     "TypeMeta": {"apiVersion": (1, "string"), "kind": (2, "string")},  # runtime.TypeMeta
     "Time": {"seconds": (1, "int64"), "nanos": (2, "int32")},
     "Quantity": {"string": (1, "string")},
     "IntOrString": {"type": (1, "int64"), "intVal": (2, "int32"), "strVal": (3, "string")},
     "ObjectMeta": {
-        "name": (1, "string"), "generateName": (2, "string"), "namespace": (3, "string"),
-        "selfLink": (4, "string"), "uid": (5, "string"), "resourceVersion": (6, "string"),
-        "generation": (7, "int64"), "creationTimestamp": (8, "Time"),
-        "deletionTimestamp": (9, "Time"), "deletionGracePeriodSeconds": (10, "int64?"),
-        "labels": (11, "{string}"), "annotations": (12, "{string}"),
-        "ownerReferences": (13, "[OwnerReference]"), "finalizers": (14, "[string]"),
+        "name": (1, "string"),
+        "generateName": (2, "string"),
+        "namespace": (3, "string"),
+        "selfLink": (4, "string"),
+        "uid": (5, "string"),
+        "resourceVersion": (6, "string"),
+        "generation": (7, "int64"),
+        "creationTimestamp": (8, "Time"),
+        "deletionTimestamp": (9, "Time"),
+        "deletionGracePeriodSeconds": (10, "int64?"),
+        "labels": (11, "{string}"),
+        "annotations": (12, "{string}"),
+        "ownerReferences": (13, "[OwnerReference]"),
+        "finalizers": (14, "[string]"),
     },
-    "OwnerReference": {"kind": (1, "string"), "name": (3, "string"), "uid": (4, "string"),
-                       "apiVersion": (5, "string"), "controller": (6, "bool?"),
-                       "blockOwnerDeletion": (7, "bool?")},
-    "Namespace": {"metadata": (1, "ObjectMeta"), "spec": (2, "NamespaceSpec"),
-                  "status": (3, "NamespaceStatus")},
+    "OwnerReference": {
+        "kind": (1, "string"),
+        "name": (3, "string"),
+        "uid": (4, "string"),
+        "apiVersion": (5, "string"),
+        "controller": (6, "bool?"),
+        "blockOwnerDeletion": (7, "bool?"),
+    },
+    "Namespace": {
+        "metadata": (1, "ObjectMeta"),
+        "spec": (2, "NamespaceSpec"),
+        "status": (3, "NamespaceStatus"),
+    },
     "NamespaceSpec": {"finalizers": (1, "[string]")},
     "NamespaceStatus": {"phase": (1, "string")},
-    "Secret": {"metadata": (1, "ObjectMeta"), "data": (2, "{bytes}"), "type": (3, "string"),
-               "stringData": (4, "{string}"), "immutable": (5, "bool?")},
+    "Secret": {
+        "metadata": (1, "ObjectMeta"),
+        "data": (2, "{bytes}"),
+        "type": (3, "string"),
+        "stringData": (4, "{string}"),
+        "immutable": (5, "bool?"),
+    },
     "Pod": {"metadata": (1, "ObjectMeta"), "spec": (2, "PodSpec"), "status": (3, "PodStatus")},
     "PodSpec": {
-        "containers": (2, "[Container]"), "restartPolicy": (3, "string"),
-        "terminationGracePeriodSeconds": (4, "int64?"), "activeDeadlineSeconds": (5, "int64?"),
-        "dnsPolicy": (6, "string"), "nodeSelector": (7, "{string}"),
-        "serviceAccountName": (8, "string"), "serviceAccount": (9, "string"),
-        "nodeName": (10, "string"), "hostNetwork": (11, "bool"), "hostPID": (12, "bool"),
-        "hostIPC": (13, "bool"), "imagePullSecrets": (15, "[LocalObjectReference]"),
-        "hostname": (16, "string"), "subdomain": (17, "string"),
-        "schedulerName": (19, "string"), "initContainers": (20, "[Container]"),
-        "automountServiceAccountToken": (21, "bool?"), "tolerations": (22, "[Toleration]"),
-        "priorityClassName": (24, "string"), "priority": (25, "int32?"),
-        "runtimeClassName": (29, "string?"), "enableServiceLinks": (30, "bool?"),
-        "preemptionPolicy": (31, "string?"), "overhead": (32, "{Quantity}"),
+        "containers": (2, "[Container]"),
+        "restartPolicy": (3, "string"),
+        "terminationGracePeriodSeconds": (4, "int64?"),
+        "activeDeadlineSeconds": (5, "int64?"),
+        "dnsPolicy": (6, "string"),
+        "nodeSelector": (7, "{string}"),
+        "serviceAccountName": (8, "string"),
+        "serviceAccount": (9, "string"),
+        "nodeName": (10, "string"),
+        "hostNetwork": (11, "bool"),
+        "hostPID": (12, "bool"),
+        "hostIPC": (13, "bool"),
+        "imagePullSecrets": (15, "[LocalObjectReference]"),
+        "hostname": (16, "string"),
+        "subdomain": (17, "string"),
+        "schedulerName": (19, "string"),
+        "initContainers": (20, "[Container]"),
+        "automountServiceAccountToken": (21, "bool?"),
+        "tolerations": (22, "[Toleration]"),
+        "priorityClassName": (24, "string"),
+        "priority": (25, "int32?"),
+        "runtimeClassName": (29, "string?"),
+        "enableServiceLinks": (30, "bool?"),
+        "preemptionPolicy": (31, "string?"),
+        "overhead": (32, "{Quantity}"),
     },
     "Container": {
-        "name": (1, "string"), "image": (2, "string"), "command": (3, "[string]"),
-        "args": (4, "[string]"), "workingDir": (5, "string"), "ports": (6, "[ContainerPort]"),
-        "env": (7, "[EnvVar]"), "resources": (8, "ResourceRequirements"),
-        "terminationMessagePath": (13, "string"), "imagePullPolicy": (14, "string"),
-        "securityContext": (15, "SecurityContext"), "stdin": (16, "bool"),
-        "stdinOnce": (17, "bool"), "tty": (18, "bool"), "terminationMessagePolicy": (20, "string"),
+        "name": (1, "string"),
+        "image": (2, "string"),
+        "command": (3, "[string]"),
+        "args": (4, "[string]"),
+        "workingDir": (5, "string"),
+        "ports": (6, "[ContainerPort]"),
+        "env": (7, "[EnvVar]"),
+        "resources": (8, "ResourceRequirements"),
+        "terminationMessagePath": (13, "string"),
+        "imagePullPolicy": (14, "string"),
+        "securityContext": (15, "SecurityContext"),
+        "stdin": (16, "bool"),
+        "stdinOnce": (17, "bool"),
+        "tty": (18, "bool"),
+        "terminationMessagePolicy": (20, "string"),
         "restartPolicy": (24, "string?"),
     },
-    "ContainerPort": {"name": (1, "string"), "hostPort": (2, "int32"),
-                      "containerPort": (3, "int32"), "protocol": (4, "string"),
-                      "hostIP": (5, "string")},
+    "ContainerPort": {
+        "name": (1, "string"),
+        "hostPort": (2, "int32"),
+        "containerPort": (3, "int32"),
+        "protocol": (4, "string"),
+        "hostIP": (5, "string"),
+    },
     "EnvVar": {"name": (1, "string"), "value": (2, "string")},
     "ResourceRequirements": {"limits": (1, "{Quantity}"), "requests": (2, "{Quantity}")},
-    "SecurityContext": {"capabilities": (1, "Capabilities"), "privileged": (2, "bool?"),
-                        "runAsUser": (4, "int64?"), "runAsNonRoot": (5, "bool?"),
-                        "readOnlyRootFilesystem": (6, "bool?"),
-                        "allowPrivilegeEscalation": (7, "bool?"), "runAsGroup": (8, "int64?")},
+    "SecurityContext": {
+        "capabilities": (1, "Capabilities"),
+        "privileged": (2, "bool?"),
+        "runAsUser": (4, "int64?"),
+        "runAsNonRoot": (5, "bool?"),
+        "readOnlyRootFilesystem": (6, "bool?"),
+        "allowPrivilegeEscalation": (7, "bool?"),
+        "runAsGroup": (8, "int64?"),
+    },
     "Capabilities": {"add": (1, "[string]"), "drop": (2, "[string]")},
     "LocalObjectReference": {"name": (1, "string")},
-    "Toleration": {"key": (1, "string"), "operator": (2, "string"), "value": (3, "string"),
-                   "effect": (4, "string"), "tolerationSeconds": (5, "int64?")},
+    "Toleration": {
+        "key": (1, "string"),
+        "operator": (2, "string"),
+        "value": (3, "string"),
+        "effect": (4, "string"),
+        "tolerationSeconds": (5, "int64?"),
+    },
     "PodStatus": {"phase": (1, "string")},
 }
 # apiVersion/kind in the envelope -> the message of its raw bytes.
@@ -112,8 +173,9 @@ _SCALARS = {
 }
 
 
-def _add_field(message: descriptor_pb2.DescriptorProto, name: str, number: int,
-               type_name: str) -> None:
+def _add_field(
+    message: descriptor_pb2.DescriptorProto, name: str, number: int, type_name: str
+) -> None:
     field = message.field.add(name=name, number=number, json_name=name)
     if type_name.startswith("{"):  # map<string, T>: a repeated nested entry message
         entry = message.nested_type.add(name=f"{name[0].upper()}{name[1:]}Entry")
@@ -126,8 +188,11 @@ def _add_field(message: descriptor_pb2.DescriptorProto, name: str, number: int,
         return
     repeated = type_name.startswith("[")
     base = type_name.strip("[]?")
-    field.label = (descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED if repeated
-                   else descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    field.label = (
+        descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
+        if repeated
+        else descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
+    )
     if base in _SCALARS:
         field.type = _SCALARS[base]
     else:
@@ -136,16 +201,19 @@ def _add_field(message: descriptor_pb2.DescriptorProto, name: str, number: int,
 
 
 def _message_classes() -> dict[str, type[Message]]:
-    file = descriptor_pb2.FileDescriptorProto(name="volcano_guard_sandbox_k8s.proto",
-                                              package=_PACKAGE, syntax="proto2")
+    file = descriptor_pb2.FileDescriptorProto(
+        name="volcano_guard_sandbox_k8s.proto", package=_PACKAGE, syntax="proto2"
+    )
     for name, fields in _MESSAGES.items():
         message = file.message_type.add(name=name)
         for field_name, (number, type_name) in fields.items():
             _add_field(message, field_name, number, type_name)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
-            for name in _MESSAGES}
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
+        for name in _MESSAGES
+    }
 
 
 _CLASSES = _message_classes()
@@ -155,7 +223,7 @@ def decode(body: bytes) -> tuple[tuple[str, str], dict[str, Any]]:
     """A protobuf request body -> ((apiVersion, kind), the object as JSON would carry it)."""
     if not body.startswith(MAGIC):
         raise ProtobufError("protobuf body does not start with the Kubernetes magic k8s\\0")
-    envelope = _parse("Unknown", body[len(MAGIC):])
+    envelope = _parse("Unknown", body[len(MAGIC) :])
     type_meta = envelope.typeMeta  # type: ignore[attr-defined]
     api_version, kind = type_meta.apiVersion, type_meta.kind
     message = DECODABLE.get((api_version, kind))
@@ -163,7 +231,9 @@ def decode(body: bytes) -> tuple[tuple[str, str], dict[str, Any]]:
         raise ProtobufError(
             f"the sandbox decodes {MEDIA_TYPE} only for "
             f"{', '.join(kind for _, kind in DECODABLE)} (v1), not {kind} ({api_version}); "
-            "send application/json", unsupported=True)
+            "send application/json",
+            unsupported=True,
+        )
     obj = _to_json(_parse(message, envelope.raw))  # type: ignore[attr-defined]
     return (api_version, kind), {"apiVersion": api_version, "kind": kind, **obj}
 
@@ -190,14 +260,16 @@ def _to_json(message: Message) -> Any:
         raise ProtobufError(
             f"protobuf {name} has field(s) {', '.join(map(str, unknown))} that the sandbox does "
             "not decode; send application/json (kubectl create -f, kubectl apply)",
-            unsupported=True)
+            unsupported=True,
+        )
     fields = _MESSAGES[name]
     out: dict[str, Any] = {}
     for field, value in message.ListFields():
         type_name = fields[field.name][1]
         if type_name.startswith("{"):
-            out[field.name] = {key: _value(item, type_name[1:-1])
-                               for key, item in sorted(value.items())}
+            out[field.name] = {
+                key: _value(item, type_name[1:-1]) for key, item in sorted(value.items())
+            }
         elif type_name.startswith("["):
             out[field.name] = [_value(item, type_name[1:-1]) for item in value]
         elif value or type_name.endswith("?") or type_name not in _SCALARS:

@@ -57,11 +57,15 @@ class Sandbox:
 
 
 @asynccontextmanager
-async def running(host: str = "127.0.0.1", port: int = 0, *,
-                  settings: SandboxSettings | None = None,
-                  faults: Faults | None = None,
-                  event_window: int = 10_000,
-                  tls: ssl.SSLContext | None = None) -> AsyncIterator[Sandbox]:
+async def running(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    settings: SandboxSettings | None = None,
+    faults: Faults | None = None,
+    event_window: int = 10_000,
+    tls: ssl.SSLContext | None = None,
+) -> AsyncIterator[Sandbox]:
     """Serve a fresh sandbox inside the block; port 0 picks a free one. With tls it serves
     HTTPS, which kubectl needs to send a bearer token (it sends none over plain HTTP)."""
     app = create_app(Store(event_window), faults, settings)
@@ -70,8 +74,9 @@ async def running(host: str = "127.0.0.1", port: int = 0, *,
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2, handler_cancellation=True)
     await runner.setup()
     try:
-        await start_site(web.TCPSite(runner, host, port, ssl_context=tls), "--listen",
-                         Listen(host, port))
+        await start_site(
+            web.TCPSite(runner, host, port, ssl_context=tls), "--listen", Listen(host, port)
+        )
         bound = runner.addresses[0][1]
         yield Sandbox(app, f"{'https' if tls else 'http'}://{host}:{bound}")
     finally:
@@ -81,9 +86,15 @@ async def running(host: str = "127.0.0.1", port: int = 0, *,
 class SandboxThread:
     """The sandbox on a thread with its own event loop; `with SandboxThread() as sandbox:`."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
-                 settings: SandboxSettings | None = None, event_window: int = 10_000,
-                 tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        settings: SandboxSettings | None = None,
+        event_window: int = 10_000,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self._host, self._port, self._settings = host, port, settings
         self._event_window, self._tls = event_window, tls
         self._loop = asyncio.new_event_loop()
@@ -99,8 +110,13 @@ class SandboxThread:
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
         try:
-            async with running(self._host, self._port, settings=self._settings,
-                               event_window=self._event_window, tls=self._tls) as sandbox:
+            async with running(
+                self._host,
+                self._port,
+                settings=self._settings,
+                event_window=self._event_window,
+                tls=self._tls,
+            ) as sandbox:
                 self._started.set_result(sandbox)
                 await self._stop.wait()
         except BaseException as exc:
@@ -121,6 +137,7 @@ class SandboxThread:
 
     def call(self, function: Callable[[Sandbox], T]) -> T:
         """Run function(sandbox) on the sandbox's loop and return its result."""
+
         async def run() -> T:
             return function(self.sandbox)
 
@@ -165,15 +182,18 @@ def load_files(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
     FileProblem naming a file that cannot be read or parsed."""
     objects: list[dict[str, Any]] = []
     for path in paths:
-        for index, document in enumerate(yaml_documents(read_text(path, "--load"),
-                                                        f"--load {path}")):
+        for index, document in enumerate(
+            yaml_documents(read_text(path, "--load"), f"--load {path}")
+        ):
             if isinstance(document, dict) and document.get("kind") == "List":
                 found = document.get("items") or []
             else:
                 found = [] if document is None else [document]
             if not isinstance(found, list) or not all(isinstance(o, dict) for o in found):
-                raise FileProblem(f"--load {path}: document {index} is not a Kubernetes "
-                                  "object (a mapping) or a List of them")
+                raise FileProblem(
+                    f"--load {path}: document {index} is not a Kubernetes "
+                    "object (a mapping) or a List of them"
+                )
             objects.extend(found)
     return objects
 
@@ -183,9 +203,13 @@ def load_files(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
-async def serve_forever(host: str, port: int, objects: list[dict[str, Any]],
-                        settings: SandboxSettings | None = None,
-                        tls: ssl.SSLContext | None = None) -> int:
+async def serve_forever(
+    host: str,
+    port: int,
+    objects: list[dict[str, Any]],
+    settings: SandboxSettings | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> int:
     """`volcano-guard sandbox`: serve objects until SIGTERM/SIGINT; FileProblem when the
     objects cannot be created."""
     import logging
@@ -199,14 +223,20 @@ async def serve_forever(host: str, port: int, objects: list[dict[str, Any]],
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     named = {(o.get("kind"), (o.get("metadata") or {}).get("name")) for o in objects}
-    system = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-              for name in SYSTEM_NAMESPACES if ("Namespace", name) not in named]
+    system = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        for name in SYSTEM_NAMESPACES
+        if ("Namespace", name) not in named
+    ]
     async with running(host, port, settings=settings, tls=tls) as sandbox:
         try:
             sandbox.seed([*system, *objects])
         except (ApiError, ValueError) as exc:
             raise FileProblem(f"--load: {exc}") from None
-        log.info("sandbox API server on %s (try: kubectl --server %s get nodes)",
-                 sandbox.url, sandbox.url)
+        log.info(
+            "sandbox API server on %s (try: kubectl --server %s get nodes)",
+            sandbox.url,
+            sandbox.url,
+        )
         await stop.wait()
     return 0

@@ -80,7 +80,7 @@ def parse_field_selector(text: str, allowed: frozenset[str]) -> tuple[Requiremen
             raise SelectorError(f"invalid field selector: {part.strip()!r}")
         key, op, value = match.groups()
         if key not in allowed:
-            raise SelectorError(f'field label not supported: {key}')
+            raise SelectorError(f"field label not supported: {key}")
         requirements.append(Requirement(key, "!=" if op == "!=" else "=", frozenset([value])))
     return tuple(requirements)
 

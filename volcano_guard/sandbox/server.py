@@ -52,11 +52,25 @@ SETTINGS_KEY: web.AppKey[SandboxSettings] = web.AppKey("settings")
 MAX_BODY = 3 * 1024 * 1024  # the apiserver's request size limit for etcd-bound objects
 KUBERNETES_VERSION = ("1", "32")
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-_OBJECT_META_FIELDS = frozenset({
-    "name", "generateName", "namespace", "uid", "resourceVersion", "generation",
-    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
-    "annotations", "ownerReferences", "finalizers", "managedFields", "selfLink",
-})
+_OBJECT_META_FIELDS = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+        "selfLink",
+    }
+)
 
 
 class AuditLog:
@@ -94,12 +108,18 @@ class RequestInfo:
 
     @property
     def label(self) -> str:
-        return f"{self.resource.plural}/{self.subresource}" if self.subresource else (
-            self.resource.plural)
+        return (
+            f"{self.resource.plural}/{self.subresource}"
+            if self.subresource
+            else (self.resource.plural)
+        )
 
 
-def create_app(store: Store | None = None, faults: Faults | None = None,
-               settings: SandboxSettings | None = None) -> web.Application:
+def create_app(
+    store: Store | None = None,
+    faults: Faults | None = None,
+    settings: SandboxSettings | None = None,
+) -> web.Application:
     settings = settings or SandboxSettings()
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_authenticate])
     app[STORE_KEY] = store or Store()
@@ -155,14 +175,22 @@ async def _authenticate(request: web.Request, handler: Any) -> web.StreamRespons
 
 # -- discovery ------------------------------------------------------------------------------
 
+
 async def _version(_: web.Request) -> web.Response:
     major, minor = KUBERNETES_VERSION
-    return web.json_response({
-        "major": major, "minor": minor, "gitVersion": f"v{major}.{minor}.0",
-        "gitCommit": "volcano-guard-sandbox", "gitTreeState": "clean",
-        "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23", "compiler": "gc",
-        "platform": "linux/amd64",
-    })
+    return web.json_response(
+        {
+            "major": major,
+            "minor": minor,
+            "gitVersion": f"v{major}.{minor}.0",
+            "gitCommit": "volcano-guard-sandbox",
+            "gitTreeState": "clean",
+            "buildDate": "2026-01-01T00:00:00Z",
+            "goVersion": "go1.23",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
+    )
 
 
 async def _ok(_: web.Request) -> web.Response:
@@ -170,11 +198,15 @@ async def _ok(_: web.Request) -> web.Response:
 
 
 async def _api_versions(request: web.Request) -> web.Response:
-    return web.json_response({
-        "kind": "APIVersions", "versions": ["v1"],
-        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
-                                        "serverAddress": request.host}],
-    })
+    return web.json_response(
+        {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}
+            ],
+        }
+    )
 
 
 async def _api_groups(_: web.Request) -> web.Response:
@@ -193,29 +225,52 @@ async def _resource_list(request: web.Request) -> web.Response:
         raise web.HTTPNotFound()
     resources = group_versions().get((group, version))
     if resources is None:
-        return _error(ApiError(404, "NotFound", "the server could not find the requested "
-                               "resource"))
+        return _error(ApiError(404, "NotFound", "the server could not find the requested resource"))
     entries: list[dict[str, Any]] = []
     for resource in resources:
-        entries.append({
-            "name": resource.plural, "singularName": resource.singular,
-            "namespaced": resource.namespaced, "kind": resource.kind,
-            "verbs": list(resource.verbs),
-            "shortNames": list(resource.short_names),
-        })
+        entries.append(
+            {
+                "name": resource.plural,
+                "singularName": resource.singular,
+                "namespaced": resource.namespaced,
+                "kind": resource.kind,
+                "verbs": list(resource.verbs),
+                "shortNames": list(resource.short_names),
+            }
+        )
         if resource.status_subresource:
-            entries.append({"name": f"{resource.plural}/status", "singularName": "",
-                            "namespaced": resource.namespaced, "kind": resource.kind,
-                            "verbs": ["get", "patch", "update"]})
+            entries.append(
+                {
+                    "name": f"{resource.plural}/status",
+                    "singularName": "",
+                    "namespaced": resource.namespaced,
+                    "kind": resource.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
         if resource.binding_subresource:
-            entries.append({"name": f"{resource.plural}/binding", "singularName": "",
-                            "namespaced": True, "kind": "Binding", "verbs": ["create"]})
+            entries.append(
+                {
+                    "name": f"{resource.plural}/binding",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "Binding",
+                    "verbs": ["create"],
+                }
+            )
     group_version = f"{group}/{version}" if group else version
-    return web.json_response({"kind": "APIResourceList", "apiVersion": "v1",
-                              "groupVersion": group_version, "resources": entries})
+    return web.json_response(
+        {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": group_version,
+            "resources": entries,
+        }
+    )
 
 
 # -- sandbox control ------------------------------------------------------------------------
+
 
 async def _stats(request: web.Request) -> web.Response:
     store = request.app[STORE_KEY]
@@ -251,6 +306,7 @@ async def _clear_faults(request: web.Request) -> web.Response:
 
 
 # -- resources ------------------------------------------------------------------------------
+
 
 async def _resource_request(request: web.Request) -> web.StreamResponse:
     try:
@@ -317,11 +373,18 @@ def _namespaced(group: str, version: str, plural: str) -> bool:
 def _verb(method: str, has_name: bool, watch: bool) -> str:
     if method == "GET":
         return "watch" if watch else ("get" if has_name else "list")
-    verbs = {"POST": "create", "PUT": "update", "PATCH": "patch",
-             "DELETE": "delete" if has_name else "deletecollection"}
+    verbs = {
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete" if has_name else "deletecollection",
+    }
     if method not in verbs or (method in ("PUT", "PATCH") and not has_name):
-        raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on "
-                       f"the requested resource ({method})")
+        raise ApiError(
+            405,
+            "MethodNotAllowed",
+            f"the server does not allow this method on the requested resource ({method})",
+        )
     return verbs[method]
 
 
@@ -334,8 +397,9 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         labels, fields = _selectors(request, resource)
         items, resource_version = store.list(resource, namespace, labels, fields)
         metadata_only = _wants_metadata_only(request.headers.get("Accept", ""))
-        return _list_response(resource, *_page(request, items, resource_version),
-                              metadata_only=metadata_only)
+        return _list_response(
+            resource, *_page(request, items, resource_version), metadata_only=metadata_only
+        )
     if info.verb == "get":
         return _object_response(store.get(resource, namespace, name))
     if info.verb in WRITE_VERBS and "dryRun" in request.query:
@@ -343,8 +407,16 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         raise ApiError(400, "BadRequest", "dryRun is not supported by the sandbox")
     if resource.create_only and info.verb != "create":
         raise ApiError(405, "MethodNotAllowed", f"{resource.plural} only supports create")
-    write = writes.Write(store, request.app[DISPATCHER_KEY], request[USER_KEY], resource,
-                         namespace, name, sub, request.query)
+    write = writes.Write(
+        store,
+        request.app[DISPATCHER_KEY],
+        request[USER_KEY],
+        resource,
+        namespace,
+        name,
+        sub,
+        request.query,
+    )
     try:
         response = await _write(request, info, write)
     except ApiError as exc:
@@ -364,11 +436,22 @@ async def _write(request: web.Request, info: RequestInfo, write: writes.Write) -
             metadata = binding.get("metadata") if isinstance(binding, dict) else None
             write.name = metadata.get("name", "") if isinstance(metadata, dict) else ""
         await writes.bind(write, binding)
-        return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                  "status": "Success", "code": 201}, status=201)
+        return web.json_response(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "code": 201,
+            },
+            status=201,
+        )
     if sub == "binding" or (info.verb == "create" and name):
-        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the "
-                       "requested resource")
+        raise ApiError(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
     if info.verb == "delete":
         body = await _body(request, optional=True)
         if body is not None and not isinstance(body, dict):
@@ -389,14 +472,22 @@ async def _write(request: web.Request, info: RequestInfo, write: writes.Write) -
 
 
 def _audit_event(request: web.Request, info: RequestInfo, write: writes.Write, code: int) -> None:
-    request.app[AUDIT_KEY].append({
-        "user": write.user.name, "verb": info.verb, "resource": info.label,
-        "namespace": info.namespace, "name": write.name, "code": code,
-        "annotations": dict(write.record.annotations)})
+    request.app[AUDIT_KEY].append(
+        {
+            "user": write.user.name,
+            "verb": info.verb,
+            "resource": info.label,
+            "namespace": info.namespace,
+            "name": write.name,
+            "code": code,
+            "annotations": dict(write.record.annotations),
+        }
+    )
 
 
-async def _delete_collection(request: web.Request, info: RequestInfo,
-                             write: writes.Write) -> web.Response:
+async def _delete_collection(
+    request: web.Request, info: RequestInfo, write: writes.Write
+) -> web.Response:
     """Each selected object is deleted through admission, as the apiserver's DeleteCollection
     deletes them one by one."""
     store = write.store
@@ -435,27 +526,32 @@ def _unknown_fields(resource: ResourceType, body: Any, mode: str) -> list[str]:
     schema: an object's top-level fields and its ObjectMeta. Strict refuses (400) what Warn
     reports in Warning headers. Patches are not checked field by field."""
     if mode not in ("Strict", "Warn", "Ignore"):
-        raise ApiError(400, "BadRequest", f"fieldValidation must be Strict, Warn or Ignore, "
-                       f"got {mode!r}")
+        raise ApiError(
+            400, "BadRequest", f"fieldValidation must be Strict, Warn or Ignore, got {mode!r}"
+        )
     if mode == "Ignore" or not isinstance(body, dict):
         return []
     top = {"apiVersion", "kind", "metadata", *resource.fields}
     unknown = [f'unknown field "{key}"' for key in body if key not in top]
     metadata = body.get("metadata")
     if isinstance(metadata, dict):
-        unknown += [f'unknown field "metadata.{key}"' for key in metadata
-                    if key not in _OBJECT_META_FIELDS]
+        unknown += [
+            f'unknown field "metadata.{key}"' for key in metadata if key not in _OBJECT_META_FIELDS
+        ]
     if unknown and mode == "Strict":
         raise ApiError(400, "BadRequest", "strict decoding error: " + ", ".join(unknown))
     return unknown
 
 
 def _selectors(request: web.Request, resource: ResourceType) -> tuple[tuple, tuple]:
-    allowed = frozenset(SELECTABLE_FIELDS.get(resource.plural,
-                                              ("metadata.name", "metadata.namespace")))
+    allowed = frozenset(
+        SELECTABLE_FIELDS.get(resource.plural, ("metadata.name", "metadata.namespace"))
+    )
     try:
-        return (parse_label_selector(request.query.get("labelSelector", "")),
-                parse_field_selector(request.query.get("fieldSelector", ""), allowed))
+        return (
+            parse_label_selector(request.query.get("labelSelector", "")),
+            parse_field_selector(request.query.get("fieldSelector", ""), allowed),
+        )
     except SelectorError as exc:
         raise ApiError(400, "BadRequest", str(exc)) from None
 
@@ -525,14 +621,20 @@ def _timeout(text: str | None) -> float | None:
 
 
 def _bookmark(resource: ResourceType, resource_version: int) -> bytes:
-    obj = {"kind": resource.kind, "apiVersion": resource.api_version,
-           "metadata": {"resourceVersion": str(resource_version),
-                        "annotations": {"k8s.io/initial-events-end": "true"}}}
+    obj = {
+        "kind": resource.kind,
+        "apiVersion": resource.api_version,
+        "metadata": {
+            "resourceVersion": str(resource_version),
+            "annotations": {"k8s.io/initial-events-end": "true"},
+        },
+    }
     return encode_event("BOOKMARK", json.dumps(obj, separators=(",", ":")).encode())
 
 
-def _object_response(stored: Stored, status: int = 200,
-                     warnings: list[str] | None = None) -> web.Response:
+def _object_response(
+    stored: Stored, status: int = 200, warnings: list[str] | None = None
+) -> web.Response:
     headers = {"Content-Type": "application/json"}
     response = web.Response(body=stored.raw, status=status, headers=headers)
     for warning in warnings or []:
@@ -545,8 +647,9 @@ def _add_warning(response: web.StreamResponse, warning: str) -> None:
     response.headers.add("Warning", f"299 - {json.dumps(warning)}")
 
 
-def _page(request: web.Request, items: list[Stored],
-          resource_version: int) -> tuple[list[Stored], int, str]:
+def _page(
+    request: web.Request, items: list[Stored], resource_version: int
+) -> tuple[list[Stored], int, str]:
     """`limit` and `continue`, as the apiserver pages a list: at most limit items from where
     the token left off; every page carries the first page's resourceVersion, so a watch from
     it sees what changed while the pages were read (the sandbox does not hold the first page's
@@ -566,15 +669,19 @@ def _page(request: web.Request, items: list[Stored],
     limit = int(limit_text or 0)
     if not limit or start + limit >= len(items):
         return items[start:], resource_version, ""
-    page = items[start:start + limit]
+    page = items[start : start + limit]
     last = page[-1]
     resume_at = {"rv": resource_version, "after": [_namespace_of(last), _name_of(last)]}
-    return page, resource_version, base64.urlsafe_b64encode(
-        json.dumps(resume_at).encode()).decode()
+    return page, resource_version, base64.urlsafe_b64encode(json.dumps(resume_at).encode()).decode()
 
 
-def _list_response(resource: ResourceType, items: list[Stored], resource_version: int,
-                   continue_token: str = "", metadata_only: bool = False) -> web.Response:
+def _list_response(
+    resource: ResourceType,
+    items: list[Stored],
+    resource_version: int,
+    continue_token: str = "",
+    metadata_only: bool = False,
+) -> web.Response:
     metadata = {"resourceVersion": str(resource_version)}
     if continue_token:
         metadata["continue"] = continue_token
@@ -582,11 +689,20 @@ def _list_response(resource: ResourceType, items: list[Stored], resource_version
     raws = [s.raw for s in items]
     if metadata_only:
         kind, api_version = PARTIAL_METADATA_LIST, META_V1
-        raws = [json.dumps({"kind": "PartialObjectMetadata", "apiVersion": META_V1,
-                            "metadata": s.object().get("metadata", {})},
-                           separators=(",", ":")).encode() for s in items]
-    head = json.dumps({"kind": kind, "apiVersion": api_version, "metadata": metadata},
-                      separators=(",", ":")).encode()
+        raws = [
+            json.dumps(
+                {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": META_V1,
+                    "metadata": s.object().get("metadata", {}),
+                },
+                separators=(",", ":"),
+            ).encode()
+            for s in items
+        ]
+    head = json.dumps(
+        {"kind": kind, "apiVersion": api_version, "metadata": metadata}, separators=(",", ":")
+    ).encode()
     body = head[:-1] + b',"items":[' + b",".join(raws) + b"]}"
     return web.Response(body=body, headers={"Content-Type": "application/json"})
 
@@ -610,13 +726,20 @@ def _wants_metadata_only(accept: str) -> bool:
         if "as" not in params:
             return False
         if (params.get("as"), params.get("g"), params.get("v")) == (
-                PARTIAL_METADATA_LIST, "meta.k8s.io", "v1"):
+            PARTIAL_METADATA_LIST,
+            "meta.k8s.io",
+            "v1",
+        ):
             return True
     if not conversions:
         return False
-    raise ApiError(406, "NotAcceptable", f"only the following media types are accepted: "
-                   f"application/json, application/json;as={PARTIAL_METADATA_LIST};"
-                   f"g=meta.k8s.io;v=v1 (Accept: {accept})")
+    raise ApiError(
+        406,
+        "NotAcceptable",
+        f"only the following media types are accepted: "
+        f"application/json, application/json;as={PARTIAL_METADATA_LIST};"
+        f"g=meta.k8s.io;v=v1 (Accept: {accept})",
+    )
 
 
 def _error(exc: ApiError) -> web.Response:

@@ -37,8 +37,15 @@ _COMMON_FIELDS = ("metadata.name", "metadata.namespace")
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # no vowels: no words in generated names
 GENERATE_NAME_ATTEMPTS = 8
 SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
-    "pods": (*_COMMON_FIELDS, "spec.nodeName", "spec.schedulerName", "status.phase",
-             "spec.serviceAccountName", "spec.restartPolicy", "status.podIP"),
+    "pods": (
+        *_COMMON_FIELDS,
+        "spec.nodeName",
+        "spec.schedulerName",
+        "status.phase",
+        "spec.serviceAccountName",
+        "spec.restartPolicy",
+        "status.podIP",
+    ),
     "nodes": (*_COMMON_FIELDS, "spec.unschedulable"),
     "namespaces": (*_COMMON_FIELDS, "status.phase"),
 }
@@ -51,8 +58,9 @@ class Stale(Exception):
 class ApiError(Exception):
     """An answer other than success, in the apiserver's terms."""
 
-    def __init__(self, code: int, reason: str, message: str,
-                 details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, code: int, reason: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details
 
@@ -94,7 +102,8 @@ class Watcher:
     labels: tuple[Requirement, ...]
     fields: tuple[Requirement, ...]
     queue: asyncio.Queue[bytes | None] = field(
-        default_factory=lambda: asyncio.Queue(MAX_QUEUED_EVENTS))
+        default_factory=lambda: asyncio.Queue(MAX_QUEUED_EVENTS)
+    )
     closed: bool = False
     queued_bytes: int = 0
 
@@ -176,12 +185,19 @@ class Store:
             raise not_found(resource, name)
         return stored
 
-    def list(self, resource: ResourceType, namespace: str, labels: tuple[Requirement, ...] = (),
-             fields: tuple[Requirement, ...] = ()) -> tuple[list[Stored], int]:
+    def list(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        labels: tuple[Requirement, ...] = (),
+        fields: tuple[Requirement, ...] = (),
+    ) -> tuple[list[Stored], int]:
         items = [
-            stored for (ns, _), stored in sorted(self._objects[resource].items())
+            stored
+            for (ns, _), stored in sorted(self._objects[resource].items())
             if (not namespace or ns == namespace)
-            and matches(labels, stored.labels) and matches(fields, stored.fields)
+            and matches(labels, stored.labels)
+            and matches(fields, stored.fields)
         ]
         return items, self._resource_version
 
@@ -204,8 +220,9 @@ class Store:
         default(resource, obj)
         return obj
 
-    def prepare_create(self, resource: ResourceType, namespace: str,
-                       obj: dict[str, Any]) -> dict[str, Any]:
+    def prepare_create(
+        self, resource: ResourceType, namespace: str, obj: dict[str, Any]
+    ) -> dict[str, Any]:
         """What the apiserver does between mutating and validating admission (BeforeCreate): a
         name from generateName, the uid and timestamps, the kind's validation."""
         obj = self._check_body(resource, namespace, obj)
@@ -214,13 +231,18 @@ class Store:
         if not name:
             prefix = metadata.get("generateName")
             if not isinstance(prefix, str) or not prefix:
-                raise invalid(resource, "", "metadata.name",
-                              "Required value: name or generateName is required")
+                raise invalid(
+                    resource,
+                    "",
+                    "metadata.name",
+                    "Required value: name or generateName is required",
+                )
             name = self._generated_name(resource, namespace, prefix)
         self._check_name(resource, name)
         self._require_absent(resource, namespace, name)
-        metadata.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(),
-                        generation=1)
+        metadata.update(
+            name=name, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1
+        )
         metadata.pop("deletionTimestamp", None)
         if resource.namespaced:
             metadata["namespace"] = namespace
@@ -229,42 +251,62 @@ class Store:
         _prepare_for_create(resource, obj)
         return obj
 
-    def commit_create(self, resource: ResourceType, namespace: str,
-                      obj: dict[str, Any]) -> Stored:
+    def commit_create(self, resource: ResourceType, namespace: str, obj: dict[str, Any]) -> Stored:
         name = obj["metadata"]["name"]
         self._require_absent(resource, namespace, name)  # another create may have landed
         if resource.namespaced:
             self._require_namespace(namespace)
         return self._commit(resource, namespace, name, obj, None, "ADDED")
 
-    def update(self, resource: ResourceType, namespace: str, name: str, body: Any,
-               subresource: str = "") -> Stored:
+    def update(
+        self, resource: ResourceType, namespace: str, name: str, body: Any, subresource: str = ""
+    ) -> Stored:
         current, obj = self.replacement(resource, namespace, name, body)
-        return self.commit_update(resource, namespace, name, current,
-                                  self.prepare_update(resource, namespace, name, current, obj,
-                                                      subresource))
+        return self.commit_update(
+            resource,
+            namespace,
+            name,
+            current,
+            self.prepare_update(resource, namespace, name, current, obj, subresource),
+        )
 
-    def patch(self, resource: ResourceType, namespace: str, name: str, content_type: str,
-              patch: Any, subresource: str = "") -> Stored:
+    def patch(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        content_type: str,
+        patch: Any,
+        subresource: str = "",
+    ) -> Stored:
         current, obj = self.patched(resource, namespace, name, content_type, patch)
-        return self.commit_update(resource, namespace, name, current,
-                                  self.prepare_update(resource, namespace, name, current, obj,
-                                                      subresource))
+        return self.commit_update(
+            resource,
+            namespace,
+            name,
+            current,
+            self.prepare_update(resource, namespace, name, current, obj, subresource),
+        )
 
-    def replacement(self, resource: ResourceType, namespace: str, name: str,
-                    body: Any) -> tuple[Stored, dict[str, Any]]:
+    def replacement(
+        self, resource: ResourceType, namespace: str, name: str, body: Any
+    ) -> tuple[Stored, dict[str, Any]]:
         """An update's (current object, new object) as admission first sees them."""
         obj = self._check_body(resource, namespace, body)
         body_name = obj["metadata"].get("name")
         if body_name and body_name != name:
-            raise ApiError(400, "BadRequest", f"the name of the object ({body_name}) does not "
-                           f"match the name on the URL ({name})")
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the name of the object ({body_name}) does not match the name on the URL ({name})",
+            )
         current = self.get(resource, namespace, name)
         default(resource, obj)
         return current, obj
 
-    def patched(self, resource: ResourceType, namespace: str, name: str, content_type: str,
-                patch: Any) -> tuple[Stored, dict[str, Any]]:
+    def patched(
+        self, resource: ResourceType, namespace: str, name: str, content_type: str, patch: Any
+    ) -> tuple[Stored, dict[str, Any]]:
         """A patch's (current object, patched object) as admission first sees them."""
         self.check_patch_type(resource, content_type)
         current = self.get(resource, namespace, name)
@@ -279,15 +321,22 @@ class Store:
             else:
                 patched = apply_strategic_merge_patch(base, patch)
         except (JsonPatchError, StrategicPatchError) as exc:
-            raise ApiError(422 if isinstance(exc, JsonPatchError) else 400,
-                           "Invalid" if isinstance(exc, JsonPatchError) else "BadRequest",
-                           str(exc)) from None
+            raise ApiError(
+                422 if isinstance(exc, JsonPatchError) else 400,
+                "Invalid" if isinstance(exc, JsonPatchError) else "BadRequest",
+                str(exc),
+            ) from None
         obj = self._check_body(resource, namespace, patched)
         default(resource, obj)
         return current, obj
 
-    def delete(self, resource: ResourceType, namespace: str, name: str,
-               options: Mapping[str, Any] | None = None) -> Stored:
+    def delete(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+    ) -> Stored:
         current = self.before_delete(resource, namespace, name, options)
         obj = current.object()
         if obj["metadata"].get("finalizers"):
@@ -299,14 +348,20 @@ class Store:
             self._delete_namespace_contents(name)
         return self._remove(resource, namespace, name, current)
 
-    def before_delete(self, resource: ResourceType, namespace: str, name: str,
-                      options: Mapping[str, Any] | None = None) -> Stored:
+    def before_delete(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+    ) -> Stored:
         """The object to delete, its DeleteOptions preconditions met (checked before the
         validating webhooks, as the apiserver's BeforeDelete does)."""
         current = self.get(resource, namespace, name)
         preconditions = (options or {}).get("preconditions") or {}
-        self._check_preconditions(resource, name, current, preconditions.get("uid"),
-                                  preconditions.get("resourceVersion"))
+        self._check_preconditions(
+            resource, name, current, preconditions.get("uid"), preconditions.get("resourceVersion")
+        )
         return current
 
     def bind(self, namespace: str, name: str, binding: Any) -> None:
@@ -318,19 +373,28 @@ class Store:
             raise invalid(pods, name, "target.name", "Required value")
         pod = current.object()
         if pod["spec"].get("nodeName"):
-            raise ApiError(409, "Conflict", f"pod {name} is already assigned to node "
-                           f'"{pod["spec"]["nodeName"]}"')
+            raise ApiError(
+                409,
+                "Conflict",
+                f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"',
+            )
         pod["spec"]["nodeName"] = node
         conditions = pod.setdefault("status", {}).setdefault("conditions", [])
-        conditions.append({"type": "PodScheduled", "status": "True",
-                           "lastTransitionTime": now_rfc3339()})
+        conditions.append(
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()}
+        )
         self._commit(pods, namespace, name, pod, current, "MODIFIED")
 
     # -- watch ----------------------------------------------------------------------------
 
-    def watch(self, resource: ResourceType, namespace: str, since: int | None,
-              labels: tuple[Requirement, ...] = (),
-              fields: tuple[Requirement, ...] = ()) -> Watcher:
+    def watch(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        since: int | None,
+        labels: tuple[Requirement, ...] = (),
+        fields: tuple[Requirement, ...] = (),
+    ) -> Watcher:
         """A watcher primed with every event after `since` (None: the current objects as
         ADDED); ApiError 410 if events after `since` have left the log."""
         watcher = Watcher(resource, namespace, labels, fields)
@@ -340,8 +404,9 @@ class Store:
                 watcher.put(encode_event("ADDED", stored.raw))
         else:
             if since < self._evicted_upto:
-                raise ApiError(410, "Expired", f"too old resource version: {since} "
-                               f"({self._evicted_upto + 1})")
+                raise ApiError(
+                    410, "Expired", f"too old resource version: {since} ({self._evicted_upto + 1})"
+                )
             for event in self._log:
                 if event.resource_version > since:
                     watcher.offer(event)
@@ -362,16 +427,29 @@ class Store:
 
     # -- internals ------------------------------------------------------------------------
 
-    def prepare_update(self, resource: ResourceType, namespace: str, name: str,
-                       current: Stored, obj: dict[str, Any], subresource: str) -> dict[str, Any]:
+    def prepare_update(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        current: Stored,
+        obj: dict[str, Any],
+        subresource: str,
+    ) -> dict[str, Any]:
         """What the apiserver does between mutating and validating admission (BeforeUpdate):
         preconditions, then what the client may not change (status through the main resource,
         uid, timestamps) kept from the current object, and the generation bumped on a spec
         change."""
         obj = self._check_body(resource, namespace, obj)
         metadata = obj["metadata"]
-        self._check_preconditions(resource, name, current, metadata.get("uid"),
-                                  metadata.get("resourceVersion"), conflict=True)
+        self._check_preconditions(
+            resource,
+            name,
+            current,
+            metadata.get("uid"),
+            metadata.get("resourceVersion"),
+            conflict=True,
+        )
         old = current.object()
         if subresource == "status":
             new = copy.deepcopy(old)
@@ -400,8 +478,14 @@ class Store:
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         return new
 
-    def commit_update(self, resource: ResourceType, namespace: str, name: str, current: Stored,
-                      new: dict[str, Any]) -> Stored:
+    def commit_update(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        current: Stored,
+        new: dict[str, Any],
+    ) -> Stored:
         """Store new in place of current; Stale if the object changed since current was read
         (the caller retries, as the apiserver's GuaranteedUpdate does)."""
         if self._objects[resource].get((namespace, name)) is not current:
@@ -412,25 +496,50 @@ class Store:
             return self._remove(resource, namespace, name, current)
         return self._commit(resource, namespace, name, new, current, "MODIFIED")
 
-    def _check_preconditions(self, resource: ResourceType, name: str, current: Stored,
-                             uid: Any, resource_version: Any, conflict: bool = False) -> None:
+    def _check_preconditions(
+        self,
+        resource: ResourceType,
+        name: str,
+        current: Stored,
+        uid: Any,
+        resource_version: Any,
+        conflict: bool = False,
+    ) -> None:
         if uid and uid != current.uid:
-            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
-                           f"UID in object meta: {current.uid}",
-                           {"name": name, "group": resource.group, "kind": resource.plural})
+            raise ApiError(
+                409,
+                "Conflict",
+                f"Precondition failed: UID in precondition: {uid}, "
+                f"UID in object meta: {current.uid}",
+                {"name": name, "group": resource.group, "kind": resource.plural},
+            )
         if resource_version and str(resource_version) != str(current.resource_version):
             if conflict:
-                raise ApiError(409, "Conflict",
-                               f"Operation cannot be fulfilled on {_qualified(resource)} "
-                               f'"{name}": {CONFLICT_MESSAGE}',
-                               {"name": name, "group": resource.group, "kind": resource.plural})
-            raise ApiError(409, "Conflict", "Precondition failed: ResourceVersion in "
-                           f"precondition: {resource_version}, ResourceVersion in object meta: "
-                           f"{current.resource_version}",
-                           {"name": name, "group": resource.group, "kind": resource.plural})
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f"Operation cannot be fulfilled on {_qualified(resource)} "
+                    f'"{name}": {CONFLICT_MESSAGE}',
+                    {"name": name, "group": resource.group, "kind": resource.plural},
+                )
+            raise ApiError(
+                409,
+                "Conflict",
+                "Precondition failed: ResourceVersion in "
+                f"precondition: {resource_version}, ResourceVersion in object meta: "
+                f"{current.resource_version}",
+                {"name": name, "group": resource.group, "kind": resource.plural},
+            )
 
-    def _commit(self, resource: ResourceType, namespace: str, name: str, obj: dict[str, Any],
-                old: Stored | None, kind: str) -> Stored:
+    def _commit(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        obj: dict[str, Any],
+        old: Stored | None,
+        kind: str,
+    ) -> Stored:
         self._resource_version += 1
         obj["metadata"]["resourceVersion"] = str(self._resource_version)
         obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
@@ -440,8 +549,7 @@ class Store:
         self._publish(Event(self._resource_version, kind, resource, namespace, stored, old))
         return stored
 
-    def _remove(self, resource: ResourceType, namespace: str, name: str,
-                current: Stored) -> Stored:
+    def _remove(self, resource: ResourceType, namespace: str, name: str, current: Stored) -> Stored:
         del self._objects[resource][(namespace, name)]
         self._resource_version += 1
         obj = current.object()
@@ -472,30 +580,52 @@ class Store:
         obj = copy.deepcopy(body)
         kind, api_version = obj.get("kind"), obj.get("apiVersion")
         if kind not in (None, resource.kind):
-            raise ApiError(400, "BadRequest", f"the kind in the body ({kind}) does not match "
-                           f"the resource {resource.plural} ({resource.kind})")
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the kind in the body ({kind}) does not match "
+                f"the resource {resource.plural} ({resource.kind})",
+            )
         if api_version not in (None, resource.api_version):
-            raise ApiError(400, "BadRequest", f"the API version in the data ({api_version}) "
-                           f"does not match the expected API version ({resource.api_version})")
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the API version in the data ({api_version}) "
+                f"does not match the expected API version ({resource.api_version})",
+            )
         metadata = obj.setdefault("metadata", {})
         if not isinstance(metadata, dict):
             raise invalid(resource, "", "metadata", "Invalid value: must be an object")
         body_namespace = metadata.get("namespace")
         if resource.namespaced and body_namespace and body_namespace != namespace:
-            raise ApiError(400, "BadRequest", "the namespace of the provided object does not "
-                           "match the namespace sent on the request")
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not "
+                "match the namespace sent on the request",
+            )
         for key in ("labels", "annotations"):
             value = metadata.get(key)
-            if value is not None and (not isinstance(value, dict) or not all(
-                    isinstance(v, str) for v in value.values())):
-                raise invalid(resource, str(metadata.get("name", "")), f"metadata.{key}",
-                              "Invalid value: must be a map of strings")
+            if value is not None and (
+                not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())
+            ):
+                raise invalid(
+                    resource,
+                    str(metadata.get("name", "")),
+                    f"metadata.{key}",
+                    "Invalid value: must be a map of strings",
+                )
         if "spec" in obj and not isinstance(obj["spec"], dict | type(None)):
-            raise invalid(resource, str(metadata.get("name", "")), "spec",
-                          "Invalid value: must be an object")
+            raise invalid(
+                resource, str(metadata.get("name", "")), "spec", "Invalid value: must be an object"
+            )
         if "status" in obj and not isinstance(obj["status"], dict | type(None)):
-            raise invalid(resource, str(metadata.get("name", "")), "status",
-                          "Invalid value: must be an object")
+            raise invalid(
+                resource,
+                str(metadata.get("name", "")),
+                "status",
+                "Invalid value: must be an object",
+            )
         if resource.kind == "Pod":
             _check_pod(resource, metadata, obj)
         return obj
@@ -511,8 +641,12 @@ class Store:
 
     def _require_absent(self, resource: ResourceType, namespace: str, name: str) -> None:
         if (namespace, name) in self._objects[resource]:
-            raise ApiError(409, "AlreadyExists", f'{_qualified(resource)} "{name}" already exists',
-                           {"name": name, "group": resource.group, "kind": resource.plural})
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{_qualified(resource)} "{name}" already exists',
+                {"name": name, "group": resource.group, "kind": resource.plural},
+            )
 
     def _check_name(self, resource: ResourceType, name: str) -> None:
         problem = dns1123_subdomain_problem(name)
@@ -523,39 +657,60 @@ class Store:
         if not namespace:
             raise ApiError(400, "BadRequest", "a namespace is required for this resource")
         if ("", namespace) not in self._objects[served("", "v1", "namespaces")]:
-            raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
-                           {"name": namespace, "kind": "namespaces"})
+            raise ApiError(
+                404,
+                "NotFound",
+                f'namespaces "{namespace}" not found',
+                {"name": namespace, "kind": "namespaces"},
+            )
 
     @staticmethod
     def check_patch_type(resource: ResourceType, content_type: str) -> None:
         """415 for a patch type this resource does not accept (server-side apply included)."""
-        accepted = [JSON_PATCH, MERGE_PATCH] + ([STRATEGIC_PATCH] if resource.strategic_merge
-                                                 else [])
+        accepted = [JSON_PATCH, MERGE_PATCH] + (
+            [STRATEGIC_PATCH] if resource.strategic_merge else []
+        )
         if content_type not in accepted:
-            raise ApiError(415, "UnsupportedMediaType",
-                           "the body of the request was in an unknown format - accepted media "
-                           f"types include: {', '.join(accepted)}")
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media "
+                f"types include: {', '.join(accepted)}",
+            )
 
 
 def not_found(resource: ResourceType, name: str) -> ApiError:
-    return ApiError(404, "NotFound", f'{_qualified(resource)} "{name}" not found',
-                    {"name": name, "group": resource.group, "kind": resource.plural})
+    return ApiError(
+        404,
+        "NotFound",
+        f'{_qualified(resource)} "{name}" not found',
+        {"name": name, "group": resource.group, "kind": resource.plural},
+    )
 
 
 def invalid(resource: ResourceType, name: str, field_path: str, detail: str) -> ApiError:
     return invalid_fields(resource, name, [(field_path, detail)])
 
 
-def invalid_fields(resource: ResourceType, name: str,
-                   errors: list[tuple[str, str]]) -> ApiError:
+def invalid_fields(resource: ResourceType, name: str, errors: list[tuple[str, str]]) -> ApiError:
     """NewInvalid: `KIND "NAME" is invalid: FIELD: DETAIL` (several in brackets, comma
     separated), each error a cause kubectl lists."""
     listed = [f"{field_path}: {detail}" for field_path, detail in errors]
     joined = listed[0] if len(listed) == 1 else f"[{', '.join(listed)}]"
-    return ApiError(422, "Invalid", f'{resource.kind} "{name}" is invalid: {joined}',
-                    {"name": name, "group": resource.group, "kind": resource.kind,
-                     "causes": [{"reason": "FieldValueInvalid", "message": detail,
-                                 "field": field_path} for field_path, detail in errors]})
+    return ApiError(
+        422,
+        "Invalid",
+        f'{resource.kind} "{name}" is invalid: {joined}',
+        {
+            "name": name,
+            "group": resource.group,
+            "kind": resource.kind,
+            "causes": [
+                {"reason": "FieldValueInvalid", "message": detail, "field": field_path}
+                for field_path, detail in errors
+            ],
+        },
+    )
 
 
 def _qualified(resource: ResourceType) -> str:
@@ -582,8 +737,10 @@ def default(resource: ResourceType, obj: dict[str, Any]) -> None:
     mutating webhook's patch): k8s.io/kubernetes pkg/apis/core/v1 defaults.go."""
     if resource.kind == "Namespace" and obj["metadata"].get("name"):
         labels = obj["metadata"].get("labels")
-        obj["metadata"]["labels"] = {**(labels if isinstance(labels, dict) else {}),
-                                     "kubernetes.io/metadata.name": obj["metadata"]["name"]}
+        obj["metadata"]["labels"] = {
+            **(labels if isinstance(labels, dict) else {}),
+            "kubernetes.io/metadata.name": obj["metadata"]["name"],
+        }
     spec = obj.get("spec")
     if resource.kind == "Pod" and isinstance(spec, dict):
         spec.setdefault("schedulerName", "default-scheduler")
@@ -631,8 +788,9 @@ def _copy_limits_into_requests(container: dict[str, Any]) -> None:
 def _stored(resource: ResourceType, obj: dict[str, Any], resource_version: int) -> Stored:
     metadata = obj["metadata"]
     labels = metadata.get("labels") or {}
-    fields = {path: _field(obj, path) for path in
-              SELECTABLE_FIELDS.get(resource.plural, _COMMON_FIELDS)}
+    fields = {
+        path: _field(obj, path) for path in SELECTABLE_FIELDS.get(resource.plural, _COMMON_FIELDS)
+    }
     raw = json.dumps(obj, separators=(",", ":")).encode()
     return Stored(raw, resource_version, metadata["uid"], labels, fields)
 

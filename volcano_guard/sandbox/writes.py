@@ -48,24 +48,42 @@ class Write:
     query: Mapping[str, str] = field(default_factory=dict)
     record: Record = field(default_factory=Record)
 
-    def attributes(self, operation: str, obj: dict[str, Any] | None,
-                   old: dict[str, Any] | None, options: dict[str, Any] | None,
-                   kind: tuple[str, str, str] | None = None) -> Attributes:
+    def attributes(
+        self,
+        operation: str,
+        obj: dict[str, Any] | None,
+        old: dict[str, Any] | None,
+        options: dict[str, Any] | None,
+        kind: tuple[str, str, str] | None = None,
+    ) -> Attributes:
         resource, name = self.resource, self.name
         namespace = self.namespace or (name if resource is NAMESPACES else "")
         return Attributes(
-            operation=operation, group=resource.group, version=resource.version,
-            resource=resource.plural, subresource=self.subresource,
+            operation=operation,
+            group=resource.group,
+            version=resource.version,
+            resource=resource.plural,
+            subresource=self.subresource,
             kind=kind or (resource.group, resource.version, resource.kind),
-            namespace=namespace, name=name, user=self.user, object=obj, old_object=old,
-            options=options, namespace_labels=self._namespace_labels(operation, obj, namespace))
+            namespace=namespace,
+            name=name,
+            user=self.user,
+            object=obj,
+            old_object=old,
+            options=options,
+            namespace_labels=self._namespace_labels(operation, obj, namespace),
+        )
 
-    def _namespace_labels(self, operation: str, obj: dict[str, Any] | None,
-                          namespace: str) -> Mapping[str, str]:
+    def _namespace_labels(
+        self, operation: str, obj: dict[str, Any] | None, namespace: str
+    ) -> Mapping[str, str]:
         """predicates/namespace GetNamespaceLabels: a Namespace being created or updated is
         judged by its own labels, anything else by its namespace's."""
-        if self.resource is NAMESPACES and not self.subresource and operation in (
-                "CREATE", "UPDATE"):
+        if (
+            self.resource is NAMESPACES
+            and not self.subresource
+            and operation in ("CREATE", "UPDATE")
+        ):
             labels = ((obj or {}).get("metadata") or {}).get("labels")
             return labels if isinstance(labels, dict) else {}
         if not namespace:
@@ -87,14 +105,23 @@ class Write:
         return self._objects(resource, "")
 
     async def mutate(self, attributes: Attributes) -> dict[str, Any] | None:
-        return await self.dispatcher.mutate(attributes, self.configurations(MUTATING),
-                                            self.record, lambda obj: default(self.resource, obj))
+        return await self.dispatcher.mutate(
+            attributes,
+            self.configurations(MUTATING),
+            self.record,
+            lambda obj: default(self.resource, obj),
+        )
 
     async def validate(self, attributes: Attributes) -> None:
         """The admission policies, then the validating webhooks (plugins.go's order)."""
-        policies.dispatch(attributes, self.configurations(POLICIES),
-                          self.configurations(BINDINGS), self.params,
-                          self._namespace_object(attributes), self.record)
+        policies.dispatch(
+            attributes,
+            self.configurations(POLICIES),
+            self.configurations(BINDINGS),
+            self.params,
+            self._namespace_object(attributes),
+            self.record,
+        )
         await self.dispatcher.validate(attributes, self.configurations(VALIDATING), self.record)
 
     def params(self, api_version: str, kind: str) -> policies.ParamSource | None:
@@ -102,8 +129,9 @@ class Write:
         group, _, version = api_version.rpartition("/")
         for resource in RESOURCES:
             if (resource.group, resource.version, resource.kind) == (group, version, kind):
-                return policies.ParamSource(resource.namespaced, functools.partial(
-                    self._objects, resource))
+                return policies.ParamSource(
+                    resource.namespaced, functools.partial(self._objects, resource)
+                )
         return None
 
     def _objects(self, resource: ResourceType, namespace: str) -> list[dict[str, Any]]:
@@ -137,13 +165,18 @@ async def create(write: Write, body: Any) -> Stored:
 
 
 async def update(write: Write, body: Any) -> Stored:
-    return await _update(write, lambda: write.store.replacement(
-        write.resource, write.namespace, write.name, body))
+    return await _update(
+        write, lambda: write.store.replacement(write.resource, write.namespace, write.name, body)
+    )
 
 
 async def patch(write: Write, content_type: str, body: Any) -> Stored:
-    return await _update(write, lambda: write.store.patched(
-        write.resource, write.namespace, write.name, content_type, body))
+    return await _update(
+        write,
+        lambda: write.store.patched(
+            write.resource, write.namespace, write.name, content_type, body
+        ),
+    )
 
 
 async def _update(write: Write, read: Any) -> Stored:
@@ -163,8 +196,12 @@ async def _update(write: Write, read: Any) -> Stored:
             return store.commit_update(resource, namespace, name, current, new)
         except Stale:
             write.record = Record()  # the next attempt's admission is what counts
-    raise ApiError(409, "Conflict", f"the object {name!r} kept changing while it was being "
-                   f"updated ({MAX_ATTEMPTS} attempts); try again")
+    raise ApiError(
+        409,
+        "Conflict",
+        f"the object {name!r} kept changing while it was being "
+        f"updated ({MAX_ATTEMPTS} attempts); try again",
+    )
 
 
 def _check_decodes(resource: ResourceType, obj: dict[str, Any]) -> None:
@@ -201,8 +238,12 @@ def _check_valid(resource: ResourceType, obj: dict[str, Any]) -> None:
         return
     if errors:
         name = obj["metadata"].get("name", "")
-        raise ApiError(422, "Invalid", f'{resource.kind}.admissionregistration.k8s.io "{name}" '
-                       f"is invalid: {'; '.join(errors)}")
+        raise ApiError(
+            422,
+            "Invalid",
+            f'{resource.kind}.admissionregistration.k8s.io "{name}" '
+            f"is invalid: {'; '.join(errors)}",
+        )
 
 
 async def delete(write: Write, options: dict[str, Any] | None) -> Stored:

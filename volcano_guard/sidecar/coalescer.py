@@ -129,8 +129,9 @@ class Counters:
 
 
 class Coalescer:
-    def __init__(self, flush_interval: float, max_pending: int,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self, flush_interval: float, max_pending: int, rng: random.Random | None = None
+    ) -> None:
         self.flush_interval = flush_interval
         self.max_pending = max_pending
         self.counters = Counters()
@@ -192,8 +193,9 @@ class Coalescer:
         self.counters.absorbed += 1
         return Absorbed(self.view(write.key, body))
 
-    def _intent(self, write: StatusWrite, known: Known | None, owned: set[str],
-                body: dict[str, Any]) -> dict[str, Any]:
+    def _intent(
+        self, write: StatusWrite, known: Known | None, owned: set[str], body: dict[str, Any]
+    ) -> dict[str, Any]:
         if write.kind == "put":
             return _put_intent(body, known, owned)
         if write.kind == "merge":
@@ -202,8 +204,10 @@ class Coalescer:
                 raise Passthrough()  # e.g. status: null replaces the whole status
             view = self._effective_status(write.key)
             owned.update(status)
-            return {f: DELETE if v is None else apply_merge_patch(view.get(f), v)
-                    for f, v in status.items()}
+            return {
+                f: DELETE if v is None else apply_merge_patch(view.get(f), v)
+                for f, v in status.items()
+            }
         if write.kind == "json":
             if known is None:
                 raise Passthrough()
@@ -215,8 +219,9 @@ class Coalescer:
             if not isinstance(after, dict):  # e.g. {"op": "add", "path": "", "value": null}
                 raise BadWrite("the patch replaces the object with a non-object")
             old, new = object_at(before, "status"), object_at(after, "status")
-            changed = {f for f in old.keys() | new.keys() if old.get(f, _MISSING) != new.get(f,
-                                                                                       _MISSING)}
+            changed = {
+                f for f in old.keys() | new.keys() if old.get(f, _MISSING) != new.get(f, _MISSING)
+            }
             owned.update(changed)
             return {f: new.get(f, DELETE) for f in changed}
         # server-side apply: the manager's newest declaration wins; fields it stops
@@ -241,8 +246,9 @@ class Coalescer:
                 raise Backpressure()
             # Flush at the end of the object's window, so every write in it rides along.
             earliest = self._last_flush.get(key, float("-inf")) + self.flush_interval
-            pending = Pending(uid, {}, first_at=now,
-                              next_at=max(now + self.flush_interval, earliest))
+            pending = Pending(
+                uid, {}, first_at=now, next_at=max(now + self.flush_interval, earliest)
+            )
             self._pending[key] = pending
         return pending
 
@@ -281,8 +287,11 @@ class Coalescer:
 
     def due(self, now: float, *, all_pending: bool = False) -> list[ObjectKey]:
         """Objects whose flush is due, oldest first (all of them when draining)."""
-        ready = [(p.first_at, key) for key, p in self._pending.items()
-                 if not p.in_flight and (all_pending or p.next_at <= now)]
+        ready = [
+            (p.first_at, key)
+            for key, p in self._pending.items()
+            if not p.in_flight and (all_pending or p.next_at <= now)
+        ]
         return [key for _, key in sorted(ready, key=lambda item: item[0])]
 
     def next_due_at(self) -> float | None:
@@ -305,8 +314,9 @@ class Coalescer:
         patch = {"metadata": {"uid": pending.uid}, "status": changes}
         return FlushPlan(key, pending.uid, patch, pending.version, waiters, pending.first_at)
 
-    def complete(self, plan: FlushPlan, code: int, obj: Any, now: float,
-                 retry_after: float | None = None) -> Settled:
+    def complete(
+        self, plan: FlushPlan, code: int, obj: Any, now: float, retry_after: float | None = None
+    ) -> Settled:
         """Record the upstream answer to plan (code 0: no answer, e.g. a timeout)."""
         pending = self._pending.get(plan.key)
         if 200 <= code < 300:
@@ -342,8 +352,9 @@ class Coalescer:
 
     def backing_off(self) -> list[ObjectKey]:
         """Objects waiting out a backoff after failed writes, oldest pending first."""
-        waiting = [(p.first_at, key) for key, p in self._pending.items()
-                   if p.attempts and not p.in_flight]
+        waiting = [
+            (p.first_at, key) for key, p in self._pending.items() if p.attempts and not p.in_flight
+        ]
         return [key for _, key in sorted(waiting, key=lambda item: item[0])]
 
     def _retry_backed_off(self, now: float) -> None:
@@ -355,7 +366,7 @@ class Coalescer:
     def backoff(self, attempts: int, retry_after: float | None = None) -> float:
         """Exponential backoff with equal jitter (a delay drawn from the upper half of the
         ceiling), at least Retry-After when the server says."""
-        ceiling = min(self.flush_interval * 2 ** attempts, 30.0)
+        ceiling = min(self.flush_interval * 2**attempts, 30.0)
         delay = self._rng.uniform(ceiling / 2, ceiling)
         return max(delay, retry_after or 0.0)
 
@@ -373,9 +384,7 @@ def _put_intent(body: dict[str, Any], known: Known | None, owned: set[str]) -> d
     return {name: copy.deepcopy(written[name]) if name in written else DELETE for name in owned}
 
 
-def _changes(intent: dict[str, Any], server: dict[str, Any] | None) -> Iterator[
-    tuple[str, Any]
-]:
+def _changes(intent: dict[str, Any], server: dict[str, Any] | None) -> Iterator[tuple[str, Any]]:
     for name, value in intent.items():
         current = _MISSING if server is None else server.get(name, _MISSING)
         if value is DELETE:

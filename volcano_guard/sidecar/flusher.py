@@ -47,9 +47,15 @@ class TokenBucket:
 
 
 class Flusher:
-    def __init__(self, coalescer: Coalescer, session: aiohttp.ClientSession, upstream: str,
-                 tokens: TokenSource, max_qps: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        coalescer: Coalescer,
+        session: aiohttp.ClientSession,
+        upstream: str,
+        tokens: TokenSource,
+        max_qps: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.coalescer, self.session, self.upstream = coalescer, session, upstream
         self.tokens, self.clock = tokens, clock
         self.bucket = TokenBucket(max_qps, clock)
@@ -86,8 +92,7 @@ class Flusher:
 
     async def _run(self) -> None:
         while True:
-            for key in self.coalescer.due(self.clock(), all_pending=self.draining) or \
-                    self._probe():
+            for key in self.coalescer.due(self.clock(), all_pending=self.draining) or self._probe():
                 while (wait := self.bucket.wait_time()) > 0:
                     await asyncio.sleep(wait)
                 self._start(key)
@@ -124,13 +129,18 @@ class Flusher:
         flight.add_done_callback(self._flights.discard)
 
     async def _send(self, plan: FlushPlan) -> None:
-        headers = {"Content-Type": MERGE_PATCH, "Accept": "application/json",
-                   **self.tokens.authorization()}
+        headers = {
+            "Content-Type": MERGE_PATCH,
+            "Accept": "application/json",
+            **self.tokens.authorization(),
+        }
         code, body, retry_after = 0, None, None
         try:
             async with self.session.patch(
-                self.upstream + object_path(plan.key, "status"), data=json.dumps(plan.patch),
-                headers=headers, timeout=aiohttp.ClientTimeout(total=WRITE_TIMEOUT),
+                self.upstream + object_path(plan.key, "status"),
+                data=json.dumps(plan.patch),
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=WRITE_TIMEOUT),
             ) as response:
                 code = response.status
                 body = await _json(response)
@@ -145,11 +155,15 @@ class Flusher:
             metrics.STALE_DROPPED.inc()
             if code == 409:
                 metrics.CONFLICTS.inc()
-            log.info("dropped the pending status of %s: upstream answered %d (replaced or "
-                     "deleted)", plan.key, code)
+            log.info(
+                "dropped the pending status of %s: upstream answered %d (replaced or deleted)",
+                plan.key,
+                code,
+            )
         elif settled.outcome == "failed":
-            log.warning("dropped the pending status of %s: upstream answered %d: %s",
-                        plan.key, code, body)
+            log.warning(
+                "dropped the pending status of %s: upstream answered %d: %s", plan.key, code, body
+            )
         resolve(settled)
         metrics.PENDING_OBJECTS.set(self.coalescer.pending_count)
         self.wake()

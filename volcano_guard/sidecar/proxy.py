@@ -42,10 +42,20 @@ from volcano_guard.sidecar.flusher import Flusher
 from volcano_guard.sidecar.routes import Route, classify
 
 log = logging.getLogger("volcano_guard.sidecar")
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "transfer-encoding", "upgrade", "host", "content-length",
-})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
 MAX_WRITE_BODY = 3 * 1024 * 1024
 MAX_OBSERVED_BODY = 64 * 1024 * 1024  # larger coalesced-resource lists pass unobserved
 # Seconds an upstream answer that is not long-running may go without a byte: kube-apiserver
@@ -105,12 +115,20 @@ async def _refuse_strangers(request: web.Request, handler: Any) -> web.StreamRes
 async def handle(request: web.Request) -> web.StreamResponse:
     proxy = request.app[PROXY_KEY]
     if "upgrade" in request.headers.get("Connection", "").lower():
-        return status_response(501, "the volcano-guard sidecar does not proxy upgraded "
-                               "connections (exec, attach, port-forward); use the API server "
-                               "directly for those")
+        return status_response(
+            501,
+            "the volcano-guard sidecar does not proxy upgraded "
+            "connections (exec, attach, port-forward); use the API server "
+            "directly for those",
+        )
     route = classify(request.path, _flag(request, "watch"), proxy.coalesced)
-    if (route is not None and route.name and route.subresource == "status"
-            and request.method in ("PUT", "PATCH") and "dryRun" not in request.query):
+    if (
+        route is not None
+        and route.name
+        and route.subresource == "status"
+        and request.method in ("PUT", "PATCH")
+        and "dryRun" not in request.query
+    ):
         return await coalesce_write(request, proxy, route)
     return await forward(request, proxy, route)
 
@@ -118,17 +136,28 @@ async def handle(request: web.Request) -> web.StreamResponse:
 def refusal(request: web.Request, proxy: Proxy) -> web.Response | None:
     """The answer to a request the sidecar does not serve, or None."""
     if not request.raw_path.startswith("/"):
-        return status_response(400, "the volcano-guard sidecar serves only origin-form request "
-                               "targets (a path), not an absolute URL: it is not a forward proxy")
+        return status_response(
+            400,
+            "the volcano-guard sidecar serves only origin-form request "
+            "targets (a path), not an absolute URL: it is not a forward proxy",
+        )
     if _host_name(request.headers.get("Host", "")) not in LOOPBACK_HOSTS:
-        return status_response(400, f"Host {request.headers.get('Host', '')!r} is not the "
-                               "sidecar's loopback address (localhost, 127.0.0.1 or [::1])")
+        return status_response(
+            400,
+            f"Host {request.headers.get('Host', '')!r} is not the "
+            "sidecar's loopback address (localhost, 127.0.0.1 or [::1])",
+        )
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if proxy.client_token is not None and not (scheme.lower() == "bearer" and hmac.compare_digest(
-            token.strip().encode(), proxy.client_token.encode())):
-        return status_response(401, "this request lacks the token of the kubeconfig the "
-                               "volcano-guard sidecar wrote (--write-kubeconfig): use that "
-                               "kubeconfig")
+    if proxy.client_token is not None and not (
+        scheme.lower() == "bearer"
+        and hmac.compare_digest(token.strip().encode(), proxy.client_token.encode())
+    ):
+        return status_response(
+            401,
+            "this request lacks the token of the kubeconfig the "
+            "volcano-guard sidecar wrote (--write-kubeconfig): use that "
+            "kubeconfig",
+        )
     return None
 
 
@@ -141,8 +170,11 @@ def _host_name(host: str) -> str:
 async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> web.StreamResponse:
     metrics.WRITES_RECEIVED.inc()
     if proxy.draining:
-        return status_response(503, "the sidecar is shutting down; retry against the API "
-                               "server", headers={"Retry-After": "1"})
+        return status_response(
+            503,
+            "the sidecar is shutting down; retry against the API server",
+            headers={"Retry-After": "1"},
+        )
     content_type = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
     kind = "put" if request.method == "PUT" else PATCH_KINDS.get(content_type)
     if kind is None:  # e.g. strategic merge patch: not ours to interpret
@@ -162,9 +194,12 @@ async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> we
         return await forward(request, proxy, route, body=body)
     except Backpressure:
         retry = max(1, math.ceil(proxy.coalescer.flush_interval))
-        return status_response(429, f"too many objects with pending status writes (at most "
-                               f"{proxy.coalescer.max_pending}); retry later",
-                               headers={"Retry-After": str(retry)})
+        return status_response(
+            429,
+            f"too many objects with pending status writes (at most "
+            f"{proxy.coalescer.max_pending}); retry later",
+            headers={"Retry-After": str(retry)},
+        )
     except BadWrite as exc:
         return status_response(422, f"the patch does not apply: {exc}")
     pending_now = proxy.coalescer.is_pending(route.key)
@@ -180,22 +215,32 @@ async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> we
     return web.json_response(obj, status=code or 503)
 
 
-async def forward(request: web.Request, proxy: Proxy, route: Route | None,
-                  body: bytes | None = None) -> web.StreamResponse:
+async def forward(
+    request: web.Request, proxy: Proxy, route: Route | None, body: bytes | None = None
+) -> web.StreamResponse:
     headers = {k: v for k, v in request.headers.items() if _relayed(k, proxy)}
     headers.update(proxy.tokens.authorization())
     data: Any = body if body is not None else (request.content if request.body_exists else None)
-    timeout = None if _long_running(request) else aiohttp.ClientTimeout(
-        total=None, sock_connect=10, sock_read=proxy.read_timeout)
+    timeout = (
+        None
+        if _long_running(request)
+        else aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=proxy.read_timeout)
+    )
     started = time.perf_counter()
     try:
         upstream = await proxy.session.request(  # encoded=True: the path goes as it came
-            request.method, URL(proxy.upstream + request.raw_path, encoded=True),
-            headers=headers, data=data, allow_redirects=False, timeout=timeout)
+            request.method,
+            URL(proxy.upstream + request.raw_path, encoded=True),
+            headers=headers,
+            data=data,
+            allow_redirects=False,
+            timeout=timeout,
+        )
     except TimeoutError:
         metrics.PROXIED.labels(method=request.method, code="0").inc()
-        return status_response(504, "the upstream API server did not answer within "
-                               f"{proxy.read_timeout:g}s")
+        return status_response(
+            504, f"the upstream API server did not answer within {proxy.read_timeout:g}s"
+        )
     except aiohttp.ClientError as exc:
         metrics.PROXIED.labels(method=request.method, code="0").inc()
         return status_response(503, f"the upstream API server is unreachable: {exc}")
@@ -220,8 +265,12 @@ async def forward(request: web.Request, proxy: Proxy, route: Route | None,
             observer.close()
         await response.write_eof()
         return response
-    except (ConnectionResetError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
-            TimeoutError):
+    except (
+        ConnectionResetError,
+        aiohttp.ClientPayloadError,
+        aiohttp.ClientConnectionError,
+        TimeoutError,
+    ):
         # One side went away (or went silent) mid-stream: the client sees its connection end,
         # as it would if the API server had dropped it.
         upstream.close()
@@ -258,8 +307,9 @@ def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name) in ("1", "true", "True")
 
 
-def _observer(proxy: Proxy, route: Route | None, request: web.Request,
-              upstream: aiohttp.ClientResponse) -> _Observer | None:
+def _observer(
+    proxy: Proxy, route: Route | None, request: web.Request, upstream: aiohttp.ClientResponse
+) -> _Observer | None:
     if route is None or not 200 <= upstream.status < 300:
         return None
     if "json" not in upstream.headers.get("Content-Type", "application/json"):

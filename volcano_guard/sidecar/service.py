@@ -75,33 +75,60 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
     # a certificate for loopback whose CA the kubeconfig names.
     client_token = secrets.token_urlsafe(32) if settings.write_kubeconfig else None
     tls = _loopback_tls(settings.write_kubeconfig) if settings.write_kubeconfig else None
-    proxy = Proxy(cluster.url, session, tokens, coalescer, flusher,
-                  frozenset(settings.coalesce), settings.ack, clock=time.monotonic,
-                  read_timeout=settings.upstream_read_timeout, client_token=client_token)
+    proxy = Proxy(
+        cluster.url,
+        session,
+        tokens,
+        coalescer,
+        flusher,
+        frozenset(settings.coalesce),
+        settings.ack,
+        clock=time.monotonic,
+        read_timeout=settings.upstream_read_timeout,
+        client_token=client_token,
+    )
     # auto_decompress=False: a gzip request body is relayed compressed, as the client sent it.
     # handler_cancellation: a client that leaves cancels its handler, which ends the upstream
     # request at once; a watch would otherwise stay open upstream until its next event.
-    api = web.AppRunner(create_app(proxy), access_log=None, shutdown_timeout=2,
-                        auto_decompress=False, handler_cancellation=True)
+    api = web.AppRunner(
+        create_app(proxy),
+        access_log=None,
+        shutdown_timeout=2,
+        auto_decompress=False,
+        handler_cancellation=True,
+    )
     probes = web.AppRunner(metrics_app(), access_log=None)
     await api.setup()
     await probes.setup()
     flusher.start()
     try:
-        await start_site(web.TCPSite(api, settings.listen_host, settings.listen_port,
-                                     ssl_context=tls[0] if tls else None),
-                         "--listen", Listen(settings.listen_host, settings.listen_port))
-        await start_site(web.TCPSite(probes, settings.metrics_host, settings.metrics_port),
-                         "--metrics-listen", Listen(settings.metrics_host, settings.metrics_port))
+        await start_site(
+            web.TCPSite(
+                api, settings.listen_host, settings.listen_port, ssl_context=tls[0] if tls else None
+            ),
+            "--listen",
+            Listen(settings.listen_host, settings.listen_port),
+        )
+        await start_site(
+            web.TCPSite(probes, settings.metrics_host, settings.metrics_port),
+            "--metrics-listen",
+            Listen(settings.metrics_host, settings.metrics_port),
+        )
         scheme = "https" if tls else "http"
-        yield RunningSidecar(f"{scheme}://{settings.listen_host}:{api.addresses[0][1]}",
-                             f"http://{settings.metrics_host}:{probes.addresses[0][1]}", proxy,
-                             tls[1] if tls else None)
+        yield RunningSidecar(
+            f"{scheme}://{settings.listen_host}:{api.addresses[0][1]}",
+            f"http://{settings.metrics_host}:{probes.addresses[0][1]}",
+            proxy,
+            tls[1] if tls else None,
+        )
         proxy.draining = True
         left = await flusher.drain(settings.drain_timeout)
         if left:
-            log.error("drain timed out after %.0fs; status not written for: %s",
-                      settings.drain_timeout, ", ".join(str(key) for key in left))
+            log.error(
+                "drain timed out after %.0fs; status not written for: %s",
+                settings.drain_timeout,
+                ", ".join(str(key) for key in left),
+            )
         else:
             log.info("drained: every pending status was written")
     finally:
@@ -119,17 +146,31 @@ async def serve(cluster: Cluster, settings: SidecarSettings) -> int:
         loop.add_signal_handler(signum, stop.set)
     async with running(cluster, settings) as sidecar:
         if settings.write_kubeconfig:
-            write_kubeconfig(settings.write_kubeconfig, sidecar.url,
-                             token=sidecar.proxy.client_token, ca_file=sidecar.ca_file)
+            write_kubeconfig(
+                settings.write_kubeconfig,
+                sidecar.url,
+                token=sidecar.proxy.client_token,
+                ca_file=sidecar.ca_file,
+            )
         else:
-            log.warning("no --write-kubeconfig: clients are not authenticated, and any process "
-                        "that reaches %s borrows the upstream credentials", sidecar.url)
-        where = "loopback only" if settings.listen_host in ("127.0.0.1", "::1", "localhost") \
+            log.warning(
+                "no --write-kubeconfig: clients are not authenticated, and any process "
+                "that reaches %s borrows the upstream credentials",
+                sidecar.url,
+            )
+        where = (
+            "loopback only"
+            if settings.listen_host in ("127.0.0.1", "::1", "localhost")
             else "NOT loopback: reachable from outside the pod"
-        log.info("sidecar proxy on %s (%s) -> %s; coalescing status writes of %s; "
-                 "metrics on %s", sidecar.url, where, cluster.url,
-                 ", ".join(settings.coalesce), sidecar.metrics_url)
+        )
+        log.info(
+            "sidecar proxy on %s (%s) -> %s; coalescing status writes of %s; metrics on %s",
+            sidecar.url,
+            where,
+            cluster.url,
+            ", ".join(settings.coalesce),
+            sidecar.metrics_url,
+        )
         await stop.wait()
         log.info("SIGTERM: refusing new status writes, draining pending ones")
     return 0
-

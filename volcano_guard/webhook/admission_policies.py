@@ -38,24 +38,39 @@ def admission_policies(config: Config, namespace: str = "volcano-guard") -> list
 
 
 def _policy(check: InServerCheck, namespace: str) -> dict[str, Any]:
-    rules = [{"apiGroups": [rule.api_group], "apiVersions": [rule.api_version],
-              "operations": list(rule.operations), "resources": list(rule.resources)}
-             for rule in check.rules]
+    rules = [
+        {
+            "apiGroups": [rule.api_group],
+            "apiVersions": [rule.api_version],
+            "operations": list(rule.operations),
+            "resources": list(rule.resources),
+        }
+        for rule in check.rules
+    ]
     spec: dict[str, Any] = {
         "failurePolicy": "Fail",
-        "matchConstraints": {"namespaceSelector": unjudged_namespaces(namespace),
-                             "resourceRules": rules},
+        "matchConstraints": {
+            "namespaceSelector": unjudged_namespaces(namespace),
+            "resourceRules": rules,
+        },
         "matchConditions": [{"name": "guarded", "expression": check.condition}],
     }
     if check.params_label:
         spec["paramKind"] = {"apiVersion": "v1", "kind": "ConfigMap"}
     if check.variables:
-        spec["variables"] = [{"name": name, "expression": expression}
-                             for name, expression in check.variables]
-    spec["validations"] = [{"expression": expression, "messageExpression": message,
-                            "reason": "Forbidden"} for expression, message in check.validations]
-    return {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": PREFIX + check.name}, "spec": spec}
+        spec["variables"] = [
+            {"name": name, "expression": expression} for name, expression in check.variables
+        ]
+    spec["validations"] = [
+        {"expression": expression, "messageExpression": message, "reason": "Forbidden"}
+        for expression, message in check.validations
+    ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": PREFIX + check.name},
+        "spec": spec,
+    }
 
 
 def _binding(check: InServerCheck, actions: list[str], namespace: str) -> dict[str, Any]:
@@ -64,7 +79,14 @@ def _binding(check: InServerCheck, actions: list[str], namespace: str) -> dict[s
         key, value = check.params_label
         # Allow: the API server collects params before it evaluates matchConditions, so Deny
         # would refuse every pod the rules match (any pod CREATE) while none are published.
-        spec["paramRef"] = {"namespace": namespace, "selector": {"matchLabels": {key: value}},
-                            "parameterNotFoundAction": "Allow"}
-    return {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": PREFIX + check.name}, "spec": spec}
+        spec["paramRef"] = {
+            "namespace": namespace,
+            "selector": {"matchLabels": {key: value}},
+            "parameterNotFoundAction": "Allow",
+        }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": PREFIX + check.name},
+        "spec": spec,
+    }

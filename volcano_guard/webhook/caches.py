@@ -30,8 +30,7 @@ LOOKUP_TIMEOUT = 2.0  # seconds a rare-path lookup (LiveList) may hold its reque
 MAX_CONCURRENT_LOOKUPS = 4
 LOOKUP_PAGE = 500  # objects a page, as client-go's pager asks
 # Metadata only (as kube-apiserver serves it to controllers' metadata informers), or objects.
-METADATA_ONLY = ("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
-                 "application/json")
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 
 def needs_cluster(config: Config) -> bool:
@@ -50,11 +49,14 @@ class Caches:
     """The cluster data the enabled policies declare: an informer for each WatchedList, live
     lists for each LiveList; `ready` once every informer has applied its first list."""
 
-    def __init__(self, informers: Mapping[WatchedList[Any], Informer[Any]] | None = None,
-                 fixed: Mapping[WatchedList[Any], Snapshot[Any]] | None = None,
-                 cluster: Cluster | None = None,
-                 lookup_timeout: float = LOOKUP_TIMEOUT,
-                 max_lookups: int = MAX_CONCURRENT_LOOKUPS) -> None:
+    def __init__(
+        self,
+        informers: Mapping[WatchedList[Any], Informer[Any]] | None = None,
+        fixed: Mapping[WatchedList[Any], Snapshot[Any]] | None = None,
+        cluster: Cluster | None = None,
+        lookup_timeout: float = LOOKUP_TIMEOUT,
+        max_lookups: int = MAX_CONCURRENT_LOOKUPS,
+    ) -> None:
         self._informers = dict(informers or {})
         self._lookups, self._max_lookups = 0, max_lookups
         self._fixed = MappingProxyType(dict(fixed or {}))
@@ -68,8 +70,9 @@ class Caches:
         return cls(fixed={data: static_snapshot(items) for data, items in snapshots.items()})
 
     @classmethod
-    def for_config(cls, config: Config, cluster: Cluster | None,
-                   lookup_timeout: float = LOOKUP_TIMEOUT) -> Caches:
+    def for_config(
+        cls, config: Config, cluster: Cluster | None, lookup_timeout: float = LOOKUP_TIMEOUT
+    ) -> Caches:
         """ValueError when an enabled policy needs the cluster and there is none."""
         if not needs_cluster(config):
             return cls()
@@ -78,8 +81,10 @@ class Caches:
         from volcano_guard.base.api_client import api_client
 
         kubernetes = api_client(cluster)
-        informers = {data: Informer(data.resource, lister(kubernetes, data), data.keep)
-                     for data in watched_data(config)}
+        informers = {
+            data: Informer(data.resource, lister(kubernetes, data), data.keep)
+            for data in watched_data(config)
+        }
         return cls(informers, cluster=cluster, lookup_timeout=lookup_timeout)
 
     def start(self) -> None:
@@ -124,8 +129,10 @@ class Caches:
             connector = aiohttp.TCPConnector(ssl=self._cluster.ssl_context())
             self._session = aiohttp.ClientSession(connector=connector)
         headers = {"Accept": METADATA_ONLY, **self._tokens.authorization()}
-        url = (f"{self._cluster.url}{group_version_path(data.group, data.version)}/namespaces/"
-               f"{quote(namespace, safe='')}/{data.resource}")
+        url = (
+            f"{self._cluster.url}{group_version_path(data.group, data.version)}/namespaces/"
+            f"{quote(namespace, safe='')}/{data.resource}"
+        )
         params = {"limit": str(LOOKUP_PAGE)}
         if data.field_selector:
             params["fieldSelector"] = data.field_selector
@@ -158,8 +165,10 @@ class Caches:
         for informer in self._informers.values():
             if not informer.snapshot.synced:
                 if informer.relists:
-                    return (f"the {informer.name} cache lost the API server; it is not synced "
-                            "until a list succeeds")
+                    return (
+                        f"the {informer.name} cache lost the API server; it is not synced "
+                        "until a list succeeds"
+                    )
                 return f"the {informer.name} cache has not finished its first list"
         return None
 
@@ -174,5 +183,6 @@ def lister(api_client: Any, data: WatchedList[Any]) -> Callable[..., Any]:
         suffix = "_for_all_namespaces" if data.namespaced else ""
         return getattr(client.CoreV1Api(api_client), f"list_{snake}{suffix}")  # type: ignore[no-any-return]
     custom = client.CustomObjectsApi(api_client)
-    return functools.partial(custom.list_cluster_custom_object, data.group, data.version,
-                             data.resource)
+    return functools.partial(
+        custom.list_cluster_custom_object, data.group, data.version, data.resource
+    )

@@ -39,8 +39,11 @@ def negate(condition: str) -> str:
 
 def kind_is(group: str, *kinds: str) -> str:
     """The request is for one of these kinds of this API group (request.kind)."""
-    kind = (f"request.kind.kind == {string(kinds[0])}" if len(kinds) == 1
-            else f"request.kind.kind in {strings(kinds)}")
+    kind = (
+        f"request.kind.kind == {string(kinds[0])}"
+        if len(kinds) == 1
+        else f"request.kind.kind in {strings(kinds)}"
+    )
     return f"request.kind.group == {string(group)} && {kind}"
 
 
@@ -53,8 +56,10 @@ def operation_is(*operations: str) -> str:
 def annotation_set(obj: str, key: str) -> str:
     """obj (object or oldObject) has annotation key with a non-empty value."""
     annotations = f"{obj}.metadata.annotations"
-    return (f"has({obj}.metadata.annotations) && {string(key)} in {annotations} && "
-            f"{annotations}[{string(key)}] != ''")
+    return (
+        f"has({obj}.metadata.annotations) && {string(key)} in {annotations} && "
+        f"{annotations}[{string(key)}] != ''"
+    )
 
 
 def field_set(path: str) -> str:
@@ -69,8 +74,10 @@ def user_in(users: Iterable[str], groups: Iterable[str]) -> str:
     if users:
         tests.append(f"request.userInfo.username in {strings(users)}")
     if groups:
-        tests.append("has(request.userInfo.groups) && "
-                     f"request.userInfo.groups.exists(g, g in {strings(groups)})")
+        tests.append(
+            "has(request.userInfo.groups) && "
+            f"request.userInfo.groups.exists(g, g in {strings(groups)})"
+        )
     return any_of(*tests) if tests else ""
 
 
@@ -86,8 +93,9 @@ class Expr(str):
 def concat(*parts: str) -> str:
     """A CEL string expression joining literal text and Expr parts (which must be strings);
     an Expr with an operator in it is parenthesized (`a ? b : c + 'x'` would take the `+`)."""
-    return " + ".join(_operand(part) if isinstance(part, Expr) else string(part)
-                      for part in parts if part)
+    return " + ".join(
+        _operand(part) if isinstance(part, Expr) else string(part) for part in parts if part
+    )
 
 
 def _operand(expression: str) -> str:
@@ -97,5 +105,11 @@ def _operand(expression: str) -> str:
 
 # What AdmissionRequest.describe() says of the request's object (`Pod "team-a/train-0"`), as
 # CEL parts for concat(), for the in-server checks' messages.
-DESCRIBED = (Expr("request.kind.kind"), ' "', Expr("request.namespace"), "/",
-             Expr("object.metadata.name"), '"')
+DESCRIBED = (
+    Expr("request.kind.kind"),
+    ' "',
+    Expr("request.namespace"),
+    "/",
+    Expr("object.metadata.name"),
+    '"',
+)

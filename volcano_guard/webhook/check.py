@@ -92,8 +92,14 @@ class Report:
         return EXIT_VIOLATIONS if enforced else EXIT_CLEAN
 
 
-def run_check(paths: list[str], config: Config, nodes_file: str | None = None, *,
-              recursive: bool = False, stdin: Callable[[], str] | None = None) -> Report:
+def run_check(
+    paths: list[str],
+    config: Config,
+    nodes_file: str | None = None,
+    *,
+    recursive: bool = False,
+    stdin: Callable[[], str] | None = None,
+) -> Report:
     """Check every manifest under paths. UnusableInput if the nodes file cannot be used;
     any other file or document that cannot be is in the report's problems.
 
@@ -116,19 +122,25 @@ def run_check(paths: list[str], config: Config, nodes_file: str | None = None, *
                     except UnusableInput as exc:
                         problems.append(str(exc))
         except yaml.YAMLError as exc:  # the documents before it were checked
-            problems.append(f"{name}{yaml_error_line(exc)}: not YAML or JSON: "
-                            f"{yaml_error_problem(exc)}")
+            problems.append(
+                f"{name}{yaml_error_line(exc)}: not YAML or JSON: {yaml_error_problem(exc)}"
+            )
         except RecursionError:
             problems.append(f"{name}: nested too deeply")
-    return Report(tuple(v for v in found if v.mode != INFO), documents,
-                  tuple(v for v in found if v.mode == INFO), tuple(problems))
+    return Report(
+        tuple(v for v in found if v.mode != INFO),
+        documents,
+        tuple(v for v in found if v.mode == INFO),
+        tuple(problems),
+    )
 
 
 def offline_context(config: Config, nodes_file: str | None) -> PolicyContext:
     if nodes_file is None:
         node_name = msgspec.structs.replace(config.policies.nodeName, managedNodeSelectors=())
         config = msgspec.structs.replace(
-            config, policies=msgspec.structs.replace(config.policies, nodeName=node_name))
+            config, policies=msgspec.structs.replace(config.policies, nodeName=node_name)
+        )
         return PolicyContext(config, {NODES: Snapshot(_EveryNode(), synced=True)})
     nodes: dict[str, Mapping[str, str]] = {}
     for document in load_documents(nodes_file):
@@ -156,8 +168,9 @@ class _EveryNode(Mapping[str, Mapping[str, str]]):
         return 0
 
 
-def manifest_sources(paths: list[str], recursive: bool, stdin: Callable[[], str],
-                     problems: list[str]) -> Iterator[tuple[str, str]]:
+def manifest_sources(
+    paths: list[str], recursive: bool, stdin: Callable[[], str], problems: list[str]
+) -> Iterator[tuple[str, str]]:
     """(name, text) of each manifest file under paths, as kubectl -f finds them; a path that
     cannot be read goes to problems."""
     for text in paths:
@@ -188,8 +201,9 @@ def load_documents(path: str) -> list[Any]:
     except FileProblem as exc:
         raise UnusableInput(str(exc)) from None
     except yaml.YAMLError as exc:
-        raise UnusableInput(f"{path}{yaml_error_line(exc)}: not YAML or JSON: "
-                            f"{yaml_error_problem(exc)}") from None
+        raise UnusableInput(
+            f"{path}{yaml_error_line(exc)}: not YAML or JSON: {yaml_error_problem(exc)}"
+        ) from None
     except RecursionError:
         raise UnusableInput(f"{path}: nested too deeply") from None
 
@@ -198,15 +212,15 @@ def _objects(document: Any) -> Iterator[tuple[int | None, Any]]:
     """The objects a document holds: itself, or each item of a List (kubectl takes any kind
     ending in List with items, a PodList too), by index."""
     kind = document.get("kind") if isinstance(document, dict) else None
-    if isinstance(kind, str) and kind.endswith("List") and isinstance(
-            document.get("items"), list):
+    if isinstance(kind, str) and kind.endswith("List") and isinstance(document.get("items"), list):
         yield from enumerate(document["items"])
     else:
         yield None, document
 
 
-def check_document(file: str, index: int, document: Any, context: PolicyContext,
-                   item: int | None = None) -> list[Violation]:
+def check_document(
+    file: str, index: int, document: Any, context: PolicyContext, item: int | None = None
+) -> list[Violation]:
     where = f"{file}:{index}" if item is None else f"{file}:{index}[{item}]"
     if not isinstance(document, dict):
         raise UnusableInput(f"{where}: expected a Kubernetes object (a mapping)")
@@ -244,27 +258,51 @@ def _violations(
     file: str, index: int, request: AdmissionRequest, context: PolicyContext
 ) -> Iterator[Violation]:
     if is_pod_group(request) and not podgroup_generation(request.object or {}):
-        yield Violation(file, index, request.kind.kind, request.object_name, "podGroups", INFO,
-                        f"{request.describe()} has no {GENERATION_ID} yet; the webhook stamps "
-                        "one when the PodGroup is created through the API server")
-    for container in armed_schedulers(pod_template_spec(request.object or {}),
-                                      context.config.volcanoSchedulerNames,
-                                      context.config.audit.component_images):
-        yield Violation(file, index, request.kind.kind, request.object_name, SCHEDULER_PANICS,
-                        "warn", panic_message(container, NEGATIVE_IDLE_RISK))
+        yield Violation(
+            file,
+            index,
+            request.kind.kind,
+            request.object_name,
+            "podGroups",
+            INFO,
+            f"{request.describe()} has no {GENERATION_ID} yet; the webhook stamps "
+            "one when the PodGroup is created through the API server",
+        )
+    for container in armed_schedulers(
+        pod_template_spec(request.object or {}),
+        context.config.volcanoSchedulerNames,
+        context.config.audit.component_images,
+    ):
+        yield Violation(
+            file,
+            index,
+            request.kind.kind,
+            request.object_name,
+            SCHEDULER_PANICS,
+            "warn",
+            panic_message(container, NEGATIVE_IDLE_RISK),
+        )
     mutation = evaluate("mutate", request, context)
     if mutation.decision.patch and request.object is not None:
         patched = apply_patch(request.object, list(mutation.decision.patch))
         request = msgspec.structs.replace(request, object=patched)
-    claim = (unvouched_claim(request.object or {}, context.config.policies.nodeName)
-             if request.created(*POD) is not None else None)
+    claim = (
+        unvouched_claim(request.object or {}, context.config.policies.nodeName)
+        if request.created(*POD) is not None
+        else None
+    )
     for result in evaluate("validate", request, context).results:
         for message in result.verdict.violations:
             if claim and result.policy == NODE_NAME:
                 message = f"{message} ({claim})"
             yield Violation(
-                file, index, request.kind.kind, request.object_name, result.policy,
-                result.mode, message,
+                file,
+                index,
+                request.kind.kind,
+                request.object_name,
+                result.policy,
+                result.mode,
+                message,
             )
 
 

@@ -30,8 +30,13 @@ from volcano_guard.base.quantity import QuantityError, parse_quantity
 from volcano_guard.base.volcano import COMPONENT_IMAGES
 
 Mode = Literal["enforce", "warn", "audit", "off"]
-VolcanoComponent = Literal["scheduler", "agent-scheduler", "controller-manager",
-                           "hypernode-controller-manager", "admission"]
+VolcanoComponent = Literal[
+    "scheduler",
+    "agent-scheduler",
+    "controller-manager",
+    "hypernode-controller-manager",
+    "admission",
+]
 MODES: tuple[str, ...] = get_args(Mode)
 DEFAULT_MAX_REQUEST_BYTES = 7 * 1024 * 1024
 
@@ -70,9 +75,7 @@ class ResourceRequestsConfig(_Section, frozen=True):
 
 class BindingGuardConfig(_Section, frozen=True):
     mode: Mode = "audit"
-    allowedBinders: tuple[Name, ...] = (
-        "system:serviceaccount:volcano-system:volcano-scheduler",
-    )
+    allowedBinders: tuple[Name, ...] = ("system:serviceaccount:volcano-system:volcano-scheduler",)
 
 
 class NodeNameConfig(_Section, frozen=True, dict=True):  # dict: room for a cached_property
@@ -123,18 +126,18 @@ class SidecarInjectionConfig(_Section, frozen=True):
     hostNetwork: Literal["refuse", "warn"] = "refuse"
     # The sidecar's own requests and limits, so injected pods pass resourceRequests.
     requests: dict[Name, QuantityText] = msgspec.field(
-        default_factory=lambda: {"cpu": QuantityText("50m"), "memory": QuantityText("64Mi")})
+        default_factory=lambda: {"cpu": QuantityText("50m"), "memory": QuantityText("64Mi")}
+    )
     limits: dict[Name, QuantityText] = msgspec.field(
-        default_factory=lambda: {"cpu": QuantityText("1"), "memory": QuantityText("256Mi")})
+        default_factory=lambda: {"cpu": QuantityText("1"), "memory": QuantityText("256Mi")}
+    )
 
 
 class PoliciesConfig(_Section, frozen=True):
-    resourceRequests: ResourceRequestsConfig = msgspec.field(
-        default_factory=ResourceRequestsConfig)
+    resourceRequests: ResourceRequestsConfig = msgspec.field(default_factory=ResourceRequestsConfig)
     nodeName: NodeNameConfig = msgspec.field(default_factory=NodeNameConfig)
     podGroups: PodGroupsConfig = msgspec.field(default_factory=PodGroupsConfig)
-    sidecarInjection: SidecarInjectionConfig = msgspec.field(
-        default_factory=SidecarInjectionConfig)
+    sidecarInjection: SidecarInjectionConfig = msgspec.field(default_factory=SidecarInjectionConfig)
 
 
 class AuditConfig(_Section, frozen=True, dict=True):
@@ -204,7 +207,8 @@ _ConfigLoader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -218,8 +222,9 @@ def load_config(path: str | Path | None) -> Config:
     try:
         return parse_config(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path}{yaml_error_line(exc)}: not YAML: "
-                          f"{yaml_error_problem(exc)}") from None
+        raise ConfigError(
+            f"config file {path}{yaml_error_line(exc)}: not YAML: {yaml_error_problem(exc)}"
+        ) from None
 
 
 def parse_config(text: str) -> Config:
@@ -295,20 +300,31 @@ def _node_selector(selector: str) -> str:
     # Volcano's scheduler silently ignores such an entry; refusing it keeps both lists equal in
     # effect instead of leaving an operator to wonder which nodes are protected.
     if "," in selector:
-        raise ValueError(f"{shown(selector)} holds a comma; the scheduler's --node-selector "
-                         "splits on commas, so write one key:value a list item")
+        raise ValueError(
+            f"{shown(selector)} holds a comma; the scheduler's --node-selector "
+            "splits on commas, so write one key:value a list item"
+        )
     if kept_selector(selector) is None:
-        raise ValueError(f"{shown(selector)} is not in the Volcano scheduler's --node-selector "
-                         "format key:value (a ':' followed by a value); the scheduler ignores "
-                         "such an entry")
+        raise ValueError(
+            f"{shown(selector)} is not in the Volcano scheduler's --node-selector "
+            "format key:value (a ':' followed by a value); the scheduler ignores "
+            "such an entry"
+        )
     return selector
 
 
 # msgspec names JSON types; the config is YAML.
-_TYPE_NAMES = {"`int` >= 1": "a positive integer", "`float` > 0.0": "a positive number",
-               "`object`": "a mapping", "`array`": "a list", "`str`": "a string",
-               "`int`": "an integer", "`float`": "a number", "`bool`": "true or false",
-               "`null`": "nothing (null)"}
+_TYPE_NAMES = {
+    "`int` >= 1": "a positive integer",
+    "`float` > 0.0": "a positive number",
+    "`object`": "a mapping",
+    "`array`": "a list",
+    "`str`": "a string",
+    "`int`": "an integer",
+    "`float`": "a number",
+    "`bool`": "true or false",
+    "`null`": "nothing (null)",
+}
 _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(.*)`")
 
 
@@ -353,8 +369,9 @@ def _locate(data: object, parts: list[tuple[str, str]]) -> tuple[str, object, An
             value = value.get(field_name) if isinstance(value, dict) else None
         elif index == "[...]" and isinstance(value, dict):
             hint = get_args(hint)[1]
-            key, value = next(((key, item) for key, item in value.items()
-                               if not _valid(item, hint)), ("?", None))
+            key, value = next(
+                ((key, item) for key, item in value.items() if not _valid(item, hint)), ("?", None)
+            )
             where = _join(where, str(key))
         else:
             hint = get_args(hint)[0]
@@ -387,8 +404,14 @@ def _join(where: str, key: str) -> str:
 def _describe(value: object) -> str:
     if value is None:
         return "nothing (null)"
-    kind = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number"}.get(type(value), type(value).__name__)
+    kind = {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
     return f"{kind} {shown(value)}" if isinstance(value, str | bool | int | float) else kind
 
 
@@ -398,6 +421,8 @@ def exempt_own_namespace(config: Config, namespace: str | None) -> Config:
     if not namespace or namespace in node_name.exemptNamespaces:
         return config
     node_name = msgspec.structs.replace(
-        node_name, exemptNamespaces=(*node_name.exemptNamespaces, namespace))
+        node_name, exemptNamespaces=(*node_name.exemptNamespaces, namespace)
+    )
     return msgspec.structs.replace(
-        config, policies=msgspec.structs.replace(config.policies, nodeName=node_name))
+        config, policies=msgspec.structs.replace(config.policies, nodeName=node_name)
+    )

@@ -69,4 +69,3 @@ def combine(decisions: Iterable[Decision]) -> Decision:
         warnings=warnings,
         audit_annotations=annotations,
     )
-

@@ -83,8 +83,9 @@ def desired_states(labels: Mapping[str, Mapping[str, str]], config: Config) -> d
     return {name: node_state(node_labels, node_name) for name, node_labels in labels.items()}
 
 
-def plan(existing: list[NodeRange], states: Mapping[str, str],
-         limit: int = RANGE_BYTES) -> list[NodeRange]:
+def plan(
+    existing: list[NodeRange], states: Mapping[str, str], limit: int = RANGE_BYTES
+) -> list[NodeRange]:
     """The ranges to write, in the order to write them, for the cluster to hold `states`:
     every range split until it fits `limit`, a split's upper half before the range it leaves.
     `existing` is read as a partition of all names (first start "", each end the next start,
@@ -96,8 +97,9 @@ def plan(existing: list[NodeRange], states: Mapping[str, str],
         first = bisect.bisect_left(names, current.start)
         last = bisect.bisect_left(names, current.end) if current.end else len(names)
         held = {name: states[name] for name in names[first:last]}
-        wanted += _split(NodeRange(current.start, current.end, held,
-                                   current.resource_version), limit)
+        wanted += _split(
+            NodeRange(current.start, current.end, held, current.resource_version), limit
+        )
     by_start = {current.start: current for current in existing}
     changed = [r for r in wanted if _differs(r, by_start.get(r.start))]
     # Creates first: a split's upper half exists before the range it came from shrinks.
@@ -116,8 +118,15 @@ def _partition(existing: list[NodeRange]) -> list[NodeRange]:
     ordered = sorted({r.start: r for r in existing}.values(), key=lambda r: r.start)
     if ordered and ordered[0].start:
         ordered.insert(0, NodeRange("", ordered[0].start))
-    return [NodeRange(r.start, ordered[index + 1].start if index + 1 < len(ordered) else "",
-                      r.states, r.resource_version) for index, r in enumerate(ordered)]
+    return [
+        NodeRange(
+            r.start,
+            ordered[index + 1].start if index + 1 < len(ordered) else "",
+            r.states,
+            r.resource_version,
+        )
+        for index, r in enumerate(ordered)
+    ]
 
 
 def _split(whole: NodeRange, limit: int) -> list[NodeRange]:
@@ -125,15 +134,23 @@ def _split(whole: NodeRange, limit: int) -> list[NodeRange]:
         return [whole]
     names = sorted(whole.states)
     middle = names[len(names) // 2]
-    lower = NodeRange(whole.start, middle, {n: whole.states[n] for n in names if n < middle},
-                      whole.resource_version)
+    lower = NodeRange(
+        whole.start,
+        middle,
+        {n: whole.states[n] for n in names if n < middle},
+        whole.resource_version,
+    )
     upper = NodeRange(middle, whole.end, {n: whole.states[n] for n in names if n >= middle})
     return _split(lower, limit) + _split(upper, limit)
 
 
 def _differs(wanted: NodeRange, stored: NodeRange | None) -> bool:
     return stored is None or (stored.start, stored.end, dict(stored.states), stored.pending) != (
-        wanted.start, wanted.end, dict(wanted.states), wanted.pending)
+        wanted.start,
+        wanted.end,
+        dict(wanted.states),
+        wanted.pending,
+    )
 
 
 def configmap(node_range: NodeRange, namespace: str) -> dict[str, Any]:
@@ -142,30 +159,48 @@ def configmap(node_range: NodeRange, namespace: str) -> dict[str, Any]:
     annotations = {NODES_FROM: node_range.start, NODES_TO: node_range.end}
     if node_range.pending:
         annotations[NODES_PENDING] = "true"
-    metadata: dict[str, Any] = {"name": node_range.name, "namespace": namespace,
-                                "labels": {key: value}, "annotations": annotations}
+    metadata: dict[str, Any] = {
+        "name": node_range.name,
+        "namespace": namespace,
+        "labels": {key: value},
+        "annotations": annotations,
+    }
     if node_range.resource_version:
         metadata["resourceVersion"] = node_range.resource_version
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
-            "data": dict(sorted(node_range.states.items()))}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "data": dict(sorted(node_range.states.items())),
+    }
 
 
 def from_configmap(obj: Mapping[str, Any]) -> NodeRange:
     metadata = obj.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     data = obj.get("data") or {}
-    return NodeRange(str(annotations.get(NODES_FROM, "")), str(annotations.get(NODES_TO, "")),
-                     {str(k): str(v) for k, v in data.items()},
-                     str(metadata.get("resourceVersion", "")), NODES_PENDING in annotations)
+    return NodeRange(
+        str(annotations.get(NODES_FROM, "")),
+        str(annotations.get(NODES_TO, "")),
+        {str(k): str(v) for k, v in data.items()},
+        str(metadata.get("resourceVersion", "")),
+        NODES_PENDING in annotations,
+    )
 
 
 class NodeStatesPublisher:
     """Keeps the node-state ConfigMaps in `namespace` equal to the node cache: every INTERVAL
     seconds, when the cache is synced and the states differ from those last written."""
 
-    def __init__(self, config: Config, cluster: Cluster, namespace: str,
-                 snapshot: Callable[[], Snapshot[Any] | None], interval: float = INTERVAL,
-                 limit: int = RANGE_BYTES) -> None:
+    def __init__(
+        self,
+        config: Config,
+        cluster: Cluster,
+        namespace: str,
+        snapshot: Callable[[], Snapshot[Any] | None],
+        interval: float = INTERVAL,
+        limit: int = RANGE_BYTES,
+    ) -> None:
         self._config, self._cluster, self._namespace = config, cluster, namespace
         self._snapshot, self._interval, self._limit = snapshot, interval, limit
         self._tokens = TokenSource(cluster)
@@ -181,8 +216,12 @@ class NodeStatesPublisher:
                 try:
                     await self.publish_once(session)
                 except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    log.warning("publishing node states to %s failed (next try in %ss): %s",
-                                self._namespace, self._interval, exc)
+                    log.warning(
+                        "publishing node states to %s failed (next try in %ss): %s",
+                        self._namespace,
+                        self._interval,
+                        exc,
+                    )
                 await asyncio.sleep(self._interval)
 
     async def publish_once(self, session: aiohttp.ClientSession) -> bool:
@@ -203,8 +242,9 @@ class NodeStatesPublisher:
         url = f"{self._cluster.url}/api/v1/namespaces/{self._namespace}/configmaps"
         headers = self._tokens.authorization()
         key, value = NODE_STATES_LABEL
-        async with session.get(url, params={"labelSelector": f"{key}={value}"},
-                               headers=headers) as response:
+        async with session.get(
+            url, params={"labelSelector": f"{key}={value}"}, headers=headers
+        ) as response:
             response.raise_for_status()
             listed = await response.json()
         existing = [from_configmap(item) for item in listed.get("items") or ()]
@@ -231,13 +271,19 @@ class NodeStatesPublisher:
 def publishes(config: Config) -> bool:
     """Whether the config's in-server node-name checks read published node states."""
     node_name = settings(config)
-    return (config.validatingAdmissionPolicies and needs_node_states(node_name)
-            and (node_name.mode != "off" or node_name.bindingGuard.mode != "off"))
+    return (
+        config.validatingAdmissionPolicies
+        and needs_node_states(node_name)
+        and (node_name.mode != "off" or node_name.bindingGuard.mode != "off")
+    )
 
 
-def publisher_for(config: Config, cluster: Cluster | None, namespace: str,
-                  snapshots: Callable[[], Mapping[Any, Snapshot[Any]]]) -> (
-        NodeStatesPublisher | None):
+def publisher_for(
+    config: Config,
+    cluster: Cluster | None,
+    namespace: str,
+    snapshots: Callable[[], Mapping[Any, Snapshot[Any]]],
+) -> NodeStatesPublisher | None:
     """The publisher this config needs, or None."""
     if cluster is None or not publishes(config):
         return None
@@ -247,8 +293,9 @@ def publisher_for(config: Config, cluster: Cluster | None, namespace: str,
 ROLE = "volcano-guard-node-states"
 
 
-def publishing_access(config: Config, namespace: str,
-                      service_account: str = "volcano-guard") -> list[dict[str, Any]]:
+def publishing_access(
+    config: Config, namespace: str, service_account: str = "volcano-guard"
+) -> list[dict[str, Any]]:
     """The Role and RoleBinding that let the webhook's account publish node states in its
     namespace (what NodeStatesPublisher calls); none when the config publishes none."""
     if not publishes(config):
@@ -256,11 +303,25 @@ def publishing_access(config: Config, namespace: str,
     metadata = {"name": ROLE, "namespace": namespace}
     rbac = "rbac.authorization.k8s.io/v1"
     return [
-        {"apiVersion": rbac, "kind": "Role", "metadata": metadata,
-         "rules": [{"apiGroups": [""], "resources": ["configmaps"],
-                    "verbs": ["list", "create", "update"]}]},
-        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": metadata,
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE},
-         "subjects": [{"kind": "ServiceAccount", "name": service_account,
-                       "namespace": namespace}]},
+        {
+            "apiVersion": rbac,
+            "kind": "Role",
+            "metadata": metadata,
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "verbs": ["list", "create", "update"],
+                }
+            ],
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": metadata,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
+            ],
+        },
     ]

@@ -73,21 +73,33 @@ def enabled_scopes(config: Config) -> list[Scope]:
         if policy.mode(config) == "off":
             continue
         covered = config.validatingAdmissionPolicies and bool(policy.in_server(config))
-        scopes += [scope._replace(webhook=_OPEN.get(scope.webhook, scope.webhook))
-                   if covered else scope for scope in policy.scopes(config)]
+        scopes += [
+            scope._replace(webhook=_OPEN.get(scope.webhook, scope.webhook)) if covered else scope
+            for scope in policy.scopes(config)
+        ]
     return scopes
 
 
 def unjudged_namespaces(namespace: str) -> dict[str, Any]:
     """The namespaceSelector of everything the guard registers: kube-system and the guard's
     own namespace are never judged, so the guard can always be repaired."""
-    return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                                  "values": sorted({"kube-system", namespace})}]}
+    return {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": sorted({"kube-system", namespace}),
+            }
+        ]
+    }
 
 
-def webhook_configurations(config: Config, namespace: str = "volcano-guard",
-                           service: str = "volcano-guard",
-                           name: str = "volcano-guard") -> list[dict[str, Any]]:
+def webhook_configurations(
+    config: Config,
+    namespace: str = "volcano-guard",
+    service: str = "volcano-guard",
+    name: str = "volcano-guard",
+) -> list[dict[str, Any]]:
     """The two configurations, each named `name`, calling service `namespace/service`:443."""
     scopes = enabled_scopes(config)
     configurations = []
@@ -97,13 +109,20 @@ def webhook_configurations(config: Config, namespace: str = "volcano-guard",
             mine = [scope for scope in scopes if scope.webhook == registration.name]
             if registration.kind == kind and mine:
                 webhooks.append(_webhook(registration, mine, namespace, service))
-        configurations.append({"apiVersion": API_VERSION, "kind": kind,
-                               "metadata": {"name": name}, "webhooks": webhooks})
+        configurations.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": kind,
+                "metadata": {"name": name},
+                "webhooks": webhooks,
+            }
+        )
     return configurations
 
 
-def _webhook(registration: Registration, scopes: list[Scope], namespace: str,
-             service: str) -> dict[str, Any]:
+def _webhook(
+    registration: Registration, scopes: list[Scope], namespace: str, service: str
+) -> dict[str, Any]:
     webhook: dict[str, Any] = {
         "name": registration.name,
         "admissionReviewVersions": ["v1"],
@@ -111,8 +130,14 @@ def _webhook(registration: Registration, scopes: list[Scope], namespace: str,
         "timeoutSeconds": TIMEOUT_SECONDS,
         "failurePolicy": registration.failure_policy,
         "matchPolicy": "Equivalent",
-        "clientConfig": {"service": {"name": service, "namespace": namespace,
-                                     "path": registration.path, "port": 443}},
+        "clientConfig": {
+            "service": {
+                "name": service,
+                "namespace": namespace,
+                "path": registration.path,
+                "port": 443,
+            }
+        },
         # Webhook configurations themselves are never sent to webhooks.
         "namespaceSelector": unjudged_namespaces(namespace),
         "rules": _rules(scope.rules for scope in scopes),
@@ -124,8 +149,11 @@ def _webhook(registration: Registration, scopes: list[Scope], namespace: str,
         webhook["reinvocationPolicy"] = "IfNeeded"  # see what later webhooks changed
     if all(scope.condition for scope in scopes):  # one without a condition takes every request
         conditions = [scope.condition for scope in scopes]
-        expression = conditions[0] if len(conditions) == 1 else "\n|| ".join(
-            f"({condition})" for condition in conditions)
+        expression = (
+            conditions[0]
+            if len(conditions) == 1
+            else "\n|| ".join(f"({condition})" for condition in conditions)
+        )
         webhook["matchConditions"] = [{"name": MATCH_CONDITION, "expression": expression}]
     return webhook
 
@@ -142,9 +170,16 @@ def _rules(rule_sets: Iterable[tuple[Rule, ...]]) -> list[dict[str, Any]]:
     merged: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
     for (group, version, resource), ops in operations.items():
         merged.setdefault((group, version, tuple(sorted(ops))), []).append(resource)
-    return [{"apiGroups": [group], "apiVersions": [version], "operations": list(ops),
-             "resources": resources, "scope": "Namespaced"}
-            for (group, version, ops), resources in merged.items()]
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": [version],
+            "operations": list(ops),
+            "resources": resources,
+            "scope": "Namespaced",
+        }
+        for (group, version, ops), resources in merged.items()
+    ]
 
 
 HEADER = """\
@@ -161,8 +196,9 @@ HEADER = """\
 
 def render(configurations: list[dict[str, Any]]) -> str:
     """YAML documents, expressions as literal blocks, behind HEADER."""
-    return HEADER + "---\n".join(yaml.dump(c, Dumper=_Dumper, sort_keys=False, width=100)
-                                 for c in configurations)
+    return HEADER + "---\n".join(
+        yaml.dump(c, Dumper=_Dumper, sort_keys=False, width=100) for c in configurations
+    )
 
 
 class _Dumper(yaml.SafeDumper):

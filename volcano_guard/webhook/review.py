@@ -48,9 +48,14 @@ class UserInfo(msgspec.Struct, frozen=True):
 
 
 class AdmissionRequest(
-    msgspec.Struct, frozen=True,
-    rename={"sub_resource": "subResource", "user": "userInfo", "old_object": "oldObject",
-            "dry_run": "dryRun"},
+    msgspec.Struct,
+    frozen=True,
+    rename={
+        "sub_resource": "subResource",
+        "user": "userInfo",
+        "old_object": "oldObject",
+        "dry_run": "dryRun",
+    },
 ):
     uid: NonEmpty
     kind: GroupVersionKind
@@ -67,8 +72,11 @@ class AdmissionRequest(
 
     def created(self, group: str, kind: str) -> dict[str, Any] | None:
         """The object, when this is a CREATE of such an object itself (not of a subresource)."""
-        if ((self.kind.group, self.kind.kind) == (group, kind) and self.operation == "CREATE"
-                and not self.sub_resource):
+        if (
+            (self.kind.group, self.kind.kind) == (group, kind)
+            and self.operation == "CREATE"
+            and not self.sub_resource
+        ):
             return self.object
         return None
 

@@ -84,8 +84,11 @@ class RequestError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-def create_app(config: Config, caches: Caches | None = None,
-               unready_because: Callable[[], str | None] = lambda: None) -> web.Application:
+def create_app(
+    config: Config,
+    caches: Caches | None = None,
+    unready_because: Callable[[], str | None] = lambda: None,
+) -> web.Application:
     """The admission app: POST /mutate, POST /validate, GET /healthz, GET /readyz (ready once
     the caches have synced, unless unready_because gives a reason)."""
     caches = caches or Caches()
@@ -97,8 +100,7 @@ def create_app(config: Config, caches: Caches | None = None,
     return app
 
 
-def _reasons(unready_because: Callable[[], str | None],
-             caches: Caches) -> Callable[[], str | None]:
+def _reasons(unready_because: Callable[[], str | None], caches: Caches) -> Callable[[], str | None]:
     """Why /readyz answers 503: the caller's reason (an expired certificate), else the
     caches'."""
     return lambda: unready_because() or caches.unready_reason()
@@ -119,8 +121,9 @@ def _handler(phase: Phase, config: Config, caches: Caches, in_flight: InFlight) 
     return handle
 
 
-async def _answer(request: web.Request, phase: Phase, config: Config, caches: Caches,
-                  checks: EnabledChecks) -> web.StreamResponse:
+async def _answer(
+    request: web.Request, phase: Phase, config: Config, caches: Caches, checks: EnabledChecks
+) -> web.StreamResponse:
     try:
         body = await read_body(request, config.maxRequestBytes)
         started = time.perf_counter()
@@ -144,14 +147,18 @@ async def _answer(request: web.Request, phase: Phase, config: Config, caches: Ca
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole body, refusing (413) one over limit before reading it whole."""
     content_type = request.headers.get("Content-Type", "application/json")
-    if (content_type != "application/json"  # what the API server sends: skip the parsing
-            and content_type.split(";")[0].strip().lower() != "application/json"):
-        raise RequestError(415, "content_type", f"Content-Type {content_type!r} is not "
-                           "application/json")
+    if (
+        content_type != "application/json"  # what the API server sends: skip the parsing
+        and content_type.split(";")[0].strip().lower() != "application/json"
+    ):
+        raise RequestError(
+            415, "content_type", f"Content-Type {content_type!r} is not application/json"
+        )
     length = request.content_length
     if length is not None and length > limit:
-        raise RequestError(413, "too_large", f"body of {length} bytes is over the {limit}-byte "
-                           "limit")
+        raise RequestError(
+            413, "too_large", f"body of {length} bytes is over the {limit}-byte limit"
+        )
     if length is not None:
         return await request.read()  # length known and within the limit: one read
     chunks: list[bytes] = []
@@ -176,8 +183,12 @@ def parse_review(body: bytes) -> review.AdmissionRequest:
         raise RequestError(400, "bad_review", str(exc)) from None
 
 
-def decide(phase: Phase, request: review.AdmissionRequest, context: PolicyContext,
-           checks: EnabledChecks | None = None) -> dict[str, object]:
+def decide(
+    phase: Phase,
+    request: review.AdmissionRequest,
+    context: PolicyContext,
+    checks: EnabledChecks | None = None,
+) -> dict[str, object]:
     config = context.config
     try:
         evaluation = evaluate(phase, request, context, checks)
@@ -234,24 +245,40 @@ async def running(
         raise_open_file_limit(limits.max_connections + OTHER_FILES)
     except ValueError as exc:
         log.warning("maxConnections %d may not be reached: %s", limits.max_connections, exc)
-    admission = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None,
-                              keepalive_timeout=limits.idle_timeout)
-    metrics = web.AppRunner(metrics_app(caches.ready, _reasons(unready_because, caches)),
-                            access_log=None)
+    admission = web.AppRunner(
+        app,
+        shutdown_timeout=shutdown_timeout,
+        access_log=None,
+        keepalive_timeout=limits.idle_timeout,
+    )
+    metrics = web.AppRunner(
+        metrics_app(caches.ready, _reasons(unready_because, caches)), access_log=None
+    )
     await admission.setup()
     await metrics.setup()
     try:
-        await start_site(BoundedTLSSite(admission, listen.host, listen.port, tls, limits,
-                                        reuse_port=reuse_port or None), "--listen", listen)
-        await start_site(web.TCPSite(metrics, metrics_listen.host, metrics_listen.port),
-                         "--metrics-listen", metrics_listen)
+        await start_site(
+            BoundedTLSSite(
+                admission, listen.host, listen.port, tls, limits, reuse_port=reuse_port or None
+            ),
+            "--listen",
+            listen,
+        )
+        await start_site(
+            web.TCPSite(metrics, metrics_listen.host, metrics_listen.port),
+            "--metrics-listen",
+            metrics_listen,
+        )
         yield _bound_port(admission), _bound_port(metrics)
     finally:
         for site in list(admission.sites):
             await site.stop()  # no new connections; started requests go on
         if not await app[IN_FLIGHT_KEY].wait_idle(shutdown_timeout):
-            log.warning("%d requests still in flight after %.0fs; cancelling them",
-                        app[IN_FLIGHT_KEY].count, shutdown_timeout)
+            log.warning(
+                "%d requests still in flight after %.0fs; cancelling them",
+                app[IN_FLIGHT_KEY].count,
+                shutdown_timeout,
+            )
         await admission.cleanup()
         await metrics.cleanup()
         await caches.close()
@@ -280,12 +307,23 @@ async def serve(
         loop.add_signal_handler(signum, stop.set)
     caches = caches or Caches()
     caches.start()
-    async with running(config, listen, metrics_listen, tls, shutdown_timeout=shutdown_timeout,
-                       caches=caches, reuse_port=reuse_port,
-                       unready_because=reloader.problem if reloader else lambda: None) as (
-            port, metrics_port):
-        log.info("webhook listening on https://%s:%d, metrics on http://%s:%d",
-                 listen.host, port, metrics_listen.host, metrics_port)
+    async with running(
+        config,
+        listen,
+        metrics_listen,
+        tls,
+        shutdown_timeout=shutdown_timeout,
+        caches=caches,
+        reuse_port=reuse_port,
+        unready_because=reloader.problem if reloader else lambda: None,
+    ) as (port, metrics_port):
+        log.info(
+            "webhook listening on https://%s:%d, metrics on http://%s:%d",
+            listen.host,
+            port,
+            metrics_listen.host,
+            metrics_port,
+        )
         if started is not None:
             started(port, metrics_port)
         tasks = [asyncio.create_task(work()) for work in background]

@@ -75,8 +75,9 @@ def start_workers(count: int, target: WorkerMain, args: Any) -> list[Worker]:
     started = []
     for index in range(count):
         reader, writer = context.Pipe(duplex=False)
-        process = context.Process(target=_worker, args=(target, args, writer, os.getpid()),
-                                  name=f"webhook-worker-{index}")
+        process = context.Process(
+            target=_worker, args=(target, args, writer, os.getpid()), name=f"webhook-worker-{index}"
+        )
         process.start()
         writer.close()
         started.append((process, reader))
@@ -89,8 +90,9 @@ def start_workers(count: int, target: WorkerMain, args: Any) -> list[Worker]:
                 _, metrics_port = reader.recv()
             except EOFError:
                 process.join(5)
-                raise WorkerError(f"{process.name} exited during start-up (exit code "
-                                  f"{process.exitcode})") from None
+                raise WorkerError(
+                    f"{process.name} exited during start-up (exit code {process.exitcode})"
+                ) from None
             workers.append(Worker(process, metrics_port))
     except WorkerError:
         stop_workers([process for process, _ in started], timeout=5)
@@ -132,8 +134,9 @@ def stop_workers(processes: list[BaseProcess], timeout: float) -> None:
             process.join()
 
 
-async def supervise(workers: list[Worker], metrics_socket: socket.socket,
-                    shutdown_timeout: float) -> int:
+async def supervise(
+    workers: list[Worker], metrics_socket: socket.socket, shutdown_timeout: float
+) -> int:
     """Serve the metrics port (bound before the workers started, so that an address in use
     starts none) until SIGTERM/SIGINT (exit status 0) or a worker dies (1)."""
     loop = asyncio.get_running_loop()
@@ -142,7 +145,8 @@ async def supervise(workers: list[Worker], metrics_socket: socket.socket,
         loop.add_signal_handler(signum, stop.set)
     processes = [worker.process for worker in workers]
     died: asyncio.Future[Any] = loop.run_in_executor(
-        None, wait, [process.sentinel for process in processes])
+        None, wait, [process.sentinel for process in processes]
+    )
     runner = web.AppRunner(aggregator_app(workers), access_log=None)
     await runner.setup()
     await web.SockSite(runner, metrics_socket).start()
@@ -188,8 +192,11 @@ def aggregator_app(workers: list[Worker]) -> web.Application:
     async def readyz(_: web.Request) -> web.Response:
         async with _session() as session:
             answers = await get_all(session, "/readyz")
-        not_ready = [f"{w.process.name}: {text.strip()}" for w, (status, text)
-                     in zip(workers, answers, strict=True) if status != 200]
+        not_ready = [
+            f"{w.process.name}: {text.strip()}"
+            for w, (status, text) in zip(workers, answers, strict=True)
+            if status != 200
+        ]
         if not_ready:
             return web.Response(status=503, text="not ready: " + "; ".join(not_ready))
         return web.Response(text="ok")
@@ -215,8 +222,14 @@ def _session() -> aiohttp.ClientSession:
 # when a series began is its earliest start, a gauge its highest value, but for the gauges
 # that add up over the pod's processes (its memory, its open files, its open connections).
 _EARLIEST = ("_created", "process_start_time_seconds")
-_SUMMED_GAUGES = frozenset({"process_resident_memory_bytes", "process_virtual_memory_bytes",
-                            "process_open_fds", "volcano_guard_connections_open"})
+_SUMMED_GAUGES = frozenset(
+    {
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "volcano_guard_connections_open",
+    }
+)
 
 
 def merge_metrics(texts: list[str]) -> list[Metric]:
@@ -228,8 +241,7 @@ def merge_metrics(texts: list[str]) -> list[Metric]:
     values: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
     for text in texts:
         for family in text_string_to_metric_families(text):
-            merged.setdefault(family.name, Metric(family.name, family.documentation,
-                                                  family.type))
+            merged.setdefault(family.name, Metric(family.name, family.documentation, family.type))
             for sample in family.samples:
                 key = (family.name, sample.name, tuple(sorted(sample.labels.items())))
                 if key not in values:

@@ -81,9 +81,9 @@ def is_supported(group: str, kind: str) -> bool:
     return (group, kind) in SUPPORTED_KINDS
 
 
-def pod_templates(group: str, kind: str, obj: dict[str, Any], volcano_default: str) -> list[
-    PodTemplate
-]:
+def pod_templates(
+    group: str, kind: str, obj: dict[str, Any], volcano_default: str
+) -> list[PodTemplate]:
     """Every pod spec in obj; volcano_default is the scheduler Volcano gives a Job without one."""
     if (group, kind) == POD:
         spec = _mapping(obj.get("spec"), ("spec",))
@@ -98,8 +98,9 @@ def pod_templates(group: str, kind: str, obj: dict[str, Any], volcano_default: s
     return [PodTemplate(path, spec, _scheduler(spec, path) or DEFAULT_SCHEDULER)]
 
 
-def _volcano_job_templates(obj: dict[str, Any], job_spec_path: tuple[str, ...],
-                           volcano_default: str) -> Iterator[PodTemplate]:
+def _volcano_job_templates(
+    obj: dict[str, Any], job_spec_path: tuple[str, ...], volcano_default: str
+) -> Iterator[PodTemplate]:
     job_spec = _lookup(obj, job_spec_path)
     # Volcano's job controller: a template without schedulerName inherits the job's, and
     # Volcano's own admission defaults the job's to its scheduler.
@@ -150,12 +151,14 @@ def requests_and_limits(container: Container) -> tuple[dict[str, Any], dict[str,
     if not isinstance(resources, dict):  # paths are formatted only for errors: a hot path
         raise ObjectShapeError(f"{format_path((*container.path, 'resources'))} must be an object")
     requests, limits = resources.get("requests"), resources.get("limits")
-    if (requests is None or isinstance(requests, dict)) and (limits is None
-                                                             or isinstance(limits, dict)):
+    if (requests is None or isinstance(requests, dict)) and (
+        limits is None or isinstance(limits, dict)
+    ):
         return requests or {}, limits or {}
     wrong = "requests" if requests is not None and not isinstance(requests, dict) else "limits"
-    raise ObjectShapeError(f"{format_path((*container.path, 'resources', wrong))} must be an "
-                           "object")
+    raise ObjectShapeError(
+        f"{format_path((*container.path, 'resources', wrong))} must be an object"
+    )
 
 
 def _scheduler(spec: dict[str, Any], path: Path) -> str:

@@ -110,8 +110,9 @@ class EnabledChecks(msgspec.Struct, frozen=True):
         return self.by_kind.get((group, kind), self.other_kinds)
 
 
-def enabled_checks(phase: Phase, config: Config,
-                   policies: Sequence[Policy] | None = None) -> EnabledChecks:
+def enabled_checks(
+    phase: Phase, config: Config, policies: Sequence[Policy] | None = None
+) -> EnabledChecks:
     """The checks of phase that config turns on (of POLICIES unless given), with their modes."""
     enabled: list[tuple[Policy, EnabledCheck]] = []
     for policy in POLICIES if policies is None else policies:
@@ -122,18 +123,28 @@ def enabled_checks(phase: Phase, config: Config,
 
     def applying_to(kind: Kind | None) -> KindChecks:
         """The enabled checks for kind (None: a kind no policy names)."""
-        applying = [(policy, check) for policy, check in enabled
-                    if policy.kinds is None or kind in policy.kinds]
+        applying = [
+            (policy, check)
+            for policy, check in enabled
+            if policy.kinds is None or kind in policy.kinds
+        ]
         lookups = dict.fromkeys(lookup for policy, _ in applying for lookup in policy.lookups)
         return KindChecks(tuple(check for _, check in applying), tuple(lookups))
 
     named = {kind for policy, _ in enabled for kind in policy.kinds or ()}
-    return EnabledChecks(tuple(check for _, check in enabled),
-                         {kind: applying_to(kind) for kind in named}, applying_to(None))
+    return EnabledChecks(
+        tuple(check for _, check in enabled),
+        {kind: applying_to(kind) for kind in named},
+        applying_to(None),
+    )
 
 
-def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext,
-             checks: EnabledChecks | None = None) -> Evaluation:
+def evaluate(
+    phase: Phase,
+    request: AdmissionRequest,
+    context: PolicyContext,
+    checks: EnabledChecks | None = None,
+) -> Evaluation:
     """Run every enabled policy of this phase that can apply to the request's kind (checks:
     enabled_checks(phase, context.config), worked out here when not given); ObjectShapeError
     propagates (it means HTTP 400)."""
@@ -154,4 +165,3 @@ def evaluate(phase: Phase, request: AdmissionRequest, context: PolicyContext,
     if not answers:
         return Evaluation(decisions.ALLOWED, tuple(results))
     return Evaluation(decisions.combine(answers), tuple(results))
-

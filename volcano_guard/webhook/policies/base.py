@@ -177,7 +177,8 @@ def apply_mode(policy: str, mode: Mode, verdict: Verdict) -> tuple[Decision, str
     decision, outcome = _moded(policy, mode, verdict)
     if verdict.warnings:
         decision = decisions.with_warnings(
-            decision, (f"{policy}: {warning}" for warning in verdict.warnings))
+            decision, (f"{policy}: {warning}" for warning in verdict.warnings)
+        )
     return decision, outcome
 
 

@@ -73,8 +73,9 @@ def node_labels(node: dict[str, Any]) -> Mapping[str, str]:
     """What the policy keeps of a node: its labels (a few hundred bytes)."""
     metadata = node.get("metadata")
     labels = metadata.get("labels") if isinstance(metadata, dict) else None
-    return MappingProxyType({str(k): str(v) for k, v in labels.items()}
-                            if isinstance(labels, dict) else {})
+    return MappingProxyType(
+        {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+    )
 
 
 NODES = WatchedList("nodes", "Node", node_labels)
@@ -115,8 +116,10 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
         jsonpatch.add("/spec/affinity", pin_to_node(spec.get("affinity"), node)),
         jsonpatch.add("/spec/schedulerName", scheduler),
     )
-    change = (f'move {request.describe()} from spec.nodeName "{node}" to a required node '
-              f'affinity on metadata.name and schedulerName "{scheduler}"')
+    change = (
+        f'move {request.describe()} from spec.nodeName "{node}" to a required node '
+        f'affinity on metadata.name and schedulerName "{scheduler}"'
+    )
     return Verdict(patch=patch, changes=(change,))
 
 
@@ -134,18 +137,32 @@ def validate_binding(request: AdmissionRequest, context: PolicyContext) -> Verdi
     reason = node_decision(node, context)
     if reason is None:
         return NOTHING_FOUND
-    pod = f'{request.namespace}/{request.name}' if request.namespace else request.name
-    return Verdict(violations=("".join(_binding_message_parts(
-        binder or ANONYMOUS, pod, node, reason, settings(context.config))),))
+    pod = f"{request.namespace}/{request.name}" if request.namespace else request.name
+    return Verdict(
+        violations=(
+            "".join(
+                _binding_message_parts(
+                    binder or ANONYMOUS, pod, node, reason, settings(context.config)
+                )
+            ),
+        )
+    )
 
 
-def _binding_message_parts(binder: str, pod: str, node: str, reason: str,
-                           config: NodeNameConfig) -> tuple[str, ...]:
+def _binding_message_parts(
+    binder: str, pod: str, node: str, reason: str, config: NodeNameConfig
+) -> tuple[str, ...]:
     """The binding denial's words; binder, pod and node may be CEL Exprs."""
     allowed = ", ".join(config.bindingGuard.allowedBinders)
-    return (binder, ' may not bind pod "', pod, '" to node "', node,
-            f'": {_reason_text(reason)}; only {allowed} may bind there (add the binder to '
-            "policies.nodeName.bindingGuard.allowedBinders if it is a Volcano scheduler)")
+    return (
+        binder,
+        ' may not bind pod "',
+        pod,
+        '" to node "',
+        node,
+        f'": {_reason_text(reason)}; only {allowed} may bind there (add the binder to '
+        "policies.nodeName.bindingGuard.allowedBinders if it is a Volcano scheduler)",
+    )
 
 
 def binding_in_server(config: Config) -> tuple[InServerCheck, ...]:
@@ -153,17 +170,23 @@ def binding_in_server(config: Config) -> tuple[InServerCheck, ...]:
     the API server (as in_server decides pods)."""
     node_name = settings(config)
     (scope,) = binding_scopes(config)
-    node = ("has(object.target) && has(object.target.name) ? object.target.name : ''")
+    node = "has(object.target) && has(object.target.name) ? object.target.name : ''"
 
     def message(reason: str) -> str:
-        return concat(*_binding_message_parts(
-            Expr(f"request.userInfo.username != '' ? request.userInfo.username : "
-                 f"{string(ANONYMOUS)}"),
-            Expr("request.namespace + '/' + request.name"), Expr("variables.node"), reason,
-            node_name))
+        return concat(
+            *_binding_message_parts(
+                Expr(
+                    f"request.userInfo.username != '' ? request.userInfo.username : "
+                    f"{string(ANONYMOUS)}"
+                ),
+                Expr("request.namespace + '/' + request.name"),
+                Expr("variables.node"),
+                reason,
+                node_name,
+            )
+        )
 
-    return (_in_server_check("bindings", scope.rules, scope.condition, node, message,
-                             node_name),)
+    return (_in_server_check("bindings", scope.rules, scope.condition, node, message, node_name),)
 
 
 def scopes(config: Config) -> tuple[Scope, ...]:
@@ -173,18 +196,24 @@ def scopes(config: Config) -> tuple[Scope, ...]:
     condition = _named_node_not_exempt(node_name)
     rules = (pods_rule("CREATE"),)
     validating = Scope(VALIDATE, rules, condition)
-    return (Scope(MUTATE, rules, condition), validating) if node_name.action == "rewrite" else (
-        validating,)
+    return (
+        (Scope(MUTATE, rules, condition), validating)
+        if node_name.action == "rewrite"
+        else (validating,)
+    )
 
 
 def _named_node_not_exempt(config: NodeNameConfig) -> str:
     """CEL: a pod CREATE naming a node, by a requester exemption() does not exempt."""
     return all_of(
-        kind_is(*POD), operation_is("CREATE"), field_set("object.spec.nodeName"),
+        kind_is(*POD),
+        operation_is("CREATE"),
+        field_set("object.spec.nodeName"),
         negate(namespace_in(config.exemptNamespaces)),
         negate(user_in(config.exemptUsers, config.exemptGroups)),
         negate(_STATIC_POD_OF_ITS_NODE),
-        negate(_daemonset_pod_of_its_controller(config) if config.allowDaemonSets else ""))
+        negate(_daemonset_pod_of_its_controller(config) if config.allowDaemonSets else ""),
+    )
 
 
 def in_server(config: Config) -> tuple[InServerCheck, ...]:
@@ -192,12 +221,20 @@ def in_server(config: Config) -> tuple[InServerCheck, ...]:
     node_name = settings(config)
 
     def message(reason: str) -> str:
-        return concat(*_message_parts(DESCRIBED, Expr("variables.node"), reason,
-                                      first_scheduler(config)))
+        return concat(
+            *_message_parts(DESCRIBED, Expr("variables.node"), reason, first_scheduler(config))
+        )
 
-    return (_in_server_check("node-name", (pods_rule("CREATE"),),
-                             _named_node_not_exempt(node_name), "object.spec.nodeName", message,
-                             node_name),)
+    return (
+        _in_server_check(
+            "node-name",
+            (pods_rule("CREATE"),),
+            _named_node_not_exempt(node_name),
+            "object.spec.nodeName",
+            message,
+            node_name,
+        ),
+    )
 
 
 # The params of the in-server checks when the API server cannot tell a node's state alone:
@@ -221,35 +258,63 @@ def node_state(labels: Mapping[str, str], config: NodeNameConfig) -> str:
     return MANAGED if is_managed(labels, config.managed_selectors) else UNMANAGED
 
 
-def _in_server_check(name: str, rules: tuple[Rule, ...], condition: str, node: str,
-                     message: Callable[[str], str], config: NodeNameConfig) -> InServerCheck:
+def _in_server_check(
+    name: str,
+    rules: tuple[Rule, ...],
+    condition: str,
+    node: str,
+    message: Callable[[str], str],
+    config: NodeNameConfig,
+) -> InServerCheck:
     """A check refusing what node_decision refuses of the node `node` (CEL) names, worded by
     message(reason); "" (no node) is allowed. Each params object judges only the names in
     its range, so the states can be spread over as many ConfigMaps as they need."""
     if not needs_node_states(config):
-        return InServerCheck(name, rules, condition, ((
-            "variables.node == ''", message("managed")),), (("node", node),))
+        return InServerCheck(
+            name,
+            rules,
+            condition,
+            (("variables.node == ''", message("managed")),),
+            (("node", node),),
+        )
+
     def annotation(key: str) -> str:
-        return (f"has(params.metadata.annotations) && {string(key)} in "
-                f"params.metadata.annotations ? params.metadata.annotations[{string(key)}] : ''")
+        return (
+            f"has(params.metadata.annotations) && {string(key)} in "
+            f"params.metadata.annotations ? params.metadata.annotations[{string(key)}] : ''"
+        )
 
     variables = (
-        ("node", node), ("statesFrom", annotation(NODES_FROM)),
+        ("node", node),
+        ("statesFrom", annotation(NODES_FROM)),
         ("statesTo", annotation(NODES_TO)),
-        ("inRange", "variables.node >= variables.statesFrom && (variables.statesTo == '' || "
-                    "variables.node < variables.statesTo)"),
-        ("nodeState", f"has(params.metadata.annotations) && {string(NODES_PENDING)} in "
-                      "params.metadata.annotations ? 'pending' : has(params.data) && "
-                      "variables.node in params.data ? params.data[variables.node] : 'unknown'"))
-    allowed = ["variables.node == ''", "!variables.inRange",
-               f"variables.nodeState == {string(UNMANAGED)}"]
+        (
+            "inRange",
+            "variables.node >= variables.statesFrom && (variables.statesTo == '' || "
+            "variables.node < variables.statesTo)",
+        ),
+        (
+            "nodeState",
+            f"has(params.metadata.annotations) && {string(NODES_PENDING)} in "
+            "params.metadata.annotations ? 'pending' : has(params.data) && "
+            "variables.node in params.data ? params.data[variables.node] : 'unknown'",
+        ),
+    )
+    allowed = [
+        "variables.node == ''",
+        "!variables.inRange",
+        f"variables.nodeState == {string(UNMANAGED)}",
+    ]
     if config.unknownNodes == "allow":
         allowed.append("variables.nodeState == 'unknown'")
-    refusal = (f"variables.nodeState == {string(MANAGED)} ? ({message('managed')}) : "
-               f"variables.nodeState == 'pending' ? ({message('pending')}) : "
-               f"({message('unknown')})")
-    return InServerCheck(name, rules, condition, ((" || ".join(allowed), refusal),), variables,
-                         NODE_STATES_LABEL)
+    refusal = (
+        f"variables.nodeState == {string(MANAGED)} ? ({message('managed')}) : "
+        f"variables.nodeState == 'pending' ? ({message('pending')}) : "
+        f"({message('unknown')})"
+    )
+    return InServerCheck(
+        name, rules, condition, ((" || ".join(allowed), refusal),), variables, NODE_STATES_LABEL
+    )
 
 
 def first_scheduler(config: Config) -> str:
@@ -264,15 +329,28 @@ def binding_scopes(config: Config) -> tuple[Scope, ...]:
     return (Scope(BINDINGS, rules, condition),)
 
 
-POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode,
-                off="policies.nodeName.mode: off", mutate=mutate,
-                validate=validate, kinds=frozenset({POD}), scopes=scopes, watches=(NODES,),
-                in_server=in_server)
+POLICY = Policy(
+    name=NAME,
+    mode=lambda config: settings(config).mode,
+    off="policies.nodeName.mode: off",
+    mutate=mutate,
+    validate=validate,
+    kinds=frozenset({POD}),
+    scopes=scopes,
+    watches=(NODES,),
+    in_server=in_server,
+)
 _BINDING = ("", "Binding")  # the kind of both pods/binding and the bindings resource
-BINDING_POLICY = Policy(name=BINDING_NAME, mode=lambda config: settings(config).bindingGuard.mode,
-                        off="policies.nodeName.bindingGuard.mode: off",
-                        validate=validate_binding, kinds=frozenset({_BINDING}),
-                        scopes=binding_scopes, watches=(NODES,), in_server=binding_in_server)
+BINDING_POLICY = Policy(
+    name=BINDING_NAME,
+    mode=lambda config: settings(config).bindingGuard.mode,
+    off="policies.nodeName.bindingGuard.mode: off",
+    validate=validate_binding,
+    kinds=frozenset({_BINDING}),
+    scopes=binding_scopes,
+    watches=(NODES,),
+    in_server=binding_in_server,
+)
 
 
 def pin_to_node(affinity: Any, node: str) -> dict[str, Any]:
@@ -305,14 +383,18 @@ def _bound_node(request: AdmissionRequest, context: PolicyContext) -> str | None
         return None
     spec = pod.get("spec")
     node = spec.get("nodeName") if isinstance(spec, dict) else None
-    if not isinstance(node, str) or not node or exemption(
-            pod, request.user, request.namespace, settings(context.config)):
+    if (
+        not isinstance(node, str)
+        or not node
+        or exemption(pod, request.user, request.namespace, settings(context.config))
+    ):
         return None
     return node
 
 
-def exemption(pod: dict[str, Any], user: UserInfo, namespace: str,
-              config: NodeNameConfig) -> str | None:
+def exemption(
+    pod: dict[str, Any], user: UserInfo, namespace: str, config: NodeNameConfig
+) -> str | None:
     """Why a pod CREATE by user may name its node ('static pod', 'DaemonSet pod', 'namespace',
     'user'), or None. The one rule; scopes() holds it in CEL, and the audit and `check` ask it
     with the requester the cluster (or nothing) vouches for."""
@@ -331,13 +413,17 @@ def static_pod_of_its_node(pod: dict[str, Any], user: UserInfo) -> bool:
     """A mirror pod created by the kubelet of the node it names: NodeRestriction lets a node
     create nothing else, and the annotation alone anyone may write."""
     annotations = object_at(pod, "metadata").get("annotations")
-    return (isinstance(annotations, dict) and MIRROR_ANNOTATION in annotations
-            and NODES_GROUP in user.groups
-            and user.username == NODE_USER_PREFIX + str(object_at(pod, "spec").get("nodeName")))
+    return (
+        isinstance(annotations, dict)
+        and MIRROR_ANNOTATION in annotations
+        and NODES_GROUP in user.groups
+        and user.username == NODE_USER_PREFIX + str(object_at(pod, "spec").get("nodeName"))
+    )
 
 
-def daemonset_pod_of_its_controller(pod: dict[str, Any], user: UserInfo,
-                                    config: NodeNameConfig) -> bool:
+def daemonset_pod_of_its_controller(
+    pod: dict[str, Any], user: UserInfo, config: NodeNameConfig
+) -> bool:
     """A pod created by the DaemonSet controller, controlled by an apps/v1 DaemonSet."""
     return user.username in config.daemonSetControllers and daemonset_owner(pod) is not None
 
@@ -346,8 +432,12 @@ def daemonset_owner(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The pod's controlling apps/v1 DaemonSet owner reference, if it names one."""
     owners = object_at(pod, "metadata").get("ownerReferences")
     for owner in owners if isinstance(owners, list) else ():
-        if (isinstance(owner, dict) and owner.get("apiVersion") == "apps/v1"
-                and owner.get("kind") == "DaemonSet" and owner.get("controller") is True):
+        if (
+            isinstance(owner, dict)
+            and owner.get("apiVersion") == "apps/v1"
+            and owner.get("kind") == "DaemonSet"
+            and owner.get("controller") is True
+        ):
             return owner
     return None
 
@@ -358,13 +448,17 @@ def unvouched_claim(pod: dict[str, Any], config: NodeNameConfig) -> str | None:
     annotations = object_at(pod, "metadata").get("annotations")
     if isinstance(annotations, dict) and MIRROR_ANNOTATION in annotations:
         node = object_at(pod, "spec").get("nodeName")
-        return (f"it is a mirror pod, exempt only when created by node {node}'s kubelet "
-                f"(user {NODE_USER_PREFIX}{node} in {NODES_GROUP}), which cannot be judged "
-                "offline")
+        return (
+            f"it is a mirror pod, exempt only when created by node {node}'s kubelet "
+            f"(user {NODE_USER_PREFIX}{node} in {NODES_GROUP}), which cannot be judged "
+            "offline"
+        )
     if config.allowDaemonSets and daemonset_owner(pod) is not None:
         controllers = ", ".join(config.daemonSetControllers) or "no one (daemonSetControllers)"
-        return (f"it names a DaemonSet owner, exempt only when created by {controllers}, "
-                "which cannot be judged offline")
+        return (
+            f"it names a DaemonSet owner, exempt only when created by {controllers}, "
+            "which cannot be judged offline"
+        )
     return None
 
 
@@ -372,15 +466,21 @@ _STATIC_POD_OF_ITS_NODE = (
     f"has(object.metadata.annotations) && {string(MIRROR_ANNOTATION)} in "
     f"object.metadata.annotations && has(request.userInfo.groups) && "
     f"{string(NODES_GROUP)} in request.userInfo.groups && "
-    f"request.userInfo.username == {string(NODE_USER_PREFIX)} + object.spec.nodeName")
+    f"request.userInfo.username == {string(NODE_USER_PREFIX)} + object.spec.nodeName"
+)
 
 
 def _daemonset_pod_of_its_controller(config: NodeNameConfig) -> str:
-    return all_of(
-        user_in(config.daemonSetControllers, ()),
-        "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
-        "has(o.apiVersion) && o.apiVersion == 'apps/v1' && o.kind == 'DaemonSet' && "
-        "has(o.controller) && o.controller == true)") if config.daemonSetControllers else "false"
+    return (
+        all_of(
+            user_in(config.daemonSetControllers, ()),
+            "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+            "has(o.apiVersion) && o.apiVersion == 'apps/v1' && o.kind == 'DaemonSet' && "
+            "has(o.controller) && o.controller == true)",
+        )
+        if config.daemonSetControllers
+        else "false"
+    )
 
 
 def _is_binding(request: AdmissionRequest) -> bool:
@@ -394,24 +494,29 @@ def _is_binding(request: AdmissionRequest) -> bool:
 def _reason_text(reason: str) -> str:
     return {
         "managed": "the node is managed by the Volcano scheduler",
-        "unknown": "the node is not known to volcano-guard (policies.nodeName.unknownNodes: "
-                   "deny)",
+        "unknown": "the node is not known to volcano-guard (policies.nodeName.unknownNodes: deny)",
         "not synced": "volcano-guard's node cache is not synced (starting up, or the API server "
-                      "is unreachable; failClosed: true)",
+        "is unreachable; failClosed: true)",
         "pending": "volcano-guard has not finished publishing node states for the API server "
-                   "(starting up)",
+        "(starting up)",
     }[reason]
 
 
 def _message(request: AdmissionRequest, node: str, reason: str, config: Config) -> str:
-    return "".join(_message_parts((request.describe(),), node, reason,
-                                  first_scheduler(config)))
+    return "".join(_message_parts((request.describe(),), node, reason, first_scheduler(config)))
 
 
-def _message_parts(subject: tuple[str, ...], node: str, reason: str,
-                   scheduler: str) -> tuple[str, ...]:
+def _message_parts(
+    subject: tuple[str, ...], node: str, reason: str, scheduler: str
+) -> tuple[str, ...]:
     """The denial's words; subject and node may be CEL Exprs (the in-server check's)."""
-    return (*subject, ' sets spec.nodeName "', node, f'": {_reason_text(reason)}, and a pod '
-            "bound directly bypasses Volcano's resource accounting. Remove spec.nodeName; to "
-            'run on that node use nodeSelector kubernetes.io/hostname: "', node,
-            f'" or a required node affinity, with schedulerName "{scheduler}"')
+    return (
+        *subject,
+        ' sets spec.nodeName "',
+        node,
+        f'": {_reason_text(reason)}, and a pod '
+        "bound directly bypasses Volcano's resource accounting. Remove spec.nodeName; to "
+        'run on that node use nodeSelector kubernetes.io/hostname: "',
+        node,
+        f'" or a required node affinity, with schedulerName "{scheduler}"',
+    )

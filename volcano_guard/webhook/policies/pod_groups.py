@@ -86,8 +86,12 @@ class PodGroupRecord(msgspec.Struct, frozen=True, gc=False):
 
 def podgroup_record(obj: dict[str, Any]) -> PodGroupRecord:
     metadata = object_at(obj, "metadata")
-    return PodGroupRecord(podgroup_generation(obj), _text(metadata.get("uid")),
-                          controller_uid(obj), _text(metadata.get("creationTimestamp")))
+    return PodGroupRecord(
+        podgroup_generation(obj),
+        _text(metadata.get("uid")),
+        controller_uid(obj),
+        _text(metadata.get("creationTimestamp")),
+    )
 
 
 def podgroup_generation(obj: dict[str, Any]) -> str:
@@ -95,12 +99,14 @@ def podgroup_generation(obj: dict[str, Any]) -> str:
     return _text((_annotations(obj) or {}).get(GENERATION_ID))
 
 
-PODGROUPS = WatchedList("podgroups", "PodGroup", podgroup_record, "scheduling.volcano.sh",
-                        "v1beta1", namespaced=True)
+PODGROUPS = WatchedList(
+    "podgroups", "PodGroup", podgroup_record, "scheduling.volcano.sh", "v1beta1", namespaced=True
+)
 
 
-def guarded_podgroup(request: AdmissionRequest,
-                     snapshots: Mapping[WatchedList[Any], Any]) -> PodGroupRecord | None:
+def guarded_podgroup(
+    request: AdmissionRequest, snapshots: Mapping[WatchedList[Any], Any]
+) -> PodGroupRecord | None:
     """The cached PodGroup a DELETE names, when its members must be counted: a plain delete
     (no UID precondition) of a PodGroup that exists. The review's oldObject is not read."""
     if not is_delete(request) or _uid_precondition(request):
@@ -112,8 +118,10 @@ def guarded_podgroup(request: AdmissionRequest,
 # The namespace's pods that have not finished, listed (metadata only) for a PodGroup DELETE that
 # guarded_podgroup finds: a rare path.
 UNFINISHED_PODS = LiveList(
-    "pods", wanted=lambda request, snapshots: guarded_podgroup(request, snapshots) is not None,
-    field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    "pods",
+    wanted=lambda request, snapshots: guarded_podgroup(request, snapshots) is not None,
+    field_selector="status.phase!=Succeeded,status.phase!=Failed",
+)
 
 
 def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
@@ -128,8 +136,10 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
             return NOTHING_FOUND  # a restore by a break-glass user keeps its id
         wanted = str(context.new_generation_id())
         if current is not None:
-            warnings = (f"{request.describe()}: {GENERATION_ID} {shown(current)} is replaced by "
-                        f"{wanted}: only the guard stamps a new PodGroup's id",)
+            warnings = (
+                f"{request.describe()}: {GENERATION_ID} {shown(current)} is replaced by "
+                f"{wanted}: only the guard stamps a new PodGroup's id",
+            )
     elif request.operation == "UPDATE":
         old = _annotations(request.old_object or {}) or {}
         restored = old.get(GENERATION_ID)
@@ -151,7 +161,8 @@ def _break_glass(request: AdmissionRequest, config: Config) -> bool:
     """The delete guard's exempt users and groups: who may also keep a PodGroup's id."""
     guard = settings(config).deleteGuard
     return request.user.username in guard.exemptUsers or bool(
-        set(request.user.groups) & set(guard.exemptGroups))
+        set(request.user.groups) & set(guard.exemptGroups)
+    )
 
 
 def validate_delete(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
@@ -180,9 +191,12 @@ def _unknown(request: AdmissionRequest, context: PolicyContext, why: str) -> Ver
     """The answer when the guard cannot tell: failClosed decides."""
     if not context.config.failClosed:
         return NOTHING_FOUND
-    return Verdict(violations=(
-        f"{request.describe()}: {why}, and failClosed is true; retry, or delete with a UID "
-        "precondition",))
+    return Verdict(
+        violations=(
+            f"{request.describe()}: {why}, and failClosed is true; retry, or delete with a UID "
+            "precondition",
+        )
+    )
 
 
 def _uid_precondition(request: AdmissionRequest) -> bool:
@@ -190,8 +204,7 @@ def _uid_precondition(request: AdmissionRequest) -> bool:
     return isinstance(preconditions, dict) and bool(preconditions.get("uid"))
 
 
-def live_members(name: str, controller: str | None,
-                 pods: Iterable[dict[str, Any]]) -> list[str]:
+def live_members(name: str, controller: str | None, pods: Iterable[dict[str, Any]]) -> list[str]:
     """Pods that are not terminating and not finished, and that name the PodGroup or share its
     controller (a new pod may exist before Volcano annotates it)."""
     members = []
@@ -234,10 +247,10 @@ def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict |
     generation = record.generation if record else ""
     if not generation:
         return Verdict(outcome=OUTCOME_UNKNOWN)  # not cached (yet) or never stamped
-    patch = jsonpatch.add(jsonpatch.pointer("metadata", "annotations", POD_GENERATION),
-                          generation)
-    return Verdict(patch=(patch,), changes=(
-        f"annotate {request.describe()} {POD_GENERATION}={generation}",))
+    patch = jsonpatch.add(jsonpatch.pointer("metadata", "annotations", POD_GENERATION), generation)
+    return Verdict(
+        patch=(patch,), changes=(f"annotate {request.describe()} {POD_GENERATION}={generation}",)
+    )
 
 
 def joining_pod(request: AdmissionRequest) -> dict[str, Any] | None:
@@ -251,7 +264,8 @@ def joining_pod(request: AdmissionRequest) -> dict[str, Any] | None:
     if not isinstance(group, str) or not group:
         return None
     if request.operation == "UPDATE" and (_annotations(request.old_object or {}) or {}).get(
-            GROUP_NAME):
+        GROUP_NAME
+    ):
         return None  # it had joined already
     return request.object
 
@@ -260,15 +274,28 @@ def stamp_scopes(config: Config) -> tuple[Scope, ...]:
     """PodGroup CREATEs (but those with an id by a break-glass user); UPDATEs that drop or
     change the id they had."""
     guard = settings(config).deleteGuard
-    id_now, id_before = annotation_set("object", GENERATION_ID), annotation_set(
-        "oldObject", GENERATION_ID)
-    changed = (f"object.metadata.annotations[{string(GENERATION_ID)}] != "
-               f"oldObject.metadata.annotations[{string(GENERATION_ID)}]")
-    condition = all_of(kind_is(*POD_GROUP), any_of(
-        all_of(operation_is("CREATE"),
-               negate(all_of(id_now, user_in(guard.exemptUsers, guard.exemptGroups))
-                      if guard.exemptUsers or guard.exemptGroups else "")),
-        all_of(operation_is("UPDATE"), id_before, any_of(negate(id_now), changed))))
+    id_now, id_before = (
+        annotation_set("object", GENERATION_ID),
+        annotation_set("oldObject", GENERATION_ID),
+    )
+    changed = (
+        f"object.metadata.annotations[{string(GENERATION_ID)}] != "
+        f"oldObject.metadata.annotations[{string(GENERATION_ID)}]"
+    )
+    condition = all_of(
+        kind_is(*POD_GROUP),
+        any_of(
+            all_of(
+                operation_is("CREATE"),
+                negate(
+                    all_of(id_now, user_in(guard.exemptUsers, guard.exemptGroups))
+                    if guard.exemptUsers or guard.exemptGroups
+                    else ""
+                ),
+            ),
+            all_of(operation_is("UPDATE"), id_before, any_of(negate(id_now), changed)),
+        ),
+    )
     return (Scope(MUTATE, (_podgroups("CREATE", "UPDATE"),), condition),)
 
 
@@ -277,21 +304,31 @@ def enrich_scopes(config: Config) -> tuple[Scope, ...]:
     UPDATE, only the one that adds the group name. It fails open: the annotation tells which
     incarnation a pod joined, nothing depends on it, and a Volcano Job's pods all join one."""
     condition = all_of(
-        kind_is(*POD), annotation_set("object", GROUP_NAME),
+        kind_is(*POD),
+        annotation_set("object", GROUP_NAME),
         negate(annotation_set("object", POD_GENERATION)),
-        any_of(operation_is("CREATE"),
-               all_of(operation_is("UPDATE"), negate(annotation_set("oldObject", GROUP_NAME)))))
+        any_of(
+            operation_is("CREATE"),
+            all_of(operation_is("UPDATE"), negate(annotation_set("oldObject", GROUP_NAME))),
+        ),
+    )
     return (Scope(MUTATE_OPEN, (pods_rule("CREATE", "UPDATE"),), condition),)
 
 
 def delete_scopes(config: Config) -> tuple[Scope, ...]:
     """PodGroup DELETEs without a UID precondition by users the guard does not exempt."""
     guard = settings(config).deleteGuard
-    uid_precondition = ("has(request.options) && has(request.options.preconditions) && "
-                        "has(request.options.preconditions.uid) && "
-                        "request.options.preconditions.uid != ''")
-    condition = all_of(kind_is(*POD_GROUP), operation_is("DELETE"), negate(uid_precondition),
-                       negate(user_in(guard.exemptUsers, guard.exemptGroups)))
+    uid_precondition = (
+        "has(request.options) && has(request.options.preconditions) && "
+        "has(request.options.preconditions.uid) && "
+        "request.options.preconditions.uid != ''"
+    )
+    condition = all_of(
+        kind_is(*POD_GROUP),
+        operation_is("DELETE"),
+        negate(uid_precondition),
+        negate(user_in(guard.exemptUsers, guard.exemptGroups)),
+    )
     return (Scope(VALIDATE, (_podgroups("DELETE"),), condition),)
 
 
@@ -300,17 +337,32 @@ def _podgroups(*operations: str) -> Rule:
 
 
 STAMP_POLICY = Policy(
-    name=NAME, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
+    name=NAME,
+    mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
     off="policies.podGroups.stampGenerationId: false",
-    mutate=mutate, kinds=frozenset({POD_GROUP}), scopes=stamp_scopes)
+    mutate=mutate,
+    kinds=frozenset({POD_GROUP}),
+    scopes=stamp_scopes,
+)
 ENRICH_POLICY = Policy(
-    name=ENRICH, mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
+    name=ENRICH,
+    mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
     off="policies.podGroups.stampGenerationId: false",
-    mutate=annotate_pod, kinds=frozenset({POD}), scopes=enrich_scopes, watches=(PODGROUPS,))
-DELETE_POLICY = Policy(name=DELETE_GUARD, mode=lambda config: settings(config).deleteGuard.mode,
-                       off="policies.podGroups.deleteGuard.mode: off",
-                       validate=validate_delete, kinds=frozenset({POD_GROUP}),
-                       scopes=delete_scopes, watches=(PODGROUPS,), lookups=(UNFINISHED_PODS,))
+    mutate=annotate_pod,
+    kinds=frozenset({POD}),
+    scopes=enrich_scopes,
+    watches=(PODGROUPS,),
+)
+DELETE_POLICY = Policy(
+    name=DELETE_GUARD,
+    mode=lambda config: settings(config).deleteGuard.mode,
+    off="policies.podGroups.deleteGuard.mode: off",
+    validate=validate_delete,
+    kinds=frozenset({POD_GROUP}),
+    scopes=delete_scopes,
+    watches=(PODGROUPS,),
+    lookups=(UNFINISHED_PODS,),
+)
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -319,8 +371,9 @@ def _annotations(obj: dict[str, Any]) -> dict[str, Any] | None:
     return annotations if isinstance(annotations, dict) else None
 
 
-def _message(request: AdmissionRequest, podgroup: PodGroupRecord, members: list[str],
-             context: PolicyContext) -> str:
+def _message(
+    request: AdmissionRequest, podgroup: PodGroupRecord, members: list[str], context: PolicyContext
+) -> str:
     generation = podgroup.generation or "unknown (not stamped)"
     named = ", ".join(members[:MAX_NAMED_PODS])
     more = f" and {len(members) - MAX_NAMED_PODS} more" if len(members) > MAX_NAMED_PODS else ""
@@ -336,7 +389,8 @@ def _message(request: AdmissionRequest, podgroup: PodGroupRecord, members: list[
 def _age(created: str, context: PolicyContext) -> str:
     try:
         then = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=datetime.UTC)
+            tzinfo=datetime.UTC
+        )
     except ValueError:
         return "an unknown time"
     return format_duration(datetime.timedelta(seconds=context.clock() - then.timestamp()))

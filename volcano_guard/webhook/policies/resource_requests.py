@@ -89,22 +89,35 @@ def scopes(config: Config) -> tuple[Scope, ...]:
     """Pods a Volcano scheduler places, on CREATE; the Volcano kinds that carry task templates,
     on CREATE and UPDATE (their templates may name other schedulers: the policy decides). The
     workload kinds `check` reads are not registered: their pods are checked when created."""
-    pods = all_of(kind_is(*POD), operation_is("CREATE"), "has(object.spec.schedulerName)",
-                  f"object.spec.schedulerName in {strings(config.volcanoSchedulerNames)}")
+    pods = all_of(
+        kind_is(*POD),
+        operation_is("CREATE"),
+        "has(object.spec.schedulerName)",
+        f"object.spec.schedulerName in {strings(config.volcanoSchedulerNames)}",
+    )
     volcano = (kind_is(group, kind) for group, kind in VOLCANO_JOB_SPEC_PATHS)
-    rules = (pods_rule("CREATE"),
-             *(Rule(group, "v1alpha1", (plural,), ("CREATE", "UPDATE"))
-               for group, plural in _VOLCANO_PLURALS))
+    rules = (
+        pods_rule("CREATE"),
+        *(
+            Rule(group, "v1alpha1", (plural,), ("CREATE", "UPDATE"))
+            for group, plural in _VOLCANO_PLURALS
+        ),
+    )
     condition = any_of(pods, *volcano)
     validating = Scope(VALIDATE, rules, condition)
-    return (Scope(MUTATE, rules, condition), validating) if settings(config).defaults else (
-        validating,)
+    return (
+        (Scope(MUTATE, rules, condition), validating)
+        if settings(config).defaults
+        else (validating,)
+    )
 
 
 # CEL: container c requests resource r, or limits it (Kubernetes copies a limit into a missing
 # request), as requests_and_limits reads a container.
-_REQUESTED = ("has(c.resources) && ((has(c.resources.requests) && r in c.resources.requests) "
-              "|| (has(c.resources.limits) && r in c.resources.limits))")
+_REQUESTED = (
+    "has(c.resources) && ((has(c.resources.requests) && r in c.resources.requests) "
+    "|| (has(c.resources.limits) && r in c.resources.limits))"
+)
 # The container lists of a pod spec in the order the webhook reports them, and their words.
 _CONTAINER_WORDS = (("initContainers", "init container"), ("containers", "container"))
 
@@ -112,9 +125,13 @@ _CONTAINER_WORDS = (("initContainers", "init container"), ("containers", "contai
 def missing_request(resource: str, path: str = "") -> tuple[str, ...]:
     """The words for a container without a request of resource (the resource may be a CEL Expr:
     the in-server check says the same)."""
-    return ("has no ", resource, f" request{path}; Volcano accounts node resources by requests, "
-            "so set resources.requests.", resource, " (or a limit, which Kubernetes copies into "
-            "the request)")
+    return (
+        "has no ",
+        resource,
+        f" request{path}; Volcano accounts node resources by requests, so set resources.requests.",
+        resource,
+        " (or a limit, which Kubernetes copies into the request)",
+    )
 
 
 def in_server(config: Config) -> tuple[InServerCheck, ...]:
@@ -124,22 +141,42 @@ def in_server(config: Config) -> tuple[InServerCheck, ...]:
     without a request, init containers first, is named as the webhook names it first; the
     field path is left out (CEL has no index of a list element)."""
     names, resources = config.volcanoSchedulerNames, strings(settings(config).resources)
-    condition = all_of("has(object.spec.schedulerName)",
-                       f"object.spec.schedulerName in {strings(names)}")
+    condition = all_of(
+        "has(object.spec.schedulerName)", f"object.spec.schedulerName in {strings(names)}"
+    )
     variables, validations = [], []
     for field, kind in _CONTAINER_WORDS:
         short, first = f"{field}WithoutRequests", f"{field}FirstMissing"
         lacks = f"!({_REQUESTED})"
         variables += [
-            (short, f"has(object.spec.{field}) ? object.spec.{field}.filter(c, "
-                    f"{resources}.exists(r, {lacks})) : []"),
-            (first, f"size(variables.{short}) == 0 ? '' : {resources}.filter(r, "
-                    f"{lacks.replace('c.', f'variables.{short}[0].')})[0]")]
+            (
+                short,
+                f"has(object.spec.{field}) ? object.spec.{field}.filter(c, "
+                f"{resources}.exists(r, {lacks})) : []",
+            ),
+            (
+                first,
+                f"size(variables.{short}) == 0 ? '' : {resources}.filter(r, "
+                f"{lacks.replace('c.', f'variables.{short}[0].')})[0]",
+            ),
+        ]
         subject = (*DESCRIBED, ": ", kind, ' "', Expr(f"variables.{short}[0].name"), '" ')
-        validations.append((f"size(variables.{short}) == 0", concat(
-            *subject, *missing_request(Expr(f"variables.{first}")))))
-    return (InServerCheck("resource-requests", (pods_rule("CREATE"),), condition,
-                          tuple(validations), tuple(variables)), _volcano_in_server(config))
+        validations.append(
+            (
+                f"size(variables.{short}) == 0",
+                concat(*subject, *missing_request(Expr(f"variables.{first}"))),
+            )
+        )
+    return (
+        InServerCheck(
+            "resource-requests",
+            (pods_rule("CREATE"),),
+            condition,
+            tuple(validations),
+            tuple(variables),
+        ),
+        _volcano_in_server(config),
+    )
 
 
 def _volcano_in_server(config: Config) -> InServerCheck:
@@ -150,34 +187,55 @@ def _volcano_in_server(config: Config) -> InServerCheck:
     One validation a kind of problem and container list; the first task and container with
     it are named."""
     names, resources = config.volcanoSchedulerNames, strings(settings(config).resources)
-    tasks = ("has(variables.jobSpec.tasks) ? variables.jobSpec.tasks.filter(t, "
-             "has(t.template) && has(t.template.spec) && ((has(t.template.spec.schedulerName) "
-             "&& t.template.spec.schedulerName != '') ? t.template.spec.schedulerName : "
-             f"variables.jobScheduler) in {strings(names)}) : []")
+    tasks = (
+        "has(variables.jobSpec.tasks) ? variables.jobSpec.tasks.filter(t, "
+        "has(t.template) && has(t.template.spec) && ((has(t.template.spec.schedulerName) "
+        "&& t.template.spec.schedulerName != '') ? t.template.spec.schedulerName : "
+        f"variables.jobScheduler) in {strings(names)}) : []"
+    )
     variables = [
-        ("jobSpec", "request.kind.kind == 'CronJob' ? object.spec.jobTemplate.spec : "
-                    "object.spec"),
-        ("jobScheduler", "has(variables.jobSpec.schedulerName) && "
-                         "variables.jobSpec.schedulerName != '' ? "
-                         f"variables.jobSpec.schedulerName : {string(names[0])}"),
-        ("tasks", tasks)]
+        ("jobSpec", "request.kind.kind == 'CronJob' ? object.spec.jobTemplate.spec : object.spec"),
+        (
+            "jobScheduler",
+            "has(variables.jobSpec.schedulerName) && "
+            "variables.jobSpec.schedulerName != '' ? "
+            f"variables.jobSpec.schedulerName : {string(names[0])}",
+        ),
+        ("tasks", tasks),
+    ]
     validations = []
     for field, kind in _CONTAINER_WORDS:
         for problem, (found, key, words) in _problems(resources).items():
             name = f"{field}{problem}"
-            variables.append((name, f"variables.tasks.filter(t, has(t.template.spec.{field}) "
-                                    f"&& t.template.spec.{field}.exists(c, {found}))"))
+            variables.append(
+                (
+                    name,
+                    f"variables.tasks.filter(t, has(t.template.spec.{field}) "
+                    f"&& t.template.spec.{field}.exists(c, {found}))",
+                )
+            )
             task = f"variables.{name}[0]"
             container = f"{task}.template.spec.{field}.filter(c, {found})[0]"
-            subject = (*DESCRIBED, ' task "', Expr(f"{task}.name"), '": ', kind, ' "',
-                       Expr(f"{container}.name"), '" ')
+            subject = (
+                *DESCRIBED,
+                ' task "',
+                Expr(f"{task}.name"),
+                '": ',
+                kind,
+                ' "',
+                Expr(f"{container}.name"),
+                '" ',
+            )
             # The words read the container as c: the first such container stands in for it.
             said = concat(*words(Expr(key))).replace("c.resources", f"{container}.resources")
             validations.append((f"size(variables.{name}) == 0", f"{concat(*subject)} + {said}"))
-    rules = tuple(Rule(group, "v1alpha1", (plural,), ("CREATE", "UPDATE"))
-                  for group, plural in _VOLCANO_PLURALS)
-    return InServerCheck("volcano-resource-requests", rules, "has(object.spec)",
-                         tuple(validations), tuple(variables))
+    rules = tuple(
+        Rule(group, "v1alpha1", (plural,), ("CREATE", "UPDATE"))
+        for group, plural in _VOLCANO_PLURALS
+    )
+    return InServerCheck(
+        "volcano-resource-requests", rules, "has(object.spec)", tuple(validations), tuple(variables)
+    )
 
 
 def _quantity(value: str) -> str:
@@ -192,41 +250,67 @@ def _problems(resources: str) -> dict[str, tuple[str, str, Any]]:
         values = f"c.resources.{field}"
         listed = f"has(c.resources) && has({values}) && {values}"
         invalid = f"!isQuantity(string({values}[k]))"
-        negative = (f"isQuantity(string({values}[k])) && "
-                    f"{_quantity(f'{values}[k]')}.isLessThan(quantity('0'))")
+        negative = (
+            f"isQuantity(string({values}[k])) && "
+            f"{_quantity(f'{values}[k]')}.isLessThan(quantity('0'))"
+        )
         for problem, test in (("invalid", invalid), ("negative", negative)):
             key = f"{values}.filter(k, {test})[0]"
             problems[f"{problem.capitalize()}{field.capitalize()}"] = (
-                f"{listed}.exists(k, {test})", key,
+                f"{listed}.exists(k, {test})",
+                key,
                 lambda resource, problem=problem, field=field, values=values: unusable_quantity(
-                    problem, resource, field[:-1],
-                    Expr(f"'\"' + string({values}[{resource}]) + '\"'")))
-    problems["Missing"] = (f"{resources}.exists(r, !({_REQUESTED}))",
-                           f"{resources}.filter(r, !({_REQUESTED}))[0]", missing_request)
+                    problem,
+                    resource,
+                    field[:-1],
+                    Expr(f"'\"' + string({values}[{resource}]) + '\"'"),
+                ),
+            )
+    problems["Missing"] = (
+        f"{resources}.exists(r, !({_REQUESTED}))",
+        f"{resources}.filter(r, !({_REQUESTED}))[0]",
+        missing_request,
+    )
     both = "has(c.resources) && has(c.resources.requests) && has(c.resources.limits)"
-    over = ("k in c.resources.limits && isQuantity(string(c.resources.requests[k])) && "
-            "isQuantity(string(c.resources.limits[k])) && "
-            f"{_quantity('c.resources.requests[k]')}.isGreaterThan("
-            f"{_quantity('c.resources.limits[k]')})")
+    over = (
+        "k in c.resources.limits && isQuantity(string(c.resources.requests[k])) && "
+        "isQuantity(string(c.resources.limits[k])) && "
+        f"{_quantity('c.resources.requests[k]')}.isGreaterThan("
+        f"{_quantity('c.resources.limits[k]')})"
+    )
     problems["OverLimit"] = (
         f"{both} && c.resources.requests.exists(k, {over})",
         f"c.resources.requests.filter(k, {over})[0]",
         lambda resource: over_limit(
-            resource, Expr(f"string(c.resources.requests[{resource}])"),
-            Expr(f"string(c.resources.limits[{resource}])")))
+            resource,
+            Expr(f"string(c.resources.requests[{resource}])"),
+            Expr(f"string(c.resources.limits[{resource}])"),
+        ),
+    )
     return problems
 
 
 # The resources of the kinds in VOLCANO_JOB_SPEC_PATHS, as registrations name them.
-_VOLCANO_PLURALS = (("batch.volcano.sh", "jobs"), ("batch.volcano.sh", "cronjobs"),
-                    ("flow.volcano.sh", "jobtemplates"))
-POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode,
-                off="policies.resourceRequests.mode: off", mutate=mutate,
-                validate=validate, kinds=SUPPORTED_KINDS, scopes=scopes, in_server=in_server)
+_VOLCANO_PLURALS = (
+    ("batch.volcano.sh", "jobs"),
+    ("batch.volcano.sh", "cronjobs"),
+    ("flow.volcano.sh", "jobtemplates"),
+)
+POLICY = Policy(
+    name=NAME,
+    mode=lambda config: settings(config).mode,
+    off="policies.resourceRequests.mode: off",
+    mutate=mutate,
+    validate=validate,
+    kinds=SUPPORTED_KINDS,
+    scopes=scopes,
+    in_server=in_server,
+)
 
 
-def violations(subject: Callable[[], str], templates: list[PodTemplate],
-               config: ResourceRequestsConfig) -> list[str]:
+def violations(
+    subject: Callable[[], str], templates: list[PodTemplate], config: ResourceRequestsConfig
+) -> list[str]:
     """What is wrong, a line per problem; subject() names the object (only called to say so)."""
     found: list[str] = []
     for template in templates:
@@ -234,22 +318,27 @@ def violations(subject: Callable[[], str], templates: list[PodTemplate],
             problems = _container_problems(container, config.resources)
             if problems:  # rare: the message parts are built only here
                 where = f'{subject()} task "{template.task}"' if template.task else subject()
-                found += (f'{where}: {container.kind} "{container.name}" {problem}'
-                          for problem in problems)
+                found += (
+                    f'{where}: {container.kind} "{container.name}" {problem}'
+                    for problem in problems
+                )
     return found
 
 
-def default_requests(templates: list[PodTemplate], defaults: Mapping[str, str]) -> tuple[
-    list[jsonpatch.Operation], list[str]
-]:
+def default_requests(
+    templates: list[PodTemplate], defaults: Mapping[str, str]
+) -> tuple[list[jsonpatch.Operation], list[str]]:
     """JSON patch filling each missing request from defaults, and what it does in words."""
     patch: list[jsonpatch.Operation] = []
     changes: list[str] = []
     for template in templates:
         for container in containers(template):
             requests, limits = requests_and_limits(container)
-            missing = {name: value for name, value in defaults.items()
-                       if name not in requests and name not in limits}
+            missing = {
+                name: value
+                for name, value in defaults.items()
+                if name not in requests and name not in limits
+            }
             if not missing:
                 continue
             patch.extend(_add_requests(container, missing))
@@ -273,8 +362,11 @@ def _volcano_templates(request: AdmissionRequest, config: Config) -> list[PodTem
     elif not is_supported(group, kind) or request.operation not in ("CREATE", "UPDATE"):
         return None
     names = config.volcanoSchedulerNames
-    templates = [template for template in pod_templates(group, kind, request.object, names[0])
-                 if template.scheduler_name in names]
+    templates = [
+        template
+        for template in pod_templates(group, kind, request.object, names[0])
+        if template.scheduler_name in names
+    ]
     return templates or None
 
 
@@ -286,25 +378,41 @@ def _container_problems(container: Container, required: tuple[str, ...]) -> list
     limited = _quantities(container, "limits", limits, problems)
     for resource in required:
         if resource not in requests and resource not in limits:
-            problems.append("".join(missing_request(
-                resource, f" ({_path(container, 'requests', resource)})")))
+            problems.append(
+                "".join(missing_request(resource, f" ({_path(container, 'requests', resource)})"))
+            )
     for resource, value in requested.items():
         limit = limited.get(resource)
         if limit is not None and value > limit:
-            problems.append("".join(over_limit(
-                resource, shown(requests[resource]), shown(limits[resource]),
-                f" ({_path(container, 'requests', resource)})")))
+            problems.append(
+                "".join(
+                    over_limit(
+                        resource,
+                        shown(requests[resource]),
+                        shown(limits[resource]),
+                        f" ({_path(container, 'requests', resource)})",
+                    )
+                )
+            )
     return problems
 
 
 def over_limit(resource: str, request: str, limit: str, path: str = "") -> tuple[str, ...]:
     """The words for a request above its limit (any part may be a CEL Expr)."""
-    return ("requests ", resource, " ", request, ", more than its limit ", limit,
-            f"{path}; lower the request or raise the limit")
+    return (
+        "requests ",
+        resource,
+        " ",
+        request,
+        ", more than its limit ",
+        limit,
+        f"{path}; lower the request or raise the limit",
+    )
 
 
-def unusable_quantity(problem: str, resource: str, field: str, raw: str,
-                      path: str = "") -> tuple[str, ...]:
+def unusable_quantity(
+    problem: str, resource: str, field: str, raw: str, path: str = ""
+) -> tuple[str, ...]:
     """The words for a quantity that does not parse ("invalid") or is below zero ("negative");
     the webhook adds why an invalid one does not parse."""
     article = "an" if problem == "invalid" else "a"
@@ -312,22 +420,40 @@ def unusable_quantity(problem: str, resource: str, field: str, raw: str,
     return (f"has {article} {problem} ", resource, f" {field} ", raw, path, advice)
 
 
-def _quantities(container: Container, field: str, values: dict[str, Any],
-                problems: list[str]) -> dict[str, Decimal]:
+def _quantities(
+    container: Container, field: str, values: dict[str, Any], problems: list[str]
+) -> dict[str, Decimal]:
     """values parsed; what cannot be (or is negative) is left out and told in problems."""
     parsed: dict[str, Decimal] = {}
     for resource, raw in values.items():
         try:
             quantity = parse_quantity(raw)
         except QuantityError as exc:
-            problems.append("".join(unusable_quantity(
-                "invalid", resource, field[:-1], shown(raw),
-                f" ({_path(container, field, resource)})")) + f": {exc}")
+            problems.append(
+                "".join(
+                    unusable_quantity(
+                        "invalid",
+                        resource,
+                        field[:-1],
+                        shown(raw),
+                        f" ({_path(container, field, resource)})",
+                    )
+                )
+                + f": {exc}"
+            )
             continue
         if quantity < 0:
-            problems.append("".join(unusable_quantity(
-                "negative", resource, field[:-1], shown(raw),
-                f" ({_path(container, field, resource)})")))
+            problems.append(
+                "".join(
+                    unusable_quantity(
+                        "negative",
+                        resource,
+                        field[:-1],
+                        shown(raw),
+                        f" ({_path(container, field, resource)})",
+                    )
+                )
+            )
             continue
         parsed[resource] = quantity
     return parsed

@@ -42,9 +42,11 @@ VOLUME = "volcano-guard-kubeconfig"
 MOUNT_PATH = "/var/run/volcano-guard"
 KUBECONFIG = f"{MOUNT_PATH}/kubeconfig"
 GRACE_MARGIN = 10  # seconds beyond the drain timeout before the kubelet kills the sidecar
-HOST_NETWORK_RISK = ("the pod uses hostNetwork, so the sidecar's loopback port is the node's: "
-                     "every process on the node can reach it (it still requires the token of the "
-                     "kubeconfig it writes)")
+HOST_NETWORK_RISK = (
+    "the pod uses hostNetwork, so the sidecar's loopback port is the node's: "
+    "every process on the node can reach it (it still requires the token of the "
+    "kubeconfig it writes)"
+)
 
 
 def settings(config: Config) -> SidecarInjectionConfig:
@@ -70,8 +72,10 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     problems += [problem] if problem else []
     host_network = spec.get("hostNetwork") is True
     if host_network and config.hostNetwork == "refuse":
-        problems.append(HOST_NETWORK_RISK + "; run it without hostNetwork, or set "
-                        "policies.sidecarInjection.hostNetwork: warn to inject anyway")
+        problems.append(
+            HOST_NETWORK_RISK + "; run it without hostNetwork, or set "
+            "policies.sidecarInjection.hostNetwork: warn to inject anyway"
+        )
     if problems:
         return Verdict(violations=tuple(f"{request.describe()}: {p}" for p in problems))
     patch = _inject(spec, config, options)
@@ -82,34 +86,59 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     if not isinstance(current, int) or current < grace:  # unset (30 s) or too short
         patch.append(jsonpatch.add("/spec/terminationGracePeriodSeconds", grace))
     names = ", ".join(c.name for c in targets)
-    return Verdict(patch=tuple(patch), changes=(
-        f"inject the volcano-guard sidecar into {request.describe()} and point {names} at it",),
-        warnings=(f"{request.describe()}: {HOST_NETWORK_RISK}",) if host_network else ())
+    return Verdict(
+        patch=tuple(patch),
+        changes=(
+            f"inject the volcano-guard sidecar into {request.describe()} and point {names} at it",
+        ),
+        warnings=(f"{request.describe()}: {HOST_NETWORK_RISK}",) if host_network else (),
+    )
 
 
 def scopes(config: Config) -> tuple[Scope, ...]:
     """Pod CREATEs labelled for injection, in a registration of their own that fails open."""
-    return (Scope(INJECT, (pods_rule("CREATE"),),
-                  all_of(kind_is(*POD), operation_is("CREATE")), ((INJECT_LABEL, "true"),)),)
+    return (
+        Scope(
+            INJECT,
+            (pods_rule("CREATE"),),
+            all_of(kind_is(*POD), operation_is("CREATE")),
+            ((INJECT_LABEL, "true"),),
+        ),
+    )
 
 
-POLICY = Policy(name=NAME, mode=lambda config: settings(config).mode,
-                off="policies.sidecarInjection.mode: off", mutate=mutate,
-                kinds=frozenset({POD}), scopes=scopes)
+POLICY = Policy(
+    name=NAME,
+    mode=lambda config: settings(config).mode,
+    off="policies.sidecarInjection.mode: off",
+    mutate=mutate,
+    kinds=frozenset({POD}),
+    scopes=scopes,
+)
 
 
-def sidecar_container(config: SidecarInjectionConfig, options: dict[str, Any],
-                      native: bool) -> dict[str, Any]:
+def sidecar_container(
+    config: SidecarInjectionConfig, options: dict[str, Any], native: bool
+) -> dict[str, Any]:
     probe = {"httpGet": {"path": "/readyz", "port": config.metricsPort}, "periodSeconds": 5}
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": config.image,
         "command": ["volcano-guard"],
         "args": [
-            "sidecar", "--listen", f"127.0.0.1:{config.port}",
-            "--metrics-listen", f"0.0.0.0:{config.metricsPort}",
-            "--flush-interval", _number(options["flush"]), "--ack", options["ack"],
-            "--drain-timeout", _number(options["drain"]), "--write-kubeconfig", KUBECONFIG,
+            "sidecar",
+            "--listen",
+            f"127.0.0.1:{config.port}",
+            "--metrics-listen",
+            f"0.0.0.0:{config.metricsPort}",
+            "--flush-interval",
+            _number(options["flush"]),
+            "--ack",
+            options["ack"],
+            "--drain-timeout",
+            _number(options["drain"]),
+            "--write-kubeconfig",
+            KUBECONFIG,
         ],
         "ports": [{"name": "vg-metrics", "containerPort": config.metricsPort}],
         "resources": {"requests": dict(config.requests), "limits": dict(config.limits)},
@@ -117,8 +146,10 @@ def sidecar_container(config: SidecarInjectionConfig, options: dict[str, Any],
         "livenessProbe": {**probe, "httpGet": {"path": "/healthz", "port": config.metricsPort}},
         "volumeMounts": [{"name": VOLUME, "mountPath": MOUNT_PATH}],
         "securityContext": {
-            "runAsNonRoot": True, "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
@@ -128,26 +159,36 @@ def sidecar_container(config: SidecarInjectionConfig, options: dict[str, Any],
     return container
 
 
-def _inject(spec: dict[str, Any], config: SidecarInjectionConfig,
-            options: dict[str, Any]) -> list[dict[str, Any]]:
+def _inject(
+    spec: dict[str, Any], config: SidecarInjectionConfig, options: dict[str, Any]
+) -> list[dict[str, Any]]:
     sidecar = sidecar_container(config, options, config.nativeSidecar)
     volume = {"name": VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
     ops = []
     if config.nativeSidecar:  # first, so it is up before every other init container
-        ops.append(jsonpatch.add("/spec/initContainers/0", sidecar) if spec.get("initContainers")
-                   else jsonpatch.add("/spec/initContainers", [sidecar]))
+        ops.append(
+            jsonpatch.add("/spec/initContainers/0", sidecar)
+            if spec.get("initContainers")
+            else jsonpatch.add("/spec/initContainers", [sidecar])
+        )
     else:
         ops.append(jsonpatch.add("/spec/containers/-", sidecar))
-    ops.append(jsonpatch.add("/spec/volumes/-", volume) if spec.get("volumes")
-               else jsonpatch.add("/spec/volumes", [volume]))
+    ops.append(
+        jsonpatch.add("/spec/volumes/-", volume)
+        if spec.get("volumes")
+        else jsonpatch.add("/spec/volumes", [volume])
+    )
     return ops
 
 
 def _point_at_proxy(target: Container, mode: str) -> list[dict[str, Any]]:
     container, base = target.body, jsonpatch.pointer(*target.path)
     mount = {"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}
-    ops = [jsonpatch.add(f"{base}/volumeMounts/-", mount) if container.get("volumeMounts")
-           else jsonpatch.add(f"{base}/volumeMounts", [mount])]
+    ops = [
+        jsonpatch.add(f"{base}/volumeMounts/-", mount)
+        if container.get("volumeMounts")
+        else jsonpatch.add(f"{base}/volumeMounts", [mount])
+    ]
     # Appending args to a container without any would replace its image's CMD: use env there.
     if mode == "args" and container.get("args"):
         ops.append(jsonpatch.add(f"{base}/args/-", f"--kubeconfig={KUBECONFIG}"))
@@ -155,16 +196,23 @@ def _point_at_proxy(target: Container, mode: str) -> list[dict[str, Any]]:
         ops.append(jsonpatch.add(f"{base}/args", [f"--kubeconfig={KUBECONFIG}"]))
     else:
         env = {"name": "KUBECONFIG", "value": KUBECONFIG}
-        ops.append(jsonpatch.add(f"{base}/env/-", env) if container.get("env")
-                   else jsonpatch.add(f"{base}/env", [env]))
+        ops.append(
+            jsonpatch.add(f"{base}/env/-", env)
+            if container.get("env")
+            else jsonpatch.add(f"{base}/env", [env])
+        )
     return ops
 
 
-def _options(annotations: dict[str, Any], config: SidecarInjectionConfig) -> tuple[
-    dict[str, Any], list[str]
-]:
-    options: dict[str, Any] = {"flush": config.flushInterval, "ack": config.ack,
-                               "mode": config.proxyMode, "drain": config.drainTimeout}
+def _options(
+    annotations: dict[str, Any], config: SidecarInjectionConfig
+) -> tuple[dict[str, Any], list[str]]:
+    options: dict[str, Any] = {
+        "flush": config.flushInterval,
+        "ack": config.ack,
+        "mode": config.proxyMode,
+        "drain": config.drainTimeout,
+    }
     problems = []
     if FLUSH_INTERVAL in annotations:
         text = annotations[FLUSH_INTERVAL]
@@ -174,16 +222,22 @@ def _options(annotations: dict[str, Any], config: SidecarInjectionConfig) -> tup
                 raise ValueError
             options["flush"] = value
         except (TypeError, ValueError):
-            problems.append(f"annotation {FLUSH_INTERVAL} is {shown(text)}; allowed: seconds "
-                            'from 0.05 to 60, e.g. "1" or "0.5"')
-    for key, field, allowed in ((ACK, "ack", ("async", "sync")),
-                                (PROXY_MODE, "mode", ("args", "env"))):
+            problems.append(
+                f"annotation {FLUSH_INTERVAL} is {shown(text)}; allowed: seconds "
+                'from 0.05 to 60, e.g. "1" or "0.5"'
+            )
+    for key, field, allowed in (
+        (ACK, "ack", ("async", "sync")),
+        (PROXY_MODE, "mode", ("args", "env")),
+    ):
         if key in annotations:
             if annotations[key] in allowed:
                 options[field] = annotations[key]
             else:
-                problems.append(f"annotation {key} is {shown(annotations[key])}; allowed: "
-                                f"{' or '.join(allowed)}")
+                problems.append(
+                    f"annotation {key} is {shown(annotations[key])}; allowed: "
+                    f"{' or '.join(allowed)}"
+                )
     return options, problems
 
 
@@ -197,8 +251,10 @@ def _targets(app: list[Container], annotations: dict[str, Any]) -> tuple[list[Co
     chosen = [n.strip() for n in wanted.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in by_name]
     if unknown:
-        return [], (f"annotation {PROXY_CONTAINERS} names {', '.join(unknown)}, not containers "
-                    f"of this pod (it has {', '.join(by_name)})")
+        return [], (
+            f"annotation {PROXY_CONTAINERS} names {', '.join(unknown)}, not containers "
+            f"of this pod (it has {', '.join(by_name)})"
+        )
     return [by_name[n] for n in chosen], ""
 
 
