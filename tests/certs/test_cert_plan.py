@@ -44,10 +44,10 @@ class Cluster:
             self.bundles = {name: frozenset(map(fingerprint, self.cas)) for name in self.bundles}
         elif step == "issue":
             _, self.cert = issue_leaf(
-                self.ca_key,
+                self.ca_key,  # type: ignore[arg-type]
                 self.cas[0],
                 NAMES,
-                now,  # type: ignore
+                now,
                 min(now + LIFETIMES.cert, self.cas[0].not_valid_after_utc),
             )
         elif step == "retire":
