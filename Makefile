@@ -6,10 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test demo lint bench clean manifests
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sandbox/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e ./sandbox
 	touch $(STAMP)
 
 # The default suite in three processes (pytest-xdist) on two cores: most tests wait on servers,

@@ -36,8 +36,8 @@ from bench.admission_load import (
     start_sandbox,
 )
 from bench.hey import ensure_hey, run_hey
-from volcano_guard.base.processes import free_port, wait_for_port
 from volcano_guard.certs.generate import generate
+from volcano_guard_sandbox.processes import free_port, wait_for_port
 
 WARM_UP = 300  # requests before counting: imports, caches and the TLS session settle
 

@@ -49,8 +49,8 @@ from typing import TypeVar
 
 from bench.hey import ensure_hey, run_hey, run_hey_in_turns
 from volcano_guard.base.kubeconfig import write_kubeconfig
-from volcano_guard.base.processes import cpu_seconds, free_port, wait_for_port
 from volcano_guard.certs.generate import generate
+from volcano_guard_sandbox.processes import cpu_seconds, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

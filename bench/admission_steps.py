@@ -20,8 +20,8 @@ from pathlib import Path
 
 from bench.admission_load import pod_review, start
 from bench.hey import ensure_hey, run_hey
-from volcano_guard.base.processes import cpu_seconds, free_port
 from volcano_guard.certs.generate import generate
+from volcano_guard_sandbox.processes import cpu_seconds, free_port
 
 STEPS = {
     "floor": "floor (orjson decode, constant answer)",

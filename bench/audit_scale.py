@@ -36,13 +36,13 @@ from bench.sandbox_admission import api
 from volcano_guard.audit.cluster import read_state
 from volcano_guard.audit.findings import findings
 from volcano_guard.base.kubeconfig import kubernetes_configuration, resolve, write_kubeconfig
-from volcano_guard.base.processes import cpu_seconds, free_port, memory_kib, wait_for_port
 from volcano_guard.webhook.config import config_from_dict
+from volcano_guard_sandbox.processes import cpu_seconds, free_port, memory_kib, wait_for_port
 
 SERVE = r"""
 import asyncio, sys
-from volcano_guard.sandbox.runner import running
-from volcano_guard.sandbox.store import Store
+from volcano_guard_sandbox.apiserver.runner import running
+from volcano_guard_sandbox.apiserver.store import Store
 
 def node(i):
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{i}",

@@ -30,9 +30,9 @@ from typing import Any
 from tests.builders import container, pod, review
 from tests.processes import post_review, start_cli, wait_for_log
 from volcano_guard.base.connections import raise_open_file_limit
-from volcano_guard.base.processes import tree_memory_kib
 from volcano_guard.base.tls import client_context
 from volcano_guard.certs.generate import generate
+from volcano_guard_sandbox.processes import tree_memory_kib
 
 HOSTNAME = "volcano-guard.volcano-guard.svc"
 NO_CLUSTER = {

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from volcano_guard.base.processes import stat_fields
+from volcano_guard_sandbox.processes import stat_fields
 
 
 def find_hey(install: bool = True) -> str | None:

@@ -6,8 +6,8 @@ Each install is built and installed as the image builds it: the wheel from a che
 (`pip wheel --no-deps`), then `pip install` of that wheel into a fresh virtualenv, dependencies
 from the package index. Installs: this tree with no extra (what the image holds), this tree
 with the sandbox extra (what a developer holds), and REV with no extra, the baseline. For each
-it prints site-packages' size, the number of distributions, whether protobuf and
-cel-expr-python are among them, and the resident memory of `volcano-guard webhook` started
+it prints site-packages' size, the number of distributions, whether the sandbox distribution
+is among them, and the resident memory of `volcano-guard webhook` started
 from that virtualenv with the default config, ready (its caches synced) against a sandbox API
 server holding 100 nodes and 20 pods. Then the ratios against the baseline.
 """
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.admission_load import ROOT, start, start_sandbox, worktree
-from volcano_guard.base.processes import free_port, memory_kib
 from volcano_guard.certs.generate import generate
+from volcano_guard_sandbox.processes import free_port, memory_kib
 
 
 def sandbox_extra() -> set[str]:
@@ -50,9 +50,9 @@ class Footprint:
     webhook_rss_mib: float
 
 
-def build_wheel(source: Path, out: Path) -> Path:
-    """The wheel `pip wheel .` builds from source (CalledProcessError, with pip's words, if
-    none)."""
+def build_wheel(source: Path, out: Path, name: str = "volcano_guard") -> Path:
+    """The wheel `pip wheel .` builds from source, of the distribution whose wheel name is name
+    (CalledProcessError, with pip's words, if none)."""
     subprocess.run(
         [
             sys.executable,
@@ -71,16 +71,18 @@ def build_wheel(source: Path, out: Path) -> Path:
         capture_output=True,
         text=True,
     )
-    (wheel,) = out.glob("volcano_guard-*.whl")
+    (wheel,) = out.glob(f"{name}-*.whl")
     return wheel
 
 
-def install(wheel: Path, venv: Path, extra: str = "") -> Path:
-    """A fresh virtualenv holding wheel (and extra); its bin/ folder."""
+def install(wheel: Path, venv: Path, sandbox: Path | None = None) -> Path:
+    """A fresh virtualenv holding wheel and, given the sandbox distribution's wheel, the
+    sandbox extra; its bin/ folder."""
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    target = f"volcano-guard[{extra}] @ {wheel.as_uri()}" if extra else str(wheel)
+    # The extra names volcano-guard-sandbox, which pip takes from the wheel given beside it.
+    targets = [f"volcano-guard[sandbox] @ {wheel.as_uri()}", str(sandbox)] if sandbox else [wheel]
     subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", target],
+        [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", *targets],
         check=True,
         capture_output=True,
         text=True,
@@ -168,13 +170,14 @@ def main() -> None:
         certs = generate("volcano-guard", "volcano-guard", tmp / "certs", days=1)
         _, kubeconfig = start_sandbox(stack, tmp_name)
         here = build_wheel(ROOT, tmp / "wheel-here")
+        harness = build_wheel(ROOT / "sandbox", tmp / "wheel-sandbox", "volcano_guard_sandbox")
         baseline = build_wheel(worktree(stack, args.baseline_rev, tmp), tmp / "wheel-baseline")
         rows = [
             measure(stack, "this tree", install(here, tmp / "venv-here"), certs, kubeconfig),
             measure(
                 stack,
                 "this tree [sandbox]",
-                install(here, tmp / "venv-sandbox", "sandbox"),
+                install(here, tmp / "venv-sandbox", harness),
                 certs,
                 kubeconfig,
             ),
@@ -188,7 +191,7 @@ def main() -> None:
         ]
     print(
         f"{'install':<22}{'site-packages MiB':>18}{'distributions':>15}"
-        f"{'protobuf+cel':>14}{'webhook RSS MiB':>17}"
+        f"{'sandbox':>14}{'webhook RSS MiB':>17}"
     )
     for row in rows:
         print(

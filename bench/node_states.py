@@ -16,10 +16,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from volcano_guard.sandbox import policies as plugin
-from volcano_guard.sandbox.admission import Record
-from volcano_guard.sandbox.matching import Attributes, User
-from volcano_guard.sandbox.store import ApiError
 from volcano_guard.webhook.admission_policies import admission_policies
 from volcano_guard.webhook.config import Config, config_from_dict
 from volcano_guard.webhook.node_states import (
@@ -29,6 +25,10 @@ from volcano_guard.webhook.node_states import (
     from_configmap,
     plan,
 )
+from volcano_guard_sandbox.apiserver import policies as plugin
+from volcano_guard_sandbox.apiserver.admission import Record
+from volcano_guard_sandbox.apiserver.matching import Attributes, User
+from volcano_guard_sandbox.apiserver.store import ApiError
 
 TRAIN = {"volcano.sh/role": "train", "kubernetes.io/os": "linux"}
 WEB = {"role": "web", "kubernetes.io/os": "linux"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from volcano_guard.storm import StormSettings, format_results, run_storm
+from volcano_guard_sandbox.storm import StormSettings, format_results, run_storm
 
 
 async def main() -> None:

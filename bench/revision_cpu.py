@@ -32,8 +32,8 @@ from bench.admission_load import (
     worktree,
 )
 from bench.hey import ensure_hey, run_hey
-from volcano_guard.base.processes import cpu_seconds, free_port
 from volcano_guard.certs.generate import generate
+from volcano_guard_sandbox.processes import cpu_seconds, free_port
 
 
 def checkout(stack: ExitStack, rev: str, tmp: Path) -> Path:

@@ -36,9 +36,9 @@ import yaml
 from bench.admission_load import start
 from bench.hey import ensure_hey, run_hey
 from volcano_guard.base.kubeconfig import write_kubeconfig
-from volcano_guard.base.processes import free_port
 from volcano_guard.certs.generate import generate
-from volcano_guard.guarded_sandbox import NAMESPACE, SERVICE, shipped_config
+from volcano_guard_sandbox.guarded_sandbox import NAMESPACE, SERVICE, shipped_config
+from volcano_guard_sandbox.processes import free_port
 
 PODS = "/api/v1/namespaces/team-a/pods"
 CONFIGURATIONS = {
@@ -198,7 +198,7 @@ def main() -> None:
 def cel_time(documents: list[dict[str, Any]], repeats: int = 2000) -> None:
     """Each pod policy's validation of one Volcano pod, alone, in this process (CEL compiled
     once, as the sandbox keeps it)."""
-    from volcano_guard.sandbox.policy_validation import PolicyInputs, validate
+    from volcano_guard_sandbox.apiserver.policy_validation import PolicyInputs, validate
 
     pod = {**volcano_pod(), "metadata": {"name": "worker-1", "namespace": "team-a"}}
     inputs = PolicyInputs(

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import aiohttp
 
-from volcano_guard.base.processes import free_port, memory_kib, wait_for_port
+from volcano_guard_sandbox.processes import free_port, memory_kib, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
@@ -139,8 +139,8 @@ async def throughput(seconds: float) -> None:
 
 
 def seed_pods(count: int, result: multiprocessing.Queue) -> None:
-    from volcano_guard.sandbox.runner import seed
-    from volcano_guard.sandbox.store import Store
+    from volcano_guard_sandbox.apiserver.runner import seed
+    from volcano_guard_sandbox.apiserver.store import Store
 
     store = Store()
     before = memory_kib()

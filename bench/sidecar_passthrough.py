@@ -22,7 +22,7 @@ from pathlib import Path
 
 import aiohttp
 
-from volcano_guard.base.processes import (
+from volcano_guard_sandbox.processes import (
     cpu_seconds,
     free_port,
     memory_kib,

@@ -1,6 +1,6 @@
 """Which admission webhooks kube-apiserver calls for a request, and what a request meets while
 none of them answers: a test-friendly request record over the sandbox's own matching
-(volcano_guard.sandbox.matching, which follows k8s.io/apiserver's and is pinned by
+(volcano_guard_sandbox.apiserver.matching, which follows k8s.io/apiserver's and is pinned by
 tests/sandbox/test_sandbox_admission.py), with matchConditions evaluated by CEL's C++ runtime,
 and the ValidatingAdmissionPolicies among the manifests run by the sandbox's plugin."""
 
@@ -10,9 +10,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from volcano_guard.sandbox import matching, policies
-from volcano_guard.sandbox.admission import Record
-from volcano_guard.sandbox.store import ApiError
+from volcano_guard_sandbox.apiserver import matching, policies
+from volcano_guard_sandbox.apiserver.admission import Record
+from volcano_guard_sandbox.apiserver.store import ApiError
 
 
 @dataclass(frozen=True)

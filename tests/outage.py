@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from volcano_guard.base.processes import free_port
+from volcano_guard_sandbox.processes import free_port
 
 
 class Outage:

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from kubernetes import client
 
-from volcano_guard.sandbox.runner import SandboxThread
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
 

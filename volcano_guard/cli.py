@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import importlib.util
 import logging
 import ssl
 import sys
@@ -27,9 +26,11 @@ if TYPE_CHECKING:
     from volcano_guard.webhook.node_states import NodeStatesPublisher
 
 EXIT_USAGE = 2
-# What the sandbox extra brings (pyproject.toml): the sandbox, the storm replay and the demo need
-# it; the image installs no extra.
-SANDBOX_EXTRA_MODULES = ("google.protobuf", "cel_expr_python")
+# The commands of the sandbox distribution (sandbox/: the sandbox API server and the demo), left
+# out of the image. It registers them as entry points of this group, each a function
+# (prog, argv) -> exit code, so that no product module imports it.
+SANDBOX_COMMANDS = "volcano_guard.commands"
+SANDBOX_EXTRA = "pip install 'volcano-guard[sandbox]'"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,7 +48,7 @@ def _configure_logging() -> None:
     )
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse that says what is wrong in one line, as kubectl does, not with the usage."""
 
     def error(self, message: str) -> NoReturn:
@@ -55,7 +56,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="volcano-guard",
         description="Admission webhook and status-coalescing proxy for the Volcano scheduler.",
     )
@@ -66,9 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_check(commands)
     _add_manifests(commands)
     _add_sidecar(commands)
-    _add_sandbox(commands)
+    _add_sandbox_command(
+        commands,
+        "sandbox",
+        "a local stand-in for kube-apiserver for tests and demos, over HTTP, or HTTPS with "
+        "--tls-cert (needs the sandbox extra)",
+    )
     _add_audit(commands)
-    _add_demo(commands)
+    _add_sandbox_command(
+        commands,
+        "demo",
+        "the guard against a sandbox API server, no cluster needed (needs the sandbox extra)",
+    )
     return parser
 
 
@@ -474,55 +484,28 @@ def _add_manifests(commands: argparse._SubParsersAction) -> None:
     manifests.set_defaults(run=run_manifests)
 
 
-def _add_sandbox(commands: argparse._SubParsersAction) -> None:
-    sandbox = commands.add_parser(
-        "sandbox",
-        help="a local stand-in for kube-apiserver for tests and demos, over HTTP, "
-        "or HTTPS with --tls-cert (needs the sandbox extra)",
-        description="A local stand-in for kube-apiserver for tests and demos: plain HTTP, or "
-        "HTTPS with --tls-cert and --tls-key (kubectl sends bearer tokens only over HTTPS); "
-        "with --token-auth-file, users by bearer token. Needs the sandbox extra.",
-    )
-    sandbox.add_argument(
-        "--listen", default="127.0.0.1:8080", help="HOST:PORT (default %(default)s)"
-    )
-    sandbox.add_argument(
-        "--load",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="YAML/JSON objects to create at start (repeatable)",
-    )
-    sandbox.add_argument(
-        "--service",
-        action="append",
-        default=[],
-        metavar="NAMESPACE/NAME:PORT=HOST:PORT",
-        help="where a webhook configuration's clientConfig.service is served (repeatable)",
-    )
-    sandbox.add_argument(
-        "--tls-cert",
-        metavar="FILE",
-        help="serve HTTPS with this certificate (kubectl sends bearer tokens only over HTTPS)",
-    )
-    sandbox.add_argument("--tls-key", metavar="FILE", help="the certificate's key")
-    sandbox.add_argument(
-        "--token-auth-file",
-        metavar="FILE",
-        help="bearer tokens to users, kube-apiserver's CSV format "
-        '(token,user,uid,"group1,group2"); without it every request is an '
-        "administrator",
-    )
-    sandbox.set_defaults(run=run_sandbox)
+def _add_sandbox_command(commands: argparse._SubParsersAction, name: str, summary: str) -> None:
+    """A command of the sandbox distribution: its arguments, --help included, go to it whole
+    (no prefix character is an option's here)."""
+    command = commands.add_parser(name, help=summary, add_help=False, prefix_chars="\0")
+    command.add_argument("argv", nargs="*")
+    command.set_defaults(run=run_sandbox_command)
 
 
-def _add_demo(commands: argparse._SubParsersAction) -> None:
-    demo = commands.add_parser(
-        "demo",
-        help="the guard against a sandbox API server, no cluster needed (needs the sandbox extra)",
-    )
-    demo.add_argument("--examples", help="directory of example AdmissionReviews")
-    demo.set_defaults(run=run_demo)
+def run_sandbox_command(args: argparse.Namespace) -> int:
+    """Hand a sandbox command to the sandbox distribution; one line when it is not installed."""
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=SANDBOX_COMMANDS, name=args.command)
+    if not found:
+        print(
+            f"volcano-guard {args.command}: needs the sandbox extra (volcano-guard-sandbox is "
+            f"not installed): {SANDBOX_EXTRA}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    (command,) = found
+    return int(command.load()(f"volcano-guard {args.command}", list(args.argv)))
 
 
 def run_webhook(args: argparse.Namespace) -> int:
@@ -533,7 +516,7 @@ def run_webhook(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.workers > 1:
         return _run_webhook_workers(args, parts)
-    return _serve("webhook", parts.serve())
+    return run_server("webhook", parts.serve())
 
 
 @dataclass(frozen=True)
@@ -614,7 +597,7 @@ def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
     except WorkerError as exc:
         print(f"volcano-guard webhook: {exc}", file=sys.stderr)
         return 1
-    return _serve("webhook", supervise(workers, metrics, shutdown_timeout=SHUTDOWN_TIMEOUT))
+    return run_server("webhook", supervise(workers, metrics, shutdown_timeout=SHUTDOWN_TIMEOUT))
 
 
 def _webhook_worker(args: argparse.Namespace, report: Any) -> None:
@@ -866,7 +849,7 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
         retry=min(2.0, args.lease_duration / 5),
     )
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
-    return _serve("audit", watch(api_client(cluster), config, metrics_listen, lease, identity))
+    return run_server("audit", watch(api_client(cluster), config, metrics_listen, lease, identity))
 
 
 def run_manifests(args: argparse.Namespace) -> int:
@@ -951,10 +934,10 @@ def run_sidecar(args: argparse.Namespace) -> int:
         write_kubeconfig=args.write_kubeconfig,
         upstream_read_timeout=args.upstream_read_timeout,
     )
-    return _serve("sidecar", serve(cluster, settings))
+    return run_server("sidecar", serve(cluster, settings))
 
 
-def _serve(command: str, server: Coroutine[Any, Any, Any]) -> int:
+def run_server(command: str, server: Coroutine[Any, Any, Any]) -> int:
     """Run a server to its end: its exit code; an address it cannot bind, or files it cannot
     use, are one line and exit 2."""
     from volcano_guard.base.files import FileProblem
@@ -965,62 +948,6 @@ def _serve(command: str, server: Coroutine[Any, Any, Any]) -> int:
     except (AddressUnusable, FileProblem) as exc:
         print(f"volcano-guard {command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-
-def _missing_sandbox_extra(command: str) -> bool:
-    """Say so, in one line, when the sandbox extra is not installed."""
-    for module in SANDBOX_EXTRA_MODULES:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:  # its parent package is missing
-            found = False
-        if not found:
-            print(
-                f"volcano-guard {command}: needs the sandbox extra ({module} is not installed): "
-                "pip install 'volcano-guard[sandbox]'",
-                file=sys.stderr,
-            )
-            return True
-    return False
-
-
-def run_sandbox(args: argparse.Namespace) -> int:
-    if _missing_sandbox_extra("sandbox"):
-        return EXIT_USAGE
-    from volcano_guard.base.listen import parse_listen
-    from volcano_guard.base.tls import server_context
-    from volcano_guard.sandbox.admission import parse_service
-    from volcano_guard.sandbox.authn import load_token_file
-    from volcano_guard.sandbox.runner import load_files, serve_forever
-    from volcano_guard.sandbox.server import SandboxSettings
-
-    try:
-        listen = parse_listen(args.listen)
-        services = dict(parse_service(text) for text in args.service)
-        tokens = load_token_file(args.token_auth_file) if args.token_auth_file else None
-        objects = load_files(args.load)
-    except (ValueError, OSError) as exc:  # TokenFileError and FileProblem are ValueErrors
-        print(f"volcano-guard sandbox: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if bool(args.tls_cert) != bool(args.tls_key):
-        print("volcano-guard sandbox: --tls-cert and --tls-key go together", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        tls = server_context(args.tls_cert, args.tls_key) if args.tls_cert else None
-    except (OSError, ssl.SSLError, ValueError) as exc:
-        print(f"volcano-guard sandbox: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    settings = SandboxSettings(services=services, tokens=tokens)
-    return _serve("sandbox", serve_forever(listen.host, listen.port, objects, settings, tls))
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    if _missing_sandbox_extra("demo"):
-        return EXIT_USAGE
-    from volcano_guard.demo import run
-
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the table says it all
-    return _serve("demo", run(args.examples))
 
 
 def _load_config_or_exit(path: str | None) -> Config:

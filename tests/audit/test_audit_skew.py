@@ -18,10 +18,10 @@ import pytest
 
 from tests.processes import LIBFAKETIME
 from volcano_guard.base.kubeconfig import write_kubeconfig
-from volcano_guard.base.processes import free_port
-from volcano_guard.sandbox.authn import load_token_file
-from volcano_guard.sandbox.runner import SandboxThread
-from volcano_guard.sandbox.server import AUDIT_KEY, SandboxSettings
+from volcano_guard_sandbox.apiserver.authn import load_token_file
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
+from volcano_guard_sandbox.apiserver.server import AUDIT_KEY, SandboxSettings
+from volcano_guard_sandbox.processes import free_port
 
 pytestmark = pytest.mark.slow
 LEASE_SECONDS, RETRY = 3, 0.6  # --lease-duration 3: renewals min(2, 3/5) s apart

@@ -18,7 +18,7 @@ import pytest
 
 from tests.promtool import check_metrics
 from volcano_guard.base.kubeconfig import write_kubeconfig
-from volcano_guard.base.processes import free_port
+from volcano_guard_sandbox.processes import free_port
 
 pytestmark = pytest.mark.slow  # audit processes against a sandbox, a lease running out
 

@@ -13,8 +13,8 @@ from volcano_guard.base import api_client as api_client_module
 from volcano_guard.base.api_client import APIServerUnreachable, api_client
 from volcano_guard.base.informer import Informer
 from volcano_guard.base.kubeconfig import Cluster
-from volcano_guard.base.processes import free_port
 from volcano_guard.cli import main
+from volcano_guard_sandbox.processes import free_port
 
 
 @pytest.fixture

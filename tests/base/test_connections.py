@@ -19,10 +19,10 @@ from tests.processes import post_review, start_cli, wait_for_log
 from volcano_guard.base.connections import ConnectionLimits
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.metrics import REGISTRY
-from volcano_guard.base.processes import memory_kib
 from volcano_guard.base.tls import client_context, server_context
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.server import running
+from volcano_guard_sandbox.processes import memory_kib
 
 pytestmark = pytest.mark.reliability
 NO_CLUSTER = {

@@ -6,7 +6,7 @@ from kubernetes import client
 
 from tests.conftest import NAMESPACE, SERVICE
 from volcano_guard.base.kubeconfig import write_kubeconfig
-from volcano_guard.sandbox.runner import SandboxThread
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
 
 
 def webhook_configuration(kind, name, hooks):

@@ -168,7 +168,7 @@ def test_bad_lifetimes_are_refused_in_words(flag, value, capsys):
 
 def test_an_api_server_that_refuses_connections_is_one_line_and_exit_2(tmp_path, capsys):
     from volcano_guard.base.kubeconfig import write_kubeconfig
-    from volcano_guard.base.processes import free_port
+    from volcano_guard_sandbox.processes import free_port
 
     kubeconfig = tmp_path / "kubeconfig"
     server = f"http://127.0.0.1:{free_port()}"

@@ -32,19 +32,19 @@ from kubernetes.client.exceptions import ApiException
 from tests.builders import container, pod, review
 from tests.conftest import HOSTNAME, NAMESPACE, SERVICE
 from volcano_guard.base.kubeconfig import write_kubeconfig
-from volcano_guard.base.processes import free_port
 from volcano_guard.base.tls import server_context
 from volcano_guard.certs.generate import generate
-from volcano_guard.guarded_sandbox import (
+from volcano_guard_sandbox.apiserver.authn import load_token_file
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
+from volcano_guard_sandbox.apiserver.server import SandboxSettings
+from volcano_guard_sandbox.guarded_sandbox import (
     DEPLOY_BASE,
     TOKENS,
     admission_only,
     kubectl_path,
     shipped_config,
 )
-from volcano_guard.sandbox.authn import load_token_file
-from volcano_guard.sandbox.runner import SandboxThread
-from volcano_guard.sandbox.server import SandboxSettings
+from volcano_guard_sandbox.processes import free_port
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "volcano_guard.cli"]

@@ -24,12 +24,12 @@ from tests.conftest import HOSTNAME
 from tests.deploy.test_deploy import by_kind, render
 from tests.processes import LIBFAKETIME
 from volcano_guard.base.kubeconfig import write_kubeconfig
-from volcano_guard.base.processes import free_port
 from volcano_guard.base.tls import client_context
-from volcano_guard.sandbox.authn import load_token_file
-from volcano_guard.sandbox.resources import RESOURCES
-from volcano_guard.sandbox.runner import SandboxThread
-from volcano_guard.sandbox.server import SandboxSettings
+from volcano_guard_sandbox.apiserver.authn import load_token_file
+from volcano_guard_sandbox.apiserver.resources import RESOURCES
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
+from volcano_guard_sandbox.apiserver.server import SandboxSettings
+from volcano_guard_sandbox.processes import free_port
 
 NAMESPACE = "volcano-guard"
 CLI = [sys.executable, "-m", "volcano_guard.cli"]

@@ -13,9 +13,9 @@ from aiohttp import web
 from tests.conftest import NAMESPACE, SERVICE
 from tests.sandbox.admission_chain import Box, ScriptedWebhook
 from volcano_guard.base.tls import server_context
-from volcano_guard.sandbox.authn import load_token_file
-from volcano_guard.sandbox.runner import running
-from volcano_guard.sandbox.server import SandboxSettings
+from volcano_guard_sandbox.apiserver.authn import load_token_file
+from volcano_guard_sandbox.apiserver.runner import running
+from volcano_guard_sandbox.apiserver.server import SandboxSettings
 
 
 @pytest.fixture

@@ -11,7 +11,11 @@ import pytest
 from cel_expr_python import cel
 
 from tests.upstream import upstream_file
-from volcano_guard.sandbox.kubernetes_cel import QUANTITY_OVERLOADS, QUANTITY_TYPE, environment
+from volcano_guard_sandbox.apiserver.kubernetes_cel import (
+    QUANTITY_OVERLOADS,
+    QUANTITY_TYPE,
+    environment,
+)
 
 APISERVER_1_30 = "v0.30.14"
 QUANTITY_GO = "pkg/cel/library/quantity.go"
@@ -130,7 +134,7 @@ def test_sign_is_a_global_function_in_1_30_not_a_member():
 
 
 def test_a_match_condition_may_use_quantities_as_in_the_apiserver():
-    from volcano_guard.sandbox.matching import Attributes, User, conditions_match
+    from volcano_guard_sandbox.apiserver.matching import Attributes, User, conditions_match
 
     condition = (
         "object.spec.containers.all(c, has(c.resources.requests) && "

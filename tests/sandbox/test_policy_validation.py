@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.upstream import upstream_file
-from volcano_guard.sandbox.policy_validation import (
+from volcano_guard_sandbox.apiserver.policy_validation import (
     MAX_MESSAGE_BYTES,
     AuditAnnotation,
     PolicyDecision,

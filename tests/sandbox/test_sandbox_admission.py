@@ -16,10 +16,10 @@ import pytest
 
 from tests.conftest import NAMESPACE, SERVICE
 from tests.sandbox.admission_chain import POD_RULE, PODS, VALIDATING, Box, ScriptedWebhook, pod
-from volcano_guard.sandbox import matching
-from volcano_guard.sandbox.authn import AUTHENTICATED, TokenFileError, load_token_file
-from volcano_guard.sandbox.runner import running
-from volcano_guard.sandbox.server import SandboxSettings
+from volcano_guard_sandbox.apiserver import matching
+from volcano_guard_sandbox.apiserver.authn import AUTHENTICATED, TokenFileError, load_token_file
+from volcano_guard_sandbox.apiserver.runner import running
+from volcano_guard_sandbox.apiserver.server import SandboxSettings
 
 # -- which webhooks apply ----------------------------------------------------------------------
 

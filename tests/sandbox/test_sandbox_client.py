@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client, watch
 
 from tests.sandbox_fixtures import pod, queue
-from volcano_guard.sandbox.faults import FaultRule
+from volcano_guard_sandbox.apiserver.faults import FaultRule
 
 GROUP, VERSION = "scheduling.volcano.sh", "v1beta1"
 
@@ -371,9 +371,9 @@ def test_a_watcher_that_stops_reading_is_dropped_past_its_buffer_bound():
     hold the server's memory (MAX_QUEUED_BYTES), and other clients carry on."""
     import socket
 
-    from volcano_guard.sandbox.resources import find
-    from volcano_guard.sandbox.runner import SandboxThread
-    from volcano_guard.sandbox.store import MAX_QUEUED_BYTES
+    from volcano_guard_sandbox.apiserver.resources import find
+    from volcano_guard_sandbox.apiserver.runner import SandboxThread
+    from volcano_guard_sandbox.apiserver.store import MAX_QUEUED_BYTES
 
     queues = find("scheduling.volcano.sh", "v1beta1", "queues")
     big = {

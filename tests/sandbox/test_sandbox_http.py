@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from volcano_guard.sandbox.runner import resource_for, running, seed
-from volcano_guard.sandbox.server import SandboxSettings
-from volcano_guard.sandbox.store import Store
+from volcano_guard_sandbox.apiserver.runner import resource_for, running, seed
+from volcano_guard_sandbox.apiserver.server import SandboxSettings
+from volcano_guard_sandbox.apiserver.store import Store
 
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
 PODS = "/api/v1/namespaces/team-a/pods"

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from volcano_guard.sandbox import protobuf
-from volcano_guard.sandbox.runner import resource_for, running
+from volcano_guard_sandbox.apiserver import protobuf
+from volcano_guard_sandbox.apiserver.runner import resource_for, running
 
 
 def as_json(result):

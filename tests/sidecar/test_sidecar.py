@@ -8,10 +8,10 @@ import aiohttp
 import pytest
 
 from volcano_guard.base.kubeconfig import Cluster
-from volcano_guard.sandbox.faults import FaultRule
-from volcano_guard.sandbox.runner import running as sandbox_running
 from volcano_guard.sidecar.service import SidecarSettings
 from volcano_guard.sidecar.service import running as sidecar_running
+from volcano_guard_sandbox.apiserver.faults import FaultRule
+from volcano_guard_sandbox.apiserver.runner import running as sandbox_running
 
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
 

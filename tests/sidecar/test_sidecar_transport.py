@@ -21,12 +21,12 @@ from yarl import URL
 from tests.processes import start_cli, wait_for_log
 from tests.threaded import on_thread
 from volcano_guard.base.kubeconfig import Cluster, TokenSource
-from volcano_guard.base.processes import memory_kib
 from volcano_guard.base.tls import client_context
-from volcano_guard.sandbox.resources import find
-from volcano_guard.sandbox.runner import SandboxThread
 from volcano_guard.sidecar.service import SidecarSettings
 from volcano_guard.sidecar.service import running as sidecar_running
+from volcano_guard_sandbox.apiserver.resources import find
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
+from volcano_guard_sandbox.processes import memory_kib
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"
@@ -471,7 +471,7 @@ async def test_unreachable_upstream_is_a_503_status():
 
 
 async def test_watches_whose_clients_left_end_upstream_within_a_second():
-    from volcano_guard.sandbox.runner import running as sandbox_running
+    from volcano_guard_sandbox.apiserver.runner import running as sandbox_running
 
     async with sandbox_running() as box, sidecar_running(Cluster(box.url), settings()) as proxy:
         box.seed(

@@ -3,7 +3,7 @@ run removes it. (The full measurement is bench/queue_storm.py.)"""
 
 import pytest
 
-from volcano_guard.storm import RateLimitedQueue, StormSettings, floor_writes, run_storm
+from volcano_guard_sandbox.storm import RateLimitedQueue, StormSettings, floor_writes, run_storm
 
 pytestmark = pytest.mark.slow  # two storms of 3 s each, and their settling
 SHORT = StormSettings(queues=5, seconds=3.0, pod_lifetime=1.0, settle_timeout=8.0)

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from volcano_guard.base.kubeconfig import write_kubeconfig
-from volcano_guard.base.processes import free_port
 from volcano_guard.certs.generate import generate
 from volcano_guard.cli import main
+from volcano_guard_sandbox.processes import free_port
 
 # Policies that read nothing from a cluster: the webhook then needs none.
 NO_CLUSTER_CONFIG = """policies:

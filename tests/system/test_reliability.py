@@ -27,14 +27,14 @@ from volcano_guard.certs.generate import (
 )
 from volcano_guard.certs.reload import CertReloader
 from volcano_guard.certs.rotate import rotate
-from volcano_guard.sandbox.faults import FaultRule
-from volcano_guard.sandbox.resources import ResourceType, find
-from volcano_guard.sandbox.runner import running as sandbox_running
 from volcano_guard.sidecar.service import SidecarSettings
 from volcano_guard.sidecar.service import running as sidecar_running
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.server import running
+from volcano_guard_sandbox.apiserver.faults import FaultRule
+from volcano_guard_sandbox.apiserver.resources import ResourceType, find
+from volcano_guard_sandbox.apiserver.runner import running as sandbox_running
 
 pytestmark = pytest.mark.reliability
 Q = "/apis/scheduling.volcano.sh/v1beta1/queues"

@@ -1,7 +1,7 @@
 """The guard as a user meets it: its webhook configurations registered in the sandbox (the
 rendered deploy/base, caBundle set by `volcano-guard certs inject`), the real webhook process
 behind them, and kubectl as the client, over HTTPS with bearer tokens
-(volcano_guard.guarded_sandbox sets it up)."""
+(volcano_guard_sandbox.guarded_sandbox sets it up)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.volcano_fixtures import CONTROL_PLANE, VOLCANO_NAMESPACE, control_plane_pod
-from volcano_guard.guarded_sandbox import (
+from volcano_guard_sandbox.guarded_sandbox import (
     OTHER_SCHEDULER,
     GuardedSandbox,
     guarded_sandbox,

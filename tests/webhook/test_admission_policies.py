@@ -22,12 +22,6 @@ from tests.conftest import REPO
 from tests.upstream import volcano_file, volcano_manifest
 from volcano_guard.base.informer import static_snapshot
 from volcano_guard.cli import main
-from volcano_guard.sandbox import pod_validation
-from volcano_guard.sandbox import policies as plugin
-from volcano_guard.sandbox.admission import Record
-from volcano_guard.sandbox.matching import Attributes, User
-from volcano_guard.sandbox.policy_validation import compile_errors
-from volcano_guard.sandbox.store import ApiError
 from volcano_guard.webhook.admission_policies import admission_policies
 from volcano_guard.webhook.config import Config, config_from_dict
 from volcano_guard.webhook.node_states import NodeRange, configmap, desired_states, plan
@@ -40,6 +34,12 @@ from volcano_guard.webhook.review import (
     GroupVersionResource,
     UserInfo,
 )
+from volcano_guard_sandbox.apiserver import pod_validation
+from volcano_guard_sandbox.apiserver import policies as plugin
+from volcano_guard_sandbox.apiserver.admission import Record
+from volcano_guard_sandbox.apiserver.matching import Attributes, User
+from volcano_guard_sandbox.apiserver.policy_validation import compile_errors
+from volcano_guard_sandbox.apiserver.store import ApiError
 
 # Every node the corpus names exists; with managedNodeSelectors, the train ones are managed.
 NODE_LABELS = {

@@ -6,13 +6,13 @@ import pytest
 from tests.sandbox_fixtures import pod as sandbox_pod
 from volcano_guard.base.informer import wait_synced
 from volcano_guard.base.kubeconfig import Cluster
-from volcano_guard.sandbox.runner import SandboxThread
 from volcano_guard.webhook import policies
 from volcano_guard.webhook.caches import Caches, needs_cluster
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies.base import LiveList, Policy, WatchedList
 from volcano_guard.webhook.policies.node_name import NODES
 from volcano_guard.webhook.policies.pod_groups import PODGROUPS, UNFINISHED_PODS
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
 
 EVERYTHING_OFF = {
     "policies": {

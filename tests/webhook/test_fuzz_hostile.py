@@ -22,12 +22,12 @@ from tests.conftest import SyncWebhook
 from tests.threaded import on_thread
 from volcano_guard.base.jsonbody import MAX_DEPTH, PARSER_MAX_DEPTH
 from volcano_guard.base.kubeconfig import Cluster
-from volcano_guard.sandbox.runner import SandboxThread
 from volcano_guard.sidecar.service import SidecarSettings
 from volcano_guard.sidecar.service import running as sidecar_running
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies.node_name import NODES
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
 
 pytestmark = pytest.mark.reliability
 

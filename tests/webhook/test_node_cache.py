@@ -17,9 +17,6 @@ from volcano_guard.base.informer import Informer, wait_synced
 from volcano_guard.base.kubeconfig import Cluster
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.tls import client_context, server_context
-from volcano_guard.sandbox.resources import find
-from volcano_guard.sandbox.runner import SandboxThread
-from volcano_guard.sandbox.store import MERGE_PATCH
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies import evaluate
@@ -28,6 +25,9 @@ from volcano_guard.webhook.policies.node_name import NODES as NODE_CACHE
 from volcano_guard.webhook.policies.node_name import node_labels
 from volcano_guard.webhook.review import from_document
 from volcano_guard.webhook.server import running
+from volcano_guard_sandbox.apiserver.resources import find
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
+from volcano_guard_sandbox.apiserver.store import MERGE_PATCH
 
 NODES = find("", "v1", "nodes")
 
@@ -182,7 +182,7 @@ async def test_webhook_is_ready_only_after_the_first_list_and_denies_from_the_ca
 
 @pytest.mark.slow
 def test_an_unavailable_api_server_is_retried_with_backoff_until_it_answers(cluster):
-    from volcano_guard.sandbox.faults import FaultRule
+    from volcano_guard_sandbox.apiserver.faults import FaultRule
 
     cluster.set_faults(FaultRule(verbs=frozenset({"list"}), error_rate=1.0, error_code=503))
     api = client.CoreV1Api(client.ApiClient(client.Configuration(host=cluster.url)))

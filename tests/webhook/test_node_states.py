@@ -21,7 +21,6 @@ from tests.webhook.test_admission_policies import (
 )
 from volcano_guard.base.informer import static_snapshot
 from volcano_guard.base.kubeconfig import Cluster
-from volcano_guard.sandbox.runner import running
 from volcano_guard.webhook.node_states import (
     RANGE_BYTES,
     NodeRange,
@@ -31,6 +30,7 @@ from volcano_guard.webhook.node_states import (
     plan,
 )
 from volcano_guard.webhook.policies.node_name import MANAGED, UNMANAGED
+from volcano_guard_sandbox.apiserver.runner import running
 
 MIB = 1024 * 1024
 

@@ -21,10 +21,6 @@ from volcano_guard.base.kubeconfig import Cluster
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.tls import client_context, server_context
 from volcano_guard.base.uuid7 import UUIDv7, new_uuid7, timestamp_ms
-from volcano_guard.sandbox.faults import FaultRule
-from volcano_guard.sandbox.resources import find
-from volcano_guard.sandbox.runner import SandboxThread
-from volcano_guard.sandbox.store import ApiError
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.metrics import LIVE_LOOKUPS
@@ -41,6 +37,10 @@ from volcano_guard.webhook.policies.pod_groups import (
 )
 from volcano_guard.webhook.review import from_document
 from volcano_guard.webhook.server import running
+from volcano_guard_sandbox.apiserver.faults import FaultRule
+from volcano_guard_sandbox.apiserver.resources import find
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
+from volcano_guard_sandbox.apiserver.store import ApiError
 
 PG = find("scheduling.volcano.sh", "v1beta1", "podgroups")
 PODS = find("", "v1", "pods")
@@ -538,7 +538,7 @@ def deployment_pod(annotations=None):
 def volcano_patch(pod, group):
     """The pod after the strategic merge patch Volcano's PodGroup controller sends
     (pg_controller_handler.go updatePodAnnotations: metadataForMergePatch)."""
-    from volcano_guard.sandbox.patch import apply_strategic_merge_patch
+    from volcano_guard_sandbox.apiserver.patch import apply_strategic_merge_patch
 
     return apply_strategic_merge_patch(
         copy.deepcopy(pod), {"metadata": {"annotations": {"scheduling.k8s.io/group-name": group}}}

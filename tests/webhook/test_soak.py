@@ -17,8 +17,8 @@ from bench.hey import find_hey, run_hey
 from tests.builders import container, pod, review
 from tests.processes import admissions_counted, start_cli, wait_for_log
 from volcano_guard.base.kubeconfig import write_kubeconfig
-from volcano_guard.base.processes import memory_kib
-from volcano_guard.sandbox.runner import SandboxThread
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
+from volcano_guard_sandbox.processes import memory_kib
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "120"))

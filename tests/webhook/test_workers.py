@@ -22,8 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.builders import container, pod, review
 from tests.processes import admissions_counted, post_once, start_cli, wait_for_log
 from tests.promtool import check_metrics
-from volcano_guard.base.processes import children, stat_fields
 from volcano_guard.webhook.workers import merge_metrics
+from volcano_guard_sandbox.processes import children, stat_fields
 
 NO_CLUSTER = (
     "policies: {nodeName: {mode: off, bindingGuard: {mode: off}}, podGroups: "

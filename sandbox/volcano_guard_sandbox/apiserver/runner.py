@@ -20,16 +20,16 @@ from aiohttp import web
 
 from volcano_guard.base.files import FileProblem, read_text, yaml_documents
 from volcano_guard.base.listen import Listen, start_site
-from volcano_guard.sandbox.faults import FaultRule, Faults, Stats
-from volcano_guard.sandbox.resources import RESOURCES, ResourceType, served
-from volcano_guard.sandbox.server import (
+from volcano_guard_sandbox.apiserver.faults import FaultRule, Faults, Stats
+from volcano_guard_sandbox.apiserver.resources import RESOURCES, ResourceType, served
+from volcano_guard_sandbox.apiserver.server import (
     FAULTS_KEY,
     STATS_KEY,
     STORE_KEY,
     SandboxSettings,
     create_app,
 )
-from volcano_guard.sandbox.store import Store, Stored
+from volcano_guard_sandbox.apiserver.store import Store, Stored
 
 T = TypeVar("T")
 
@@ -215,9 +215,9 @@ async def serve_forever(
     import logging
     import signal
 
-    from volcano_guard.sandbox.store import ApiError
+    from volcano_guard_sandbox.apiserver.store import ApiError
 
-    log = logging.getLogger("volcano_guard.sandbox")
+    log = logging.getLogger("volcano_guard_sandbox.apiserver")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -163,7 +163,7 @@ _MESSAGES: dict[str, dict[str, tuple[int, str]]] = {
 }
 # apiVersion/kind in the envelope -> the message of its raw bytes.
 DECODABLE = {("v1", "Namespace"): "Namespace", ("v1", "Secret"): "Secret", ("v1", "Pod"): "Pod"}
-_PACKAGE = "volcano_guard.sandbox.k8s"
+_PACKAGE = "volcano_guard_sandbox.apiserver.k8s"
 _SCALARS = {
     "string": descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
     "bool": descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,

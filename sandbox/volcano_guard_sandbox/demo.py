@@ -3,9 +3,9 @@
 1. The webhook on throwaway certificates, fed the bundled examples: every AdmissionReview goes
    through the chain the API server runs, POST /mutate over real TLS (verified against the
    generated CA, hostname included), the returned JSON patch applied, then POST /validate.
-2. The guard registered in the sandbox API server as in a cluster (volcano_guard.guarded_sandbox:
-   the deploy/base webhook configurations and admission policies, caBundle injected, the
-   webhook process behind them) and the kubectl commands a user would type, with what kubectl
+2. The guard registered in the sandbox API server as in a cluster (guarded_sandbox: the
+   deploy/base webhook configurations and admission policies, caBundle injected, the webhook
+   process behind them) and the kubectl commands a user would type, with what kubectl
    prints; then the same commands on a fresh sandbox with the webhook process stopped, an
    outage. Needs kubectl.
 3. The Queue status write storm against the sandbox API server, direct and through the
@@ -33,14 +33,14 @@ from volcano_guard.base.jsonpatch import apply_patch
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.tls import client_context, server_context
 from volcano_guard.certs.generate import generate
-from volcano_guard.guarded_sandbox import guarded_sandbox, kubectl_path
-from volcano_guard.storm import StormSettings, format_results, run_storm
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import load_config
 from volcano_guard.webhook.policies.node_name import NODES
 from volcano_guard.webhook.server import running
+from volcano_guard_sandbox import REPO_ROOT
+from volcano_guard_sandbox.guarded_sandbox import guarded_sandbox, kubectl_path
+from volcano_guard_sandbox.storm import StormSettings, format_results, run_storm
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO_ROOT / "examples"
 SERVICE, NAMESPACE = "volcano-guard", "volcano-system"
 LOOPBACK = "127.0.0.1"
@@ -164,7 +164,7 @@ def _kubectl_session() -> None:
     print(OUTAGE)
     # What kubectl prints is the demo; the sandbox's log of each failed call is the API
     # server's, which a user does not see.
-    sandbox_log = logging.getLogger("volcano_guard.sandbox")
+    sandbox_log = logging.getLogger("volcano_guard_sandbox.apiserver")
     level = sandbox_log.level
     sandbox_log.setLevel(logging.ERROR)
     try:

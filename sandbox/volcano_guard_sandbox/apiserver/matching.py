@@ -3,7 +3,7 @@
 predicates/namespace and predicates/object `Matcher`, matchconditions `Match`).
 
 Pure functions of the webhook's configuration and the request's attributes; the calls
-themselves are in sandbox/admission.py.
+themselves are in admission.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from volcano_guard.sandbox import kubernetes_cel
+from volcano_guard_sandbox.apiserver import kubernetes_cel
 
 NAMESPACES = ("", "namespaces")  # (group, resource) of Namespace objects: cluster-scoped
 

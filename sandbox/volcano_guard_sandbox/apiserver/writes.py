@@ -17,12 +17,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from volcano_guard.sandbox import pod_validation, policies
-from volcano_guard.sandbox.admission import Dispatcher, Record
-from volcano_guard.sandbox.matching import Attributes, User, configuration_errors
-from volcano_guard.sandbox.policy_validation import compile_errors
-from volcano_guard.sandbox.resources import ADMISSION, RESOURCES, ResourceType, served
-from volcano_guard.sandbox.store import ApiError, Stale, Store, Stored, default, invalid_fields
+from volcano_guard_sandbox.apiserver import pod_validation, policies
+from volcano_guard_sandbox.apiserver.admission import Dispatcher, Record
+from volcano_guard_sandbox.apiserver.matching import Attributes, User, configuration_errors
+from volcano_guard_sandbox.apiserver.policy_validation import compile_errors
+from volcano_guard_sandbox.apiserver.resources import ADMISSION, RESOURCES, ResourceType, served
+from volcano_guard_sandbox.apiserver.store import (
+    ApiError,
+    Stale,
+    Store,
+    Stored,
+    default,
+    invalid_fields,
+)
 
 MAX_ATTEMPTS = 5
 NAMESPACES = served("", "v1", "namespaces")

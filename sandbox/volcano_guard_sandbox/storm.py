@@ -31,14 +31,14 @@ import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 from kubernetes import client
 
 from volcano_guard.base.informer import Informer, wait_synced
-from volcano_guard.base.processes import cpu_seconds, free_port, memory_kib, wait_for_port
+from volcano_guard_sandbox import REPO_ROOT
+from volcano_guard_sandbox.processes import cpu_seconds, free_port, memory_kib, wait_for_port
 
 Q_PATH = "/apis/scheduling.volcano.sh/v1beta1/queues"
 
@@ -329,10 +329,9 @@ def floor_writes(change_times: dict[str, list[float]], interval: float) -> int:
 
 @contextlib.asynccontextmanager
 async def _process(args: list[str], port: int) -> AsyncIterator[subprocess.Popen[bytes]]:
-    root = Path(__file__).resolve().parent.parent
     proc = subprocess.Popen(
         [sys.executable, "-m", "volcano_guard.cli", *args],
-        cwd=root,
+        cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

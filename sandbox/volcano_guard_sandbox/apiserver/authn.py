@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from volcano_guard.base.files import read_text
-from volcano_guard.sandbox.matching import User
+from volcano_guard_sandbox.apiserver.matching import User
 
 AUTHENTICATED = "system:authenticated"
 ADMIN = User("sandbox-admin", "", ("system:masters", AUTHENTICATED))

@@ -21,15 +21,16 @@ from typing import Any
 import yaml
 
 from volcano_guard.base.kubeconfig import write_kubeconfig
-from volcano_guard.base.processes import free_port
 from volcano_guard.base.tls import server_context
 from volcano_guard.certs.generate import generate
-from volcano_guard.sandbox.authn import load_token_file
-from volcano_guard.sandbox.runner import SandboxThread
-from volcano_guard.sandbox.server import SandboxSettings
 from volcano_guard.webhook.config import read_yaml
+from volcano_guard_sandbox import REPO_ROOT
+from volcano_guard_sandbox.apiserver.authn import load_token_file
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
+from volcano_guard_sandbox.apiserver.server import SandboxSettings
+from volcano_guard_sandbox.processes import free_port
 
-DEPLOY_BASE = Path(__file__).resolve().parent.parent / "deploy" / "base"
+DEPLOY_BASE = REPO_ROOT / "deploy" / "base"
 SERVICE = NAMESPACE = "volcano-guard"  # deploy/base's Service and namespace
 SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
 OTHER_SCHEDULER = "system:serviceaccount:kube-system:other-scheduler"

@@ -37,16 +37,16 @@ import aiohttp
 
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
-from volcano_guard.sandbox.matching import (
+from volcano_guard_sandbox.apiserver.matching import (
     Attributes,
     ConditionError,
     configured_webhooks,
     exempt,
     should_call,
 )
-from volcano_guard.sandbox.store import ApiError
+from volcano_guard_sandbox.apiserver.store import ApiError
 
-log = logging.getLogger("volcano_guard.sandbox.admission")
+log = logging.getLogger("volcano_guard_sandbox.apiserver.admission")
 REVIEW_VERSION = "admission.k8s.io/v1"
 DEFAULT_TIMEOUT = 10  # seconds: the v1 default of timeoutSeconds
 MAX_RESPONSE = 3 * 1024 * 1024

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from cel_expr_python import cel
 
-from volcano_guard.sandbox import kubernetes_cel
-from volcano_guard.sandbox.matching import evaluate, evaluate_conditions
+from volcano_guard_sandbox.apiserver import kubernetes_cel
+from volcano_guard_sandbox.apiserver.matching import evaluate, evaluate_conditions
 
 # k8s.io/apiserver pkg/apis/cel/config.go MaxEvaluatedMessageExpressionSizeBytes.
 MAX_MESSAGE_BYTES = 5 * 1024

@@ -22,18 +22,18 @@ from aiohttp import web
 
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.status import status_body, status_response
-from volcano_guard.sandbox import openapi, protobuf, writes
-from volcano_guard.sandbox.admission import Dispatcher, ServiceKey
-from volcano_guard.sandbox.authn import Authenticator
-from volcano_guard.sandbox.faults import FaultRule, Faults, Stats
-from volcano_guard.sandbox.matching import User
-from volcano_guard.sandbox.resources import RESOURCES, ResourceType, find, group_versions
-from volcano_guard.sandbox.selectors import (
+from volcano_guard_sandbox.apiserver import openapi, protobuf, writes
+from volcano_guard_sandbox.apiserver.admission import Dispatcher, ServiceKey
+from volcano_guard_sandbox.apiserver.authn import Authenticator
+from volcano_guard_sandbox.apiserver.faults import FaultRule, Faults, Stats
+from volcano_guard_sandbox.apiserver.matching import User
+from volcano_guard_sandbox.apiserver.resources import RESOURCES, ResourceType, find, group_versions
+from volcano_guard_sandbox.apiserver.selectors import (
     SelectorError,
     parse_field_selector,
     parse_label_selector,
 )
-from volcano_guard.sandbox.store import (
+from volcano_guard_sandbox.apiserver.store import (
     SELECTABLE_FIELDS,
     ApiError,
     Store,
@@ -41,7 +41,7 @@ from volcano_guard.sandbox.store import (
     encode_event,
 )
 
-log = logging.getLogger("volcano_guard.sandbox")
+log = logging.getLogger("volcano_guard_sandbox.apiserver")
 STORE_KEY = web.AppKey("store", Store)
 FAULTS_KEY = web.AppKey("faults", Faults)
 STATS_KEY = web.AppKey("stats", Stats)

@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from volcano_guard.sandbox.admission import Record, forbidden
-from volcano_guard.sandbox.matching import (
+from volcano_guard_sandbox.apiserver.admission import Record, forbidden
+from volcano_guard_sandbox.apiserver.matching import (
     Attributes,
     cel_request,
     namespace_matches,
@@ -37,8 +37,8 @@ from volcano_guard.sandbox.matching import (
     rule_matches,
     selector_matches,
 )
-from volcano_guard.sandbox.policy_validation import PolicyInputs, validate
-from volcano_guard.sandbox.store import ApiError
+from volcano_guard_sandbox.apiserver.policy_validation import PolicyInputs, validate
+from volcano_guard_sandbox.apiserver.store import ApiError
 
 ADMISSION = "admissionregistration.k8s.io"
 EXCLUDED = frozenset(

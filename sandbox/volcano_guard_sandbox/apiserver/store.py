@@ -23,9 +23,9 @@ from typing import Any
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
 from volcano_guard.base.mergepatch import apply_merge_patch
 from volcano_guard.base.names import dns1123_subdomain_problem
-from volcano_guard.sandbox.patch import StrategicPatchError, apply_strategic_merge_patch
-from volcano_guard.sandbox.resources import RESOURCES, ResourceType, served
-from volcano_guard.sandbox.selectors import Requirement, matches
+from volcano_guard_sandbox.apiserver.patch import StrategicPatchError, apply_strategic_merge_patch
+from volcano_guard_sandbox.apiserver.resources import RESOURCES, ResourceType, served
+from volcano_guard_sandbox.apiserver.selectors import Requirement, matches
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from volcano_guard.base.status import status_response
-from volcano_guard.sandbox.resources import ResourceType, group_versions
+from volcano_guard_sandbox.apiserver.resources import ResourceType, group_versions
 
 _FIELD_VALIDATION = {
     "name": "fieldValidation",

@@ -1,0 +1,94 @@
+"""`volcano-guard sandbox` and `volcano-guard demo`, as the product's CLI hands them over: each
+a function (prog, argv) -> exit code, registered as an entry point (sandbox/pyproject.toml)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import ssl
+import sys
+from collections.abc import Sequence
+
+from volcano_guard.cli import EXIT_USAGE, Parser, run_server
+
+
+def sandbox(prog: str, argv: Sequence[str]) -> int:
+    args = _sandbox_parser(prog).parse_args(argv)
+    from volcano_guard.base.listen import parse_listen
+    from volcano_guard.base.tls import server_context
+    from volcano_guard_sandbox.apiserver.admission import parse_service
+    from volcano_guard_sandbox.apiserver.authn import load_token_file
+    from volcano_guard_sandbox.apiserver.runner import load_files, serve_forever
+    from volcano_guard_sandbox.apiserver.server import SandboxSettings
+
+    try:
+        listen = parse_listen(args.listen)
+        services = dict(parse_service(text) for text in args.service)
+        tokens = load_token_file(args.token_auth_file) if args.token_auth_file else None
+        objects = load_files(args.load)
+    except (ValueError, OSError) as exc:  # TokenFileError and FileProblem are ValueErrors
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print(f"{prog}: --tls-cert and --tls-key go together", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        tls = server_context(args.tls_cert, args.tls_key) if args.tls_cert else None
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    settings = SandboxSettings(services=services, tokens=tokens)
+    return run_server("sandbox", serve_forever(listen.host, listen.port, objects, settings, tls))
+
+
+def _sandbox_parser(prog: str) -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=prog,
+        description="A local stand-in for kube-apiserver for tests and demos: plain HTTP, or "
+        "HTTPS with --tls-cert and --tls-key (kubectl sends bearer tokens only over HTTPS); "
+        "with --token-auth-file, users by bearer token. Needs the sandbox extra.",
+    )
+    parser.add_argument(
+        "--listen", default="127.0.0.1:8080", help="HOST:PORT (default %(default)s)"
+    )
+    parser.add_argument(
+        "--load",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="YAML/JSON objects to create at start (repeatable)",
+    )
+    parser.add_argument(
+        "--service",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME:PORT=HOST:PORT",
+        help="where a webhook configuration's clientConfig.service is served (repeatable)",
+    )
+    parser.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="serve HTTPS with this certificate (kubectl sends bearer tokens only over HTTPS)",
+    )
+    parser.add_argument("--tls-key", metavar="FILE", help="the certificate's key")
+    parser.add_argument(
+        "--token-auth-file",
+        metavar="FILE",
+        help="bearer tokens to users, kube-apiserver's CSV format "
+        '(token,user,uid,"group1,group2"); without it every request is an '
+        "administrator",
+    )
+    return parser
+
+
+def demo(prog: str, argv: Sequence[str]) -> int:
+    parser = Parser(
+        prog=prog,
+        description="The guard against a sandbox API server, no cluster needed.",
+    )
+    parser.add_argument("--examples", help="directory of example AdmissionReviews")
+    args = parser.parse_args(argv)
+    from volcano_guard_sandbox.demo import run
+
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the table says it all
+    return run_server("demo", run(args.examples))
