@@ -1,7 +1,7 @@
 """`volcano-guard <command>`: one entry point, each command a thin function over a package API.
 
 Each command imports its package when it runs, so `--help`, `certs` and `check` do not pay for
-importing the servers (docs/decisions.md)."""
+importing the servers (docs/decisions/layout.md, "Layers run one way")."""
 
 from __future__ import annotations
 

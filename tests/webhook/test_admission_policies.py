@@ -429,7 +429,7 @@ def test_a_denial_names_what_the_webhook_names():
 def test_a_node_that_does_not_exist_is_refused_by_both_for_different_reasons():
     """The API server cannot tell a node the cluster lacks: the in-server policy calls every
     named node managed (true of every node there is, with no managedNodeSelectors), where the
-    webhook says the node is unknown (docs/decisions.md lists it)."""
+    webhook says the node is unknown (docs/decisions/registrations.md, "Where they differ")."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -683,7 +683,8 @@ def test_a_node_that_joins_while_the_guard_is_down_is_refused_until_it_is_publis
 
 
 def test_a_node_relabelled_managed_while_the_guard_is_down_stays_unmanaged_until_it_is_back():
-    """The one way stale states admit what the webhook refuses (docs/decisions.md)."""
+    """The one way stale states admit what the webhook refuses (docs/decisions/registrations.md,
+    "Which nodes are managed")."""
     config, relabelled = config_of("selectors"), {**NODE_LABELS, "web-1": SELECTOR_LABELS}
     pod = pinned_pod("web-1")
     assert in_server_verdict(config, pod, "alice", (), published_states(config))[0]

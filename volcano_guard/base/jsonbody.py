@@ -1,6 +1,7 @@
 """Decoding untrusted JSON bodies (and YAML apply patches): bounded nesting, clear errors.
 
-orjson parses (faster than the standard library; why it is a dependency: docs/decisions.md).
+orjson parses (faster than the standard library; why it is a dependency: docs/decisions/base.md,
+"orjson is a runtime dependency").
 It refuses NaN/Infinity, lone surrogates and documents nested over 1,024 levels by itself.
 Callers that recurse over what they decode in Python (merge patches) also need the tighter
 MAX_DEPTH, as Python's recursion limit is 1,000 frames.

@@ -14,7 +14,7 @@ agree. The first range is created pending, holding every name and refusing them 
 others; it takes its own states last. A name no node has is "unknown" (refused under
 unknownNodes: deny), so a node that joins while the guard is down is refused until the guard
 lists it; one relabelled managed while the guard is down is still judged unmanaged until it is
-back (docs/decisions.md).
+back (docs/decisions/registrations.md, "Which nodes are managed").
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def live_lookups(config: Config) -> tuple[LiveList, ...]:
 
 
 # The records of one decision are frozen msgspec Structs, like the request they answer: built
-# in C, immutable once built (docs/decisions.md, "Per-request records").
+# in C, immutable once built (docs/decisions/webhook.md, "Per-request records").
 
 
 class PolicyResult(msgspec.Struct, frozen=True):
