@@ -13,7 +13,7 @@ from volcano_guard.cli import EXIT_USAGE, Parser, run_server
 
 
 def sandbox(prog: str, argv: Sequence[str]) -> int:
-    args = _sandbox_parser(prog).parse_args(argv)
+    args = sandbox_parser(prog).parse_args(argv)
     from volcano_guard.base.listen import parse_listen
     from volcano_guard.base.tls import server_context
     from volcano_guard_sandbox.apiserver.admission import parse_service
@@ -41,7 +41,7 @@ def sandbox(prog: str, argv: Sequence[str]) -> int:
     return run_server("sandbox", serve_forever(listen.host, listen.port, objects, settings, tls))
 
 
-def _sandbox_parser(prog: str) -> argparse.ArgumentParser:
+def sandbox_parser(prog: str = "volcano-guard sandbox") -> argparse.ArgumentParser:
     parser = Parser(
         prog=prog,
         description="A local stand-in for kube-apiserver for tests and demos: plain HTTP, or "
@@ -81,14 +81,22 @@ def _sandbox_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def demo(prog: str, argv: Sequence[str]) -> int:
+def demo_parser(prog: str = "volcano-guard demo") -> argparse.ArgumentParser:
     parser = Parser(
         prog=prog,
         description="The guard against a sandbox API server, no cluster needed.",
     )
     parser.add_argument("--examples", help="directory of example AdmissionReviews")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def demo(prog: str, argv: Sequence[str]) -> int:
+    args = demo_parser(prog).parse_args(argv)
     from volcano_guard_sandbox.demo import run
 
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the table says it all
     return run_server("demo", run(args.examples))
+
+
+# Each command's parser, by name: the reference's checks read their flags.
+PARSERS = {"sandbox": sandbox_parser, "demo": demo_parser}

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import REPO
 from volcano_guard.cli import build_parser
 from volcano_guard.webhook.config import Config
+from volcano_guard_sandbox.commands import PARSERS
 
 REFERENCE = (REPO / "docs" / "reference.md").read_text()
 SOURCES = sorted((REPO / "volcano_guard").rglob("*.py"))
@@ -51,7 +52,15 @@ def in_sources(pattern: str) -> set[str]:
     return {found for source in SOURCES for found in re.findall(pattern, source.read_text())}
 
 
-@pytest.mark.parametrize(("command", "flag"), sorted(command_flags(build_parser())))
+def every_command_flag() -> set[tuple[str, str]]:
+    """The product's commands' flags, and those of the commands the harness hands it."""
+    found = command_flags(build_parser())
+    for name, parser in PARSERS.items():
+        found |= command_flags(parser(), name)
+    return found
+
+
+@pytest.mark.parametrize(("command", "flag"), sorted(every_command_flag()))
 def test_every_command_flag_is_in_the_reference(command, flag):
     synopsis = [
         line for line in REFERENCE.splitlines() if line.startswith(f"volcano-guard {command}")
