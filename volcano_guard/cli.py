@@ -116,7 +116,9 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
     generate.add_argument(
         "--namespace", type=_namespace, required=True, help="the Service's namespace"
     )
-    generate.add_argument("--out", required=True, help="directory for ca.crt, tls.crt, tls.key")
+    generate.add_argument(
+        "--out", required=True, help="directory for ca.crt, ca.key, tls.crt, tls.key"
+    )
     generate.add_argument(
         "--days", type=_positive_int, default=365, help="validity (default %(default)s)"
     )
@@ -648,7 +650,7 @@ def run_certs_generate(args: argparse.Namespace) -> int:
         print(f"volcano-guard certs generate: {describe_os_error(exc)}", file=sys.stderr)
         return 1
     print(
-        f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} "
+        f"wrote {', '.join(map(str, made.files))} "
         f"(valid until {made.not_after:%Y-%m-%d}; names: {', '.join(made.dns_names)})"
     )
     return 0
