@@ -33,8 +33,7 @@ SANDBOX_EXTRA_MODULES = ("google.protobuf", "cel_expr_python")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_command_line(argv)
     _configure_logging()
     return int(args.run(args) or 0)
 
@@ -47,14 +46,35 @@ def _configure_logging() -> None:
     )
 
 
+# The namespace attribute naming the parser of the innermost (sub)command on the command line.
+_OWNER = "_parser"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that says what is wrong in one line, as kubectl does, not with the usage."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A subcommand's defaults overwrite its parent's, so after parsing this is the parser
+        # of the innermost command given (subparsers are made with their parent's class).
+        self.set_defaults(**{_OWNER: self})
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
+    def parse_command_line(self, argv: Sequence[str] | None) -> argparse.Namespace:
+        """parse_args, but a flag no parser knows is reported by the command it was given to.
 
-def build_parser() -> argparse.ArgumentParser:
+        argparse's parse_args reports leftovers from the top parser, as `volcano-guard:`, after
+        every subparser has passed them up: it cannot say which command lacks the flag."""
+        args, unknown = self.parse_known_args(argv)
+        owner = vars(args).pop(_OWNER)  # not passed on: --workers pickles args for its processes
+        if unknown:
+            owner.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return args
+
+
+def build_parser() -> _Parser:
     parser = _Parser(
         prog="volcano-guard",
         description="Admission webhook and status-coalescing proxy for the Volcano scheduler.",
