@@ -827,7 +827,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from volcano_guard.audit.cluster import ClusterReadError, read_state
+    from volcano_guard.audit.cluster import ClusterReadError, NamespaceNotFound, read_state
     from volcano_guard.audit.findings import NODE_ACCOUNTING, findings
     from volcano_guard.audit.report import EXIT_UNREADABLE, exit_code, format_report
 
@@ -843,12 +843,9 @@ def run_audit(args: argparse.Namespace) -> int:
     try:
         state = read_state(_api_client(args, "audit", EXIT_UNREADABLE), args.namespace, progress)
     except ClusterReadError as exc:
-        print(
-            f"\nvolcano-guard audit: cannot read the cluster: {exc}"
-            if on_terminal
-            else f"volcano-guard audit: cannot read the cluster: {exc}",
-            file=sys.stderr,
-        )
+        why = exc if isinstance(exc, NamespaceNotFound) else f"cannot read the cluster: {exc}"
+        after_progress = "\n" if on_terminal else ""
+        print(f"{after_progress}volcano-guard audit: {why}", file=sys.stderr)
         return EXIT_UNREADABLE
     progress("")
     found = findings(state, config)
