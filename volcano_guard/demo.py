@@ -33,7 +33,7 @@ from volcano_guard.base.jsonpatch import apply_patch
 from volcano_guard.base.listen import Listen
 from volcano_guard.base.tls import client_context, server_context
 from volcano_guard.certs.generate import generate
-from volcano_guard.guarded_sandbox import guarded_sandbox, kubectl_path
+from volcano_guard.guarded_sandbox import NAMESPACE, SERVICE, guarded_sandbox, kubectl_path
 from volcano_guard.storm import StormSettings, format_results, run_storm
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import load_config
@@ -42,7 +42,6 @@ from volcano_guard.webhook.server import running
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO_ROOT / "examples"
-SERVICE, NAMESPACE = "volcano-guard", "volcano-system"
 LOOPBACK = "127.0.0.1"
 # The cluster the demo's admissions are decided against (its node cache, without a cluster).
 DEMO_NODES = {"gpu-1": {"volcano.sh/role": "train"}, "web-1": {"role": "web"}}
