@@ -34,8 +34,7 @@ SANDBOX_EXTRA = "pip install 'volcano-guard[sandbox]'"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_command_line(argv)
     _configure_logging()
     return int(args.run(args) or 0)
 
@@ -48,14 +47,35 @@ def _configure_logging() -> None:
     )
 
 
+# The namespace attribute naming the parser of the innermost (sub)command on the command line.
+_OWNER = "_parser"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that says what is wrong in one line, as kubectl does, not with the usage."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A subcommand's defaults overwrite its parent's, so after parsing this is the parser
+        # of the innermost command given (subparsers are made with their parent's class).
+        self.set_defaults(**{_OWNER: self})
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
+    def parse_command_line(self, argv: Sequence[str] | None) -> argparse.Namespace:
+        """parse_args, but a flag no parser knows is reported by the command it was given to.
 
-def build_parser() -> argparse.ArgumentParser:
+        argparse's parse_args reports leftovers from the top parser, as `volcano-guard:`, after
+        every subparser has passed them up: it cannot say which command lacks the flag."""
+        args, unknown = self.parse_known_args(argv)
+        owner = vars(args).pop(_OWNER)  # not passed on: --workers pickles args for its processes
+        if unknown:
+            owner.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return args
+
+
+def build_parser() -> Parser:
     parser = Parser(
         prog="volcano-guard",
         description="Admission webhook and status-coalescing proxy for the Volcano scheduler.",
@@ -126,7 +146,9 @@ def _add_certs(commands: argparse._SubParsersAction) -> None:
     generate.add_argument(
         "--namespace", type=_namespace, required=True, help="the Service's namespace"
     )
-    generate.add_argument("--out", required=True, help="directory for ca.crt, tls.crt, tls.key")
+    generate.add_argument(
+        "--out", required=True, help="directory for ca.crt, ca.key, tls.crt, tls.key"
+    )
     generate.add_argument(
         "--days", type=_positive_int, default=365, help="validity (default %(default)s)"
     )
@@ -488,7 +510,7 @@ def _add_sandbox_command(commands: argparse._SubParsersAction, name: str, summar
     """A command of the sandbox distribution: its arguments, --help included, go to it whole
     (no prefix character is an option's here)."""
     command = commands.add_parser(name, help=summary, add_help=False, prefix_chars="\0")
-    command.add_argument("argv", nargs="*")
+    command.add_argument("argv", nargs="*", default=[])
     command.set_defaults(run=run_sandbox_command)
 
 
@@ -631,7 +653,7 @@ def run_certs_generate(args: argparse.Namespace) -> int:
         print(f"volcano-guard certs generate: {describe_os_error(exc)}", file=sys.stderr)
         return 1
     print(
-        f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} "
+        f"wrote {', '.join(map(str, made.files))} "
         f"(valid until {made.not_after:%Y-%m-%d}; names: {', '.join(made.dns_names)})"
     )
     return 0
@@ -788,7 +810,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from volcano_guard.audit.cluster import ClusterReadError, read_state
+    from volcano_guard.audit.cluster import ClusterReadError, NamespaceNotFound, read_state
     from volcano_guard.audit.findings import NODE_ACCOUNTING, findings
     from volcano_guard.audit.report import EXIT_UNREADABLE, exit_code, format_report
 
@@ -804,12 +826,9 @@ def run_audit(args: argparse.Namespace) -> int:
     try:
         state = read_state(_api_client(args, "audit", EXIT_UNREADABLE), args.namespace, progress)
     except ClusterReadError as exc:
-        print(
-            f"\nvolcano-guard audit: cannot read the cluster: {exc}"
-            if on_terminal
-            else f"volcano-guard audit: cannot read the cluster: {exc}",
-            file=sys.stderr,
-        )
+        why = exc if isinstance(exc, NamespaceNotFound) else f"cannot read the cluster: {exc}"
+        after_progress = "\n" if on_terminal else ""
+        print(f"{after_progress}volcano-guard audit: {why}", file=sys.stderr)
         return EXIT_UNREADABLE
     progress("")
     found = findings(state, config)

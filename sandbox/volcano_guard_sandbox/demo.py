@@ -38,11 +38,10 @@ from volcano_guard.webhook.config import load_config
 from volcano_guard.webhook.policies.node_name import NODES
 from volcano_guard.webhook.server import running
 from volcano_guard_sandbox import REPO_ROOT
-from volcano_guard_sandbox.guarded_sandbox import guarded_sandbox, kubectl_path
+from volcano_guard_sandbox.guarded_sandbox import NAMESPACE, SERVICE, guarded_sandbox, kubectl_path
 from volcano_guard_sandbox.storm import StormSettings, format_results, run_storm
 
 EXAMPLES = REPO_ROOT / "examples"
-SERVICE, NAMESPACE = "volcano-guard", "volcano-system"
 LOOPBACK = "127.0.0.1"
 # The cluster the demo's admissions are decided against (its node cache, without a cluster).
 DEMO_NODES = {"gpu-1": {"volcano.sh/role": "train"}, "web-1": {"role": "web"}}

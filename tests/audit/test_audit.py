@@ -213,6 +213,45 @@ def test_an_unreadable_cluster_exits_2(tmp_path):
     assert "cannot read the cluster: listing nodes" in result.stderr
 
 
+def test_audit_of_a_missing_namespace_says_so_and_exits_2(sandbox, tmp_path):
+    """Listing in a namespace that does not exist answers empty lists: without asking for the
+    namespace itself, a typo read as a clean audit."""
+    result = audit(sandbox.url, tmp_path, "--namespace", "team-b")
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.splitlines() == [
+        "volcano-guard audit: --namespace team-b: namespace not found"
+    ]
+    assert result.stdout == ""
+
+
+def test_audit_of_an_empty_namespace_that_exists_is_clean(sandbox, core, tmp_path):
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "quiet"}})
+    create(core, None, pod("no-requests"))  # in team-a: not audited
+    result = audit(sandbox.url, tmp_path, "--namespace", "quiet")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("0 findings")
+
+
+def test_a_user_who_may_not_get_the_namespace_is_audited_on_what_the_lists_say(
+    sandbox, core, tmp_path
+):
+    from volcano_guard_sandbox.apiserver.faults import FaultRule
+
+    create(core, None, pod("no-requests"))
+    sandbox.set_faults(
+        FaultRule(
+            verbs=frozenset({"get"}),
+            resources=frozenset({"namespaces"}),
+            error_rate=1.0,
+            error_code=403,
+        )
+    )
+    result = audit(sandbox.url, tmp_path, "--namespace", "team-a")
+    assert sandbox.stats()["injected"] == {"403": 1}  # the get was refused
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.strip().endswith("2 findings")
+
+
 def test_orphans_younger_than_the_grace_period_are_not_reported():
     config = config_from_dict({"audit": {"orphanGracePeriod": "10m"}})
     young = pod("young", group="gone", **OK)

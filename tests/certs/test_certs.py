@@ -52,7 +52,7 @@ def test_refuses_to_overwrite_a_ca_without_force(tmp_path):
     assert first.ca_file.read_bytes() != before
 
 
-def test_cli_generate_writes_the_three_files_and_refuses_a_second_run(tmp_path, capsys):
+def test_cli_generate_refuses_a_second_run(tmp_path, capsys):
     out = tmp_path / "tls"
     args = [
         "certs",
@@ -67,9 +67,24 @@ def test_cli_generate_writes_the_three_files_and_refuses_a_second_run(tmp_path, 
         "10",
     ]
     assert main(args) == 0
-    assert {p.name for p in out.iterdir()} >= {"ca.crt", "tls.crt", "tls.key"}
     assert main(args) == 1
     assert "refusing to replace a CA" in capsys.readouterr().err
+
+
+def test_cli_generate_names_every_file_it_writes_in_its_message_and_help(tmp_path, capsys):
+    out = tmp_path / "tls"
+    assert (
+        main(["certs", "generate", "--service", "vg", "--namespace", "ns", "--out", str(out)]) == 0
+    )
+    said = capsys.readouterr().out
+    named = said.removeprefix("wrote ").split(" (valid until ")[0].split(", ")
+    written = sorted(str(path) for path in out.iterdir())
+    assert sorted(named) == written, said
+    with pytest.raises(SystemExit):
+        main(["certs", "generate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps it
+    out_help = help_text.split("--out OUT")[-1].split("--days")[0]
+    assert all(path.name in out_help for path in out.iterdir()), out_help
 
 
 def test_cli_refuses_zero_days(tmp_path, capsys):

@@ -43,6 +43,17 @@ def test_every_document_validates_against_the_kubernetes_schema(base):
         kubernetes_validate.validate(doc, "1.30.0", strict=True)
 
 
+def test_the_harness_names_the_service_and_namespace_deploy_base_installs(base):
+    """The demo and the guarded sandbox stand in for an installed guard: a certificate for
+    another namespace's Service would show a name the API server never calls."""
+    from volcano_guard_sandbox import demo, guarded_sandbox
+
+    [service] = by_kind(base, "Service")
+    installed = (service["metadata"]["name"], service["metadata"]["namespace"])
+    assert installed == (guarded_sandbox.SERVICE, guarded_sandbox.NAMESPACE)
+    assert installed == (demo.SERVICE, demo.NAMESPACE)
+
+
 def test_service_ports_match_the_container_ports(base):
     [deployment] = by_kind(base, "Deployment")
     [service] = by_kind(base, "Service")

@@ -110,3 +110,16 @@ def test_demo_replays_kubectl_with_the_guard_stopped(result):
     assert 'failed calling webhook "mutate.volcano-guard.io"' in podgroup
     assert "connect: connection refused" in podgroup
     assert "Failed calling webhook" not in result.stderr  # the API server's log, unseen
+
+
+def test_demo_certifies_the_service_deploy_base_installs(result):
+    """The demo's webhook serves a certificate for deploy/base's Service in deploy/base's
+    namespace, the name the API server calls it by once installed."""
+    import yaml
+
+    from tests.conftest import REPO
+
+    namespace = yaml.safe_load((REPO / "deploy/base/kustomization.yaml").read_text())["namespace"]
+    service = yaml.safe_load((REPO / "deploy/base/service.yaml").read_text())["metadata"]["name"]
+    assert result.returncode == 0, result.stderr
+    assert f"(certificate for {service}.{namespace}.svc," in result.stdout

@@ -2,6 +2,7 @@
 block), the documented exit code and no traceback. Commands that fail before serving run in
 this process; the servers' "address in use" runs them as real processes."""
 
+import argparse
 import os
 import socket
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 
 from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.certs.generate import generate
-from volcano_guard.cli import main
+from volcano_guard.cli import build_parser, main
 from volcano_guard_sandbox.processes import free_port
 
 # Policies that read nothing from a cluster: the webhook then needs none.
@@ -184,6 +185,7 @@ MISTAKES = [
         "volcano-guard certs inject: --context prod: there is no",
     ),
     ("nonsense", 2, "invalid choice: 'nonsense'"),
+    ("check -f {w}/certs stray", 2, "volcano-guard check: unrecognized arguments: stray"),
 ]
 
 
@@ -203,6 +205,38 @@ def test_a_mistake_is_one_line_and_the_right_exit_code(line, code, says, w, no_k
     assert exit_code == code, err
     assert says.replace("{w}", str(w)) in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def runnable_commands(parser: argparse.ArgumentParser, path: str = "") -> dict[str, list[str]]:
+    """Every command that runs (`certs` by its actions), with its required flags given `x`,
+    a value each of their types accepts."""
+    found: dict[str, list[str]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= runnable_commands(sub, f"{path} {name}".strip())
+    if not found and path:
+        found[path] = [
+            part
+            for action in parser._actions
+            if action.required
+            for part in (action.option_strings[0], "x")
+        ]
+    return found
+
+
+COMMANDS = runnable_commands(build_parser())
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_an_unknown_flag_is_named_by_the_command_it_was_given_to(command, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main([*command.split(), *COMMANDS[command], "--bogus"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"volcano-guard {command}: unrecognized arguments: --bogus "
+        f"(see volcano-guard {command} --help)"
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,10 @@ class ClusterReadError(Exception):
     """The cluster could not be read; the message says what failed."""
 
 
+class NamespaceNotFound(ClusterReadError):
+    """--namespace names a namespace the cluster does not have."""
+
+
 def read_state(
     api_client: Any, namespace: str | None = None, progress: Callable[[str], None] = lambda _: None
 ) -> ClusterState:
@@ -46,6 +50,8 @@ def read_state(
         progress(f"read {len(listed):,} {what}")
         return [item for item in listed if isinstance(item, dict)]
 
+    if namespace:
+        _require_namespace(core, namespace)
     nodes = items("nodes", core.list_node)
     pods = (
         items("pods", core.list_namespaced_pod, namespace)
@@ -81,3 +87,27 @@ def read_state(
         for item in custom_items(group, version, plural)
     ]
     return ClusterState(nodes, pods, podgroups, workloads, daemonsets)
+
+
+def _require_namespace(core: Any, namespace: str) -> None:
+    """NamespaceNotFound unless the namespace exists: listing in a missing namespace answers an
+    empty list, which would read as a clean audit of a typo.
+
+    A user refused the get (403) is audited as before, on what the lists say: `audit
+    --namespace` needs no permission it did not need already."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from volcano_guard.base.api_client import api_error_text
+
+    try:
+        core.read_namespace(namespace, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise NamespaceNotFound(f"--namespace {namespace}: namespace not found") from None
+        if exc.status != 403:
+            raise ClusterReadError(
+                f"reading namespace {namespace}: {api_error_text(exc)}"
+            ) from None
+    except (HTTPError, OSError) as exc:
+        raise ClusterReadError(f"reading namespace {namespace}: {exc}") from None

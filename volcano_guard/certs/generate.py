@@ -33,6 +33,14 @@ class GeneratedCerts:
     key_file: Path
     dns_names: tuple[str, ...]
     not_after: datetime.datetime
+    ca_key_file: Path | None = None  # None when the CA's key is kept nowhere (loopback)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every file written, for saying so: a CA key left unnamed would be a secret on disk
+        its owner does not know to guard."""
+        ca = (self.ca_file, self.ca_key_file) if self.ca_key_file else (self.ca_file,)
+        return (*ca, self.cert_file, self.key_file)
 
 
 def service_dns_names(service: str, namespace: str) -> tuple[str, ...]:
@@ -63,7 +71,9 @@ def generate(
     write_pem(out / KEY_FILE, key_pem(key), private=True)
     write_pem(out / CERT_FILE, cert_pem(cert))
     write_pem(out / CA_FILE, cert_pem(ca_cert))
-    return GeneratedCerts(out / CA_FILE, out / CERT_FILE, out / KEY_FILE, dns_names, not_after)
+    return GeneratedCerts(
+        out / CA_FILE, out / CERT_FILE, out / KEY_FILE, dns_names, not_after, out / CA_KEY_FILE
+    )
 
 
 @dataclass(frozen=True)
