@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import datetime
 import logging
+import os
 import ssl
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from volcano_guard import __version__
+from volcano_guard.base.errors import EXIT_USAGE, CommandError
 
 if TYPE_CHECKING:
     from volcano_guard.base.kubeconfig import Cluster
@@ -25,7 +27,6 @@ if TYPE_CHECKING:
     from volcano_guard.webhook.config import Config
     from volcano_guard.webhook.node_states import NodeStatesPublisher
 
-EXIT_USAGE = 2
 # The commands of the sandbox distribution (sandbox/: the sandbox API server and the demo), left
 # out of the image. It registers them as entry points of this group, each a function
 # (prog, argv) -> exit code, so that no product module imports it.
@@ -33,10 +34,31 @@ SANDBOX_COMMANDS = "volcano_guard.commands"
 SANDBOX_EXTRA = "pip install 'volcano-guard[sandbox]'"
 
 
+# What a shell reports for a program that SIGPIPE ended (128 + 13): output to a reader that left.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_command_line(argv)
     _configure_logging()
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except CommandError as exc:
+        return _said(args, exc)
+    except BrokenPipeError:
+        # The reader left (`| head`): stop quietly, and point stdout at /dev/null so the
+        # interpreter's last flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _said(args: argparse.Namespace, error: CommandError) -> int:
+    """Print what stopped the command, after its name as typed (`volcano-guard certs generate:
+    ...`); its exit code."""
+    action = getattr(args, "action", None)
+    command = " ".join(["volcano-guard", args.command, *([action] if action else [])])
+    print(f"{command}: {error}", file=sys.stderr)
+    return error.exit_code
 
 
 def _configure_logging() -> None:
@@ -520,12 +542,9 @@ def run_sandbox_command(args: argparse.Namespace) -> int:
 
     found = entry_points(group=SANDBOX_COMMANDS, name=args.command)
     if not found:
-        print(
-            f"volcano-guard {args.command}: needs the sandbox extra (volcano-guard-sandbox is "
-            f"not installed): {SANDBOX_EXTRA}",
-            file=sys.stderr,
+        raise CommandError(
+            f"needs the sandbox extra (volcano-guard-sandbox is not installed): {SANDBOX_EXTRA}"
         )
-        return EXIT_USAGE
     (command,) = found
     return int(command.load()(f"volcano-guard {args.command}", list(args.argv)))
 
@@ -534,11 +553,10 @@ def run_webhook(args: argparse.Namespace) -> int:
     try:
         parts = _webhook_parts(args)
     except (ValueError, OSError) as exc:
-        print(f"volcano-guard webhook: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(str(exc)) from None
     if args.workers > 1:
         return _run_webhook_workers(args, parts)
-    return run_server("webhook", parts.serve())
+    return run_server(parts.serve())
 
 
 @dataclass(frozen=True)
@@ -579,7 +597,7 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     from volcano_guard.webhook.config import exempt_own_namespace
     from volcano_guard.webhook.node_states import publisher_for
 
-    config = exempt_own_namespace(_load_config_or_exit(args.config), own_namespace())
+    config = exempt_own_namespace(_config(args.config), own_namespace())
     listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
     tls = server_context(args.tls_cert, args.tls_key, args.client_ca)
     try:
@@ -614,12 +632,10 @@ def _run_webhook_workers(args: argparse.Namespace, parts: _WebhookParts) -> int:
             args.listen = str(replace(parts.listen, port=port))  # port 0 resolved once
             workers = start_workers(args.workers, _webhook_worker, args)
     except AddressUnusable as exc:  # before any worker started
-        print(f"volcano-guard webhook: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(str(exc)) from None
     except WorkerError as exc:
-        print(f"volcano-guard webhook: {exc}", file=sys.stderr)
-        return 1
-    return run_server("webhook", supervise(workers, metrics, shutdown_timeout=SHUTDOWN_TIMEOUT))
+        raise CommandError(str(exc), 1) from None
+    return run_server(supervise(workers, metrics, shutdown_timeout=SHUTDOWN_TIMEOUT))
 
 
 def _webhook_worker(args: argparse.Namespace, report: Any) -> None:
@@ -630,7 +646,10 @@ def _webhook_worker(args: argparse.Namespace, report: Any) -> None:
     from volcano_guard.base.listen import Listen
 
     _configure_logging()
-    parts = _webhook_parts(args)
+    try:
+        parts = _webhook_parts(args)
+    except CommandError as exc:  # a worker process has no main to say it
+        raise SystemExit(_said(args, exc)) from None
     share = max(1, parts.config.maxConnections // args.workers)  # the pod's cap, split
     parts = replace(
         parts,
@@ -647,11 +666,9 @@ def run_certs_generate(args: argparse.Namespace) -> int:
     try:
         made = generate(args.service, args.namespace, args.out, days=args.days, force=args.force)
     except CertsError as exc:
-        print(f"volcano-guard certs generate: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc), 1) from None
     except OSError as exc:
-        print(f"volcano-guard certs generate: {describe_os_error(exc)}", file=sys.stderr)
-        return 1
+        raise CommandError(describe_os_error(exc), 1) from None
     print(
         f"wrote {', '.join(map(str, made.files))} "
         f"(valid until {made.not_after:%Y-%m-%d}; names: {', '.join(made.dns_names)})"
@@ -666,11 +683,9 @@ def run_certs_client(args: argparse.Namespace) -> int:
     try:
         made = generate_client(args.name, args.out, days=args.days, force=args.force)
     except CertsError as exc:
-        print(f"volcano-guard certs client: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc), 1) from None
     except OSError as exc:
-        print(f"volcano-guard certs client: {describe_os_error(exc)}", file=sys.stderr)
-        return 1
+        raise CommandError(describe_os_error(exc), 1) from None
     print(
         f"wrote {made.ca_file}, {made.cert_file}, {made.key_file} (client {made.name}, valid "
         f"until {made.not_after:%Y-%m-%d}): pass {made.ca_file.name} to webhook --client-ca, "
@@ -686,8 +701,7 @@ def run_certs_rotate(args: argparse.Namespace) -> int:
     try:
         done = rotate(args.dir, args.renew_before, force_leaf=args.force)
     except CertsError as exc:
-        print(f"volcano-guard certs rotate: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc), 1) from None
     print(
         f"serving cert {'renewed' if done.leaf_renewed else 'kept'} (valid until "
         f"{done.leaf_not_after:%Y-%m-%d}); CA {'rotated' if done.ca_rotated else 'kept'}; "
@@ -701,25 +715,17 @@ def run_certs_inject(args: argparse.Namespace) -> int:
     from volcano_guard.certs.generate import CertsError
 
     if not args.mutating and not args.validating:
-        print(
-            "volcano-guard certs inject: name at least one --mutating or --validating "
-            "configuration",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        raise CommandError("name at least one --mutating or --validating configuration")
     try:
         pem = read_ca_bundle(args.ca)  # before the cluster is touched
     except UnfitCABundle as exc:
-        print(f"volcano-guard certs inject: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(str(exc)) from None
     try:
         patched = inject_ca_bundle(_api_client(args), pem, args.mutating, args.validating)
     except CertsError as exc:
-        print(f"volcano-guard certs inject: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc), 1) from None
     except ConnectionError as exc:  # no API server answered (base.api_client names it)
-        print(f"volcano-guard certs inject: {exc}; no caBundle was changed", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(f"{exc}; no caBundle was changed") from None
     print("caBundle set on " + ", ".join(patched))
     return 0
 
@@ -730,12 +736,7 @@ def run_certs_ensure(args: argparse.Namespace) -> int:
     from volcano_guard.certs.plan import Lifetimes
 
     if not args.mutating and not args.validating:
-        print(
-            "volcano-guard certs ensure: name at least one --mutating or --validating "
-            "configuration",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        raise CommandError("name at least one --mutating or --validating configuration")
     target = Target(
         args.namespace,
         args.service,
@@ -752,8 +753,7 @@ def run_certs_ensure(args: argparse.Namespace) -> int:
             said=lambda step, why: print(f"{step}: {why}", flush=True),
         )  # logs as they happen
     except CertsError as exc:
-        print(f"volcano-guard certs ensure: {exc}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, Unreachable) else 1
+        raise CommandError(str(exc), EXIT_USAGE if isinstance(exc, Unreachable) else 1) from None
     print(f"certificates current ({len(taken)} steps taken)")
     return 0
 
@@ -765,43 +765,39 @@ def run_certs_secret(args: argparse.Namespace) -> int:
     try:
         done = write_secret(_api_client(args), args.dir, args.namespace, args.name)
     except CertsError as exc:
-        print(f"volcano-guard certs secret: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc), 1) from None
     except ConnectionError as exc:  # no API server answered (base.api_client names it)
-        print(f"volcano-guard certs secret: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(str(exc)) from None
     print(f"Secret {args.namespace}/{args.name} {done}")
     return 0
 
 
-def _api_client(args: argparse.Namespace, command: str = "", exit_code: int = EXIT_USAGE) -> Any:
-    """A kubernetes ApiClient for the command's cluster, or exit naming what is missing."""
+def _api_client(args: argparse.Namespace, exit_code: int = EXIT_USAGE) -> Any:
+    """A kubernetes ApiClient for the command's cluster (CommandError naming what is
+    missing)."""
     from volcano_guard.base.api_client import api_client
 
-    command = command or f"certs {args.action}"
-    return api_client(_cluster_or_exit(args, command, exit_code))
+    return api_client(_cluster(args, exit_code))
 
 
-def _cluster_or_exit(args: argparse.Namespace, command: str, exit_code: int) -> Cluster:
+def _cluster(args: argparse.Namespace, exit_code: int) -> Cluster:
     from volcano_guard.base.kubeconfig import KubeconfigError, resolve
 
     try:
         return resolve(kubeconfig=args.kubeconfig, context=args.context)
     except KubeconfigError as exc:
-        print(f"volcano-guard {command}: {exc}", file=sys.stderr)
-        raise SystemExit(exit_code) from None
+        raise CommandError(str(exc), exit_code) from None
 
 
 def run_check(args: argparse.Namespace) -> int:
     from volcano_guard.webhook.check import EXIT_UNUSABLE, UnusableInput, format_report
     from volcano_guard.webhook.check import run_check as check
 
-    config = _load_config_or_exit(args.config)
+    config = _config(args.config)
     try:
         report = check(args.paths, config, args.nodes, recursive=args.recursive)
     except UnusableInput as exc:
-        print(f"volcano-guard check: {exc}", file=sys.stderr)
-        return EXIT_UNUSABLE
+        raise CommandError(str(exc), EXIT_UNUSABLE) from None
     if args.output == "text":
         for problem in report.problems:
             print(f"volcano-guard check: {problem}", file=sys.stderr)
@@ -814,7 +810,7 @@ def run_audit(args: argparse.Namespace) -> int:
     from volcano_guard.audit.findings import NODE_ACCOUNTING, findings
     from volcano_guard.audit.report import EXIT_UNREADABLE, exit_code, format_report
 
-    config = _load_config_or_exit(args.config)
+    config = _config(args.config)
     if args.watch:
         return _watch_audit(args, config)
     on_terminal = sys.stderr.isatty()
@@ -824,12 +820,11 @@ def run_audit(args: argparse.Namespace) -> int:
             print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
 
     try:
-        state = read_state(_api_client(args, "audit", EXIT_UNREADABLE), args.namespace, progress)
+        state = read_state(_api_client(args, EXIT_UNREADABLE), args.namespace, progress)
     except ClusterReadError as exc:
+        progress("")  # the error takes the progress line's place
         why = exc if isinstance(exc, NamespaceNotFound) else f"cannot read the cluster: {exc}"
-        after_progress = "\n" if on_terminal else ""
-        print(f"{after_progress}volcano-guard audit: {why}", file=sys.stderr)
-        return EXIT_UNREADABLE
+        raise CommandError(str(why), EXIT_UNREADABLE) from None
     progress("")
     found = findings(state, config)
     if args.namespace:  # the nodes' accounts need every pod, not one namespace's
@@ -849,17 +844,12 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
     from volcano_guard.base.listen import parse_listen
 
     if args.namespace:
-        print(
-            "volcano-guard audit: --watch audits the whole cluster (no --namespace)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        raise CommandError("--watch audits the whole cluster (no --namespace)")
     try:
         metrics_listen = parse_listen(args.metrics_listen)
     except ValueError as exc:
-        print(f"volcano-guard audit: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    cluster = _cluster_or_exit(args, "audit", EXIT_UNREADABLE)
+        raise CommandError(str(exc)) from None
+    cluster = _cluster(args, EXIT_UNREADABLE)
     namespace = args.lease_namespace or cluster.default_namespace()
     lease = LeaseSettings(
         namespace=namespace,
@@ -868,7 +858,7 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
         retry=min(2.0, args.lease_duration / 5),
     )
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
-    return run_server("audit", watch(api_client(cluster), config, metrics_listen, lease, identity))
+    return run_server(watch(api_client(cluster), config, metrics_listen, lease, identity))
 
 
 def run_manifests(args: argparse.Namespace) -> int:
@@ -876,7 +866,7 @@ def run_manifests(args: argparse.Namespace) -> int:
     from volcano_guard.webhook.node_states import publishing_access
     from volcano_guard.webhook.registrations import render, webhook_configurations
 
-    config = _load_config_or_exit(args.config)
+    config = _config(args.config)
     print(
         render(
             [
@@ -898,12 +888,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
     from volcano_guard.sidecar.service import SidecarSettings, serve
 
     if args.upstream and (args.kubeconfig or args.context):
-        print(
-            "volcano-guard sidecar: --upstream and --kubeconfig/--context are alternatives; "
-            "pass one",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        raise CommandError("--upstream and --kubeconfig/--context are alternatives; pass one")
     try:
         listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
         coalesce = tuple(parse_resource(r) for r in args.coalesce or DEFAULT_COALESCED)
@@ -916,29 +901,21 @@ def run_sidecar(args: argparse.Namespace) -> int:
         cluster.ssl_context()  # a CA bundle that does not load fails here
     except KubeconfigError as exc:
         also = "" if args.upstream or args.kubeconfig or args.context else " or --upstream URL"
-        print(f"volcano-guard sidecar: {exc}{also}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(f"{exc}{also}") from None
     except ssl.SSLError as exc:
-        print(
-            f"volcano-guard sidecar: the CA bundle {cluster.ca_file} does not load: "
-            f"{exc.reason or exc}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        problem = exc.reason or exc
+        raise CommandError(f"the CA bundle {cluster.ca_file} does not load: {problem}") from None
     except ValueError as exc:
-        print(f"volcano-guard sidecar: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(str(exc)) from None
     if (
         cluster.url.startswith("http://")
         and (cluster.token or cluster.token_file)
         and not args.allow_plaintext_token
     ):
-        print(
-            f"volcano-guard sidecar: {cluster.url} is plain http and a token would be sent to "
-            "it in clear; use https, or pass --allow-plaintext-token",
-            file=sys.stderr,
+        raise CommandError(
+            f"{cluster.url} is plain http and a token would be sent to "
+            "it in clear; use https, or pass --allow-plaintext-token"
         )
-        return EXIT_USAGE
     settings = SidecarSettings(
         listen_host=listen.host,
         listen_port=listen.port,
@@ -953,30 +930,28 @@ def run_sidecar(args: argparse.Namespace) -> int:
         write_kubeconfig=args.write_kubeconfig,
         upstream_read_timeout=args.upstream_read_timeout,
     )
-    return run_server("sidecar", serve(cluster, settings))
+    return run_server(serve(cluster, settings))
 
 
-def run_server(command: str, server: Coroutine[Any, Any, Any]) -> int:
+def run_server(server: Coroutine[Any, Any, Any]) -> int:
     """Run a server to its end: its exit code; an address it cannot bind, or files it cannot
-    use, are one line and exit 2."""
+    use, are a CommandError (exit 2)."""
     from volcano_guard.base.files import FileProblem
     from volcano_guard.base.listen import AddressUnusable
 
     try:
         return int(asyncio.run(server) or 0)
     except (AddressUnusable, FileProblem) as exc:
-        print(f"volcano-guard {command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(str(exc)) from None
 
 
-def _load_config_or_exit(path: str | None) -> Config:
+def _config(path: str | None) -> Config:
     from volcano_guard.webhook.config import ConfigError, load_config
 
     try:
         return load_config(path)
     except ConfigError as exc:
-        print(f"volcano-guard: bad config: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE) from None
+        raise CommandError(f"bad config: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """`volcano-guard sandbox` and `volcano-guard demo`, as the product's CLI hands them over: each
-a function (prog, argv) -> exit code, registered as an entry point (sandbox/pyproject.toml)."""
+a function (prog, argv) -> exit code, registered as an entry point (sandbox/pyproject.toml),
+that says what stops it with a CommandError."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import ssl
-import sys
 from collections.abc import Sequence
 
-from volcano_guard.cli import EXIT_USAGE, Parser, run_server
+from volcano_guard.base.errors import CommandError
+from volcano_guard.cli import Parser, run_server
 
 
 def sandbox(prog: str, argv: Sequence[str]) -> int:
@@ -27,18 +28,15 @@ def sandbox(prog: str, argv: Sequence[str]) -> int:
         tokens = load_token_file(args.token_auth_file) if args.token_auth_file else None
         objects = load_files(args.load)
     except (ValueError, OSError) as exc:  # TokenFileError and FileProblem are ValueErrors
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(str(exc)) from None
     if bool(args.tls_cert) != bool(args.tls_key):
-        print(f"{prog}: --tls-cert and --tls-key go together", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError("--tls-cert and --tls-key go together")
     try:
         tls = server_context(args.tls_cert, args.tls_key) if args.tls_cert else None
     except (OSError, ssl.SSLError, ValueError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(str(exc)) from None
     settings = SandboxSettings(services=services, tokens=tokens)
-    return run_server("sandbox", serve_forever(listen.host, listen.port, objects, settings, tls))
+    return run_server(serve_forever(listen.host, listen.port, objects, settings, tls))
 
 
 def sandbox_parser(prog: str = "volcano-guard sandbox") -> argparse.ArgumentParser:
@@ -95,7 +93,7 @@ def demo(prog: str, argv: Sequence[str]) -> int:
     from volcano_guard_sandbox.demo import run
 
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the table says it all
-    return run_server("demo", run(args.examples))
+    return run_server(run(args.examples))
 
 
 # Each command's parser, by name: the reference's checks read their flags.

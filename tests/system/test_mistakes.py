@@ -323,3 +323,24 @@ def test_one_shot_commands_give_up_on_a_silent_server_within_30_seconds(w, silen
             assert took < 30, (command, took)
             [line] = result.stderr.strip().splitlines()
             assert f"the API server {silent_server} did not answer within 20s" in line
+
+
+def test_a_reader_that_leaves_early_stops_the_command_quietly(tmp_path):
+    """`volcano-guard check ... | head -1`: the reader closes the pipe while check still writes,
+    which ends the command without a traceback (as SIGPIPE would end a Go program)."""
+    pods = "".join(
+        f"---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{n}, namespace: a}}\n"
+        "spec: {schedulerName: volcano, containers: [{name: c, image: i}]}\n"
+        for n in range(3000)
+    )
+    (tmp_path / "pods.yaml").write_text(pods)  # far more output than a pipe buffers
+    check = subprocess.Popen(
+        [sys.executable, "-m", "volcano_guard.cli", "check", "-f", str(tmp_path / "pods.yaml")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert check.stdout is not None and check.stderr is not None
+    assert check.stdout.readline()
+    check.stdout.close()  # the reader leaves
+    assert check.wait(timeout=60) == 141
+    assert check.stderr.read() == b""
