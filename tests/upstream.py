@@ -4,7 +4,8 @@ The tests that pin a fact about Volcano or Kubernetes keep the fact as a table b
 (transcribed from the file and function they name) and check that the source still says it.
 The source is a folder of frozen files, `<project>/<revision>/<path>`, copied unchanged from each
 project's repository: VOLCANO_GUARD_UPSTREAM names it, else `../shared/upstream` beside the
-repository (where CI lays it). Where neither exists, those tests skip, saying so.
+repository (where CI lays it). Where neither exists, those tests skip, saying so. They read it
+inside the test, never at collection (a parametrize takes its cases from a table beside it).
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def upstream_root() -> Path | None:
 def upstream_file(project: str, revision: str, path: str) -> str:
     """The text of path in project's source at revision; skips when no upstream folder exists,
     fails when the folder exists but lacks the file (a fact's source must not vanish quietly)."""
+    if "PYTEST_CURRENT_TEST" not in os.environ:
+        # pytest sets it for a test's setup, call and teardown only. Read at collection (in a
+        # parametrize), the skip below would be a collection error on every clone without the
+        # source: CI, which has it, must fail too.
+        raise RuntimeError(f"{project} {path} is read outside a test: read it inside the test")
     root = upstream_root()
     if root is None:
         pytest.skip(f"no upstream source on this machine (set {ENVIRONMENT}): {project} {path}")

@@ -306,34 +306,42 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     caches = caches or Caches()
-    caches.start()
-    async with running(
-        config,
-        listen,
-        metrics_listen,
-        tls,
-        shutdown_timeout=shutdown_timeout,
-        caches=caches,
-        reuse_port=reuse_port,
-        unready_because=reloader.problem if reloader else lambda: None,
-    ) as (port, metrics_port):
-        log.info(
-            "webhook listening on https://%s:%d, metrics on http://%s:%d",
-            listen.host,
-            port,
-            metrics_listen.host,
-            metrics_port,
-        )
-        if started is not None:
-            started(port, metrics_port)
-        tasks = [asyncio.create_task(work()) for work in background]
-        if reloader:
-            tasks.append(asyncio.create_task(reloader.watch()))
-        await stop.wait()
-        log.info("shutting down: finishing in-flight requests")
-        for task in tasks:
-            task.cancel()
-    caches.stop()
+    watching = False
+    try:
+        async with running(
+            config,
+            listen,
+            metrics_listen,
+            tls,
+            shutdown_timeout=shutdown_timeout,
+            caches=caches,
+            reuse_port=reuse_port,
+            unready_because=reloader.problem if reloader else lambda: None,
+        ) as (port, metrics_port):
+            # The informers' threads start once both ports are bound, so that a port in use
+            # ends the command before any of them runs: started first, they went on logging
+            # while the interpreter shut down, which aborted it (SIGABRT) in 9 starts of 30.
+            caches.start()
+            watching = True
+            log.info(
+                "webhook listening on https://%s:%d, metrics on http://%s:%d",
+                listen.host,
+                port,
+                metrics_listen.host,
+                metrics_port,
+            )
+            if started is not None:
+                started(port, metrics_port)
+            tasks = [asyncio.create_task(work()) for work in background]
+            if reloader:
+                tasks.append(asyncio.create_task(reloader.watch()))
+            await stop.wait()
+            log.info("shutting down: finishing in-flight requests")
+            for task in tasks:
+                task.cancel()
+    finally:
+        if watching:  # on every way out: no informer may outlive the command
+            caches.stop()
 
 
 def _bound_port(runner: web.AppRunner) -> int:
