@@ -69,7 +69,7 @@ def test_the_copies_keep_every_contract(packages):
             "Layers run one way",
         ),
         (
-            "volcano_guard/webhook/policies/node_name.py",
+            "volcano_guard/webhook/policies/node_name/decision.py",
             "from volcano_guard.webhook import metrics",
             "The webhook:",
         ),

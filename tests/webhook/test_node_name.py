@@ -13,7 +13,7 @@ from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies import node_name as node_name_policy
 from volcano_guard.webhook.policies.base import PolicyContext
-from volcano_guard.webhook.policies.node_name import pin_to_node
+from volcano_guard.webhook.policies.node_name.decision import pin_to_node
 from volcano_guard.webhook.review import from_document
 
 NODES = static_snapshot(

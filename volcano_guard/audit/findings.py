@@ -5,7 +5,8 @@
   each Pod, Volcano Job, CronJob and JobTemplate is evaluated as its own CREATE (resourceRequests
   on pods Volcano places; nodeName on pods placed by any other scheduler, since Volcano binds
   its own); the creator's name is not recorded on an object, so user exemptions cannot apply,
-  and a pod is judged as created by whom the cluster vouches for (`vouched_requester`);
+  and a pod is judged as created by whom the cluster vouches for (the nodeName policy's
+  `vouched_requester`);
 - pods claiming an exemption the cluster denies: a mirror pod its node does not own, a pod of a
   DaemonSet that does not exist;
 - managed nodes whose accounted requests pass their allocatable (audit/accounting.py);
@@ -43,14 +44,7 @@ from volcano_guard.base.volcano import (
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies import enabled_checks, evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
-from volcano_guard.webhook.policies.node_name import (
-    MIRROR_ANNOTATION,
-    NODE_USER_PREFIX,
-    NODES,
-    NODES_GROUP,
-    daemonset_owner,
-    node_labels,
-)
+from volcano_guard.webhook.policies.node_name import NODES, node_labels, vouched_requester
 from volcano_guard.webhook.policies.pod_groups import (
     GENERATION_ID,
     GROUP_NAME,
@@ -187,7 +181,9 @@ def policy_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
         if _spec(pod).get("nodeName") and _spec(pod).get("schedulerName") in schedulers:
             pod = {**pod, "spec": {**_spec(pod), "nodeName": ""}}  # bound by Volcano itself
         elif _spec(pod).get("nodeName"):
-            user, denied = vouched_requester(pod, node_uids, daemonset_uids, config)
+            user, denied = vouched_requester(
+                pod, node_uids, daemonset_uids, config.policies.nodeName
+            )
             if denied:
                 yield Finding(EXEMPTION_CLAIMS, "Pod", _namespace(pod), _name(pod), denied)
         yield from _evaluated(pod, ("", "v1", "Pod"), "pods", context, checks, user)
@@ -196,50 +192,6 @@ def policy_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
         kind = (group, version, str(workload.get("kind", "")))
         if kind in WORKLOADS:
             yield from _evaluated(workload, kind, WORKLOADS[kind], context, checks)
-
-
-def vouched_requester(
-    pod: dict[str, Any],
-    node_uids: Mapping[str, Any],
-    daemonset_uids: Mapping[tuple[str, str], Any],
-    config: Config,
-) -> tuple[UserInfo, str]:
-    """Who the cluster shows created a bound pod, for the nodeName exemption: its node, for a
-    mirror pod owned by that Node (as NodeRestriction makes a kubelet create it); the DaemonSet
-    controller, for a pod controlled by a DaemonSet that exists with that uid; else nobody. And,
-    when the pod claims to be one of these and the cluster says otherwise, the finding's text."""
-    node = str(_spec(pod).get("nodeName"))
-    owners = _metadata(pod).get("ownerReferences")
-    owners = owners if isinstance(owners, list) else []
-    if MIRROR_ANNOTATION in _annotations(pod):
-        node_owner = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "name": node,
-            "controller": True,
-            "uid": node_uids.get(node),
-        }
-        if node_uids.get(node) and any(
-            isinstance(o, dict) and node_owner.items() <= o.items() for o in owners
-        ):
-            return UserInfo(NODE_USER_PREFIX + node, (NODES_GROUP,)), ""
-        return UserInfo(), (
-            f"has the mirror-pod annotation {MIRROR_ANNOTATION} but is not owned by node "
-            f'"{node}" as a static pod its kubelet created is: someone else wrote it, and '
-            "the guard does not exempt it; delete the pod"
-        )
-    owner = daemonset_owner(pod) if config.policies.nodeName.allowDaemonSets else None
-    if owner is None:
-        return UserInfo(), ""
-    key = (_namespace(pod), str(owner.get("name")))
-    if daemonset_uids.get(key) and daemonset_uids.get(key) == owner.get("uid"):
-        controllers = config.policies.nodeName.daemonSetControllers
-        return UserInfo(controllers[0] if controllers else ""), ""
-    return UserInfo(), (
-        f'names DaemonSet "{key[1]}" (uid {owner.get("uid")}) as its controller, which does '
-        "not exist: the guard does not exempt it, and the garbage collector deletes the pods of "
-        "a deleted DaemonSet; delete the pod"
-    )
 
 
 def _evaluated(

@@ -3,8 +3,8 @@
 A ValidatingAdmissionPolicy cannot look a node up, so when its verdict depends on which nodes
 are managed (managedNodeSelectors, or unknownNodes: allow) the guard publishes every node it
 knows as `name: managed|unmanaged` in ConfigMaps labelled NODE_STATES_LABEL in its own
-namespace: the policy's params (node_name._in_server_check). One ConfigMap holds 1 MiB, about
-20,000 node names, so the states are split by name into ranges, one ConfigMap each
+namespace: the params of the nodeName policy's in-server checks. One ConfigMap holds 1 MiB,
+about 20,000 node names, so the states are split by name into ranges, one ConfigMap each
 ([volcano-guard.io/nodes-from, volcano-guard.io/nodes-to)), and the API server judges a node
 by the one range that holds its name.
 

@@ -1,0 +1,64 @@
+"""Each policy is one unit behind a small public interface: code outside a policy (the registry,
+`check`, the audit, the node-state publisher, the config, the harness and the benchmarks)
+imports only the names its `__all__` lists, from the policy itself, never one of its modules."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+POLICIES = "volcano_guard.webhook.policies"
+UNITS = ("node_name",)
+# Where the rest of the guard lives: what ships, the harness and the benchmarks. Tests may
+# reach inside a policy to test its parts.
+OUTSIDE = (REPO / "volcano_guard", REPO / "sandbox", REPO / "bench")
+
+
+def imports(path: Path) -> Iterator[tuple[int, str, tuple[str, ...]]]:
+    """(line, module, names) of every import in path; names () for `import module`."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module, tuple(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, ()
+
+
+def sources_outside(unit: str) -> Iterator[Path]:
+    inside = REPO / "volcano_guard" / "webhook" / "policies" / unit
+    for root in OUTSIDE:
+        for path in root.rglob("*.py"):
+            if path != inside.with_suffix(".py") and inside not in path.parents:
+                yield path
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_outside_a_policy_only_its_public_names_are_imported(unit):
+    package = f"{POLICIES}.{unit}"
+    public = set(importlib.import_module(package).__all__)
+    wrong = []
+    for path in sources_outside(unit):
+        for line, module, names in imports(path):
+            where = f"{path.relative_to(REPO)}:{line}"
+            if module.startswith(f"{package}."):
+                wrong.append(f"{where} imports {module}, a module inside the policy")
+            elif module == package:
+                wrong.extend(
+                    f"{where} imports {name}, not in {unit}.__all__"
+                    for name in names
+                    if name not in public
+                )
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_a_policy_lists_only_names_it_has(unit):
+    policy = importlib.import_module(f"{POLICIES}.{unit}")
+    assert [name for name in policy.__all__ if not hasattr(policy, name)] == []
+    assert [name for name in policy.__all__ if name.startswith("_")] == []

@@ -1,0 +1,197 @@
+"""The nodeName policy as the API server sees it: the scopes its registrations send (CEL
+matchConditions), its in-server checks (ValidatingAdmissionPolicies), and the protocol of the
+node states the webhook publishes for those checks when the API server cannot tell a node's
+state alone (webhook.node_states writes them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from volcano_guard.base.node_selectors import is_managed
+from volcano_guard.webhook.cel import (
+    DESCRIBED,
+    Expr,
+    all_of,
+    concat,
+    field_set,
+    kind_is,
+    negate,
+    operation_is,
+    string,
+    user_in,
+)
+from volcano_guard.webhook.config import Config, NodeNameConfig
+from volcano_guard.webhook.policies.base import (
+    BINDINGS,
+    MUTATE,
+    VALIDATE,
+    InServerCheck,
+    Rule,
+    Scope,
+    pods_rule,
+)
+from volcano_guard.webhook.policies.node_name.decision import BINDING
+from volcano_guard.webhook.policies.node_name.exemptions import not_exempt
+from volcano_guard.webhook.policies.node_name.messages import (
+    ANONYMOUS,
+    binding_message_parts,
+    message_parts,
+)
+from volcano_guard.webhook.policies.node_name.settings import first_scheduler, settings
+from volcano_guard.webhook.workloads import POD
+
+# The params of the in-server checks when the API server cannot tell a node's state alone:
+# ConfigMaps in the guard's namespace labelled NODE_STATES_LABEL, each holding node name ->
+# MANAGED or UNMANAGED for every node the guard knows whose name lies in [its NODES_FROM
+# annotation, its NODES_TO annotation) ("" : unbounded), kept by webhook.node_states. One
+# annotated NODES_PENDING refuses every name it holds (the first, while the rest are written).
+NODE_STATES_LABEL = ("volcano-guard.io/params", "node-states")
+NODES_FROM, NODES_TO = "volcano-guard.io/nodes-from", "volcano-guard.io/nodes-to"
+NODES_PENDING = "volcano-guard.io/nodes-pending"
+MANAGED, UNMANAGED = "managed", "unmanaged"
+
+
+def needs_node_states(config: NodeNameConfig) -> bool:
+    """Whether the in-server checks need the published node states: unless every node a pod
+    can name is refused (no managedNodeSelectors: every node is managed; unknownNodes: deny)."""
+    return bool(config.managed_selectors) or config.unknownNodes != "deny"
+
+
+def node_state(labels: Mapping[str, str], config: NodeNameConfig) -> str:
+    return MANAGED if is_managed(labels, config.managed_selectors) else UNMANAGED
+
+
+def scopes(config: Config) -> tuple[Scope, ...]:
+    """Pod CREATEs naming a node, but for the exempt (as exemption decides). Which nodes are
+    managed is not known to the API server: every such pod is sent."""
+    node_name = settings(config)
+    condition = _named_node_not_exempt(node_name)
+    rules = (pods_rule("CREATE"),)
+    validating = Scope(VALIDATE, rules, condition)
+    return (
+        (Scope(MUTATE, rules, condition), validating)
+        if node_name.action == "rewrite"
+        else (validating,)
+    )
+
+
+def binding_scopes(config: Config) -> tuple[Scope, ...]:
+    """Bindings (pods/binding or the bindings resource) by anyone but the allowed binders."""
+    binders = settings(config).bindingGuard.allowedBinders
+    condition = all_of(kind_is(*BINDING), operation_is("CREATE"), negate(user_in(binders, ())))
+    rules = (Rule("", "v1", ("pods/binding", "bindings"), ("CREATE",)),)
+    return (Scope(BINDINGS, rules, condition),)
+
+
+def _named_node_not_exempt(config: NodeNameConfig) -> str:
+    """CEL: a pod CREATE naming a node, by a requester exemption() does not exempt."""
+    return all_of(
+        kind_is(*POD),
+        operation_is("CREATE"),
+        field_set("object.spec.nodeName"),
+        *not_exempt(config),
+    )
+
+
+def in_server(config: Config) -> tuple[InServerCheck, ...]:
+    """Pods naming a node the webhook refuses, decided by the API server."""
+    node_name = settings(config)
+
+    def message(reason: str) -> str:
+        return concat(
+            *message_parts(DESCRIBED, Expr("variables.node"), reason, first_scheduler(config))
+        )
+
+    return (
+        _in_server_check(
+            "node-name",
+            (pods_rule("CREATE"),),
+            _named_node_not_exempt(node_name),
+            "object.spec.nodeName",
+            message,
+            node_name,
+        ),
+    )
+
+
+def binding_in_server(config: Config) -> tuple[InServerCheck, ...]:
+    """Bindings by anyone but the allowed binders onto a node the webhook refuses, decided by
+    the API server (as in_server decides pods)."""
+    node_name = settings(config)
+    (scope,) = binding_scopes(config)
+    node = "has(object.target) && has(object.target.name) ? object.target.name : ''"
+
+    def message(reason: str) -> str:
+        return concat(
+            *binding_message_parts(
+                Expr(
+                    f"request.userInfo.username != '' ? request.userInfo.username : "
+                    f"{string(ANONYMOUS)}"
+                ),
+                Expr("request.namespace + '/' + request.name"),
+                Expr("variables.node"),
+                reason,
+                node_name,
+            )
+        )
+
+    return (_in_server_check("bindings", scope.rules, scope.condition, node, message, node_name),)
+
+
+def _in_server_check(
+    name: str,
+    rules: tuple[Rule, ...],
+    condition: str,
+    node: str,
+    message: Callable[[str], str],
+    config: NodeNameConfig,
+) -> InServerCheck:
+    """A check refusing what node_decision refuses of the node `node` (CEL) names, worded by
+    message(reason); "" (no node) is allowed. Each params object judges only the names in
+    its range, so the states can be spread over as many ConfigMaps as they need."""
+    if not needs_node_states(config):
+        return InServerCheck(
+            name,
+            rules,
+            condition,
+            (("variables.node == ''", message("managed")),),
+            (("node", node),),
+        )
+
+    def annotation(key: str) -> str:
+        return (
+            f"has(params.metadata.annotations) && {string(key)} in "
+            f"params.metadata.annotations ? params.metadata.annotations[{string(key)}] : ''"
+        )
+
+    variables = (
+        ("node", node),
+        ("statesFrom", annotation(NODES_FROM)),
+        ("statesTo", annotation(NODES_TO)),
+        (
+            "inRange",
+            "variables.node >= variables.statesFrom && (variables.statesTo == '' || "
+            "variables.node < variables.statesTo)",
+        ),
+        (
+            "nodeState",
+            f"has(params.metadata.annotations) && {string(NODES_PENDING)} in "
+            "params.metadata.annotations ? 'pending' : has(params.data) && "
+            "variables.node in params.data ? params.data[variables.node] : 'unknown'",
+        ),
+    )
+    allowed = [
+        "variables.node == ''",
+        "!variables.inRange",
+        f"variables.nodeState == {string(UNMANAGED)}",
+    ]
+    if config.unknownNodes == "allow":
+        allowed.append("variables.nodeState == 'unknown'")
+    refusal = (
+        f"variables.nodeState == {string(MANAGED)} ? ({message('managed')}) : "
+        f"variables.nodeState == 'pending' ? ({message('pending')}) : "
+        f"({message('unknown')})"
+    )
+    return InServerCheck(
+        name, rules, condition, ((" || ".join(allowed), refusal),), variables, NODE_STATES_LABEL
+    )
