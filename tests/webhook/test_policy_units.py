@@ -12,9 +12,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from volcano_guard.webhook.policies import POLICIES as REGISTERED
 
 POLICIES = "volcano_guard.webhook.policies"
-UNITS = ("node_name",)
+POLICIES_DIR = REPO / "volcano_guard" / "webhook" / "policies"
+SHARED = {"__init__", "base"}  # what every policy builds on, not a policy
+# Each policy: a module, or a package (one job a module) when it grows.
+UNITS = sorted(
+    path.stem if path.suffix == ".py" else path.name
+    for path in POLICIES_DIR.iterdir()
+    if (path.suffix == ".py" or (path / "__init__.py").exists()) and path.stem not in SHARED
+)
 # Where the rest of the guard lives: what ships, the harness and the benchmarks. Tests may
 # reach inside a policy to test its parts.
 OUTSIDE = (REPO / "volcano_guard", REPO / "sandbox", REPO / "bench")
@@ -31,7 +39,7 @@ def imports(path: Path) -> Iterator[tuple[int, str, tuple[str, ...]]]:
 
 
 def sources_outside(unit: str) -> Iterator[Path]:
-    inside = REPO / "volcano_guard" / "webhook" / "policies" / unit
+    inside = POLICIES_DIR / unit
     for root in OUTSIDE:
         for path in root.rglob("*.py"):
             if path != inside.with_suffix(".py") and inside not in path.parents:
@@ -59,6 +67,14 @@ def test_outside_a_policy_only_its_public_names_are_imported(unit):
 
 @pytest.mark.parametrize("unit", UNITS)
 def test_a_policy_lists_only_names_it_has(unit):
+    """Its interface is written down (`__all__`), and holds no private name."""
     policy = importlib.import_module(f"{POLICIES}.{unit}")
     assert [name for name in policy.__all__ if not hasattr(policy, name)] == []
     assert [name for name in policy.__all__ if name.startswith("_")] == []
+
+
+def test_every_unit_registers_its_policies():
+    """Each module or package beside base is a policy in the registry, and each policy the
+    registry runs is defined in one (where its mode is read)."""
+    defined_in = {policy.mode.__module__.removeprefix(f"{POLICIES}.") for policy in REGISTERED}
+    assert {module.partition(".")[0] for module in defined_in} == set(UNITS)

@@ -10,6 +10,12 @@ delete with `preconditions.uid` (as the garbage collector sends) passes: the API
 Nothing the review says about the PodGroup is trusted: it is looked up in the guard's own cache
 by the request's namespace and name (anyone who reaches the webhook can send a review), and its
 members are listed (metadata only) only when it exists there.
+
+Outside this module the guard uses only what __all__ lists: the three Policy objects, for the
+registry (POLICIES); PODGROUPS and podgroup_record, for the audit to build the PodGroup
+snapshot as the cache does; GENERATION_ID, podgroup_generation and GROUP_NAME, for the audit's
+generation-id and orphan findings and `check`'s note on an unstamped PodGroup (with
+is_pod_group).
 """
 
 from __future__ import annotations
@@ -50,6 +56,18 @@ from volcano_guard.webhook.policies.base import (
 )
 from volcano_guard.webhook.review import AdmissionRequest
 from volcano_guard.webhook.workloads import POD
+
+__all__ = [
+    "DELETE_POLICY",
+    "ENRICH_POLICY",
+    "GENERATION_ID",
+    "GROUP_NAME",
+    "PODGROUPS",
+    "STAMP_POLICY",
+    "is_pod_group",
+    "podgroup_generation",
+    "podgroup_record",
+]
 
 NAME = "podGroups"
 DELETE_GUARD = "deleteGuard"

@@ -10,6 +10,9 @@ kinds get for free.
 
 Kubernetes copies a container's limits into its missing requests before admission, so a
 resource with a limit and no request counts as requested (at that limit).
+
+Outside this module the guard uses only what __all__ lists: POLICY, for the registry
+(POLICIES).
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ from volcano_guard.webhook.workloads import (
     pod_templates,
     requests_and_limits,
 )
+
+__all__ = ["POLICY"]
 
 NAME = "resourceRequests"
 

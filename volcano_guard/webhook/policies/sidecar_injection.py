@@ -8,6 +8,9 @@ kubeconfig whose server is itself into a shared emptyDir; the chosen containers 
 `--kubeconfig=<that file>` appended to their args (proxy-mode `args`, what Volcano's
 controller-manager and scheduler take) or `KUBECONFIG` set (`env`). A pod that already has the
 sidecar is left alone, so reinvocation and re-creation from an injected template are no-ops.
+
+Outside this module the guard uses only what __all__ lists: POLICY, for the registry
+(POLICIES).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from volcano_guard.webhook.policies.base import (
 )
 from volcano_guard.webhook.review import AdmissionRequest
 from volcano_guard.webhook.workloads import POD, Container, PodTemplate, containers
+
+__all__ = ["POLICY"]
 
 NAME = "sidecarInjection"
 INJECT_LABEL = "volcano-guard.io/inject"

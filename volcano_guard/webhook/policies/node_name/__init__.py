@@ -17,7 +17,7 @@ messages (the denials' words), in_server (scopes, in-server checks and the node-
 protocol). Nothing outside this package imports those modules: what the rest of the guard uses
 is here, in __all__:
 
-- the registry (webhook.evaluation): POLICY, BINDING_POLICY;
+- the registry (POLICIES): POLICY, BINDING_POLICY;
 - `check`: NAME, NODES, node_labels, unvouched_claim;
 - the audit: NODES, node_labels, daemonset_owner, vouched_requester;
 - the node-state publisher (webhook.node_states): settings, NODES, needs_node_states,
