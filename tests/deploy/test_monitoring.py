@@ -16,10 +16,10 @@ import yaml
 from tests.conftest import REPO
 from tests.promtool import check_rules, run_rule_tests
 from volcano_guard.base.metrics import metrics_app
-from volcano_guard.webhook.config import SidecarInjectionConfig
 from volcano_guard.webhook.policies.sidecar_injection import (
     CONTAINER_NAME,
     INJECT_LABEL,
+    SidecarInjectionConfig,
     sidecar_container,
 )
 

@@ -91,5 +91,6 @@ def test_a_forbidden_import_inside_a_function_breaks_its_contract(
     add_import(packages / module, statement)
     ran = lint_imports(packages)
     assert ran.returncode != 0, ran.stdout[-3000:]
-    broken = [line for line in ran.stdout.splitlines() if line.endswith("BROKEN")]
+    # "<name> BROKEN", or "<name> BROKEN (n ignored imports)" for a contract that ignores some
+    broken = [line for line in ran.stdout.splitlines() if " BROKEN" in line]
     assert [line for line in broken if line.startswith(contract)], ran.stdout[-3000:]

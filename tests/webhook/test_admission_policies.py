@@ -24,8 +24,8 @@ from volcano_guard.base.informer import static_snapshot
 from volcano_guard.cli import main
 from volcano_guard.webhook.admission_policies import admission_policies
 from volcano_guard.webhook.config import Config, config_from_dict
+from volcano_guard.webhook.evaluation import evaluate
 from volcano_guard.webhook.node_states import NodeRange, configmap, desired_states, plan
-from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.node_name import NODES
 from volcano_guard.webhook.review import (

@@ -6,7 +6,7 @@ import pytest
 from tests.sandbox_fixtures import pod as sandbox_pod
 from volcano_guard.base.informer import wait_synced
 from volcano_guard.base.kubeconfig import Cluster
-from volcano_guard.webhook import policies
+from volcano_guard.webhook import evaluation
 from volcano_guard.webhook.caches import Caches, needs_cluster
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies.base import LiveList, Policy, WatchedList
@@ -28,14 +28,14 @@ def node(name):
 
 def test_the_shipped_policies_declare_nodes_podgroups_and_a_live_pod_list():
     config = config_from_dict({})
-    assert policies.watched_data(config) == (NODES, PODGROUPS)
-    assert policies.live_lookups(config) == (UNFINISHED_PODS,)
+    assert evaluation.watched_data(config) == (NODES, PODGROUPS)
+    assert evaluation.live_lookups(config) == (UNFINISHED_PODS,)
 
 
 def test_policies_that_are_off_need_no_cluster():
     config = config_from_dict(EVERYTHING_OFF)
     assert not needs_cluster(config)
-    assert policies.watched_data(config) == () and policies.live_lookups(config) == ()
+    assert evaluation.watched_data(config) == () and evaluation.live_lookups(config) == ()
 
 
 def test_the_binding_guard_alone_still_watches_nodes():
@@ -47,7 +47,7 @@ def test_the_binding_guard_alone_still_watches_nodes():
             }
         }
     )
-    assert policies.watched_data(config) == (NODES,)
+    assert evaluation.watched_data(config) == (NODES,)
 
 
 def test_a_missing_cluster_names_the_policies_that_read_it():
@@ -64,7 +64,7 @@ def test_a_new_policy_gets_its_cache_and_lookup_from_its_declaration_alone(monke
     extra = Policy(
         name="extra", mode=lambda config: "audit", watches=(pods, namespaces), lookups=(running,)
     )
-    monkeypatch.setattr(policies, "POLICIES", (extra,))
+    monkeypatch.setattr(evaluation, "POLICIES", (extra,))
     with SandboxThread() as sandbox:
         sandbox.seed(
             [

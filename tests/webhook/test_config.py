@@ -253,7 +253,7 @@ def test_an_overflowing_duration_or_deep_nesting_is_a_config_error(tmp_path, tex
 
 @pytest.mark.parametrize(
     "policy",
-    __import__("volcano_guard.webhook.policies", fromlist=["POLICIES"]).POLICIES,
+    __import__("volcano_guard.webhook.evaluation", fromlist=["POLICIES"]).POLICIES,
     ids=lambda p: p.name,
 )
 def test_the_setting_each_policy_names_to_turn_it_off_does(policy):

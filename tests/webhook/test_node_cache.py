@@ -19,7 +19,7 @@ from volcano_guard.base.listen import Listen
 from volcano_guard.base.tls import client_context, server_context
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import config_from_dict
-from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.evaluation import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.node_name import NODES as NODE_CACHE
 from volcano_guard.webhook.policies.node_name import node_labels

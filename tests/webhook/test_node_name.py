@@ -10,7 +10,7 @@ from volcano_guard.base.informer import empty_snapshot, static_snapshot
 from volcano_guard.base.jsonpatch import apply_patch
 from volcano_guard.base.node_selectors import is_managed, selector_set
 from volcano_guard.webhook.config import config_from_dict
-from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.evaluation import evaluate
 from volcano_guard.webhook.policies import node_name as node_name_policy
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.node_name.decision import pin_to_node

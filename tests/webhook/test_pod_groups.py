@@ -23,8 +23,8 @@ from volcano_guard.base.tls import client_context, server_context
 from volcano_guard.base.uuid7 import UUIDv7, new_uuid7, timestamp_ms
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.evaluation import evaluate
 from volcano_guard.webhook.metrics import LIVE_LOOKUPS
-from volcano_guard.webhook.policies import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.pod_groups import (
     GENERATION_ID,

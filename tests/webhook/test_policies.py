@@ -8,13 +8,8 @@ from msgspec.structs import replace
 
 from tests.builders import container, pod, review, volcano_job
 from volcano_guard.webhook.config import config_from_dict
-from volcano_guard.webhook.policies import (
-    POLICIES,
-    KindChecks,
-    enabled_checks,
-    evaluate,
-    pod_groups,
-)
+from volcano_guard.webhook.evaluation import POLICIES, KindChecks, enabled_checks, evaluate
+from volcano_guard.webhook.policies import pod_groups
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.pod_groups import UNFINISHED_PODS
 from volcano_guard.webhook.review import AdmissionRequest, from_document

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from volcano_guard.webhook.policies import POLICIES as REGISTERED
+from volcano_guard.webhook.evaluation import POLICIES as REGISTERED
 
 POLICIES = "volcano_guard.webhook.policies"
 POLICIES_DIR = REPO / "volcano_guard" / "webhook" / "policies"

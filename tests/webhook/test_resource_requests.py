@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from tests.builders import container, job_template, pod, review, volcano_cronjob, volcano_job
 from volcano_guard.base.jsonpatch import apply_patch
 from volcano_guard.webhook.config import config_from_dict
-from volcano_guard.webhook.policies import evaluate, resource_requests
+from volcano_guard.webhook.evaluation import evaluate
+from volcano_guard.webhook.policies import resource_requests
 from volcano_guard.webhook.policies.base import NOTHING_FOUND, PolicyContext
 from volcano_guard.webhook.review import from_document
 from volcano_guard.webhook.workloads import ObjectShapeError

@@ -228,13 +228,14 @@ async def test_content_type_with_parameters_is_json_too(webhook):
 async def test_policy_bug_fails_closed_without_a_500(certs, monkeypatch):
     import dataclasses
 
-    from volcano_guard.webhook import policies
+    from volcano_guard.webhook import evaluation
+    from volcano_guard.webhook.policies import resource_requests
 
     def explode(*_):
         raise RuntimeError("boom")
 
-    broken = dataclasses.replace(policies.resource_requests.POLICY, validate=explode)
-    monkeypatch.setattr(policies, "POLICIES", (broken,))  # before the app reads its checks
+    broken = dataclasses.replace(resource_requests.POLICY, validate=explode)
+    monkeypatch.setattr(evaluation, "POLICIES", (broken,))  # before the app reads its checks
     async for webhook in start_webhook(config_from_dict({}), certs):
         response = await admission(webhook, "/validate", review(pod(), uid="bug"))
     assert response["uid"] == "bug"

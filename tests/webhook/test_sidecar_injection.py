@@ -8,7 +8,7 @@ import pytest
 
 from volcano_guard.base.jsonpatch import apply_patch
 from volcano_guard.webhook.config import config_from_dict
-from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.evaluation import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.sidecar_injection import CONTAINER_NAME, KUBECONFIG
 from volcano_guard.webhook.review import from_document

@@ -42,7 +42,7 @@ from volcano_guard.base.volcano import (
     panic_message,
 )
 from volcano_guard.webhook.config import Config
-from volcano_guard.webhook.policies import enabled_checks, evaluate
+from volcano_guard.webhook.evaluation import enabled_checks, evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.node_name import NODES, node_labels, vouched_requester
 from volcano_guard.webhook.policies.pod_groups import (

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from volcano_guard.webhook.config import Config
-from volcano_guard.webhook.policies import POLICIES
+from volcano_guard.webhook.evaluation import POLICIES
 from volcano_guard.webhook.policies.base import InServerCheck
 from volcano_guard.webhook.registrations import unjudged_namespaces
 

@@ -19,8 +19,8 @@ from volcano_guard.base.informer import Informer, Snapshot, static_snapshot
 from volcano_guard.base.jsonbody import decode, object_at
 from volcano_guard.base.kubeconfig import Cluster, TokenSource
 from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.evaluation import enabled_policies, live_lookups, watched_data
 from volcano_guard.webhook.metrics import LIVE_LOOKUPS
-from volcano_guard.webhook.policies import enabled_policies, live_lookups, watched_data
 from volcano_guard.webhook.policies.base import LiveList, WatchedList
 
 log = logging.getLogger("volcano_guard.webhook")

@@ -35,7 +35,7 @@ from volcano_guard.base.volcano import (
 )
 from volcano_guard.webhook import review
 from volcano_guard.webhook.config import Config
-from volcano_guard.webhook.policies import evaluate
+from volcano_guard.webhook.evaluation import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.node_name import NAME as NODE_NAME
 from volcano_guard.webhook.policies.node_name import NODES, node_labels, unvouched_claim

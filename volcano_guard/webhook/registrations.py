@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from volcano_guard.webhook.config import Config
-from volcano_guard.webhook.policies import POLICIES
+from volcano_guard.webhook.evaluation import POLICIES
 from volcano_guard.webhook.policies.base import (
     BINDINGS,
     INJECT,

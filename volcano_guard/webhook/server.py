@@ -1,7 +1,7 @@
 """The admission webhook's HTTP side: transport checks, the handler contract, serving.
 
 request bytes ── size limit (413), content type (415)
-  └─ review.parse: JSON decode and envelope check in one pass (400) ── policies.evaluate
+  └─ review.parse: JSON decode and envelope check in one pass (400) ── evaluation.evaluate
        ── review.respond (always echoes request.uid)
 Metrics wrap the handler; policies never see aiohttp.
 """
@@ -29,8 +29,14 @@ from volcano_guard.webhook import decision as decisions
 from volcano_guard.webhook import review
 from volcano_guard.webhook.caches import Caches
 from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.evaluation import (
+    NO_POLICY,
+    EnabledChecks,
+    Phase,
+    enabled_checks,
+    evaluate,
+)
 from volcano_guard.webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, admission_counter
-from volcano_guard.webhook.policies import NO_POLICY, EnabledChecks, Phase, enabled_checks, evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.workloads import ObjectShapeError
 

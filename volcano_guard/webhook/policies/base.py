@@ -8,16 +8,19 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import msgspec
 
 from volcano_guard.base.informer import Snapshot
 from volcano_guard.base.uuid7 import new_uuid7
 from volcano_guard.webhook import decision as decisions
-from volcano_guard.webhook.config import Config, Mode
 from volcano_guard.webhook.decision import Decision, Operation
 from volcano_guard.webhook.review import AdmissionRequest
+from volcano_guard.webhook.sections import Mode
+
+if TYPE_CHECKING:  # config.py gathers the policies' sections: at run time, it imports this
+    from volcano_guard.webhook.config import Config
 
 
 class Verdict(msgspec.Struct, frozen=True):

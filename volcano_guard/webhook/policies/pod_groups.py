@@ -15,14 +15,14 @@ Outside this module the guard uses only what __all__ lists: the three Policy obj
 registry (POLICIES); PODGROUPS and podgroup_record, for the audit to build the PodGroup
 snapshot as the cache does; GENERATION_ID, podgroup_generation and GROUP_NAME, for the audit's
 generation-id and orphan findings and `check`'s note on an unstamped PodGroup (with
-is_pod_group).
+is_pod_group); its config section, for the config (webhook.config).
 """
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -39,7 +39,6 @@ from volcano_guard.webhook.cel import (
     string,
     user_in,
 )
-from volcano_guard.webhook.config import Config, PodGroupsConfig
 from volcano_guard.webhook.policies.base import (
     MUTATE,
     MUTATE_OPEN,
@@ -55,7 +54,11 @@ from volcano_guard.webhook.policies.base import (
     pods_rule,
 )
 from volcano_guard.webhook.review import AdmissionRequest
+from volcano_guard.webhook.sections import Mode, Name, Section
 from volcano_guard.webhook.workloads import POD
+
+if TYPE_CHECKING:  # config.py gathers the policies' sections: at run time, it imports this
+    from volcano_guard.webhook.config import Config
 
 __all__ = [
     "DELETE_POLICY",
@@ -64,10 +67,25 @@ __all__ = [
     "GROUP_NAME",
     "PODGROUPS",
     "STAMP_POLICY",
+    "PodGroupsConfig",
     "is_pod_group",
     "podgroup_generation",
     "podgroup_record",
 ]
+
+
+class DeleteGuardConfig(Section, frozen=True):
+    mode: Mode = "enforce"
+    exemptUsers: tuple[Name, ...] = ()
+    exemptGroups: tuple[Name, ...] = ()
+
+
+class PodGroupsConfig(Section, frozen=True):
+    """`policies.podGroups`."""
+
+    stampGenerationId: bool = True
+    deleteGuard: DeleteGuardConfig = msgspec.field(default_factory=DeleteGuardConfig)
+
 
 NAME = "podGroups"
 DELETE_GUARD = "deleteGuard"

@@ -12,14 +12,16 @@ Kubernetes copies a container's limits into its missing requests before admissio
 resource with a limit and no request counts as requested (at that limit).
 
 Outside this module the guard uses only what __all__ lists: POLICY, for the registry
-(POLICIES).
+(POLICIES), and its config section, for the config (webhook.config).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import shown
@@ -35,7 +37,6 @@ from volcano_guard.webhook.cel import (
     string,
     strings,
 )
-from volcano_guard.webhook.config import Config, ResourceRequestsConfig
 from volcano_guard.webhook.policies.base import (
     MUTATE,
     NOTHING_FOUND,
@@ -49,6 +50,7 @@ from volcano_guard.webhook.policies.base import (
     pods_rule,
 )
 from volcano_guard.webhook.review import AdmissionRequest
+from volcano_guard.webhook.sections import Mode, Name, QuantityText, Section
 from volcano_guard.webhook.workloads import (
     POD,
     SUPPORTED_KINDS,
@@ -62,7 +64,20 @@ from volcano_guard.webhook.workloads import (
     requests_and_limits,
 )
 
-__all__ = ["POLICY"]
+if TYPE_CHECKING:  # config.py gathers the policies' sections: at run time, it imports this
+    from volcano_guard.webhook.config import Config
+
+__all__ = ["POLICY", "ResourceRequestsConfig"]
+
+
+class ResourceRequestsConfig(Section, frozen=True):
+    """`policies.resourceRequests`."""
+
+    mode: Mode = "enforce"
+    resources: tuple[Name, ...] = ("cpu", "memory")
+    # Filled in by /mutate for a missing request, e.g. {cpu: 100m, memory: 128Mi}.
+    defaults: dict[Name, QuantityText] = msgspec.field(default_factory=dict)
+
 
 NAME = "resourceRequests"
 

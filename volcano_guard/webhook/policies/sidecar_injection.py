@@ -10,18 +10,20 @@ controller-manager and scheduler take) or `KUBECONFIG` set (`env`). A pod that a
 sidecar is left alone, so reinvocation and re-creation from an injected template are no-ops.
 
 Outside this module the guard uses only what __all__ lists: POLICY, for the registry
-(POLICIES).
+(POLICIES), and its config section, for the config (webhook.config).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import msgspec
+
+from volcano_guard import __version__
 from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import object_at, shown
 from volcano_guard.webhook.cel import all_of, kind_is, operation_is
-from volcano_guard.webhook.config import Config, SidecarInjectionConfig
 from volcano_guard.webhook.policies.base import (
     INJECT,
     NOTHING_FOUND,
@@ -32,9 +34,38 @@ from volcano_guard.webhook.policies.base import (
     pods_rule,
 )
 from volcano_guard.webhook.review import AdmissionRequest
+from volcano_guard.webhook.sections import Mode, Name, Port, QuantityText, Seconds, Section
 from volcano_guard.webhook.workloads import POD, Container, PodTemplate, containers
 
-__all__ = ["POLICY"]
+if TYPE_CHECKING:  # config.py gathers the policies' sections: at run time, it imports this
+    from volcano_guard.webhook.config import Config
+
+__all__ = ["POLICY", "SidecarInjectionConfig"]
+
+
+class SidecarInjectionConfig(Section, frozen=True):
+    """`policies.sidecarInjection`."""
+
+    mode: Mode = "enforce"
+    image: Name = f"volcano-guard:{__version__}"  # this release's own image, never :latest
+    nativeSidecar: bool = True
+    port: Port = 8001
+    metricsPort: Port = 9091
+    # per pod: annotation volcano-guard.io/flush-interval, within the same bounds
+    flushInterval: Annotated[float, msgspec.Meta(ge=0.05, le=60)] = 1.0
+    ack: Literal["async", "sync"] = "async"  # per pod: annotation volcano-guard.io/ack
+    drainTimeout: Seconds = 20.0
+    proxyMode: Literal["args", "env"] = "args"  # per pod: annotation volcano-guard.io/proxy-mode
+    # A hostNetwork pod's loopback is the node's: every process there could reach the sidecar.
+    hostNetwork: Literal["refuse", "warn"] = "refuse"
+    # The sidecar's own requests and limits, so injected pods pass resourceRequests.
+    requests: dict[Name, QuantityText] = msgspec.field(
+        default_factory=lambda: {"cpu": QuantityText("50m"), "memory": QuantityText("64Mi")}
+    )
+    limits: dict[Name, QuantityText] = msgspec.field(
+        default_factory=lambda: {"cpu": QuantityText("1"), "memory": QuantityText("256Mi")}
+    )
+
 
 NAME = "sidecarInjection"
 INJECT_LABEL = "volcano-guard.io/inject"

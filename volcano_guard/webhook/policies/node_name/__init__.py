@@ -27,7 +27,6 @@ is here, in __all__:
 
 from __future__ import annotations
 
-from volcano_guard.webhook.config import BindingGuardConfig, NodeNameConfig
 from volcano_guard.webhook.policies.base import Policy
 from volcano_guard.webhook.policies.node_name.decision import (
     BINDING,
@@ -57,7 +56,11 @@ from volcano_guard.webhook.policies.node_name.in_server import (
     scopes,
 )
 from volcano_guard.webhook.policies.node_name.nodes import NODES, node_labels
-from volcano_guard.webhook.policies.node_name.settings import settings
+from volcano_guard.webhook.policies.node_name.settings import (
+    BindingGuardConfig,
+    NodeNameConfig,
+    settings,
+)
 from volcano_guard.webhook.workloads import POD
 
 __all__ = [

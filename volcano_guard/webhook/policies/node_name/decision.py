@@ -4,11 +4,10 @@ binding guard refuses a Binding onto such a node by anyone but the allowed binde
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import object_at
-from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies.base import NOTHING_FOUND, PolicyContext, Verdict
 from volcano_guard.webhook.policies.node_name.exemptions import exemption
 from volcano_guard.webhook.policies.node_name.messages import (
@@ -20,6 +19,9 @@ from volcano_guard.webhook.policies.node_name.nodes import node_decision
 from volcano_guard.webhook.policies.node_name.settings import first_scheduler, settings
 from volcano_guard.webhook.review import AdmissionRequest
 from volcano_guard.webhook.workloads import POD
+
+if TYPE_CHECKING:  # config.py gathers the policies' sections: at run time, it imports this
+    from volcano_guard.webhook.config import Config
 
 NAME = "nodeName"
 BINDING_NAME = "bindingGuard"

@@ -13,7 +13,7 @@ from typing import Any
 
 from volcano_guard.base.jsonbody import object_at
 from volcano_guard.webhook.cel import all_of, namespace_in, negate, string, user_in
-from volcano_guard.webhook.config import NodeNameConfig
+from volcano_guard.webhook.policies.node_name.settings import NodeNameConfig
 from volcano_guard.webhook.review import UserInfo
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"

@@ -6,6 +6,7 @@ state alone (webhook.node_states writes them)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from volcano_guard.base.node_selectors import is_managed
 from volcano_guard.webhook.cel import (
@@ -20,7 +21,6 @@ from volcano_guard.webhook.cel import (
     string,
     user_in,
 )
-from volcano_guard.webhook.config import Config, NodeNameConfig
 from volcano_guard.webhook.policies.base import (
     BINDINGS,
     MUTATE,
@@ -37,8 +37,15 @@ from volcano_guard.webhook.policies.node_name.messages import (
     binding_message_parts,
     message_parts,
 )
-from volcano_guard.webhook.policies.node_name.settings import first_scheduler, settings
+from volcano_guard.webhook.policies.node_name.settings import (
+    NodeNameConfig,
+    first_scheduler,
+    settings,
+)
 from volcano_guard.webhook.workloads import POD
+
+if TYPE_CHECKING:  # config.py gathers the policies' sections: at run time, it imports this
+    from volcano_guard.webhook.config import Config
 
 # The params of the in-server checks when the API server cannot tell a node's state alone:
 # ConfigMaps in the guard's namespace labelled NODE_STATES_LABEL, each holding node name ->

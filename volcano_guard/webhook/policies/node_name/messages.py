@@ -3,7 +3,7 @@ in-server check's messageExpression, whose parts may be CEL Exprs (webhook.cel.c
 
 from __future__ import annotations
 
-from volcano_guard.webhook.config import NodeNameConfig
+from volcano_guard.webhook.policies.node_name.settings import NodeNameConfig
 
 ANONYMOUS = "an anonymous user"
 

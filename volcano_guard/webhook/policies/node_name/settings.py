@@ -1,8 +1,45 @@
-"""The nodeName policy's config section, as the policy reads it."""
+"""The nodeName policy's config section (`policies.nodeName`, with its binding guard), and
+how the policy reads it from the whole config."""
 
 from __future__ import annotations
 
-from volcano_guard.webhook.config import Config, NodeNameConfig
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+
+from volcano_guard.base.node_selectors import selector_set
+from volcano_guard.webhook.sections import Mode, Name, NodeSelector, Section
+
+if TYPE_CHECKING:  # config.py gathers this section: at run time, it imports this module
+    from volcano_guard.webhook.config import Config
+
+
+class BindingGuardConfig(Section, frozen=True):
+    mode: Mode = "audit"
+    allowedBinders: tuple[Name, ...] = ("system:serviceaccount:volcano-system:volcano-scheduler",)
+
+
+class NodeNameConfig(Section, frozen=True, dict=True):  # dict: room for a cached_property
+    mode: Mode = "enforce"
+    action: Literal["deny", "rewrite"] = "deny"
+    managedNodeSelectors: tuple[NodeSelector, ...] = ()
+    unknownNodes: Literal["deny", "allow"] = "deny"
+    exemptNamespaces: tuple[Name, ...] = ("kube-system",)
+    exemptUsers: tuple[Name, ...] = ()
+    exemptGroups: tuple[Name, ...] = ()
+    allowDaemonSets: bool = True
+    # Who creates DaemonSet pods: the DaemonSet controller's identity (kube-controller-manager
+    # with --use-service-account-credentials; without it, system:kube-controller-manager).
+    daemonSetControllers: tuple[Name, ...] = (
+        "system:serviceaccount:kube-system:daemon-set-controller",
+    )
+    bindingGuard: BindingGuardConfig = msgspec.field(default_factory=BindingGuardConfig)
+
+    @cached_property
+    def managed_selectors(self) -> frozenset[str]:
+        """managedNodeSelectors as Volcano's scheduler holds them (node_selectors)."""
+        return selector_set(self.managedNodeSelectors)
 
 
 def settings(config: Config) -> NodeNameConfig:
