@@ -3,7 +3,6 @@ lint-imports, as `make lint` does, on copies of the packages with one import add
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.copies import run_on_copy
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 PACKAGES = {"volcano_guard": REPO / "volcano_guard", "volcano_guard_sandbox": REPO / "sandbox"}
@@ -20,15 +20,8 @@ PACKAGES = {"volcano_guard": REPO / "volcano_guard", "volcano_guard_sandbox": RE
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     """lint-imports over the copies of the packages under root, with the repository's
     contracts; the copies come first on the path, before the installed packages."""
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--config", str(REPO / "pyproject.toml"), "--no-cache"],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    config = str(REPO / "pyproject.toml")
+    return run_on_copy(root, str(LINT_IMPORTS), "--config", config, "--no-cache", timeout=120)
 
 
 @pytest.fixture

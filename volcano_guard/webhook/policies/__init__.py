@@ -27,7 +27,9 @@ Adding a policy (tests/webhook/test_adding_a_policy.py follows these steps with 
 5. If it reads a resource the webhook does not yet read (`watches`, `lookups`), give the
    webhook's ServiceAccount those verbs in deploy/base/rbac.yaml (tests/deploy/test_rbac.py).
    Run `make manifests` so deploy/base/webhooks.yaml holds its scopes.
-6. Its tests, in tests/webhook/test_toy.py; test_policies, test_config and test_policy_units
-   check every registered policy's kinds, off setting and interface by themselves.
+6. Its tests, in tests/webhook/test_toy.py. test_config, test_policies, test_policy_units and
+   test_registrations check every registered policy's off setting, kinds, interface and
+   registrations by themselves; the tests that list today's policies by name gain it
+   (test_policies' order and kinds tests, test_registrations' policies turned off).
 7. Its decisions, in docs/decisions/policies.md.
 """
