@@ -38,7 +38,12 @@ from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.evaluation import evaluate
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.node_name import NAME as NODE_NAME
-from volcano_guard.webhook.policies.node_name import NODES, node_labels, unvouched_claim
+from volcano_guard.webhook.policies.node_name import (
+    NODES,
+    node_labels,
+    unvouched_claim,
+    with_settings,
+)
 from volcano_guard.webhook.policies.pod_groups import (
     GENERATION_ID,
     is_pod_group,
@@ -137,10 +142,7 @@ def run_check(
 
 def offline_context(config: Config, nodes_file: str | None) -> PolicyContext:
     if nodes_file is None:
-        node_name = msgspec.structs.replace(config.policies.nodeName, managedNodeSelectors=())
-        config = msgspec.structs.replace(
-            config, policies=msgspec.structs.replace(config.policies, nodeName=node_name)
-        )
+        config = with_settings(config, managedNodeSelectors=())  # every node is managed
         return PolicyContext(config, {NODES: Snapshot(_EveryNode(), synced=True)})
     nodes: dict[str, Mapping[str, str]] = {}
     for document in load_documents(nodes_file):

@@ -23,7 +23,7 @@ from volcano_guard.base.connections import ConnectionLimits
 from volcano_guard.base.durations import parse_duration
 from volcano_guard.base.files import FileProblem, read_text, yaml_error_line, yaml_error_problem
 from volcano_guard.base.volcano import COMPONENT_IMAGES
-from volcano_guard.webhook.policies.node_name import NodeNameConfig
+from volcano_guard.webhook.policies.node_name import NodeNameConfig, exempt_own_namespace
 from volcano_guard.webhook.policies.pod_groups import PodGroupsConfig
 from volcano_guard.webhook.policies.resource_requests import ResourceRequestsConfig
 from volcano_guard.webhook.policies.sidecar_injection import SidecarInjectionConfig
@@ -48,7 +48,7 @@ __all__ = [
     "Mode",
     "PoliciesConfig",
     "config_from_dict",
-    "exempt_own_namespace",
+    "exempt_own_namespace",  # the nodeName policy's; the webhook command applies it
     "load_config",
     "parse_config",
     "read_yaml",
@@ -154,16 +154,3 @@ def parse_config(text: str) -> Config:
 
 def config_from_dict(data: object) -> Config:
     return convert(data, Config)
-
-
-def exempt_own_namespace(config: Config, namespace: str | None) -> Config:
-    """The guard's own namespace is exempt from nodeName, so it can always repair itself."""
-    node_name = config.policies.nodeName
-    if not namespace or namespace in node_name.exemptNamespaces:
-        return config
-    node_name = msgspec.structs.replace(
-        node_name, exemptNamespaces=(*node_name.exemptNamespaces, namespace)
-    )
-    return msgspec.structs.replace(
-        config, policies=msgspec.structs.replace(config.policies, nodeName=node_name)
-    )

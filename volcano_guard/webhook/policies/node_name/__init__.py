@@ -18,11 +18,13 @@ protocol). Nothing outside this package imports those modules: what the rest of 
 is here, in __all__:
 
 - the registry (POLICIES): POLICY, BINDING_POLICY;
-- `check`: NAME, NODES, node_labels, unvouched_claim;
+- `check`: NAME, NODES, node_labels, unvouched_claim, with_settings (offline, every node
+  counts as managed);
 - the audit: NODES, node_labels, daemonset_owner, vouched_requester;
 - the node-state publisher (webhook.node_states): settings, NODES, needs_node_states,
   node_state, MANAGED, UNMANAGED, NODE_STATES_LABEL, NODES_FROM, NODES_TO, NODES_PENDING;
-- the config: NodeNameConfig, BindingGuardConfig (its section).
+- the config: NodeNameConfig, BindingGuardConfig (its section), and exempt_own_namespace, which
+  the webhook command applies to the config it loads.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from volcano_guard.webhook.policies.node_name.decision import (
 )
 from volcano_guard.webhook.policies.node_name.exemptions import (
     daemonset_owner,
+    exempt_own_namespace,
     unvouched_claim,
     vouched_requester,
 )
@@ -60,6 +63,7 @@ from volcano_guard.webhook.policies.node_name.settings import (
     BindingGuardConfig,
     NodeNameConfig,
     settings,
+    with_settings,
 )
 from volcano_guard.webhook.workloads import POD
 
@@ -77,12 +81,14 @@ __all__ = [
     "BindingGuardConfig",
     "NodeNameConfig",
     "daemonset_owner",
+    "exempt_own_namespace",
     "needs_node_states",
     "node_labels",
     "node_state",
     "settings",
     "unvouched_claim",
     "vouched_requester",
+    "with_settings",
 ]
 
 POLICY = Policy(

@@ -9,12 +9,15 @@ who creates it decides, as NodeRestriction decides for nodes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from volcano_guard.base.jsonbody import object_at
 from volcano_guard.webhook.cel import all_of, namespace_in, negate, string, user_in
-from volcano_guard.webhook.policies.node_name.settings import NodeNameConfig
+from volcano_guard.webhook.policies.node_name.settings import NodeNameConfig, with_settings
 from volcano_guard.webhook.review import UserInfo
+
+if TYPE_CHECKING:  # config.py gathers the policies' sections: at run time, it imports this
+    from volcano_guard.webhook.config import Config
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 # A kubelet's identity (the Node authorizer's): user system:node:<node> in group system:nodes.
@@ -36,6 +39,14 @@ def exemption(
     if user.username in config.exemptUsers or set(user.groups) & set(config.exemptGroups):
         return "user"
     return None
+
+
+def exempt_own_namespace(config: Config, namespace: str | None) -> Config:
+    """config with the guard's own namespace exempt, so that it can always repair itself."""
+    exempt = config.policies.nodeName.exemptNamespaces
+    if not namespace or namespace in exempt:
+        return config
+    return with_settings(config, exemptNamespaces=(*exempt, namespace))
 
 
 def static_pod_of_its_node(pod: dict[str, Any], user: UserInfo) -> bool:

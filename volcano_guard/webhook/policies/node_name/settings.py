@@ -4,7 +4,7 @@ how the policy reads it from the whole config."""
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -44,6 +44,14 @@ class NodeNameConfig(Section, frozen=True, dict=True):  # dict: room for a cache
 
 def settings(config: Config) -> NodeNameConfig:
     return config.policies.nodeName
+
+
+def with_settings(config: Config, **changes: Any) -> Config:
+    """config with these keys of its nodeName section changed."""
+    section = msgspec.structs.replace(settings(config), **changes)
+    return msgspec.structs.replace(
+        config, policies=msgspec.structs.replace(config.policies, nodeName=section)
+    )
 
 
 def first_scheduler(config: Config) -> str:
