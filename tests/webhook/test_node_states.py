@@ -29,7 +29,7 @@ from volcano_guard.webhook.node_states import (
     from_configmap,
     plan,
 )
-from volcano_guard.webhook.policies.node_name import MANAGED, UNMANAGED
+from volcano_guard.webhook.policies.node_name.in_server import MANAGED, UNMANAGED
 from volcano_guard_sandbox.apiserver.runner import running
 
 MIB = 1024 * 1024

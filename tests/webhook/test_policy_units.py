@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,6 +64,14 @@ def test_outside_a_policy_only_its_public_names_are_imported(unit):
                     if name not in public
                 )
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_a_policy_lists_only_names_used_outside_it(unit):
+    """Its interface stays small: each name it lists is named somewhere outside it."""
+    policy = importlib.import_module(f"{POLICIES}.{unit}")
+    outside = "\n".join(path.read_text() for path in sources_outside(unit))
+    assert [name for name in policy.__all__ if not re.search(rf"\b{name}\b", outside)] == []
 
 
 @pytest.mark.parametrize("unit", UNITS)

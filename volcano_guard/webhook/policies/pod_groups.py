@@ -12,7 +12,7 @@ by the request's namespace and name (anyone who reaches the webhook can send a r
 members are listed (metadata only) only when it exists there.
 
 Outside this module the guard uses only what __all__ lists: the three Policy objects, for the
-registry (POLICIES); PODGROUPS and podgroup_record, for the audit to build the PodGroup
+registry (webhook.evaluation); PODGROUPS and podgroup_record, for the audit to build the PodGroup
 snapshot as the cache does; GENERATION_ID, podgroup_generation and GROUP_NAME, for the audit's
 generation-id and orphan findings and `check`'s note on an unstamped PodGroup (with
 is_pod_group); its config section, for the config (webhook.config).

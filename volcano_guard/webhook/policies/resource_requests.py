@@ -12,7 +12,7 @@ Kubernetes copies a container's limits into its missing requests before admissio
 resource with a limit and no request counts as requested (at that limit).
 
 Outside this module the guard uses only what __all__ lists: POLICY, for the registry
-(POLICIES), and its config section, for the config (webhook.config).
+(webhook.evaluation), and its config section, for the config (webhook.config).
 """
 
 from __future__ import annotations

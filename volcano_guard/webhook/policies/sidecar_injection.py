@@ -10,7 +10,7 @@ controller-manager and scheduler take) or `KUBECONFIG` set (`env`). A pod that a
 sidecar is left alone, so reinvocation and re-creation from an injected template are no-ops.
 
 Outside this module the guard uses only what __all__ lists: POLICY, for the registry
-(POLICIES), and its config section, for the config (webhook.config).
+(webhook.evaluation), and its config section, for the config (webhook.config).
 """
 
 from __future__ import annotations

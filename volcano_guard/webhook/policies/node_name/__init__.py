@@ -17,14 +17,14 @@ messages (the denials' words), in_server (scopes, in-server checks and the node-
 protocol). Nothing outside this package imports those modules: what the rest of the guard uses
 is here, in __all__:
 
-- the registry (POLICIES): POLICY, BINDING_POLICY;
+- the registry (webhook.evaluation): POLICY, BINDING_POLICY;
 - `check`: NAME, NODES, node_labels, unvouched_claim, with_settings (offline, every node
   counts as managed);
 - the audit: NODES, node_labels, daemonset_owner, vouched_requester;
 - the node-state publisher (webhook.node_states): settings, NODES, needs_node_states,
-  node_state, MANAGED, UNMANAGED, NODE_STATES_LABEL, NODES_FROM, NODES_TO, NODES_PENDING;
-- the config: NodeNameConfig, BindingGuardConfig (its section), and exempt_own_namespace, which
-  the webhook command applies to the config it loads.
+  node_state, NODE_STATES_LABEL, NODES_FROM, NODES_TO, NODES_PENDING;
+- the config: NodeNameConfig (its section), and exempt_own_namespace, which the webhook
+  command applies to the config it loads.
 """
 
 from __future__ import annotations
@@ -45,12 +45,10 @@ from volcano_guard.webhook.policies.node_name.exemptions import (
     vouched_requester,
 )
 from volcano_guard.webhook.policies.node_name.in_server import (
-    MANAGED,
     NODE_STATES_LABEL,
     NODES_FROM,
     NODES_PENDING,
     NODES_TO,
-    UNMANAGED,
     binding_in_server,
     binding_scopes,
     in_server,
@@ -60,7 +58,6 @@ from volcano_guard.webhook.policies.node_name.in_server import (
 )
 from volcano_guard.webhook.policies.node_name.nodes import NODES, node_labels
 from volcano_guard.webhook.policies.node_name.settings import (
-    BindingGuardConfig,
     NodeNameConfig,
     settings,
     with_settings,
@@ -69,7 +66,6 @@ from volcano_guard.webhook.workloads import POD
 
 __all__ = [
     "BINDING_POLICY",
-    "MANAGED",
     "NAME",
     "NODES",
     "NODES_FROM",
@@ -77,8 +73,6 @@ __all__ = [
     "NODES_TO",
     "NODE_STATES_LABEL",
     "POLICY",
-    "UNMANAGED",
-    "BindingGuardConfig",
     "NodeNameConfig",
     "daemonset_owner",
     "exempt_own_namespace",
