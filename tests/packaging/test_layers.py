@@ -72,6 +72,16 @@ def test_the_copies_keep_every_contract(packages):
             "The webhook:",
         ),
         (
+            "volcano_guard/webhook/policies/node_name/settings.py",
+            "from volcano_guard.webhook import evaluation",
+            "The webhook:",
+        ),
+        (
+            "volcano_guard/webhook/sections.py",
+            "from volcano_guard.webhook import config",
+            "The webhook:",
+        ),
+        (
             "volcano_guard_sandbox/apiserver/store.py",
             "import volcano_guard_sandbox.demo",
             "The harness:",
