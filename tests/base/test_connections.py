@@ -243,6 +243,7 @@ async def test_connections_reading_at_once_each_get_their_own_bytes(certs):
         await asyncio.gather(*(client(index) for index in range(40)))
 
 
+@pytest.mark.slow  # 1,200 TLS connections held and closed: 10 s of a core
 def test_an_idle_tls_connection_costs_at_most_32_kib_and_closing_them_leaks_nothing(
     certs, tmp_path: Path
 ):

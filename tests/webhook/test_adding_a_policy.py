@@ -187,6 +187,7 @@ def test_the_steps_name_every_file_they_change():
         assert named in STEPS
 
 
+@pytest.mark.slow  # a copy of the repository and the suite's checks over it: 18 s of CPU
 def test_a_toy_policy_added_by_the_steps_is_configured_run_registered_and_checked(copy):
     follow_the_steps(copy)
     seen = run_on_copy(copy, sys.executable, "-c", SEEN)

@@ -5,6 +5,7 @@ imports only the names its `__all__` lists, from the policy itself, never one of
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 from collections.abc import Iterator
@@ -29,14 +30,16 @@ UNITS = sorted(
 OUTSIDE = (REPO / "volcano_guard", REPO / "sandbox", REPO / "bench")
 
 
-def imports(path: Path) -> Iterator[tuple[int, str, tuple[str, ...]]]:
+@functools.cache  # every unit's test reads the same files
+def imports(path: Path) -> tuple[tuple[int, str, tuple[str, ...]], ...]:
     """(line, module, names) of every import in path; names () for `import module`."""
+    found: list[tuple[int, str, tuple[str, ...]]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.lineno, node.module, tuple(alias.name for alias in node.names)
+            found.append((node.lineno, node.module, tuple(alias.name for alias in node.names)))
         elif isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name, ()
+            found.extend((node.lineno, alias.name, ()) for alias in node.names)
+    return tuple(found)
 
 
 def sources_outside(unit: str) -> Iterator[Path]:
