@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 # out of the image. It registers them as entry points of this group, each a function
 # (prog, argv) -> exit code, so that no product module imports it.
 SANDBOX_COMMANDS = "volcano_guard.commands"
-SANDBOX_EXTRA = "pip install 'volcano-guard[sandbox]'"
+# How a user gets them: neither distribution is on a package index, so from the checkout.
+SANDBOX_INSTALL = "from a checkout: pip install . ./sandbox"
 
 
 # What a shell reports for a program that SIGPIPE ended (128 + 13): output to a reader that left.
@@ -113,13 +114,13 @@ def build_parser() -> Parser:
         commands,
         "sandbox",
         "a local stand-in for kube-apiserver for tests and demos, over HTTP, or HTTPS with "
-        "--tls-cert (needs the sandbox extra)",
+        "--tls-cert (needs the sandbox harness)",
     )
     _add_audit(commands)
     _add_sandbox_command(
         commands,
         "demo",
-        "the guard against a sandbox API server, no cluster needed (needs the sandbox extra)",
+        "the guard against a sandbox API server, no cluster needed (needs the sandbox harness)",
     )
     return parser
 
@@ -543,7 +544,7 @@ def run_sandbox_command(args: argparse.Namespace) -> int:
     found = entry_points(group=SANDBOX_COMMANDS, name=args.command)
     if not found:
         raise CommandError(
-            f"needs the sandbox extra (volcano-guard-sandbox is not installed): {SANDBOX_EXTRA}"
+            f"needs the sandbox harness (volcano-guard-sandbox is not installed; {SANDBOX_INSTALL})"
         )
     (command,) = found
     return int(command.load()(f"volcano-guard {args.command}", list(args.argv)))

@@ -11,6 +11,16 @@ Layers, imports running downward only (import-linter checks them, see pyproject.
 
 from pathlib import Path
 
-# The checkout this package runs from: the demo replays its examples/, the guarded sandbox
-# registers its deploy/base.
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+def _checkout() -> Path:
+    """The volcano-guard checkout whose examples/ the demo replays and whose deploy/base the
+    guarded sandbox registers: the one this package sits in (make installs it editable), else
+    the working directory, for a `pip install . ./sandbox` run from a checkout."""
+    here = Path(__file__).resolve().parents[2]
+    for root in (here, Path.cwd()):
+        if (root / "examples").is_dir() and (root / "deploy" / "base").is_dir():
+            return root
+    return here
+
+
+REPO_ROOT = _checkout()

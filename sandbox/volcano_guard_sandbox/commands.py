@@ -90,7 +90,13 @@ def demo_parser(prog: str = "volcano-guard demo") -> argparse.ArgumentParser:
 
 def demo(prog: str, argv: Sequence[str]) -> int:
     args = demo_parser(prog).parse_args(argv)
+    from volcano_guard_sandbox import REPO_ROOT
     from volcano_guard_sandbox.demo import run
+
+    if not (REPO_ROOT / "examples").is_dir():
+        raise CommandError(
+            "replays a volcano-guard checkout's examples/ and deploy/base: run it in one"
+        )
 
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the table says it all
     return run_server(run(args.examples))
