@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import logging
 import os
 import ssl
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -75,9 +76,11 @@ _OWNER = "_parser"
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that says what is wrong in one line, as kubectl does, not with the usage."""
+    """argparse that says what is wrong in one line, as kubectl does, not with the usage, and
+    takes a flag only as it is spelt (no abbreviations: `--out` is not `--output`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         # A subcommand's defaults overwrite its parent's, so after parsing this is the parser
         # of the innermost command given (subparsers are made with their parent's class).
@@ -87,15 +90,40 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
     def parse_command_line(self, argv: Sequence[str] | None) -> argparse.Namespace:
-        """parse_args, but a flag no parser knows is reported by the command it was given to.
+        """parse_args, but a flag no parser knows is reported by the command it was given to,
+        before any flag it lacks (a misspelt flag is what makes the right one missing).
 
         argparse's parse_args reports leftovers from the top parser, as `volcano-guard:`, after
         every subparser has passed them up: it cannot say which command lacks the flag."""
-        args, unknown = self.parse_known_args(argv)
-        owner = vars(args).pop(_OWNER)  # not passed on: --workers pickles args for its processes
+        argv = sys.argv[1:] if argv is None else list(argv)
+        with _nothing_required(self):
+            args, unknown = self.parse_known_args(argv)
         if unknown:
-            owner.error(f"unrecognized arguments: {' '.join(unknown)}")
+            vars(args)[_OWNER].error(f"unrecognized arguments: {' '.join(unknown)}")
+        args = self.parse_args(argv)
+        del vars(args)[_OWNER]  # not passed on: --workers pickles args for its processes
         return args
+
+
+@contextlib.contextmanager
+def _nothing_required(parser: argparse.ArgumentParser) -> Iterator[None]:
+    """parser and its subcommands' parsers with no argument required, for the time being."""
+    required = [action for action in _actions(parser) if action.required]
+    for action in required:
+        action.required = False
+    try:
+        yield
+    finally:
+        for action in required:
+            action.required = True
+
+
+def _actions(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
+    for action in parser._actions:
+        yield action
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _actions(sub)
 
 
 def build_parser() -> Parser:

@@ -239,6 +239,33 @@ def test_an_unknown_flag_is_named_by_the_command_it_was_given_to(command, capsys
     ]
 
 
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_an_unknown_flag_is_named_before_the_flags_it_leaves_missing(command, capsys):
+    """A misspelt required flag (--servce) is what makes the right one missing: the misspelling
+    is what to say."""
+    with pytest.raises(SystemExit) as exited:
+        main([*command.split(), "--bogus"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"volcano-guard {command}: unrecognized arguments: --bogus "
+        f"(see volcano-guard {command} --help)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("check -f x --out json", "volcano-guard check: unrecognized arguments: --out json"),
+        ("--bogus", "volcano-guard: unrecognized arguments: --bogus"),
+    ],
+)
+def test_a_flag_is_taken_only_as_it_is_spelt(line, said, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(line.split())
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith(said)
+
+
 @pytest.fixture(scope="module")
 def held_port():
     """A port another process listens on."""
