@@ -264,6 +264,21 @@ def test_standard_input_is_read_for_dash_as_kubectl_reads_it(tmp_path):
     assert "1 documents checked, 2 violations" in result.stdout  # no cpu, no memory request
 
 
+def test_standard_input_that_is_not_utf8_is_named_as_a_file_is(tmp_path):
+    import subprocess
+    import sys
+
+    latin1 = b"apiVersion: v1\nkind: Pod\nmetadata: {name: caf\xe9}\n"
+    result = subprocess.run(
+        [sys.executable, "-m", "volcano_guard.cli", "check", "-f", "-"],
+        input=latin1,
+        capture_output=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines() == ["volcano-guard check: <stdin>: not text (UTF-8)"]
+
+
 def test_a_file_that_does_not_parse_is_reported_and_the_others_are_still_checked(tmp_path, capsys):
     write(tmp_path, "a-bad.yaml", "kind: Pod\nmetadata:\n\tname: tabbed\n")
     write(tmp_path, "b-pod.json", json.dumps(pod(container("app"))))

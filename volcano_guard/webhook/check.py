@@ -114,7 +114,7 @@ def run_check(
     found: list[Violation] = []
     problems: list[str] = []
     documents = 0
-    read_stdin = stdin or sys.stdin.read
+    read_stdin = stdin or _read_stdin
     for name, text in manifest_sources(paths, recursive, read_stdin, problems):
         try:
             for index, document in enumerate(yaml.load_all(text, Loader=_Loader)):
@@ -170,6 +170,16 @@ class _EveryNode(Mapping[str, Mapping[str, str]]):
         return 0
 
 
+def _read_stdin() -> str:
+    """Standard input as UTF-8 text, as a file is read (base.files.read_text): its bytes, not
+    the terminal's decoding, which smuggles undecodable bytes through as surrogates."""
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FileProblem(f"{STDIN}: not text (UTF-8)") from None
+
+
 def manifest_sources(
     paths: list[str], recursive: bool, stdin: Callable[[], str], problems: list[str]
 ) -> Iterator[tuple[str, str]]:
@@ -177,7 +187,10 @@ def manifest_sources(
     cannot be read goes to problems."""
     for text in paths:
         if text == "-":
-            yield STDIN, stdin()
+            try:
+                yield STDIN, stdin()
+            except FileProblem as exc:
+                problems.append(str(exc))
             continue
         path = Path(text)
         if path.is_dir():
