@@ -38,6 +38,7 @@ SANDBOX_INSTALL = "from a checkout: pip install . ./sandbox"
 
 # What a shell reports for a program that SIGPIPE ended (128 + 13): output to a reader that left.
 EXIT_BROKEN_PIPE = 141
+EXIT_INTERRUPTED = 130  # and for one SIGINT ended (128 + 2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except CommandError as exc:
         return _said(args, exc)
+    except KeyboardInterrupt:  # Ctrl-C: the servers stop on SIGINT themselves; the rest here
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader left (`| head`): stop quietly, and point stdout at /dev/null so the
         # interpreter's last flush at exit does not fail again.

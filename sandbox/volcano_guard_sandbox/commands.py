@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import ssl
+import threading
 from collections.abc import Sequence
+from types import FrameType
 
 from volcano_guard.base.errors import CommandError
 from volcano_guard.cli import Parser, run_server
@@ -92,6 +95,7 @@ def demo(prog: str, argv: Sequence[str]) -> int:
     args = demo_parser(prog).parse_args(argv)
     from volcano_guard_sandbox import REPO_ROOT
     from volcano_guard_sandbox.demo import run
+    from volcano_guard_sandbox.guarded_sandbox import GuardedSandboxError
 
     if not (REPO_ROOT / "examples").is_dir():
         raise CommandError(
@@ -99,7 +103,22 @@ def demo(prog: str, argv: Sequence[str]) -> int:
         )
 
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the table says it all
-    return run_server(run(args.examples))
+    # Ctrl-C reaches the demo's children (the webhook, the sidecars, kubectl) as it reaches the
+    # demo, so a step may fail on a child's death before the demo sees its own interrupt: that
+    # failure is the interrupt, and ends the demo as quietly as it would (main: exit 130).
+    interrupted = threading.Event()
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        interrupted.set()
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        return run_server(run(args.examples))
+    except GuardedSandboxError as exc:
+        if interrupted.is_set():
+            raise KeyboardInterrupt from None
+        raise CommandError(str(exc), 1) from None
 
 
 # Each command's parser, by name: the reference's checks read their flags.

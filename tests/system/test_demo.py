@@ -123,3 +123,26 @@ def test_demo_certifies_the_service_deploy_base_installs(result):
     service = yaml.safe_load((REPO / "deploy/base/service.yaml").read_text())["metadata"]["name"]
     assert result.returncode == 0, result.stderr
     assert f"(certificate for {service}.{namespace}.svc," in result.stdout
+
+
+@pytest.mark.parametrize("after", [2.0, 6.0], ids=["while the guard starts", "while kubectl runs"])
+def test_ctrl_c_ends_the_demo_at_once_with_130_and_no_traceback(after):
+    """Ctrl-C interrupts the whole process group, the demo's children (webhook, kubectl) too."""
+    import os
+    import signal
+    import time
+
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "volcano_guard.cli", "demo"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(after)
+    os.killpg(demo.pid, signal.SIGINT)
+    interrupted = time.monotonic()
+    _, err = demo.communicate(timeout=60)
+    assert demo.returncode == 130, err
+    assert time.monotonic() - interrupted < 5, err
+    assert "Traceback" not in err, err
