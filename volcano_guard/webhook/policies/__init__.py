@@ -17,6 +17,10 @@ Adding a policy (tests/webhook/test_adding_a_policy.py follows these steps with 
      (`watches`, `lookups`) and, for denies the API server can decide alone, `in_server`;
    - `__all__`: POLICY, the section, and whatever `check`, the audit or the node-state publisher
      use of it.
+   A unit may hold several Policy objects, each with its own name (the metrics' `policy` label
+   and the audit's finding) and its own mode key: nodeName also holds bindingGuard
+   (`policies.nodeName.bindingGuard.mode`), and podGroups holds podGroups, podGroupGeneration
+   and deleteGuard, the first two turned on by a boolean (`stampGenerationId`), not a mode.
    Import `Config` only under `TYPE_CHECKING`: webhook.config imports the policy for its section.
 2. In webhook/config.py, give `PoliciesConfig` the field
    `toy: ToyConfig = msgspec.field(default_factory=ToyConfig)`.
