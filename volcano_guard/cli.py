@@ -58,12 +58,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _said(args: argparse.Namespace, error: CommandError) -> int:
-    """Print what stopped the command, after its name as typed (`volcano-guard certs generate:
-    ...`); its exit code."""
-    action = getattr(args, "action", None)
-    command = " ".join(["volcano-guard", args.command, *([action] if action else [])])
-    print(f"{command}: {error}", file=sys.stderr)
+    """Print what stopped the command, after its name as typed; its exit code."""
+    print(f"{_typed(args)}: {error}", file=sys.stderr)
     return error.exit_code
+
+
+def _typed(args: argparse.Namespace) -> str:
+    """The command as typed: `volcano-guard certs generate`."""
+    action = getattr(args, "action", None)
+    return " ".join(["volcano-guard", args.command, *([action] if action else [])])
 
 
 def _configure_logging() -> None:
@@ -578,7 +581,7 @@ def run_sandbox_command(args: argparse.Namespace) -> int:
             f"needs the sandbox harness (volcano-guard-sandbox is not installed; {SANDBOX_INSTALL})"
         )
     (command,) = found
-    return int(command.load()(f"volcano-guard {args.command}", list(args.argv)))
+    return int(command.load()(_typed(args), list(args.argv)))
 
 
 def run_webhook(args: argparse.Namespace) -> int:
