@@ -14,7 +14,10 @@ from tests.conftest import REPO
 from tests.copies import run_on_copy
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-PACKAGES = {"volcano_guard": REPO / "volcano_guard", "volcano_guard_sandbox": REPO / "sandbox"}
+PACKAGES = {
+    "volcano_guard": REPO / "volcano_guard",
+    "volcano_guard_sandbox": REPO / "sandbox" / "volcano_guard_sandbox",
+}
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -26,8 +29,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def packages(tmp_path) -> Path:
-    for name, origin in PACKAGES.items():
-        source = origin / name if name != "volcano_guard" else origin
+    for name, source in PACKAGES.items():
         shutil.copytree(source, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
