@@ -1,7 +1,9 @@
 import re
+from pathlib import Path
 
 import msgspec
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -267,3 +269,59 @@ def test_the_setting_each_policy_names_to_turn_it_off_does(policy):
     tree[leaf] = read_yaml(value)
     assert policy.mode(config_from_dict({})) != "off"
     assert policy.mode(config_from_dict(data)) == "off"
+
+
+SHIPPED_CONFIG_MAP = Path(__file__).parents[2] / "deploy" / "base" / "config.yaml"
+
+
+def test_a_config_map_manifest_is_read_from_its_config_yaml_key(tmp_path):
+    manifest = yaml.safe_load(SHIPPED_CONFIG_MAP.read_text())
+    shipped = manifest["data"]["config.yaml"]
+    assert "failClosed: true" in shipped
+    manifest["data"]["config.yaml"] = shipped.replace("failClosed: true", "failClosed: false")
+    path = tmp_path / "config-map.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    assert load_config(path).failClosed is False
+
+
+def test_manifests_from_the_config_map_equal_those_from_its_config(tmp_path, capsys):
+    inner = tmp_path / "config.yaml"
+    inner.write_text(yaml.safe_load(SHIPPED_CONFIG_MAP.read_text())["data"]["config.yaml"])
+    assert main(["manifests", "--config", str(inner)]) == 0
+    from_file = capsys.readouterr().out
+    assert main(["manifests", "--config", str(SHIPPED_CONFIG_MAP)]) == 0
+    assert capsys.readouterr().out == from_file
+
+
+CONFIG_MAP_WITHOUT_KEY = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {x: y}\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["manifests"],
+        ["check", "-f", "{config}"],
+        ["audit", "--kubeconfig", "{config}"],
+        ["webhook", "--tls-cert", "x", "--tls-key", "y"],
+    ],
+    ids=lambda command: command[0],
+)
+def test_every_command_names_the_file_and_key_of_a_config_map_without_its_config(
+    tmp_path, capsys, command
+):
+    path = tmp_path / "cm.yaml"
+    path.write_text(CONFIG_MAP_WITHOUT_KEY)
+    argv = [part.format(config=path) for part in command]
+    assert main([*argv, "--config", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert str(path) in line and "no data key 'config.yaml'" in line
+
+
+def test_a_bad_config_inside_a_config_map_is_named_by_its_file_and_key(tmp_path):
+    path = tmp_path / "cm.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
+        'data: {config.yaml: "policies: [unclosed"}\n'
+    )
+    with pytest.raises(ConfigError, match=r"cm.yaml key config.yaml line 1: not YAML"):
+        load_config(path)

@@ -21,7 +21,7 @@ import yaml
 
 from volcano_guard.base.connections import ConnectionLimits
 from volcano_guard.base.durations import parse_duration
-from volcano_guard.base.files import FileProblem, read_text, yaml_error_line, yaml_error_problem
+from volcano_guard.base.files import FileProblem, read_bytes, yaml_error_line, yaml_error_problem
 from volcano_guard.base.volcano import COMPONENT_IMAGES
 from volcano_guard.webhook.policies.node_name import NodeNameConfig, exempt_own_namespace
 from volcano_guard.webhook.policies.pod_groups import PodGroupsConfig
@@ -47,6 +47,7 @@ __all__ = [
     "ConfigError",
     "Mode",
     "PoliciesConfig",
+    "config_from_bytes",
     "config_from_dict",
     "exempt_own_namespace",  # the nodeName policy's; the webhook command applies it
     "load_config",
@@ -130,20 +131,54 @@ class Config(Section, frozen=True):
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
 
 
+CONFIG_MAP_KEY = "config.yaml"  # where a ConfigMap manifest (deploy/base/config.yaml) holds it
+
+
 def load_config(path: str | Path | None) -> Config:
-    """Read and validate the YAML file at path; None means every default."""
+    """Read and validate the YAML file at path (a config, or a ConfigMap manifest holding one
+    under data.config.yaml); None means every default."""
     if path is None:
         return Config()
     try:
-        text = read_text(path, "config file")
+        data = read_bytes(path, "config file")
     except FileProblem as exc:
         raise ConfigError(str(exc)) from None
+    return config_from_bytes(data, path)
+
+
+def config_from_bytes(data: bytes, path: str | Path) -> Config:
+    """The config in a file's bytes (path names the file in errors); ConfigError naming what is
+    wrong."""
     try:
-        return parse_config(text)
+        parsed = _yaml(data.decode("utf-8"), f"config file {path}")
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path}: not text (UTF-8)") from None
+    if isinstance(parsed, dict) and _is_config_map(parsed):
+        parsed = _yaml(_config_map_text(parsed, path), f"config file {path} key {CONFIG_MAP_KEY}")
+    return config_from_dict({} if parsed is None else parsed)
+
+
+def _yaml(text: str, name: str) -> object:
+    try:
+        return read_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(
-            f"config file {path}{yaml_error_line(exc)}: not YAML: {yaml_error_problem(exc)}"
+            f"{name}{yaml_error_line(exc)}: not YAML: {yaml_error_problem(exc)}"
         ) from None
+
+
+def _is_config_map(parsed: Mapping[str, object]) -> bool:
+    return parsed.get("kind") == "ConfigMap" and "apiVersion" in parsed
+
+
+def _config_map_text(manifest: Mapping[str, object], path: str | Path) -> str:
+    data = manifest.get("data")
+    text = data.get(CONFIG_MAP_KEY) if isinstance(data, dict) else None
+    if not isinstance(text, str):
+        raise ConfigError(
+            f"config file {path}: a ConfigMap with no data key {CONFIG_MAP_KEY!r} (the config)"
+        )
+    return text
 
 
 def parse_config(text: str) -> Config:
