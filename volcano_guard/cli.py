@@ -605,11 +605,17 @@ class _WebhookParts:
     caches: Caches
     reloader: CertReloader
     publisher: NodeStatesPublisher | None = None
+    config_file: str | None = None  # re-read when it changes
+    own_namespace: str | None = None
 
     async def serve(self, **options: Any) -> None:
-        from volcano_guard.webhook.server import serve
+        from volcano_guard.webhook.server import LiveConfig, config_reloader, serve
 
-        background = (self.publisher.run,) if self.publisher else ()
+        live = LiveConfig(self.config)
+        background = [self.publisher.run] if self.publisher else []
+        if self.config_file is not None:
+            reload = config_reloader(self.config_file, live, self.caches, self.own_namespace)
+            background.append(reload.watch)
         await serve(
             self.config,
             self.listen,
@@ -618,6 +624,7 @@ class _WebhookParts:
             caches=self.caches,
             reloader=self.reloader,
             background=background,
+            live=live,
             **options,
         )
 
@@ -635,15 +642,15 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     config = exempt_own_namespace(_config(args.config), own_namespace())
     listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
     tls = server_context(args.tls_cert, args.tls_key, args.client_ca)
+
+    def connect() -> Cluster:  # KubeconfigError is a ValueError naming the problem
+        return resolve(kubeconfig=args.kubeconfig, context=args.context)
+
     try:
-        cluster = (
-            resolve(kubeconfig=args.kubeconfig, context=args.context)
-            if needs_cluster(config)
-            else None
-        )
+        cluster = connect() if needs_cluster(config) else None
     except KubeconfigError as exc:
         raise ValueError(f"{exc} ({without_cluster(config)})") from None
-    caches = Caches.for_config(config, cluster)
+    caches = Caches.for_config(config, cluster, connect=connect)
     namespace = args.namespace or own_namespace() or "volcano-guard"
     return _WebhookParts(
         config,
@@ -653,6 +660,8 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
         caches,
         CertReloader(tls, args.tls_cert, args.tls_key),
         publisher_for(config, cluster, namespace, caches.snapshots),
+        config_file=args.config,
+        own_namespace=own_namespace(),
     )
 
 

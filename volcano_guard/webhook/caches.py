@@ -7,7 +7,7 @@ import asyncio
 import functools
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import quote
@@ -47,7 +47,10 @@ def without_cluster(config: Config) -> str:
 
 class Caches:
     """The cluster data the enabled policies declare: an informer for each WatchedList, live
-    lists for each LiveList; `ready` once every informer has applied its first list."""
+    lists for each LiveList; `ready` once every informer the config in force needs has applied
+    its first list. A reloaded config that needs more is provided for before it is put in force
+    (provide, then serve_for); informers a config no longer needs keep running until exit, so a
+    decision under way never loses its data and a change back costs no new list."""
 
     def __init__(
         self,
@@ -56,13 +59,24 @@ class Caches:
         cluster: Cluster | None = None,
         lookup_timeout: float = LOOKUP_TIMEOUT,
         max_lookups: int = MAX_CONCURRENT_LOOKUPS,
+        connect: Callable[[], Cluster] | None = None,
     ) -> None:
         self._informers = dict(informers or {})
+        self._needed = frozenset(self._informers)  # what the config in force reads
         self._lookups, self._max_lookups = 0, max_lookups
         self._fixed = MappingProxyType(dict(fixed or {}))
-        self._cluster, self._lookup_timeout = cluster, lookup_timeout
-        self._tokens = TokenSource(cluster) if cluster is not None else None
+        self._lookup_timeout = lookup_timeout
+        self._cluster: Cluster | None = None
+        self._tokens: TokenSource | None = None
+        self._kubernetes: Any = None  # the kubernetes client the informers list with
+        self._connect = connect
+        self._started = False
+        if cluster is not None:
+            self._use(cluster)
         self._session: aiohttp.ClientSession | None = None  # made on first use, on the loop
+
+    def _use(self, cluster: Cluster) -> None:
+        self._cluster, self._tokens = cluster, TokenSource(cluster)
 
     @classmethod
     def fixed(cls, snapshots: Mapping[WatchedList[Any], Mapping[str, Any]]) -> Caches:
@@ -71,23 +85,67 @@ class Caches:
 
     @classmethod
     def for_config(
-        cls, config: Config, cluster: Cluster | None, lookup_timeout: float = LOOKUP_TIMEOUT
+        cls,
+        config: Config,
+        cluster: Cluster | None,
+        lookup_timeout: float = LOOKUP_TIMEOUT,
+        connect: Callable[[], Cluster] | None = None,
     ) -> Caches:
-        """ValueError when an enabled policy needs the cluster and there is none."""
+        """ValueError when an enabled policy needs the cluster and there is none. connect gives
+        the cluster when a reloaded config first needs one."""
         if not needs_cluster(config):
-            return cls()
+            return cls(connect=connect)
         if cluster is None:
             raise ValueError(f"no cluster: {without_cluster(config)}")
-        from volcano_guard.base.api_client import api_client
+        caches = cls(cluster=cluster, lookup_timeout=lookup_timeout, connect=connect)
+        caches._add(watched_data(config))
+        caches._needed = frozenset(watched_data(config))
+        return caches
 
-        kubernetes = api_client(cluster)
-        informers = {
-            data: Informer(data.resource, lister(kubernetes, data), data.keep)
-            for data in watched_data(config)
-        }
-        return cls(informers, cluster=cluster, lookup_timeout=lookup_timeout)
+    def _add(self, wanted: Iterable[WatchedList[Any]]) -> list[Informer[Any]]:
+        """Informers for the wanted data not watched yet (started when the caches are)."""
+        assert self._cluster is not None
+        if self._kubernetes is None:
+            from volcano_guard.base.api_client import api_client
+
+            self._kubernetes = api_client(self._cluster)
+        added = []
+        for data in wanted:
+            if data not in self._informers:
+                informer = Informer(data.resource, lister(self._kubernetes, data), data.keep)
+                self._informers[data] = informer
+                added.append(informer)
+                if self._started:
+                    informer.start()
+        return added
+
+    async def provide(self, config: Config, timeout: float) -> None:
+        """Watch what config reads and wait up to timeout for those caches' first lists, before
+        config is put in force (serve_for). ValueError when there is no cluster or a cache does
+        not sync in time (its informer goes on trying)."""
+        if not needs_cluster(config):
+            return
+        if self._cluster is None:
+            if self._connect is None:
+                raise ValueError(f"no cluster: {without_cluster(config)}")
+            self._use(self._connect())  # ValueError naming why not
+        self._add(watched_data(config))
+        deadline = asyncio.get_running_loop().time() + timeout
+        for data in watched_data(config):
+            informer = self._informers[data]
+            while not informer.snapshot.synced:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise ValueError(
+                        f"the {informer.name} cache it needs did not sync within {timeout:.0f}s"
+                    )
+                await asyncio.sleep(0.05)
+
+    def serve_for(self, config: Config) -> None:
+        """config is in force now: readiness counts the caches it reads."""
+        self._needed = frozenset(watched_data(config))
 
     def start(self) -> None:
+        self._started = True
         for informer in self._informers.values():
             informer.start()
 
@@ -157,12 +215,15 @@ class Caches:
             await self._session.close()
             self._session = None
 
+    def _in_force(self) -> list[Informer[Any]]:
+        return [informer for data, informer in self._informers.items() if data in self._needed]
+
     def ready(self) -> bool:
-        return all(informer.snapshot.synced for informer in self._informers.values())
+        return all(informer.snapshot.synced for informer in self._in_force())
 
     def unready_reason(self) -> str | None:
         """Why decisions cannot trust the caches now (for /readyz), or None."""
-        for informer in self._informers.values():
+        for informer in self._in_force():
             if not informer.snapshot.synced:
                 if informer.relists:
                     return (

@@ -13,13 +13,17 @@ import logging
 import signal
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any, get_args
 
+import msgspec
 import orjson
 from aiohttp import web
 
+from volcano_guard.base.config_reload import POLL_INTERVAL, ConfigReloader
 from volcano_guard.base.connections import BoundedTLSSite, ConnectionLimits, raise_open_file_limit
 from volcano_guard.base.listen import Listen, start_site
 from volcano_guard.base.metrics import add_probes, metrics_app
@@ -28,7 +32,12 @@ from volcano_guard.certs.reload import CertReloader
 from volcano_guard.webhook import decision as decisions
 from volcano_guard.webhook import review
 from volcano_guard.webhook.caches import Caches
-from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.config import (
+    Config,
+    config_from_bytes,
+    exempt_own_namespace,
+    load_config,
+)
 from volcano_guard.webhook.evaluation import (
     NO_POLICY,
     EnabledChecks,
@@ -90,18 +99,48 @@ class RequestError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
+class Served:
+    """A config in force and what the server works out from it once: its checks for each
+    phase. Immutable: a reload builds a new one and swaps the reference (LiveConfig)."""
+
+    __slots__ = ("checks", "config")
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.checks: Mapping[Phase, EnabledChecks] = MappingProxyType(
+            {phase: enabled_checks(phase, config) for phase in get_args(Phase)}
+        )
+
+
+class LiveConfig:
+    """The config every request is answered with, swapped whole between two requests' reads:
+    a request takes `current` once and decides with it alone, so it is answered by the old
+    config or the new, never a mixture. Event-loop owned: no lock."""
+
+    def __init__(self, config: Config) -> None:
+        self.current = Served(config)
+
+    def swap(self, config: Config) -> None:
+        self.current = Served(config)
+
+
 def create_app(
     config: Config,
     caches: Caches | None = None,
     unready_because: Callable[[], str | None] = lambda: None,
+    live: LiveConfig | None = None,
 ) -> web.Application:
     """The admission app: POST /mutate, POST /validate, GET /healthz, GET /readyz (ready once
-    the caches have synced, unless unready_because gives a reason)."""
+    the caches have synced, unless unready_because gives a reason). Requests are decided with
+    live's current config (default: config, for good); the body limit is config's."""
     caches = caches or Caches()
+    live = live or LiveConfig(config)
     app = web.Application(client_max_size=config.maxRequestBytes + 1)
     in_flight = app[IN_FLIGHT_KEY] = InFlight()
     for phase in get_args(Phase):
-        app.router.add_post(f"/{phase}", _handler(phase, config, caches, in_flight))
+        app.router.add_post(
+            f"/{phase}", _handler(phase, config.maxRequestBytes, live, caches, in_flight)
+        )
     add_probes(app, caches.ready, _reasons(unready_because, caches))
     return app
 
@@ -112,15 +151,15 @@ def _reasons(unready_because: Callable[[], str | None], caches: Caches) -> Calla
     return lambda: unready_because() or caches.unready_reason()
 
 
-def _handler(phase: Phase, config: Config, caches: Caches, in_flight: InFlight) -> Handler:
-    checks = enabled_checks(phase, config)
-
+def _handler(
+    phase: Phase, limit: int, live: LiveConfig, caches: Caches, in_flight: InFlight
+) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         # Counted here rather than in a middleware: aiohttp's middleware chain costs about as
         # much as a policy on every request (bench/admission_load.py).
         in_flight.enter()
         try:
-            return await _answer(request, phase, config, caches, checks)
+            return await _answer(request, phase, limit, live, caches)
         finally:
             in_flight.leave()
 
@@ -128,20 +167,23 @@ def _handler(phase: Phase, config: Config, caches: Caches, in_flight: InFlight) 
 
 
 async def _answer(
-    request: web.Request, phase: Phase, config: Config, caches: Caches, checks: EnabledChecks
+    request: web.Request, phase: Phase, limit: int, live: LiveConfig, caches: Caches
 ) -> web.StreamResponse:
     try:
-        body = await read_body(request, config.maxRequestBytes)
+        body = await read_body(request, limit)
         started = time.perf_counter()
         review_request = parse_review(body)
         listed = {}
         kind = review_request.kind
-        # One snapshot per decision: every policy sees the same, unchanging cluster view.
+        # One config and one snapshot per decision, taken with no await between them (a
+        # reload swaps on this loop): every policy sees the same config and cluster view.
+        served = live.current
         snapshots = caches.snapshots()
+        checks = served.checks[phase]
         for lookup in checks.for_kind(kind.group, kind.kind).lookups:  # most kinds: none
             if lookup.wanted(review_request, snapshots):  # the rare requests that list live
                 listed[lookup] = await caches.live_list(lookup, review_request.namespace)
-        context = PolicyContext(config, snapshots, listed)
+        context = PolicyContext(served.config, snapshots, listed)
         answer = decide(phase, review_request, context, checks)
         ADMISSION_DURATION.observe(time.perf_counter() - started)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
@@ -236,14 +278,16 @@ async def running(
     reuse_port: bool = False,
     limits: ConnectionLimits | None = None,
     unready_because: Callable[[], str | None] = lambda: None,
+    live: LiveConfig | None = None,
 ) -> AsyncIterator[tuple[int, int]]:
     """Serve inside the block; yields the bound (admission, metrics) ports (0 picks free ones).
     Leaving the block stops accepting and waits up to shutdown_timeout for in-flight requests.
     reuse_port lets several worker processes share the admission port (SO_REUSEPORT); limits
     (default ConnectionLimits with the config's maxConnections) bound each connection;
-    unready_because gives a reason for both /readyz to answer 503 (an expired certificate)."""
+    unready_because gives a reason for both /readyz to answer 503 (an expired certificate);
+    live, when given, is the config requests are decided with (a reload swaps it)."""
     caches = caches or Caches()
-    app = create_app(config, caches, unready_because)
+    app = create_app(config, caches, unready_because, live)
     # No access log: a line per admission costs more than the decision (bench/admission_load.py);
     # decisions are counted in the metrics instead.
     limits = limits or ConnectionLimits(max_connections=config.maxConnections)
@@ -302,11 +346,13 @@ async def serve(
     reuse_port: bool = False,
     started: Callable[[int, int], None] | None = None,
     background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
+    live: LiveConfig | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then finish in-flight requests and return. With a
     reloader, changed certificate files are picked up without a restart; started is called with
     the bound (admission, metrics) ports once both listen; each of background runs as a task
-    while the webhook serves (the node-state publisher)."""
+    while the webhook serves (the node-state publisher, the config reloader); live, when
+    given, is the config requests are decided with."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -323,6 +369,7 @@ async def serve(
             caches=caches,
             reuse_port=reuse_port,
             unready_because=reloader.problem if reloader else lambda: None,
+            live=live,
         ) as (port, metrics_port):
             # The informers' threads start once both ports are bound, so that a port in use
             # ends the command before any of them runs: started first, they went on logging
@@ -353,3 +400,40 @@ async def serve(
 def _bound_port(runner: web.AppRunner) -> int:
     address = runner.addresses[0]
     return int(address[1])
+
+
+# How long a reloaded config that reads the cluster waits for the caches it adds (a first list
+# of every pod of a large cluster takes tens of seconds); the old config serves meanwhile.
+RELOAD_SYNC_TIMEOUT = 120.0
+# Keys that shape the listener, fixed when it starts: a reload changing them applies the rest.
+_FIXED_AT_START = ("maxRequestBytes", "maxConnections")
+
+
+def config_reloader(
+    path: str | Path,
+    live: LiveConfig,
+    caches: Caches,
+    own_namespace: str | None,
+    *,
+    sync_timeout: float = RELOAD_SYNC_TIMEOUT,
+    interval: float = POLL_INTERVAL,
+) -> ConfigReloader[Config]:
+    """The reloader that puts a changed config file in force: validated, its caches provided
+    (started and synced while the old config serves), then swapped in whole."""
+    started_with = load_config(path)  # as the file says, before any per-worker share
+
+    def load(data: bytes) -> Config:
+        return exempt_own_namespace(config_from_bytes(data, path), own_namespace)
+
+    async def apply(config: Config) -> None:
+        await caches.provide(config, sync_timeout)
+        fixed = [k for k in _FIXED_AT_START if getattr(config, k) != getattr(started_with, k)]
+        if fixed:
+            log.warning("config file %s: %s take effect at the next start", path, ", ".join(fixed))
+            config = msgspec.structs.replace(
+                config, **{key: getattr(live.current.config, key) for key in fixed}
+            )
+        caches.serve_for(config)
+        live.swap(config)
+
+    return ConfigReloader(path, load, apply, interval=interval)
