@@ -902,7 +902,9 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
         retry=min(2.0, args.lease_duration / 5),
     )
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
-    return run_server(watch(api_client(cluster), config, metrics_listen, lease, identity))
+    return run_server(
+        watch(api_client(cluster), config, metrics_listen, lease, identity, args.config)
+    )
 
 
 def run_manifests(args: argparse.Namespace) -> int:

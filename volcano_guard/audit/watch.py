@@ -30,18 +30,20 @@ from volcano_guard.audit.lease import LeaseElector, LeaseSettings
 from volcano_guard.audit.live import LiveAudit, View, trim
 from volcano_guard.audit.metrics import LEADING, REPORT_WRITE_ERRORS, AuditCollector
 from volcano_guard.audit.reports import ReportWriter
+from volcano_guard.base.config_reload import ConfigReloader
 from volcano_guard.base.connections import release_free_memory
 from volcano_guard.base.informer import Informer
 from volcano_guard.base.listen import Listen, start_site
 from volcano_guard.base.metrics import REGISTRY, metrics_app
 from volcano_guard.webhook.caches import lister
-from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.config import Config, config_from_bytes
 from volcano_guard.webhook.policies.base import WatchedList
 
 log = logging.getLogger("volcano_guard.audit")
 PUBLISH_INTERVAL = 0.1  # seconds: a pod event reaches the metrics within this (plus a scrape)
 ORPHAN_RECHECK = 5.0  # seconds between re-checks of pods that name a missing PodGroup
 QUEUED_CHANGES = 1000
+RELOAD_SYNC_TIMEOUT = 300.0  # seconds a reloaded config's audit may take to list the cluster
 
 
 @dataclass(frozen=True)
@@ -199,35 +201,85 @@ class AuditWatch:
         return True
 
 
-async def lead_and_report(audit: AuditWatch, elector: LeaseElector, writer: ReportWriter) -> None:
+class Running:
+    """The audit in force and its report writer; a reloaded config replaces both once the new
+    audit has published its first view, so the metrics and reports never go blank."""
+
+    def __init__(self, api_client: Any, config: Config) -> None:
+        self._api_client = api_client
+        self.audit = AuditWatch(api_client, config)
+        limit = config.audit.maxResultsPerReport
+        self.writer = ReportWriter(api_client, limit, REPORT_WRITE_ERRORS)
+        self._publishing: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.audit.start()
+        self._publishing = asyncio.create_task(self.audit.publish_forever())
+
+    def stop(self) -> None:
+        if self._publishing is not None:
+            self._publishing.cancel()
+        self.audit.stop()
+
+    async def replace(self, config: Config, timeout: float = RELOAD_SYNC_TIMEOUT) -> None:
+        """Audit with config from now on: its informers list while the old audit serves;
+        ValueError (the old one kept) when they cannot within timeout."""
+        audit = AuditWatch(self._api_client, config)
+        try:
+            audit.start()
+        except Exception as exc:  # an API error finding which kinds are served
+            audit.stop()
+            raise ValueError(f"cannot start watching the cluster: {exc}") from None
+        publishing = asyncio.create_task(audit.publish_forever())
+        deadline = time.monotonic() + timeout
+        while audit.published() is None:
+            if time.monotonic() >= deadline:
+                publishing.cancel()
+                audit.stop()
+                raise ValueError(f"its audit did not list the cluster within {timeout:.0f}s")
+            await asyncio.sleep(PUBLISH_INTERVAL)
+        limit = config.audit.maxResultsPerReport
+        if limit != self.audit.live.config.audit.maxResultsPerReport:
+            self.writer = ReportWriter(self._api_client, limit, REPORT_WRITE_ERRORS)
+        self.stop()
+        self.audit, self._publishing = audit, publishing
+
+
+async def lead_and_report(running: Running, elector: LeaseElector) -> None:
     """Hold the lease while alive; while leading, write the reports that changed."""
     while True:
         leading = await asyncio.to_thread(elector.try_lead)
         LEADING.set(1 if leading else 0)
-        published = audit.published()
+        published = running.audit.published()
         if leading and published is not None:
             view, at = published
-            await asyncio.to_thread(
-                writer.sync, list(view.findings), datetime.datetime.fromtimestamp(at, datetime.UTC)
-            )
+            when = datetime.datetime.fromtimestamp(at, datetime.UTC)
+            await asyncio.to_thread(running.writer.sync, list(view.findings), when)
         await asyncio.sleep(elector.next_try_in())
 
 
 async def watch(
-    api_client: Any, config: Config, metrics_listen: Listen, lease: LeaseSettings, identity: str
+    api_client: Any,
+    config: Config,
+    metrics_listen: Listen,
+    lease: LeaseSettings,
+    identity: str,
+    config_file: str | None = None,
 ) -> int:
     """Serve the metrics and keep the audit current until SIGTERM/SIGINT; the replica holding
-    the lease exports the audit's gauges and writes its reports, another stands by hot."""
-    audit = AuditWatch(api_client, config)
+    the lease exports the audit's gauges and writes its reports, another stands by hot. A
+    config_file that changes is re-read (ConfigReloader) and its audit replaces the running one."""
+    running = Running(api_client, config)
     elector = LeaseElector(api_client, identity, lease)
-    writer = ReportWriter(api_client, config.audit.maxResultsPerReport, REPORT_WRITE_ERRORS)
-    collector = AuditCollector(lambda: audit.published() if elector.leading else None)
+    collector = AuditCollector(lambda: running.audit.published() if elector.leading else None)
     REGISTRY.register(collector)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(metrics_app(audit.ready, lambda: elector.problem), access_log=None)
+    runner = web.AppRunner(
+        metrics_app(lambda: running.audit.ready(), lambda: elector.problem), access_log=None
+    )
     await runner.setup()
     try:
         await start_site(
@@ -237,18 +289,20 @@ async def watch(
         )
         port = runner.addresses[0][1]
         log.info("audit watching the cluster; metrics on http://%s:%s", metrics_listen.host, port)
-        audit.start()
-        tasks = [
-            asyncio.create_task(audit.publish_forever()),
-            asyncio.create_task(lead_and_report(audit, elector, writer)),
-        ]
+        running.start()
+        tasks = [asyncio.create_task(lead_and_report(running, elector))]
+        if config_file is not None:
+            reloader = ConfigReloader(
+                config_file, lambda data: config_from_bytes(data, config_file), running.replace
+            )
+            tasks.append(asyncio.create_task(reloader.watch()))
         await stop.wait()
         for task in tasks:
             task.cancel()
         await asyncio.to_thread(elector.release)  # the standby takes over at its next try
         LEADING.set(0)
     finally:
-        audit.stop()
+        running.stop()
         await runner.cleanup()
         REGISTRY.unregister(collector)
     return 0
