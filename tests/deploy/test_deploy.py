@@ -297,3 +297,19 @@ def test_the_sidecar_image_is_this_releases_own_as_deploy_names_it(base):
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     assert config_from_dict({}).policies.sidecarInjection.image == image
     assert not image.endswith(":latest")
+
+
+@pytest.mark.parametrize("path", ["deploy/base", "deploy/audit"])
+def test_the_config_is_mounted_as_a_directory_the_kubelet_refreshes(path):
+    """A subPath mount is never refreshed by the kubelet: a config change would wait for a
+    restart. The whole ConfigMap is mounted, and --config names its config.yaml in there."""
+    [deployment] = by_kind(render(path), "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    [volume] = [v for v in spec["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == "volcano-guard-config"
+    assert "items" not in volume["configMap"]  # every key, config.yaml included
+    container = spec["containers"][0]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert "subPath" not in mount and "subPathExpr" not in mount
+    args = container["args"]
+    assert args[args.index("--config") + 1] == f"{mount['mountPath']}/config.yaml"
