@@ -23,9 +23,12 @@ demo: $(STAMP)
 	$(BIN)/volcano-guard demo
 
 # deploy/base/webhooks.yaml from the config shipped in deploy/base/config.yaml (a test checks it).
+# Written aside and moved into place only on success: a config with a mistake fails with its
+# one-line error and leaves the file as it was (an empty one would install no guard at all).
 manifests: $(STAMP)
-	$(BIN)/python -c 'import yaml; print(yaml.safe_load(open("deploy/base/config.yaml"))["data"]["config.yaml"])' > $(VENV)/shipped-config.yaml
-	$(BIN)/volcano-guard manifests --config $(VENV)/shipped-config.yaml > deploy/base/webhooks.yaml
+	$(BIN)/volcano-guard manifests --config deploy/base/config.yaml > deploy/base/webhooks.yaml.new \
+		|| { rm -f deploy/base/webhooks.yaml.new; exit 1; }
+	mv deploy/base/webhooks.yaml.new deploy/base/webhooks.yaml
 
 # ruff (lint and format), mypy, and the layer contracts in pyproject.toml (import-linter).
 lint: $(STAMP)
