@@ -606,6 +606,7 @@ class _WebhookParts:
     reloader: CertReloader
     publisher: NodeStatesPublisher | None = None
     config_file: str | None = None  # re-read when it changes
+    config_hash: str | None = None  # of the bytes config was read from
     own_namespace: str | None = None
 
     async def serve(self, **options: Any) -> None:
@@ -614,7 +615,9 @@ class _WebhookParts:
         live = LiveConfig(self.config)
         background = [self.publisher.run] if self.publisher else []
         if self.config_file is not None:
-            reload = config_reloader(self.config_file, live, self.caches, self.own_namespace)
+            reload = config_reloader(
+                self.config_file, live, self.caches, self.own_namespace, loaded=self.config_hash
+            )
             background.append(reload.watch)
         await serve(
             self.config,
@@ -639,7 +642,8 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     from volcano_guard.webhook.config import exempt_own_namespace
     from volcano_guard.webhook.node_states import publisher_for
 
-    config = exempt_own_namespace(_config(args.config), own_namespace())
+    read, config_hash = _config_read(args.config)
+    config = exempt_own_namespace(read, own_namespace())
     listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
     tls = server_context(args.tls_cert, args.tls_key, args.client_ca)
 
@@ -661,6 +665,7 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
         CertReloader(tls, args.tls_cert, args.tls_key),
         publisher_for(config, cluster, namespace, caches.snapshots),
         config_file=args.config,
+        config_hash=config_hash,
         own_namespace=own_namespace(),
     )
 
@@ -854,9 +859,9 @@ def run_audit(args: argparse.Namespace) -> int:
     from volcano_guard.audit.findings import NODE_ACCOUNTING, findings
     from volcano_guard.audit.report import EXIT_UNREADABLE, exit_code, format_report
 
-    config = _config(args.config)
+    config, config_hash = _config_read(args.config)
     if args.watch:
-        return _watch_audit(args, config)
+        return _watch_audit(args, config, config_hash)
     on_terminal = sys.stderr.isatty()
 
     def progress(text: str) -> None:
@@ -877,7 +882,7 @@ def run_audit(args: argparse.Namespace) -> int:
     return exit_code(found)
 
 
-def _watch_audit(args: argparse.Namespace, config: Any) -> int:
+def _watch_audit(args: argparse.Namespace, config: Any, config_hash: str | None) -> int:
     import os
     import socket
 
@@ -903,7 +908,9 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
     )
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
     return run_server(
-        watch(api_client(cluster), config, metrics_listen, lease, identity, args.config)
+        watch(
+            api_client(cluster), config, metrics_listen, lease, identity, args.config, config_hash
+        )
     )
 
 
@@ -992,11 +999,22 @@ def run_server(server: Coroutine[Any, Any, Any]) -> int:
 
 
 def _config(path: str | None) -> Config:
-    from volcano_guard.webhook.config import ConfigError, load_config
+    return _config_read(path)[0]
 
+
+def _config_read(path: str | None) -> tuple[Config, str | None]:
+    """The config at path and the hash of the bytes it was read from (None: no file), for a
+    reloader to tell a later change from the content in force."""
+    from volcano_guard.base.config_reload import content_hash
+    from volcano_guard.base.files import FileProblem, read_bytes
+    from volcano_guard.webhook.config import Config, ConfigError, config_from_bytes
+
+    if path is None:
+        return Config(), None
     try:
-        return load_config(path)
-    except ConfigError as exc:
+        data = read_bytes(path, "config file")
+        return config_from_bytes(data, path), content_hash(data)
+    except (ConfigError, FileProblem) as exc:
         raise CommandError(f"bad config: {exc}") from None
 
 

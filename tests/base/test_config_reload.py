@@ -101,3 +101,18 @@ async def test_a_missing_file_keeps_the_last_good_config(volume, caplog):
         assert await reloader.check() is False
         assert await reloader.check() is False
     assert len(caplog.records) == 1 and "no such file" in caplog.records[0].getMessage()
+
+
+async def test_a_change_between_the_first_read_and_the_reloader_is_applied(volume):
+    from volcano_guard.base.config_reload import content_hash
+
+    started_from = content_hash(volume.path.read_bytes())  # what the process read at start
+    volume.write("5\n")  # then the kubelet swapped the file, before the reloader began
+    applied: list[int] = []
+
+    async def apply(config: int) -> None:
+        applied.append(config)
+
+    reloader = ConfigReloader(volume.path, parse, apply, loaded=started_from)
+    assert await reloader.check() is True
+    assert applied == [5]

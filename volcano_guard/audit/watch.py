@@ -265,10 +265,12 @@ async def watch(
     lease: LeaseSettings,
     identity: str,
     config_file: str | None = None,
+    config_hash: str | None = None,
 ) -> int:
     """Serve the metrics and keep the audit current until SIGTERM/SIGINT; the replica holding
     the lease exports the audit's gauges and writes its reports, another stands by hot. A
-    config_file that changes is re-read (ConfigReloader) and its audit replaces the running one."""
+    config_file that changes is re-read (ConfigReloader; config_hash: of the bytes config was
+    read from) and its audit replaces the running one."""
     running = Running(api_client, config)
     elector = LeaseElector(api_client, identity, lease)
     collector = AuditCollector(lambda: running.audit.published() if elector.leading else None)
@@ -293,7 +295,10 @@ async def watch(
         tasks = [asyncio.create_task(lead_and_report(running, elector))]
         if config_file is not None:
             reloader = ConfigReloader(
-                config_file, lambda data: config_from_bytes(data, config_file), running.replace
+                config_file,
+                lambda data: config_from_bytes(data, config_file),
+                running.replace,
+                loaded=config_hash,
             )
             tasks.append(asyncio.create_task(reloader.watch()))
         await stop.wait()

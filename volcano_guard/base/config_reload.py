@@ -49,8 +49,9 @@ def content_hash(data: bytes) -> str:
 
 class ConfigReloader(Generic[T]):
     """Polls path; load(its bytes) parses and validates them, apply(config) puts it in force (both
-    raise ValueError to refuse it). Start with the hash of the content the process started
-    with, so that only changes are applied."""
+    raise ValueError to refuse it). loaded is the hash of the content the process started with
+    (content_hash of the very bytes it read: a change in between is then applied); without it,
+    the file's content now."""
 
     def __init__(
         self,
@@ -59,9 +60,10 @@ class ConfigReloader(Generic[T]):
         apply: Callable[[T], Awaitable[None]],
         *,
         interval: float = POLL_INTERVAL,
+        loaded: str | None = None,
     ) -> None:
         self.path, self._load, self._apply, self.interval = Path(path), load, apply, interval
-        self.loaded = self._current_hash()  # the content in force
+        self.loaded = loaded or self._current_hash()  # the content in force
         self._refused: str | None = None
         self.applied = self.rejected = 0
         _export(self.loaded)

@@ -417,9 +417,11 @@ def config_reloader(
     *,
     sync_timeout: float = RELOAD_SYNC_TIMEOUT,
     interval: float = POLL_INTERVAL,
+    loaded: str | None = None,
 ) -> ConfigReloader[Config]:
     """The reloader that puts a changed config file in force: validated, its caches provided
-    (started and synced while the old config serves), then swapped in whole."""
+    (started and synced while the old config serves), then swapped in whole. loaded: the hash
+    of the bytes live's config was read from (ConfigReloader)."""
     started_with = load_config(path)  # as the file says, before any per-worker share
 
     def load(data: bytes) -> Config:
@@ -436,4 +438,4 @@ def config_reloader(
         caches.serve_for(config)
         live.swap(config)
 
-    return ConfigReloader(path, load, apply, interval=interval)
+    return ConfigReloader(path, load, apply, interval=interval, loaded=loaded)
