@@ -132,6 +132,13 @@ def _actions(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
                 yield from _actions(sub)
 
 
+# Every command's --config: the one loader (webhook.config.load_config) reads both forms.
+CONFIG_HELP = (
+    "YAML config file, or a ConfigMap manifest holding it under config.yaml "
+    "(default: every default)"
+)
+
+
 def build_parser() -> Parser:
     parser = Parser(
         prog="volcano-guard",
@@ -161,7 +168,7 @@ def build_parser() -> Parser:
 
 def _add_webhook(commands: argparse._SubParsersAction) -> None:
     webhook = commands.add_parser("webhook", help="serve the admission webhook over HTTPS")
-    webhook.add_argument("--config", help="YAML config file (default: every default)")
+    webhook.add_argument("--config", help=CONFIG_HELP)
     webhook.add_argument("--listen", default="0.0.0.0:8443", help="HOST:PORT (default %(default)s)")
     webhook.add_argument("--tls-cert", required=True, help="serving certificate (PEM)")
     webhook.add_argument("--tls-key", required=True, help="serving key (PEM)")
@@ -329,7 +336,7 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="check the directories of -f and everything below them",
     )
-    check.add_argument("--config", help="YAML config file (default: every default)")
+    check.add_argument("--config", help=CONFIG_HELP)
     check.add_argument("--output", choices=("text", "json"), default="text")
     check.add_argument(
         "--nodes",
@@ -347,7 +354,7 @@ def _add_audit(commands: argparse._SubParsersAction) -> None:
         "cluster as it is (exit 0 clean, 1 findings, 2 the cluster cannot be read)",
     )
     _add_cluster_flags(audit)
-    audit.add_argument("--config", help="YAML config file (default: every default)")
+    audit.add_argument("--config", help=CONFIG_HELP)
     audit.add_argument(
         "--namespace",
         type=_namespace,
@@ -547,7 +554,7 @@ def _add_manifests(commands: argparse._SubParsersAction) -> None:
     manifests = commands.add_parser(
         "manifests", help="print the webhook configurations that match a config"
     )
-    manifests.add_argument("--config", help="YAML config file (default: every default)")
+    manifests.add_argument("--config", help=CONFIG_HELP)
     manifests.add_argument(
         "--namespace",
         type=_namespace,
