@@ -186,3 +186,36 @@ def test_a_reviews_stream_sees_no_error_or_denial_while_the_config_is_rewritten(
     assert problems == []
     assert answered >= 200, f"only {answered} reviews: the test proved little"
     assert applied >= 10, f"only {applied} reloads applied: the test proved little"
+
+
+def refusing_connect() -> Cluster:
+    raise ValueError("no kubeconfig: set --kubeconfig")
+
+
+@pytest.mark.parametrize(
+    ("connect", "problem"),
+    [
+        (refusing_connect, "no kubeconfig"),
+        (lambda: Cluster("http://127.0.0.1:9"), "cache it needs did not sync within 1s"),
+    ],
+    ids=["no cluster", "cache never syncs"],
+)
+async def test_a_config_whose_caches_cannot_be_had_is_refused_and_the_old_one_serves(
+    tmp_path, caplog, connect, problem
+):
+    volume = ConfigMapVolume(tmp_path / "config")
+    volume.write(NO_CLUSTER)
+    config = load_config(volume.path)
+    caches = Caches.for_config(config, None, connect=connect)
+    caches.start()
+    live = LiveConfig(config)
+    reloader = config_reloader(volume.path, live, caches, None, sync_timeout=1)
+    try:
+        volume.write(TRAIN_NODES_ONLY_NO_POD_GROUPS)
+        assert await reloader.check() is False
+    finally:
+        caches.stop()
+    assert live.current.config == config
+    assert caches.ready()  # readiness still counts only the caches of the config in force
+    assert reloader.rejected == 1
+    assert problem in caplog.records[-1].getMessage()
