@@ -187,7 +187,6 @@ def audit():
 
 def test_the_audit_validates_against_the_kubernetes_schema(audit):
     assert {d["kind"] for d in audit} == {
-        "CustomResourceDefinition",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
@@ -232,7 +231,18 @@ def test_the_audit_runs_two_replicas_restricted_and_scraped(audit):
     assert endpoint["honorLabels"] is True
 
 
-def test_the_reports_the_audit_writes_fit_the_shipped_crds(audit):
+def test_the_shared_policyreport_crds_are_apart_so_removing_the_audit_keeps_them(audit):
+    assert not by_kind(audit, "CustomResourceDefinition")
+    crds = render("deploy/policyreport-crds")
+    assert {crd["metadata"]["name"] for crd in crds} == {
+        "policyreports.wgpolicyk8s.io",
+        "clusterpolicyreports.wgpolicyk8s.io",
+    }
+    for crd in crds:
+        kubernetes_validate.validate(crd, "1.30.0", strict=True)
+
+
+def test_the_reports_the_audit_writes_fit_the_shipped_crds():
     import datetime
 
     import jsonschema
@@ -248,7 +258,7 @@ def test_the_reports_the_audit_writes_fit_the_shipped_crds(audit):
     seen.update(found, datetime.datetime(2026, 11, 24, tzinfo=datetime.UTC))
     schemas = {
         crd["spec"]["names"]["kind"]: crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-        for crd in by_kind(audit, "CustomResourceDefinition")
+        for crd in render("deploy/policyreport-crds")
     }
     for document in reports(found, seen.seen, limit=10).values():
         assert document["apiVersion"] == "wgpolicyk8s.io/v1alpha2"

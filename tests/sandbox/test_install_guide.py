@@ -59,7 +59,7 @@ def roll_out(run, namespace, name):
 
 def test_the_install_guides_commands_pass_as_written(operator):
     commands = install_commands()
-    assert commands[0] == "kubectl apply -k deploy/base" and len(commands) == 4
+    assert commands[0] == "kubectl apply -k deploy/base" and len(commands) == 5
     for line in commands:
         if "rollout status" in line:
             roll_out(operator, "volcano-guard", "volcano-guard")
