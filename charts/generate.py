@@ -41,6 +41,13 @@ _STRING_TYPES: dict[type, dict[str, Any]] = {
 }
 _OBJECT = {"type": "object"}
 _ARRAY = {"type": "array"}
+_TEXT = {"type": "string"}
+_ENABLED = {"enabled": {"type": "boolean"}}
+
+
+def _section(**properties: dict[str, Any]) -> dict[str, Any]:
+    """A group of the chart's values: these keys and no other (a typo is refused)."""
+    return {"type": "object", "properties": properties, "additionalProperties": False}
 
 
 def _schema_hook(kind: type) -> dict[str, Any]:
@@ -76,37 +83,32 @@ def values_schema() -> dict[str, Any]:
                 **config,
                 "description": "the guard's config file (docs/reference.md, Configuration)",
             },
-            "volcano": {
-                "type": "object",
-                "properties": {
-                    "releaseName": {"type": "string", "minLength": 1},
-                    "namespace": {"type": "string", "minLength": 1},
-                },
-                "additionalProperties": False,
-            },
-            "image": {
-                "type": "object",
-                "properties": {
-                    "repository": {"type": "string", "minLength": 1},
-                    "tag": {"type": "string"},
-                    "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never", ""]},
-                },
-                "additionalProperties": False,
-            },
+            "volcano": _section(
+                releaseName={"type": "string", "minLength": 1},
+                namespace={"type": "string", "minLength": 1},
+            ),
+            "image": _section(
+                repository={"type": "string", "minLength": 1},
+                tag=_TEXT,
+                pullPolicy={"enum": ["Always", "IfNotPresent", "Never", ""]},
+            ),
             "imagePullSecrets": _ARRAY,
             "replicas": {"type": "integer", "minimum": 1},
-            "priorityClassName": {"type": "string"},
+            "priorityClassName": _TEXT,
             "resources": _OBJECT,
             "nodeSelector": _OBJECT,
             "tolerations": _ARRAY,
             "affinity": _OBJECT,
             "podAnnotations": _OBJECT,
-            "certs": _OBJECT,
-            "audit": _OBJECT,
-            "monitoring": _OBJECT,
-            "networkPolicy": _OBJECT,
-            "certManager": _OBJECT,
+            "certs": _section(schedule=_TEXT, resources=_OBJECT),
+            "audit": _section(
+                **_ENABLED, replicas={"type": "integer", "minimum": 1}, resources=_OBJECT
+            ),
+            "monitoring": _section(**_ENABLED, labels=_OBJECT),
+            "networkPolicy": _section(**_ENABLED, prometheusNamespace=_TEXT),
+            "certManager": _section(**_ENABLED),
         },
+        "additionalProperties": False,
         "$defs": defs,
     }
 

@@ -57,6 +57,10 @@ CLUSTER_SCOPED = {
 OPERATOR_GROUPS = {"monitoring.coreos.com", "cert-manager.io"}
 
 
+def everything_on() -> dict[str, Any]:
+    return {toggle: {"enabled": True} for toggle in TOGGLES}
+
+
 def generator() -> Any:
     spec = importlib.util.spec_from_file_location("chart_generate", REPO / "charts" / "generate.py")
     assert spec is not None and spec.loader is not None
@@ -133,8 +137,10 @@ def assert_same_objects(chart_docs: list[dict], deploy_docs: list[dict]) -> None
         assert ours[key] == expected, f"{key} differs from deploy/'s"
 
 
-def test_the_chart_lints_clean_with_helm():
-    report = helm.lint(str(CHART), strict=True)
+@pytest.mark.parametrize("toggles", ["defaults", "everything on"])
+def test_the_chart_lints_clean_with_helm(toggles):
+    values = everything_on() if toggles == "everything on" else None
+    report = helm.lint(str(CHART), values, strict=True, kube_version="v1.28.0")
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] > 1] == []
 
@@ -167,6 +173,13 @@ def test_helm_refuses_a_config_value_the_guard_would_refuse(chart):
         rendered(chart, {"config": {"policies": {"nodeName": {"modee": "audit"}}}})
 
 
+def test_helm_refuses_a_mistyped_value_of_the_chart(chart):
+    with pytest.raises(helm.HelmValuesError, match="additional properties 'replica' not allowed"):
+        rendered(chart, {"replica": 3})
+    with pytest.raises(helm.HelmValuesError, match="at '/audit/enabled': got string"):
+        rendered(chart, {"audit": {"enabled": "yes"}})
+
+
 def test_volcanos_release_sets_the_allowed_binders_unless_the_config_does(chart):
     def binders(values: dict[str, Any]) -> list[str]:
         [config] = [d for d in rendered(chart, values) if d["metadata"]["name"].endswith("config")]
@@ -178,10 +191,6 @@ def test_volcanos_release_sets_the_allowed_binders_unless_the_config_does(chart)
     explicit = ["system:serviceaccount:x:y"]
     config = {"policies": {"nodeName": {"bindingGuard": {"allowedBinders": explicit}}}}
     assert binders({**volcano, "config": config}) == explicit
-
-
-def everything_on() -> dict[str, Any]:
-    return {toggle: {"enabled": True} for toggle in TOGGLES}
 
 
 def test_every_object_validates_against_the_kubernetes_schema(chart):
