@@ -3,7 +3,9 @@
 - values.schema.json: `config` is the config's own JSON schema (msgspec.json.schema(Config)),
   so a value the guard would refuse is refused by Helm before anything is installed;
 - templates/webhooks.yaml: what `volcano-guard manifests` prints for the chart's default config,
-  the namespace and labels left to Helm.
+  the namespace and labels left to Helm;
+- the README's values table, from values.yaml and the config's schema;
+- crds/ and files/: copies of deploy/'s PolicyReport CRDs and Grafana dashboard.
 
 `make chart` writes them; tests/deploy/test_helm_chart.py checks the committed files equal them.
 """
@@ -26,6 +28,7 @@ from volcano_guard.webhook.registrations import render, webhook_configurations
 from volcano_guard.webhook.sections import DurationText, NodeSelector, QuantityText
 
 CHART = Path(__file__).resolve().parent / "volcano-guard"
+DEPLOY = CHART.parent.parent / "deploy"
 # A namespace no install uses, replaced by the release's in the template; it sorts where
 # "volcano-guard" does among the exempt namespaces, so the default render lists them as
 # deploy/base does.
@@ -202,6 +205,13 @@ def generated() -> dict[Path, str]:
         CHART / "values.schema.json": json.dumps(values_schema(), indent=2) + "\n",
         CHART / "templates" / "webhooks.yaml": webhooks_template(),
         CHART / "README.md": readme(),
+        # Copies: Helm reads neither file as a template ({{ }} in the dashboard stays as is).
+        CHART / "crds" / "policyreport-crds.yaml": (
+            DEPLOY / "policyreport-crds" / "crds.yaml"
+        ).read_text(),
+        CHART / "files" / "grafana-dashboard.json": (
+            DEPLOY / "monitoring" / "grafana-dashboard.json"
+        ).read_text(),
     }
 
 

@@ -146,7 +146,8 @@ def test_the_chart_lints_clean_with_helm(toggles):
 
 
 def test_the_generated_files_are_current():
-    """values.schema.json, templates/webhooks.yaml and the README's table: `make chart`."""
+    """values.schema.json, templates/webhooks.yaml, the README's table, the copies of
+    deploy/'s files: `make chart`."""
     for path, content in generator().generated().items():
         assert path.read_text() == content, f"{path.name} is stale: run `make chart`"
 
@@ -159,9 +160,12 @@ def test_default_values_render_what_deploy_base_renders(chart, tmp_path):
 def test_each_toggle_renders_what_its_deploy_part_adds(chart, tmp_path, toggle):
     resources, components = TOGGLES[toggle]
     docs = rendered(chart, {toggle: {"enabled": True}})
-    if toggle == "audit":  # Helm installs crds/ with any values; the audit is what needs them
-        docs += crds(chart)
     assert_same_objects(docs, kustomized(tmp_path, resources, components))
+
+
+def test_the_crds_are_deploys_shared_policyreport_crds(chart):
+    """In crds/, which Helm installs with any values and never upgrades or deletes."""
+    assert_same_objects(crds(chart), kustomize("deploy/policyreport-crds"))
 
 
 def test_helm_refuses_a_config_value_the_guard_would_refuse(chart):
