@@ -20,7 +20,7 @@ import yaml
 
 from tests.conftest import REPO
 from tests.deploy.test_deploy import render as kustomize
-from volcano_guard.webhook.config import parse_config
+from volcano_guard.webhook.config import config_from_dict, parse_config
 
 helm = pytest.importorskip(
     "helm_python",
@@ -57,8 +57,25 @@ CLUSTER_SCOPED = {
 OPERATOR_GROUPS = {"monitoring.coreos.com", "cert-manager.io"}
 
 
+def notes(chart: Any, values: dict[str, Any]) -> str:
+    """What Helm prints after an install or upgrade with these values."""
+    manifests = chart.render(values, name="volcano-guard", namespace=NAMESPACE)
+    return str(manifests["volcano-guard/templates/NOTES.txt"])
+
+
 def everything_on() -> dict[str, Any]:
     return {toggle: {"enabled": True} for toggle in TOGGLES}
+
+
+# Values whose config needs other registrations than the chart's (True), or not (False).
+CHANGES = {
+    "managed nodes": ({"policies": {"nodeName": {"managedNodeSelectors": ["a:b"]}}}, True),
+    "no in-server policies": ({"validatingAdmissionPolicies": False}, True),
+    "the audit's section": ({"audit": {"restartWindow": "2h"}}, False),
+    "the request limit": ({"maxRequestBytes": 1024}, False),
+    "the connection limit": ({"maxConnections": 5}, False),
+    "the sidecar's image": ({"policies": {"sidecarInjection": {"image": "x:1"}}}, False),
+}
 
 
 def generator() -> Any:
@@ -79,7 +96,8 @@ def rendered(
 ) -> list[dict[str, Any]]:
     """The objects of the chart's templates, as `helm template` renders them."""
     manifests = chart.render(values or {}, name="volcano-guard", namespace=namespace)
-    return [doc for text in manifests.values() for doc in yaml.safe_load_all(text) if doc]
+    texts = [text for path, text in manifests.items() if path.endswith(".yaml")]  # not NOTES
+    return [doc for text in texts for doc in yaml.safe_load_all(text) if doc]
 
 
 def crds(chart: Any) -> list[dict[str, Any]]:
@@ -184,6 +202,25 @@ def test_helm_refuses_a_mistyped_value_of_the_chart(chart):
         rendered(chart, {"audit": {"enabled": "yes"}})
 
 
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_helm_warns_when_the_config_needs_other_registrations(chart, change):
+    """Until the reconciler keeps them in step, the chart's registrations are its default
+    config's; a config that needs others gets a warning saying how to apply them."""
+    config, warns = CHANGES[change]
+    assert "WARNING" not in notes(chart, {})
+    assert ("WARNING" in notes(chart, {"config": config})) is warns
+
+
+@pytest.mark.parametrize("change", sorted(c for c, (_, warns) in CHANGES.items() if not warns))
+def test_the_keys_the_warning_ignores_change_no_registration(change):
+    registrations = generator().registrations
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
+    changed = copy.deepcopy(values)
+    for key, value in CHANGES[change][0].items():
+        changed[key] = {**changed.get(key, {}), **value} if isinstance(value, dict) else value
+    assert registrations(config_from_dict(changed)) == registrations(config_from_dict(values))
+
+
 def test_volcanos_release_sets_the_allowed_binders_unless_the_config_does(chart):
     def binders(values: dict[str, Any]) -> list[str]:
         [config] = [d for d in rendered(chart, values) if d["metadata"]["name"].endswith("config")]
@@ -192,6 +229,7 @@ def test_volcanos_release_sets_the_allowed_binders_unless_the_config_does(chart)
 
     volcano = {"volcano": {"releaseName": "vc", "namespace": "batch"}}
     assert binders(volcano) == ["system:serviceaccount:batch:vc-scheduler"]
+    assert "WARNING" in notes(chart, volcano)  # the in-server binding policy names the binders
     explicit = ["system:serviceaccount:x:y"]
     config = {"policies": {"nodeName": {"bindingGuard": {"allowedBinders": explicit}}}}
     assert binders({**volcano, "config": config}) == explicit
