@@ -152,7 +152,19 @@ def assert_same_objects(chart_docs: list[dict], deploy_docs: list[dict]) -> None
     assert sorted(set(theirs) - set(ours)) == [], "deploy/ renders these; the chart does not"
     assert sorted(set(ours) - set(theirs)) == [], "the chart renders these; deploy/ does not"
     for key, expected in theirs.items():
-        assert ours[key] == expected, f"{key} differs from deploy/'s"
+        assert list(differences(ours[key], expected)) == [], f"{key}: chart vs deploy/"
+
+
+def differences(ours: Any, theirs: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """(path, the chart's, deploy/'s) of each place two objects differ, deepest first found."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        for key in sorted(set(ours) | set(theirs)):
+            yield from differences(ours.get(key), theirs.get(key), f"{path}.{key}")
+    elif isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
+        for index, (mine, other) in enumerate(zip(ours, theirs, strict=True)):
+            yield from differences(mine, other, f"{path}[{index}]")
+    elif ours != theirs:
+        yield path, ours, theirs
 
 
 @pytest.mark.parametrize("toggles", ["defaults", "everything on"])
