@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint bench clean manifests
+.PHONY: test demo lint bench clean manifests chart
 
 $(STAMP): pyproject.toml sandbox/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ demo: $(STAMP)
 manifests: $(STAMP)
 	$(BIN)/python -c 'import yaml; print(yaml.safe_load(open("deploy/base/config.yaml"))["data"]["config.yaml"])' > $(VENV)/shipped-config.yaml
 	$(BIN)/volcano-guard manifests --config $(VENV)/shipped-config.yaml > deploy/base/webhooks.yaml
+
+# The chart's generated files (charts/generate.py says which; a test checks they are current).
+chart: $(STAMP)
+	$(BIN)/python charts/generate.py
 
 # ruff (lint and format), mypy, and the layer contracts in pyproject.toml (import-linter).
 lint: $(STAMP)
