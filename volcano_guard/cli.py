@@ -872,7 +872,7 @@ def _watch_audit(args: argparse.Namespace, config: Any) -> int:
     import os
     import socket
 
-    from volcano_guard.audit.lease import LeaseSettings
+    from volcano_guard.base.lease import LeaseSettings
     from volcano_guard.audit.report import EXIT_UNREADABLE
     from volcano_guard.audit.watch import watch
     from volcano_guard.base.api_client import api_client

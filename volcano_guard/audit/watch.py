@@ -26,7 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from volcano_guard.audit.findings import WORKLOADS
-from volcano_guard.audit.lease import LeaseElector, LeaseSettings
+from volcano_guard.base.lease import LeaseElector, LeaseSettings
 from volcano_guard.audit.live import LiveAudit, View, trim
 from volcano_guard.audit.metrics import LEADING, REPORT_WRITE_ERRORS, AuditCollector
 from volcano_guard.audit.reports import ReportWriter
