@@ -140,8 +140,13 @@ def guard(directory: Path) -> Iterator[tuple[SandboxThread, Path, Any, KubeletVo
             token="admin",
             ca_file=sandbox_certs.ca_file,
         )
+        (directory / "config.yaml").write_text(yaml.safe_dump(shipped_config()))
         rendered = subprocess.run(
-            [kubectl, "kustomize", str(DEPLOY_BASE)], check=True, capture_output=True, text=True
+            [sys.executable, "-m", "volcano_guard.cli", "manifests"]
+            + ["--config", str(directory / "config.yaml")],
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
         subprocess.run(
             [kubectl, "--kubeconfig", str(kubeconfig), "apply", "-f", "-"],
