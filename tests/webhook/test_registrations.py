@@ -74,9 +74,7 @@ def test_before_kubernetes_1_30_manifests_prints_no_policies_and_fails_closed(ca
     }
     assert printed == manifests(capsys, "--config", "/dev/null", "--kubernetes-version", "v1.29.4")
     validating = next(d for d in printed if d["kind"] == "ValidatingWebhookConfiguration")
-    assert {w["failurePolicy"] for w in validating["webhooks"] if "open" in w["name"]} <= {
-        "Ignore"
-    }
+    assert {w["failurePolicy"] for w in validating["webhooks"] if "open" in w["name"]} <= {"Ignore"}
     assert "validate-open.volcano-guard.io" not in {w["name"] for w in validating["webhooks"]}
 
 

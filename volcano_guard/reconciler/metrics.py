@@ -44,7 +44,7 @@ OUT_OF_STEP = Gauge(
 )
 ERRORS = Counter(
     P + "errors",
-    "Reconcile passes that failed, by step (config, objects, certificates, node-states)",
+    "Reconcile passes that failed, by step (objects, certificates)",
     ["step"],
     registry=REGISTRY,
 )

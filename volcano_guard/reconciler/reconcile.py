@@ -50,6 +50,16 @@ class Settings:
     lifetimes: Lifetimes = field(default_factory=Lifetimes)
 
 
+def for_cert_manager(obj: dict[str, Any], namespace: str, tls_secret: str) -> dict[str, Any]:
+    """A webhook configuration annotated for cert-manager's cainjector, which then fills its
+    caBundles from the serving Certificate's Secret; any other object as it is."""
+    if obj["kind"] not in (MUTATING, VALIDATING):
+        return obj
+    source = f"{namespace}/{tls_secret}"
+    metadata = {**obj["metadata"], "annotations": {CERT_MANAGER_ANNOTATION: source}}
+    return {**obj, "metadata": metadata}
+
+
 class ConfigProblem(Exception):
     """The ConfigMap holds no usable config; the message says why, in one line."""
 
@@ -244,16 +254,9 @@ class Reconciler:
         )
 
     def _with_certificates(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Under cert-manager, its cainjector fills the caBundles from the serving
-        Certificate's Secret (the annotation tells it which)."""
-        if self.settings.certificates != "cert-manager" or obj["kind"] not in (
-            MUTATING,
-            VALIDATING,
-        ):
+        if self.settings.certificates != "cert-manager":
             return obj
-        source = f"{self.settings.namespace}/{self.settings.tls_secret}"
-        metadata = {**obj["metadata"], "annotations": {CERT_MANAGER_ANNOTATION: source}}
-        return {**obj, "metadata": metadata}
+        return for_cert_manager(obj, self.settings.namespace, self.settings.tls_secret)
 
     def _policies_served(self) -> bool:
         if self._served is None or self._clock() - self._served_at >= DISCOVERY_EVERY:
