@@ -182,7 +182,14 @@ def copy(tmp_path) -> Path:
 def test_the_steps_name_every_file_they_change():
     for named in ("policies/<name>.py", "webhook/config.py", "PoliciesConfig", "evaluation.py"):
         assert named in STEPS
-    for named in ("POLICIES", "docs/reference.md", "rbac.yaml", "IN_SERVER_CHECKS", "reconciler.yaml", "__all__"):
+    for named in (
+        "POLICIES",
+        "docs/reference.md",
+        "rbac.yaml",
+        "IN_SERVER_CHECKS",
+        "reconciler.yaml",
+        "__all__",
+    ):
         assert named in STEPS
 
 
