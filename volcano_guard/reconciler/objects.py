@@ -65,6 +65,17 @@ def with_ca_bundles(
     return {**desired, "webhooks": webhooks}
 
 
+def without_ca_bundles(obj: Mapping[str, Any] | None) -> Any:
+    """obj with no webhook's caBundle: what the config decides, apart from the certificates."""
+    if not obj or "webhooks" not in obj:
+        return obj
+    webhooks = [
+        {**w, "clientConfig": {k: v for k, v in w["clientConfig"].items() if k != "caBundle"}}
+        for w in obj["webhooks"]
+    ]
+    return {**obj, "webhooks": webhooks}
+
+
 class AdmissionObjects:
     """get, apply (create), replace and delete of owned objects, by name, as plain dicts."""
 

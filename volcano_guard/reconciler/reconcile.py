@@ -17,7 +17,13 @@ from volcano_guard.base.api_client import request_json
 from volcano_guard.certs.plan import Lifetimes
 from volcano_guard.reconciler import metrics
 from volcano_guard.reconciler.discovery import policies_served
-from volcano_guard.reconciler.objects import AdmissionObjects, differs, spec_of, with_ca_bundles
+from volcano_guard.reconciler.objects import (
+    AdmissionObjects,
+    differs,
+    spec_of,
+    with_ca_bundles,
+    without_ca_bundles,
+)
 from volcano_guard.webhook.config import Config, ConfigError, parse_config
 from volcano_guard.webhook.manifests import MUTATING, NAME, OWNED, VALIDATING, Owned
 from volcano_guard.webhook.manifests import admission_objects as generate
@@ -229,8 +235,9 @@ class Reconciler:
     def _why(self, owned: Owned, want: dict[str, Any] | None, live: dict[str, Any] | None) -> str:
         if want is None:
             return "unused"
-        if owned in self._in_step and not self._differs(self._in_step[owned], want):
-            return "missing" if live is None else "drift"  # the config did not change it
+        # The config did not change it (the certificates may have): someone else did.
+        if without_ca_bundles(self._in_step.get(owned)) == without_ca_bundles(want):
+            return "missing" if live is None else "drift"
         return "config"
 
     def _mark(self, owned: Owned, want: dict[str, Any] | None, *, in_step: bool) -> None:
