@@ -140,12 +140,12 @@ async def test_errors_are_status_objects_with_fitting_codes(
     assert needle in answer["message"]
 
 
-async def test_apply_patch_is_415_and_bad_json_patch_is_422(box):
+async def test_apply_patch_without_field_manager_and_bad_json_patch_are_422(box):
     await call(box, "POST", Q, queue())
     status, answer = await call(
         box, "PATCH", f"{Q}/q1", b"spec: {}", "application/apply-patch+yaml"
     )
-    assert status == 415 and "merge-patch" in answer["message"]
+    assert status == 422 and "fieldManager: Required value" in answer["message"]
     status, answer = await call(
         box, "PATCH", f"{Q}/q1", [{"op": "remove", "path": "/nope"}], "application/json-patch+json"
     )

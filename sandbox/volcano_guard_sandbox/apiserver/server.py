@@ -18,11 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import yaml
 from aiohttp import web
 
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.status import status_body, status_response
-from volcano_guard_sandbox.apiserver import openapi, protobuf, writes
+from volcano_guard_sandbox.apiserver import apply, openapi, protobuf, writes
 from volcano_guard_sandbox.apiserver.admission import Dispatcher, ServiceKey
 from volcano_guard_sandbox.apiserver.authn import Authenticator
 from volcano_guard_sandbox.apiserver.faults import FaultRule, Faults, Stats
@@ -34,6 +35,7 @@ from volcano_guard_sandbox.apiserver.selectors import (
     parse_label_selector,
 )
 from volcano_guard_sandbox.apiserver.store import (
+    APPLY_PATCH,
     SELECTABLE_FIELDS,
     ApiError,
     Store,
@@ -402,9 +404,7 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         )
     if info.verb == "get":
         return _object_response(store.get(resource, namespace, name))
-    if info.verb in WRITE_VERBS and "dryRun" in request.query:
-        # Persisting a dry run would be worse than refusing it.
-        raise ApiError(400, "BadRequest", "dryRun is not supported by the sandbox")
+    dry_run = _dry_run(request) if info.verb in WRITE_VERBS else False
     if resource.create_only and info.verb != "create":
         raise ApiError(405, "MethodNotAllowed", f"{resource.plural} only supports create")
     write = writes.Write(
@@ -416,6 +416,8 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         name,
         sub,
         request.query,
+        manager=apply.manager_of(request.query, request.headers.get("User-Agent", "")),
+        dry_run=dry_run,
     )
     try:
         response = await _write(request, info, write)
@@ -456,14 +458,16 @@ async def _write(request: web.Request, info: RequestInfo, write: writes.Write) -
         body = await _body(request, optional=True)
         if body is not None and not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "DeleteOptions must be a JSON object")
+        write.dry_run = write.dry_run or (body or {}).get("dryRun") == ["All"]
         return _object_response(await writes.delete(write, body))
     if info.verb == "deletecollection":
         return await _delete_collection(request, info, write)
     if info.verb == "patch":
         content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
         write.store.check_patch_type(resource, content_type)  # 415 before reading the body
-        body = await _body(request)
-        return _object_response(await writes.patch(write, content_type, body))
+        body = await _body(request, apply_patch=content_type == APPLY_PATCH)
+        stored = await writes.patch(write, content_type, body)
+        return _object_response(stored, 201 if write.created else 200)
     body = await _body(request)
     warnings = _unknown_fields(resource, body, request.query.get("fieldValidation", "Warn"))
     if info.verb == "create":
@@ -501,14 +505,31 @@ async def _delete_collection(
     return _list_response(info.resource, deleted, store.resource_version)
 
 
-async def _body(request: web.Request, optional: bool = False) -> Any:
-    """The request's object: JSON, or protobuf for the kinds kubectl's generators send so."""
+def _dry_run(request: web.Request) -> bool:
+    """dryRun=All, the one value kube-apiserver takes (Kubernetes staging/src/k8s.io/apimachinery
+    pkg/apis/meta/v1/validation ValidateDryRun)."""
+    values = request.query.getall("dryRun", [])
+    if any(value != "All" for value in values):
+        raise ApiError(
+            422, "Invalid", f'dryRun: Unsupported value: "{values[0]}": supported values: "All"'
+        )
+    return bool(values)
+
+
+async def _body(request: web.Request, optional: bool = False, apply_patch: bool = False) -> Any:
+    """The request's object: JSON, or protobuf for the kinds kubectl's generators send so, or
+    YAML for a server-side apply."""
     data = await request.read()
     if not data:
         if optional:
             return None
         raise ApiError(400, "BadRequest", "the request body is empty")
     media_type = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
+    if apply_patch:
+        try:
+            return yaml.safe_load(data)
+        except yaml.YAMLError as exc:
+            raise ApiError(400, "BadRequest", f"the apply patch is not YAML: {exc}") from None
     try:
         if media_type == protobuf.MEDIA_TYPE:
             return protobuf.decode(data)[1]

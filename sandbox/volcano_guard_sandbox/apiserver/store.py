@@ -30,6 +30,7 @@ from volcano_guard_sandbox.apiserver.selectors import Requirement, matches
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
 CONFLICT_MESSAGE = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )
@@ -257,6 +258,18 @@ class Store:
         if resource.namespaced:
             self._require_namespace(namespace)
         return self._commit(resource, namespace, name, obj, None, "ADDED")
+
+    def preview(
+        self, resource: ResourceType, obj: dict[str, Any], current: Stored | None
+    ) -> Stored:
+        """A dry run's answer: the object as a commit would store it, stored nowhere (a create
+        has no resourceVersion yet; an update keeps the current one)."""
+        obj = copy.deepcopy(obj)
+        obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
+        _on_every_write(resource, obj)
+        if current is None:
+            obj["metadata"].pop("resourceVersion", None)
+        return _stored(resource, obj, current.resource_version if current else 0)
 
     def update(
         self, resource: ResourceType, namespace: str, name: str, body: Any, subresource: str = ""
@@ -667,7 +680,7 @@ class Store:
     @staticmethod
     def check_patch_type(resource: ResourceType, content_type: str) -> None:
         """415 for a patch type this resource does not accept (server-side apply included)."""
-        accepted = [JSON_PATCH, MERGE_PATCH] + (
+        accepted = [JSON_PATCH, MERGE_PATCH, APPLY_PATCH] + (
             [STRATEGIC_PATCH] if resource.strategic_merge else []
         )
         if content_type not in accepted:

@@ -17,12 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from volcano_guard_sandbox.apiserver import pod_validation, policies
+from volcano_guard_sandbox.apiserver import apply, immutable, pod_validation, policies
 from volcano_guard_sandbox.apiserver.admission import Dispatcher, Record
 from volcano_guard_sandbox.apiserver.matching import Attributes, User, configuration_errors
 from volcano_guard_sandbox.apiserver.policy_validation import compile_errors
 from volcano_guard_sandbox.apiserver.resources import ADMISSION, RESOURCES, ResourceType, served
 from volcano_guard_sandbox.apiserver.store import (
+    APPLY_PATCH,
     ApiError,
     Stale,
     Store,
@@ -54,6 +55,9 @@ class Write:
     subresource: str = ""
     query: Mapping[str, str] = field(default_factory=dict)
     record: Record = field(default_factory=Record)
+    manager: str = "unknown"  # the fieldManager of managedFields
+    dry_run: bool = False  # dryRun=All: admitted and answered as if stored, nothing stored
+    created: bool = False  # an apply that created its object (201)
 
     def attributes(
         self,
@@ -79,6 +83,7 @@ class Write:
             old_object=old,
             options=options,
             namespace_labels=self._namespace_labels(operation, obj, namespace),
+            dry_run=self.dry_run,
         )
 
     def _namespace_labels(
@@ -106,6 +111,8 @@ class Write:
         for key in ("fieldManager", "fieldValidation"):
             if self.query.get(key):
                 options[key] = self.query[key]
+        if self.dry_run:
+            options["dryRun"] = ["All"]
         return options
 
     def configurations(self, resource: ResourceType) -> list[dict[str, Any]]:
@@ -166,9 +173,10 @@ async def create(write: Write, body: Any) -> Stored:
     obj = store.prepare_create(resource, namespace, obj)
     _check_valid(resource, obj)
     await write.validate(write.attributes("CREATE", obj, None, options))
-    stored = store.commit_create(resource, namespace, obj)
     write.name = obj["metadata"]["name"]
-    return stored
+    if write.dry_run:
+        return store.preview(resource, obj, None)
+    return store.commit_create(resource, namespace, obj)
 
 
 async def update(write: Write, body: Any) -> Stored:
@@ -178,6 +186,8 @@ async def update(write: Write, body: Any) -> Stored:
 
 
 async def patch(write: Write, content_type: str, body: Any) -> Stored:
+    if content_type == APPLY_PATCH:
+        return await _apply(write, body)
     return await _update(
         write,
         lambda: write.store.patched(
@@ -186,7 +196,62 @@ async def patch(write: Write, content_type: str, body: Any) -> Stored:
     )
 
 
-async def _update(write: Write, read: Any) -> Stored:
+async def _apply(write: Write, body: Any) -> Stored:
+    """Server-side apply: Kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go
+    PatchResource (applyPatcher); an absent object is created, admitted as a CREATE."""
+    store, resource = write.store, write.resource
+    applied = _applied_object(write, body)
+    force = write.query.get("force") in ("true", "1")
+    builtin = resource.strategic_merge
+    try:
+        store.get(resource, write.namespace, write.name)
+    except ApiError as exc:
+        if exc.code != 404:
+            raise
+        obj = apply.apply(None, applied, write.manager, force, builtin)
+        obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
+        write.created = True
+        return await create(write, obj)
+
+    def read() -> tuple[Stored, dict[str, Any]]:
+        current = store.get(resource, write.namespace, write.name)
+        merged = apply.apply(current.object(), applied, write.manager, force, builtin)
+        return store.replacement(resource, write.namespace, write.name, merged)
+
+    return await _update(write, read, applying=True)
+
+
+def _applied_object(write: Write, body: Any) -> dict[str, Any]:
+    resource = write.resource
+    if write.subresource:
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the sandbox does not model server-side apply to {resource.plural}/"
+            f"{write.subresource}",
+        )
+    apply.check_manager(write.query)
+    if not isinstance(body, dict):
+        raise ApiError(400, "BadRequest", "an apply patch must be an object")
+    if body.get("apiVersion") != resource.api_version or body.get("kind") != resource.kind:
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the apply patch's apiVersion and kind must be {resource.api_version} "
+            f"{resource.kind}, got {body.get('apiVersion')} {body.get('kind')}",
+        )
+    metadata = body.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if name != write.name:
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the name of the object ({name}) does not match the name on the URL ({write.name})",
+        )
+    return body
+
+
+async def _update(write: Write, read: Any, applying: bool = False) -> Stored:
     store, resource, namespace, name = write.store, write.resource, write.namespace, write.name
     options = write.options("UpdateOptions")
     for _ in range(MAX_ATTEMPTS):
@@ -195,10 +260,15 @@ async def _update(write: Write, read: Any) -> Stored:
         old = current.object()
         obj = await write.mutate(write.attributes("UPDATE", obj, old, options)) or obj
         new = store.prepare_update(resource, namespace, name, current, obj, write.subresource)
+        if not applying:
+            apply.record_update(old, new, write.manager, resource.strategic_merge)
         _check_valid(resource, new)
+        immutable.check_update(resource, new, old)
         if resource is PODS and not write.subresource:
             _check_pod_update(new, old)
         await write.validate(write.attributes("UPDATE", new, old, options))
+        if write.dry_run:
+            return store.preview(resource, new, current)
         try:
             return store.commit_update(resource, namespace, name, current, new)
         except Stale:
@@ -260,6 +330,8 @@ async def delete(write: Write, options: dict[str, Any] | None) -> Stored:
     await write.mutate(write.attributes("DELETE", None, current.object(), delete_options))
     current = store.before_delete(resource, namespace, name, options)
     await write.validate(write.attributes("DELETE", None, current.object(), delete_options))
+    if write.dry_run:
+        return current
     return store.delete(resource, namespace, name, options)
 
 
