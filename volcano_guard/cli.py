@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from volcano_guard.certs.reload import CertReloader
     from volcano_guard.webhook.caches import Caches
     from volcano_guard.webhook.config import Config
-    from volcano_guard.webhook.node_states import NodeStatesPublisher
 
 # The commands of the sandbox distribution (sandbox/: the sandbox API server and the demo), left
 # out of the image. It registers them as entry points of this group, each a function
@@ -175,13 +174,6 @@ def _add_webhook(commands: argparse._SubParsersAction) -> None:
     )
     webhook.add_argument(
         "--metrics-listen", default="0.0.0.0:9090", help="HOST:PORT for /metrics (plain HTTP)"
-    )
-    webhook.add_argument(
-        "--namespace",
-        type=_namespace,
-        help="the guard's namespace, where "
-        "the node states of the in-server policies are published (default: "
-        "the pod's own, else volcano-guard)",
     )
     _add_cluster_flags(webhook)
     webhook.add_argument(
@@ -687,12 +679,10 @@ class _WebhookParts:
     tls: ssl.SSLContext
     caches: Caches
     reloader: CertReloader
-    publisher: NodeStatesPublisher | None = None
 
     async def serve(self, **options: Any) -> None:
         from volcano_guard.webhook.server import serve
 
-        background = (self.publisher.run,) if self.publisher else ()
         await serve(
             self.config,
             self.listen,
@@ -700,7 +690,6 @@ class _WebhookParts:
             self.tls,
             caches=self.caches,
             reloader=self.reloader,
-            background=background,
             **options,
         )
 
@@ -713,7 +702,6 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     from volcano_guard.certs.reload import CertReloader
     from volcano_guard.webhook.caches import Caches, needs_cluster, without_cluster
     from volcano_guard.webhook.config import exempt_own_namespace
-    from volcano_guard.webhook.node_states import publisher_for
 
     config = exempt_own_namespace(_config(args.config), own_namespace())
     listen, metrics_listen = parse_listen(args.listen), parse_listen(args.metrics_listen)
@@ -727,15 +715,8 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     except KubeconfigError as exc:
         raise ValueError(f"{exc} ({without_cluster(config)})") from None
     caches = Caches.for_config(config, cluster)
-    namespace = args.namespace or own_namespace() or "volcano-guard"
     return _WebhookParts(
-        config,
-        listen,
-        metrics_listen,
-        tls,
-        caches,
-        CertReloader(tls, args.tls_cert, args.tls_key),
-        publisher_for(config, cluster, namespace, caches.snapshots),
+        config, listen, metrics_listen, tls, caches, CertReloader(tls, args.tls_cert, args.tls_key)
     )
 
 
