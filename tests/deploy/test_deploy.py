@@ -364,3 +364,38 @@ def test_the_sidecar_image_is_this_releases_own_as_deploy_names_it(base):
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     assert config_from_dict({}).policies.sidecarInjection.image == image
     assert not image.endswith(":latest")
+
+
+def test_an_overlay_namespace_reaches_every_reference_and_the_reconcilers_objects(tmp_path):
+    """kustomize's namespace: moves the objects, the RoleBinding subjects and the Service; what
+    names the namespace inside the config or the admission objects is the reconciler's, which
+    writes them for the namespace it runs in."""
+    from volcano_guard.webhook.manifests import admission_objects
+
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    to_deploy = os.path.relpath(REPO / "deploy", overlay)
+    (overlay / "kustomization.yaml").write_text(
+        f"namespace: guard-ops\nresources: [{to_deploy}/base]\n"
+    )
+    docs = render(overlay)
+    text = yaml.safe_dump_all(docs)
+    assert "namespace: volcano-guard" not in text
+    for binding in by_kind(docs, "RoleBinding") + by_kind(docs, "ClusterRoleBinding"):
+        assert {s["namespace"] for s in binding["subjects"]} == {"guard-ops"}
+    objects = admission_objects(shipped_config(docs), "guard-ops")
+    written = yaml.safe_dump_all(list(objects.values()))
+    assert "volcano-guard\n" not in written.replace("name: volcano-guard\n", "")
+    services = [
+        w["clientConfig"]["service"]
+        for obj in objects.values()
+        if obj["kind"].endswith("WebhookConfiguration")
+        for w in obj["webhooks"]
+    ]
+    assert {s["namespace"] for s in services} == {"guard-ops"}
+    params = [
+        obj["spec"]["paramRef"]["namespace"]
+        for obj in objects.values()
+        if obj["kind"] == "ValidatingAdmissionPolicyBinding" and "paramRef" in obj["spec"]
+    ]
+    assert set(params) <= {"guard-ops"}
