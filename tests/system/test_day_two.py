@@ -7,6 +7,7 @@ stopped, and nothing refused for the change itself."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,50 @@ def test_deleted_objects_come_back_and_a_bad_config_changes_nothing(checkout, tm
         assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
         assert after["spec"]["validationActions"] == ["Deny"]
         print(f"a deleted binding was back after {took:.1f}s")
+
+
+def uninstall_commands() -> list[str]:
+    """The kustomize lines of install.md's "Uninstall", continuation lines joined."""
+    guide = (REPO / "docs" / "install.md").read_text()
+    section = guide[guide.index("## 8. Uninstall") :]
+    blocks = section.split("```sh\n")
+    kustomize = blocks[2][: blocks[2].index("```")]
+    return [line.split(" #")[0].strip() for line in kustomize.replace("\\\n", " ").splitlines()]
+
+
+@pytest.mark.slow  # about 20 s
+def test_the_documented_uninstall_removes_registrations_first_and_leaves_nothing(
+    checkout, tmp_path
+):
+    with installed_sandbox(tmp_path / "cluster", checkout, NODES) as cluster:
+        reconciler = cluster.start(RECONCILER)
+        wait_until(
+            lambda: (
+                cluster.kubectl(
+                    "get", "validatingwebhookconfiguration", "volcano-guard", check=False
+                ).returncode
+                == 0
+            ),
+            "the registrations",
+            pod=reconciler,
+        )
+        [pause, delete_owned, *delete_rest] = uninstall_commands()
+        cluster.kubectl(*pause.split()[1:])
+        time.sleep(5)  # the reconciler's pass under way ends; the docs' step leaves it running
+        cluster.kubectl(*delete_owned.split()[1:])
+        time.sleep(5)  # two passes of the running reconciler: nothing comes back
+        owned = cluster.kubectl(
+            "get",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration,"
+            "validatingadmissionpolicy,validatingadmissionpolicybinding",
+            "-o",
+            "name",
+        ).stdout
+        assert owned == ""
+        cluster.stop(RECONCILER)
+        for line in delete_rest:
+            words = [w.replace("deploy/", f"{checkout.parent}/") for w in line.split()[1:]]
+            result = cluster.kubectl(*words, check=False)
+            assert result.returncode == 0, (line, result.stderr)
+        left = cluster.kubectl("get", "all,configmaps,secrets", "-A", "-o", "name").stdout
+        assert "volcano-guard" not in left, left
