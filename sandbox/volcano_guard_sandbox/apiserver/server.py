@@ -358,6 +358,7 @@ def parse_request_info(request: web.Request) -> RequestInfo:
     if subresource and not (
         (subresource == "status" and resource.status_subresource)
         or (subresource == "binding" and resource.binding_subresource)
+        or (subresource == "log" and resource.kind == "Pod" and request.method == "GET")
     ):
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     if resource.namespaced and name and not namespace:
@@ -402,6 +403,8 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         return _list_response(
             resource, *_page(request, items, resource_version), metadata_only=metadata_only
         )
+    if info.verb == "get" and sub == "log":
+        raise _no_logs(store.get(resource, namespace, name).object(), request.query)
     if info.verb == "get":
         return _object_response(store.get(resource, namespace, name))
     dry_run = _dry_run(request) if info.verb in WRITE_VERBS else False
@@ -503,6 +506,20 @@ async def _delete_collection(
         deleted.append(await writes.delete(one, None))
         write.record.warnings += one.record.warnings
     return _list_response(info.resource, deleted, store.resource_version)
+
+
+def _no_logs(pod: dict[str, Any], query: Mapping[str, str]) -> ApiError:
+    """pods/log: the sandbox runs no containers, so every container is waiting to start, in the
+    words kube-apiserver uses for one (Kubernetes pkg/registry/core/pod/strategy.go
+    LogLocation)."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    container = query.get("container") or containers[0].get("name", "")
+    return ApiError(
+        400,
+        "BadRequest",
+        f'container "{container}" in pod "{pod["metadata"]["name"]}" is waiting to start: '
+        "the sandbox runs no containers",
+    )
 
 
 def _dry_run(request: web.Request) -> bool:
