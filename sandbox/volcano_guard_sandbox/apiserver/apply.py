@@ -1,7 +1,9 @@
 """Server-side apply and managedFields, the subset of structured-merge-diff the guard's kinds use.
 
-What is modelled (Kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/handlers/fieldmanager
-and sigs.k8s.io/structured-merge-diff merge/update.go Updater.Apply):
+What is modelled (Kubernetes staging/src/k8s.io/apimachinery/pkg/util/managedfields/internal
+structuredmerge.go Apply and Update, and sigs.k8s.io/structured-merge-diff merge/update.go
+Updater.Apply; an apply to an absent object creates it: staging/src/k8s.io/apiserver/pkg/
+endpoints/handlers/patch.go PatchResource):
 
 - An applied configuration's fields are a set of paths. Maps are granular (each key its own
   field); lists of the built-in kinds with merge keys are associative (containers,
@@ -264,7 +266,7 @@ def _entry(manager: str, operation: str, api_version: str, paths: set[Path]) -> 
 
 
 def _label(entry: dict[str, Any]) -> str:
-    """kube's printManager: an Update manager is named with its version and time."""
+    """printManager (see _conflict): an Update manager is named with its version and time."""
     name = json.dumps(entry.get("manager", ""))
     if entry.get("operation") == "Update":
         return f"{name} using {entry.get('apiVersion')} at {entry.get('time')}"
@@ -272,7 +274,8 @@ def _label(entry: dict[str, Any]) -> str:
 
 
 def _conflict(conflicts: list[tuple[str, Path]]) -> ApiError:
-    """fieldmanager internal/conflict.go NewConflictError and getConflictMessage."""
+    """Kubernetes staging/src/k8s.io/apimachinery/pkg/util/managedfields/internal/conflict.go
+    NewConflictError, getConflictMessage, printManager."""
     if len(conflicts) == 1:
         manager, path = conflicts[0]
         message = f"Apply failed with 1 conflict: conflict with {manager}: {path_text(path)}"

@@ -861,7 +861,7 @@ def _prepare_for_create(resource: ResourceType, obj: dict[str, Any]) -> None:
 
 def _generate_job_selector(job: dict[str, Any]) -> None:
     """A Job's selector and its template's labels, from its uid unless spec.manualSelector
-    (Kubernetes pkg/registry/batch/job/strategy.go generateSelector)."""
+    (Kubernetes pkg/registry/batch/job/strategy.go generateSelectorIfNeeded, generateSelector)."""
     spec = job.get("spec")
     if not isinstance(spec, dict) or spec.get("manualSelector") is True:
         return
@@ -871,14 +871,17 @@ def _generate_job_selector(job: dict[str, Any]) -> None:
     if not isinstance(metadata, dict):
         return
     labels = _as_map(metadata.get("labels"))
-    metadata["labels"] = {
-        **labels,
+    metadata["labels"] = {  # a label the user set stays (validation then judges it)
         "batch.kubernetes.io/controller-uid": uid,
         "batch.kubernetes.io/job-name": name,
         "controller-uid": uid,
         "job-name": name,
+        **labels,
     }
-    spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    selector = _as_map(spec.get("selector"))
+    match_labels = _as_map(selector.get("matchLabels"))
+    match_labels.setdefault("batch.kubernetes.io/controller-uid", uid)
+    spec["selector"] = {**selector, "matchLabels": match_labels}
 
 
 def _on_every_write(resource: ResourceType, obj: dict[str, Any]) -> None:
