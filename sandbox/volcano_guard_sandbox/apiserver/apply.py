@@ -328,8 +328,10 @@ def apply(
     for entry, paths in owners:
         if (entry["manager"], entry.get("operation")) != (manager, "Apply"):
             others |= paths - taken
-    for path in sorted(mine - set(wanted) - others, key=len, reverse=True):
-        _remove(result, path)
+    dropped = mine - set(wanted) - others
+    for path in sorted(dropped, key=len, reverse=True):
+        if not any(path[:n] in dropped for n in range(1, len(path))):
+            _remove(result, path)  # a removed list element takes its fields with it
     new_entries: list[dict[str, Any]] = []
     replaced = False
     for entry, paths in owners:
