@@ -30,7 +30,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from volcano_guard_sandbox.apiserver.store import ApiError, now_rfc3339
+from volcano_guard_sandbox.apiserver.store import OBJECT_META_FIELDS, ApiError, now_rfc3339
 
 Path = tuple[str, ...]
 # Field name -> the key fields of its list's elements (kube's +listMapKey), built-in kinds only.
@@ -48,20 +48,13 @@ LIST_KEYS: dict[str, tuple[str, ...]] = {
 }
 SERVICE_PORT_KEYS = ("port", "protocol")
 # Set by the server, never owned by a manager (fieldmanager's stripMeta and ignored fields).
-_SERVER_METADATA = frozenset(
-    {
-        "name",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "managedFields",
-        "selfLink",
-    }
-)
+_SERVER_METADATA = OBJECT_META_FIELDS - {
+    "generateName",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+}
 
 
 def manager_of(query: dict[str, str] | Any, user_agent: str) -> str:

@@ -36,6 +36,7 @@ from volcano_guard_sandbox.apiserver.selectors import (
 )
 from volcano_guard_sandbox.apiserver.store import (
     APPLY_PATCH,
+    OBJECT_META_FIELDS,
     SELECTABLE_FIELDS,
     ApiError,
     Store,
@@ -54,25 +55,6 @@ SETTINGS_KEY: web.AppKey[SandboxSettings] = web.AppKey("settings")
 MAX_BODY = 3 * 1024 * 1024  # the apiserver's request size limit for etcd-bound objects
 KUBERNETES_VERSION = ("1", "32")
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-_OBJECT_META_FIELDS = frozenset(
-    {
-        "name",
-        "generateName",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "labels",
-        "annotations",
-        "ownerReferences",
-        "finalizers",
-        "managedFields",
-        "selfLink",
-    }
-)
 
 
 class AuditLog:
@@ -574,7 +556,7 @@ def _unknown_fields(resource: ResourceType, body: Any, mode: str) -> list[str]:
     metadata = body.get("metadata")
     if isinstance(metadata, dict):
         unknown += [
-            f'unknown field "metadata.{key}"' for key in metadata if key not in _OBJECT_META_FIELDS
+            f'unknown field "metadata.{key}"' for key in metadata if key not in OBJECT_META_FIELDS
         ]
     if unknown and mode == "Strict":
         raise ApiError(400, "BadRequest", "strict decoding error: " + ", ".join(unknown))

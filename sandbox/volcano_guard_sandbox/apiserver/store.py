@@ -54,6 +54,25 @@ SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 NAMESPACES = served("", "v1", "namespaces")
+OBJECT_META_FIELDS = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+        "selfLink",
+    }
+)
 
 
 class Stale(Exception):
