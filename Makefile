@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint bench clean manifests chart
+.PHONY: test demo lint bench clean chart
 
 $(STAMP): pyproject.toml sandbox/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,11 +21,6 @@ test: lint
 
 demo: $(STAMP)
 	$(BIN)/volcano-guard demo
-
-# deploy/base/webhooks.yaml from the config shipped in deploy/base/config.yaml (a test checks it).
-manifests: $(STAMP)
-	$(BIN)/python -c 'import yaml; print(yaml.safe_load(open("deploy/base/config.yaml"))["data"]["config.yaml"])' > $(VENV)/shipped-config.yaml
-	$(BIN)/volcano-guard manifests --config $(VENV)/shipped-config.yaml > deploy/base/webhooks.yaml
 
 # The chart's generated files (charts/generate.py says which; a test checks they are current).
 chart: $(STAMP)

@@ -55,7 +55,7 @@ def test_the_harness_names_the_service_and_namespace_deploy_base_installs(base):
 
 
 def test_service_ports_match_the_container_ports(base):
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     [service] = by_kind(base, "Service")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     ports = {p["containerPort"] for p in container["ports"]}
@@ -64,12 +64,29 @@ def test_service_ports_match_the_container_ports(base):
     assert args[args.index("--listen") + 1].endswith(":8443")
 
 
+def webhook_deployment(docs):
+    [deployment] = [
+        d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "volcano-guard"
+    ]
+    return deployment
+
+
+def shipped_config(base):
+    [configmap] = by_kind(base, "ConfigMap")
+    return parse_config(configmap["data"]["config.yaml"])
+
+
 def webhooks(base):
+    """The webhooks the reconciler registers for deploy/base's config, in its namespace."""
+    from volcano_guard.webhook.manifests import admission_objects
+
+    [service] = by_kind(base, "Service")
+    objects = admission_objects(shipped_config(base), service["metadata"]["namespace"])
     return [
         w
-        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-        for config in by_kind(base, kind)
-        for w in config["webhooks"]
+        for obj in objects.values()
+        if obj["kind"].endswith("WebhookConfiguration")
+        for w in obj["webhooks"]
     ]
 
 
@@ -95,18 +112,58 @@ def test_the_binding_webhook_has_no_object_selector(base):
     assert binding and all("objectSelector" not in w for w in binding)
 
 
+ADMISSION_KINDS = {
+    "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
+}
+
+
 def test_rbac_is_least_privilege(base):
     for role in by_kind(base, "ClusterRole") + by_kind(base, "Role"):
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-            assert not set(rule["verbs"]) & {"delete", "deletecollection", "escalate", "bind"}
+            assert not set(rule["verbs"]) & {"deletecollection", "escalate", "bind", "impersonate"}
+            if "delete" in rule["verbs"]:  # the reconciler's own admission objects, by name
+                assert set(rule["resources"]) <= ADMISSION_KINDS and rule["resourceNames"]
     writes = [
         r
         for role in by_kind(base, "ClusterRole")
         for r in role["rules"]
         if set(r["verbs"]) - {"get", "list", "watch"}
     ]  # cluster-wide: by name only
-    assert writes and all(r.get("resourceNames") == ["volcano-guard"] for r in writes)
+    assert writes and all(r.get("resourceNames") for r in writes)
+
+
+def test_every_right_to_write_an_admission_object_names_only_the_guards_own():
+    """Over every part of deploy/ (a webhook configuration, policy or binding is the power to
+    refuse or rewrite any request): each such rule lists resourceNames, and those are the
+    objects the reconciler owns; RBAC cannot limit a POST create by name, and kube-apiserver
+    authorizes a server-side apply that creates as create of the object's name."""
+    from volcano_guard.webhook.manifests import OWNED, PLURALS
+
+    owned = {(PLURALS[o.kind], o.name) for o in OWNED}
+    docs = [
+        d
+        for part in ("base", "audit", "monitoring", "policyreport-crds")
+        for d in render(f"deploy/{part}")
+    ]
+    rules = [
+        r for role in by_kind(docs, "ClusterRole") + by_kind(docs, "Role") for r in role["rules"]
+    ]
+    writers = [
+        r
+        for r in rules
+        if set(r["resources"]) & ADMISSION_KINDS and set(r["verbs"]) - {"get", "list", "watch"}
+    ]
+    assert writers
+    for rule in writers:
+        assert rule["apiGroups"] == ["admissionregistration.k8s.io"]
+        named = {
+            (resource, name) for resource in rule["resources"] for name in rule["resourceNames"]
+        }
+        assert named <= owned, named - owned
 
 
 def test_the_shipped_config_is_valid(base):
@@ -116,7 +173,7 @@ def test_the_shipped_config_is_valid(base):
 
 
 def test_the_deployment_is_highly_available_and_restricted(base):
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     spec = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["replicas"] >= 2
     assert spec["priorityClassName"] == "system-cluster-critical"
@@ -278,7 +335,7 @@ def test_the_network_policy_component_opens_only_the_webhooks_two_ports(tmp_path
     docs = render(overlay)
     [policy] = by_kind(docs, "NetworkPolicy")
     kubernetes_validate.validate(policy, "1.30.0", strict=True)
-    [deployment] = by_kind(docs, "Deployment")
+    deployment = webhook_deployment(docs)
     template = deployment["spec"]["template"]
     assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
     assert (
@@ -292,7 +349,7 @@ def test_the_network_policy_component_opens_only_the_webhooks_two_ports(tmp_path
 
 
 def test_the_serving_key_is_readable_by_the_webhooks_user_alone(base):
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     spec = deployment["spec"]["template"]["spec"]
     [tls] = [v for v in spec["volumes"] if "secret" in v]
     assert tls["secret"]["defaultMode"] == 0o400
@@ -303,7 +360,42 @@ def test_the_serving_key_is_readable_by_the_webhooks_user_alone(base):
 def test_the_sidecar_image_is_this_releases_own_as_deploy_names_it(base):
     from volcano_guard.webhook.config import config_from_dict
 
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     assert config_from_dict({}).policies.sidecarInjection.image == image
     assert not image.endswith(":latest")
+
+
+def test_an_overlay_namespace_reaches_every_reference_and_the_reconcilers_objects(tmp_path):
+    """kustomize's namespace: moves the objects, the RoleBinding subjects and the Service; what
+    names the namespace inside the config or the admission objects is the reconciler's, which
+    writes them for the namespace it runs in."""
+    from volcano_guard.webhook.manifests import admission_objects
+
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    to_deploy = os.path.relpath(REPO / "deploy", overlay)
+    (overlay / "kustomization.yaml").write_text(
+        f"namespace: guard-ops\nresources: [{to_deploy}/base]\n"
+    )
+    docs = render(overlay)
+    text = yaml.safe_dump_all(docs)
+    assert "namespace: volcano-guard" not in text
+    for binding in by_kind(docs, "RoleBinding") + by_kind(docs, "ClusterRoleBinding"):
+        assert {s["namespace"] for s in binding["subjects"]} == {"guard-ops"}
+    objects = admission_objects(shipped_config(docs), "guard-ops")
+    written = yaml.safe_dump_all(list(objects.values()))
+    assert "volcano-guard\n" not in written.replace("name: volcano-guard\n", "")
+    services = [
+        w["clientConfig"]["service"]
+        for obj in objects.values()
+        if obj["kind"].endswith("WebhookConfiguration")
+        for w in obj["webhooks"]
+    ]
+    assert {s["namespace"] for s in services} == {"guard-ops"}
+    params = [
+        obj["spec"]["paramRef"]["namespace"]
+        for obj in objects.values()
+        if obj["kind"] == "ValidatingAdmissionPolicyBinding" and "paramRef" in obj["spec"]
+    ]
+    assert set(params) <= {"guard-ops"}
