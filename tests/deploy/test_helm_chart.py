@@ -336,12 +336,7 @@ def test_helm_installs_upgrades_and_uninstalls_the_chart_in_the_sandbox(sandbox,
     config in place; the uninstall leaves the shared CRDs and nothing else of the guard."""
     cluster = helm.Config(kube_apiserver=sandbox.url, namespace="guard-ops")
     chart = helm.Chart.load(str(CHART))
-    try:
-        cluster.install(chart, "volcano-guard", {}, namespace="guard-ops", create_namespace=True)
-    except helm.HelmError as exc:
-        if "server-side apply not available" in str(exc):
-            pytest.skip("the sandbox does not take server-side apply yet, which Helm v4 uses")
-        raise
+    cluster.install(chart, "volcano-guard", {}, namespace="guard-ops", create_namespace=True)
     selectors = {"policies": {"nodeName": {"managedNodeSelectors": ["volcano.sh/role:train"]}}}
     cluster.upgrade(chart, "volcano-guard", {"config": selectors}, namespace="guard-ops")
     got = kubectl("-n", "guard-ops", "get", "configmap", "volcano-guard-config", "-o", "yaml")

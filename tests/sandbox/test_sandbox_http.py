@@ -128,7 +128,7 @@ async def test_openapi_v3_declares_field_validation_on_each_kinds_patch(box):
         ("OPTIONS", Q, None, "", 405, "does not allow"),
         ("GET", f"{PODS}?labelSelector=a+in+(b", None, "", 400, "unable to parse"),
         ("GET", f"{PODS}?watch=1&resourceVersion=abc", None, "", 400, "resourceVersion"),
-        ("POST", f"{Q}?dryRun=All", queue(), "application/json", 400, "dryRun"),
+        ("POST", f"{Q}?dryRun=Some", queue(), "application/json", 422, "dryRun"),
     ],
 )
 async def test_errors_are_status_objects_with_fitting_codes(

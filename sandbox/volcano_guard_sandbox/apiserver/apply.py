@@ -1,7 +1,9 @@
 """Server-side apply and managedFields, the subset of structured-merge-diff the guard's kinds use.
 
-What is modelled (Kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/handlers/fieldmanager
-and sigs.k8s.io/structured-merge-diff merge/update.go Updater.Apply):
+What is modelled (Kubernetes staging/src/k8s.io/apimachinery/pkg/util/managedfields/internal
+structuredmerge.go Apply and Update, and sigs.k8s.io/structured-merge-diff merge/update.go
+Updater.Apply; an apply to an absent object creates it: staging/src/k8s.io/apiserver/pkg/
+endpoints/handlers/patch.go PatchResource):
 
 - An applied configuration's fields are a set of paths. Maps are granular (each key its own
   field); lists of the built-in kinds with merge keys are associative (containers,
@@ -28,7 +30,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from volcano_guard_sandbox.apiserver.store import ApiError, now_rfc3339
+from volcano_guard_sandbox.apiserver.store import OBJECT_META_FIELDS, ApiError, now_rfc3339
 
 Path = tuple[str, ...]
 # Field name -> the key fields of its list's elements (kube's +listMapKey), built-in kinds only.
@@ -46,20 +48,13 @@ LIST_KEYS: dict[str, tuple[str, ...]] = {
 }
 SERVICE_PORT_KEYS = ("port", "protocol")
 # Set by the server, never owned by a manager (fieldmanager's stripMeta and ignored fields).
-_SERVER_METADATA = frozenset(
-    {
-        "name",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "managedFields",
-        "selfLink",
-    }
-)
+_SERVER_METADATA = OBJECT_META_FIELDS - {
+    "generateName",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+}
 
 
 def manager_of(query: dict[str, str] | Any, user_agent: str) -> str:
@@ -264,7 +259,7 @@ def _entry(manager: str, operation: str, api_version: str, paths: set[Path]) -> 
 
 
 def _label(entry: dict[str, Any]) -> str:
-    """kube's printManager: an Update manager is named with its version and time."""
+    """printManager (see _conflict): an Update manager is named with its version and time."""
     name = json.dumps(entry.get("manager", ""))
     if entry.get("operation") == "Update":
         return f"{name} using {entry.get('apiVersion')} at {entry.get('time')}"
@@ -272,7 +267,8 @@ def _label(entry: dict[str, Any]) -> str:
 
 
 def _conflict(conflicts: list[tuple[str, Path]]) -> ApiError:
-    """fieldmanager internal/conflict.go NewConflictError and getConflictMessage."""
+    """Kubernetes staging/src/k8s.io/apimachinery/pkg/util/managedfields/internal/conflict.go
+    NewConflictError, getConflictMessage, printManager."""
     if len(conflicts) == 1:
         manager, path = conflicts[0]
         message = f"Apply failed with 1 conflict: conflict with {manager}: {path_text(path)}"
@@ -325,8 +321,10 @@ def apply(
     for entry, paths in owners:
         if (entry["manager"], entry.get("operation")) != (manager, "Apply"):
             others |= paths - taken
-    for path in sorted(mine - set(wanted) - others, key=len, reverse=True):
-        _remove(result, path)
+    dropped = mine - set(wanted) - others
+    for path in sorted(dropped, key=len, reverse=True):
+        if not any(path[:n] in dropped for n in range(1, len(path))):
+            _remove(result, path)  # a removed list element takes its fields with it
     new_entries: list[dict[str, Any]] = []
     replaced = False
     for entry, paths in owners:

@@ -36,6 +36,7 @@ from volcano_guard_sandbox.apiserver.selectors import (
 )
 from volcano_guard_sandbox.apiserver.store import (
     APPLY_PATCH,
+    OBJECT_META_FIELDS,
     SELECTABLE_FIELDS,
     ApiError,
     Store,
@@ -54,25 +55,6 @@ SETTINGS_KEY: web.AppKey[SandboxSettings] = web.AppKey("settings")
 MAX_BODY = 3 * 1024 * 1024  # the apiserver's request size limit for etcd-bound objects
 KUBERNETES_VERSION = ("1", "32")
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-_OBJECT_META_FIELDS = frozenset(
-    {
-        "name",
-        "generateName",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "labels",
-        "annotations",
-        "ownerReferences",
-        "finalizers",
-        "managedFields",
-        "selfLink",
-    }
-)
 
 
 class AuditLog:
@@ -358,6 +340,7 @@ def parse_request_info(request: web.Request) -> RequestInfo:
     if subresource and not (
         (subresource == "status" and resource.status_subresource)
         or (subresource == "binding" and resource.binding_subresource)
+        or (subresource == "log" and resource.kind == "Pod" and request.method == "GET")
     ):
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     if resource.namespaced and name and not namespace:
@@ -402,6 +385,8 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         return _list_response(
             resource, *_page(request, items, resource_version), metadata_only=metadata_only
         )
+    if info.verb == "get" and sub == "log":
+        raise _no_logs(store.get(resource, namespace, name).object(), request.query)
     if info.verb == "get":
         return _object_response(store.get(resource, namespace, name))
     dry_run = _dry_run(request) if info.verb in WRITE_VERBS else False
@@ -505,6 +490,20 @@ async def _delete_collection(
     return _list_response(info.resource, deleted, store.resource_version)
 
 
+def _no_logs(pod: dict[str, Any], query: Mapping[str, str]) -> ApiError:
+    """pods/log: the sandbox runs no containers, so every container is waiting to start, in the
+    words kube-apiserver uses for one (Kubernetes pkg/registry/core/pod/strategy.go
+    LogLocation)."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    container = query.get("container") or containers[0].get("name", "")
+    return ApiError(
+        400,
+        "BadRequest",
+        f'container "{container}" in pod "{pod["metadata"]["name"]}" is waiting to start: '
+        "the sandbox runs no containers",
+    )
+
+
 def _dry_run(request: web.Request) -> bool:
     """dryRun=All, the one value kube-apiserver takes (Kubernetes staging/src/k8s.io/apimachinery
     pkg/apis/meta/v1/validation ValidateDryRun)."""
@@ -557,7 +556,7 @@ def _unknown_fields(resource: ResourceType, body: Any, mode: str) -> list[str]:
     metadata = body.get("metadata")
     if isinstance(metadata, dict):
         unknown += [
-            f'unknown field "metadata.{key}"' for key in metadata if key not in _OBJECT_META_FIELDS
+            f'unknown field "metadata.{key}"' for key in metadata if key not in OBJECT_META_FIELDS
         ]
     if unknown and mode == "Strict":
         raise ApiError(400, "BadRequest", "strict decoding error: " + ", ".join(unknown))

@@ -13,6 +13,7 @@ start, as the apiserver's GuaranteedUpdate retries; a precondition the client se
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,9 @@ VALIDATING = served(ADMISSION, "v1", "validatingwebhookconfigurations")
 POLICIES = served(ADMISSION, "v1", "validatingadmissionpolicies")
 BINDINGS = served(ADMISSION, "v1", "validatingadmissionpolicybindings")
 PODS = served("", "v1", "pods")
+JOBS = served("batch", "v1", "jobs")
+JOB_CONTROLLER = User("system:serviceaccount:kube-system:job-controller")
+log = logging.getLogger("volcano_guard_sandbox.apiserver.writes")
 BINDING_KIND = ("", "v1", "Binding")
 
 
@@ -176,7 +180,51 @@ async def create(write: Write, body: Any) -> Stored:
     write.name = obj["metadata"]["name"]
     if write.dry_run:
         return store.preview(resource, obj, None)
-    return store.commit_create(resource, namespace, obj)
+    stored = store.commit_create(resource, namespace, obj)
+    if resource is JOBS:
+        await _start_job(write, stored.object())
+    return stored
+
+
+async def _start_job(write: Write, job: dict[str, Any]) -> None:
+    """The Job controller's first step, played at once: one pod from the Job's template,
+    created through admission as the controller's own create is (Kubernetes pkg/controller/
+    job/job_controller.go manageJob -> podControl.CreatePodsWithGenerateName). The pod stays
+    Pending: the sandbox runs no containers. A pod admission refuses is left uncreated (the
+    controller would retry and record an Event)."""
+    template = (job.get("spec") or {}).get("template") or {}
+    metadata = job["metadata"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{metadata['name']}-",
+            "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": metadata["name"],
+                    "uid": metadata["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": template.get("spec") or {},
+    }
+    controller = Write(
+        write.store,
+        write.dispatcher,
+        JOB_CONTROLLER,
+        PODS,
+        write.namespace,
+        manager="job-controller",
+    )
+    try:
+        await create(controller, pod)
+    except ApiError as exc:
+        log.info("the sandbox's Job controller created no pod for %s: %s", metadata["name"], exc)
 
 
 async def update(write: Write, body: Any) -> Stored:
@@ -332,7 +380,10 @@ async def delete(write: Write, options: dict[str, Any] | None) -> Stored:
     await write.validate(write.attributes("DELETE", None, current.object(), delete_options))
     if write.dry_run:
         return current
-    return store.delete(resource, namespace, name, options)
+    deleted = store.delete(resource, namespace, name, options)
+    if resource is JOBS and (options or {}).get("propagationPolicy") != "Orphan":
+        store.delete_dependents(PODS, namespace, current.uid)
+    return deleted
 
 
 async def bind(write: Write, binding: Any) -> None:
