@@ -210,5 +210,9 @@ def test_the_documented_uninstall_removes_registrations_first_and_leaves_nothing
             words = [w.replace("deploy/", f"{checkout.parent}/") for w in line.split()[1:]]
             result = cluster.kubectl(*words, check=False)
             assert result.returncode == 0, (line, result.stderr)
-        left = cluster.kubectl("get", "all,configmaps,secrets", "-A", "-o", "name").stdout
+        kinds = (
+            "deployments,services,configmaps,secrets,serviceaccounts,roles,rolebindings,"
+            "clusterroles,clusterrolebindings,poddisruptionbudgets,leases,namespaces"
+        )
+        left = cluster.kubectl("get", kinds, "-A", "-o", "name").stdout
         assert "volcano-guard" not in left, left
