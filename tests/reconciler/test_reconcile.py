@@ -243,3 +243,17 @@ def test_the_sandbox_discovery_says_policies_are_served(client):
     from volcano_guard.reconciler.discovery import policies_served
 
     assert policies_served(client)
+
+
+def test_a_re_created_registration_trusts_only_the_unexpired_cas(tmp_path):
+    import datetime
+
+    from volcano_guard.certs.generate import cert_pem, issue_ca
+    from volcano_guard.reconciler.reconcile import unexpired
+
+    now = datetime.datetime.now(datetime.UTC)
+    day = datetime.timedelta(days=1)
+    _, old = issue_ca("old", now - 400 * day, now - day)
+    _, new = issue_ca("new", now - day, now + 400 * day)
+    assert unexpired(cert_pem(new) + cert_pem(old)) == cert_pem(new)
+    assert unexpired(b"not a certificate") == b""

@@ -56,6 +56,22 @@ class Settings:
     lifetimes: Lifetimes = field(default_factory=Lifetimes)
 
 
+def unexpired(pem: bytes) -> bytes:
+    """The certificates of a PEM bundle that have not expired (b"" if it does not parse): an
+    expired CA verifies nothing, and a caBundle made of it alone would refuse every call."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    try:
+        certificates = x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        return b""
+    now = datetime.datetime.now(datetime.UTC)
+    return b"".join(
+        c.public_bytes(Encoding.PEM) for c in certificates if c.not_valid_after_utc > now
+    )
+
+
 def for_cert_manager(obj: dict[str, Any], namespace: str, tls_secret: str) -> dict[str, Any]:
     """A webhook configuration annotated for cert-manager's cainjector, which then fills its
     caBundles from the serving Certificate's Secret; any other object as it is."""
@@ -295,7 +311,7 @@ class Reconciler:
                 return b""
             raise
         encoded = (found.get("data") or {}).get("ca.crt")
-        return base64.b64decode(encoded) if encoded else b""
+        return unexpired(base64.b64decode(encoded)) if encoded else b""
 
     # The certificates
 
