@@ -37,6 +37,14 @@ def by_kind(docs, kind):
     return [d for d in docs if d["kind"] == kind]
 
 
+def webhook_deployment(docs):
+    """The webhook's Deployment (deploy/base also has the reconciler's)."""
+    [deployment] = [
+        d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "volcano-guard"
+    ]
+    return deployment
+
+
 def test_every_document_validates_against_the_kubernetes_schema(base):
     assert len(base) >= 12
     for doc in base:
@@ -55,7 +63,7 @@ def test_the_harness_names_the_service_and_namespace_deploy_base_installs(base):
 
 
 def test_service_ports_match_the_container_ports(base):
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     [service] = by_kind(base, "Service")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     ports = {p["containerPort"] for p in container["ports"]}
@@ -65,16 +73,27 @@ def test_service_ports_match_the_container_ports(base):
 
 
 def webhooks(base):
+    """The webhooks the reconciler registers for deploy/base's config, namespace and Service
+    (deploy/ ships no registration: the reconciler makes them in the cluster)."""
+    from volcano_guard.webhook.manifests import admission_objects
+
+    [config_map] = by_kind(base, "ConfigMap")
+    [service] = by_kind(base, "Service")
+    config = parse_config(config_map["data"]["config.yaml"])
+    objects = admission_objects(
+        config, service["metadata"]["namespace"], service["metadata"]["name"]
+    ).values()
     return [
         w
-        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-        for config in by_kind(base, kind)
+        for config in objects
+        if config["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
         for w in config["webhooks"]
     ]
 
 
 def test_webhooks_call_served_paths_and_skip_system_and_own_namespaces(base):
     [service] = by_kind(base, "Service")
+    assert webhooks(base)
     for webhook in webhooks(base):
         target = webhook["clientConfig"]["service"]
         assert target["path"] in SERVED_PATHS
@@ -96,17 +115,25 @@ def test_the_binding_webhook_has_no_object_selector(base):
 
 
 def test_rbac_is_least_privilege(base):
+    """No wildcard, no escalate or bind; delete, and any write cluster-wide, only of the
+    guard's own objects by name (the reconciler's, which it re-creates and, at uninstall,
+    deletes)."""
+    from volcano_guard.webhook.manifests import OWNED
+
+    own = {owned.name for owned in OWNED}
     for role in by_kind(base, "ClusterRole") + by_kind(base, "Role"):
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-            assert not set(rule["verbs"]) & {"delete", "deletecollection", "escalate", "bind"}
+            assert not set(rule["verbs"]) & {"deletecollection", "escalate", "bind"}
+            if "delete" in rule["verbs"]:
+                assert set(rule.get("resourceNames", [])) <= own and rule["resourceNames"]
     writes = [
         r
         for role in by_kind(base, "ClusterRole")
         for r in role["rules"]
         if set(r["verbs"]) - {"get", "list", "watch"}
     ]  # cluster-wide: by name only
-    assert writes and all(r.get("resourceNames") == ["volcano-guard"] for r in writes)
+    assert writes and all(r.get("resourceNames") and set(r["resourceNames"]) <= own for r in writes)
 
 
 def test_the_shipped_config_is_valid(base):
@@ -116,7 +143,7 @@ def test_the_shipped_config_is_valid(base):
 
 
 def test_the_deployment_is_highly_available_and_restricted(base):
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     spec = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["replicas"] >= 2
     assert spec["priorityClassName"] == "system-cluster-critical"
@@ -278,9 +305,8 @@ def test_the_network_policy_component_opens_only_the_webhooks_two_ports(tmp_path
     docs = render(overlay)
     [policy] = by_kind(docs, "NetworkPolicy")
     kubernetes_validate.validate(policy, "1.30.0", strict=True)
-    [deployment] = by_kind(docs, "Deployment")
-    template = deployment["spec"]["template"]
-    assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    template = webhook_deployment(docs)["spec"]["template"]
+    assert policy["metadata"]["namespace"] == webhook_deployment(docs)["metadata"]["namespace"]
     assert (
         policy["spec"]["podSelector"]["matchLabels"].items()
         <= template["metadata"]["labels"].items()
@@ -292,7 +318,7 @@ def test_the_network_policy_component_opens_only_the_webhooks_two_ports(tmp_path
 
 
 def test_the_serving_key_is_readable_by_the_webhooks_user_alone(base):
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     spec = deployment["spec"]["template"]["spec"]
     [tls] = [v for v in spec["volumes"] if "secret" in v]
     assert tls["secret"]["defaultMode"] == 0o400
@@ -303,7 +329,7 @@ def test_the_serving_key_is_readable_by_the_webhooks_user_alone(base):
 def test_the_sidecar_image_is_this_releases_own_as_deploy_names_it(base):
     from volcano_guard.webhook.config import config_from_dict
 
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     assert config_from_dict({}).policies.sidecarInjection.image == image
     assert not image.endswith(":latest")
