@@ -6,10 +6,16 @@ the sandbox."""
 from __future__ import annotations
 
 import copy
+import datetime
 import importlib.util
 import os
 import re
-from collections.abc import Iterator
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +26,7 @@ import yaml
 
 from tests.conftest import REPO
 from tests.deploy.test_deploy import render as kustomize
+from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.webhook.config import parse_config
 from volcano_guard.webhook.manifests import OWNED, PLURALS
 
@@ -426,27 +433,135 @@ def test_kubectl_applies_a_render_and_an_upgrade_with_a_changed_value(chart, kub
     assert yaml.safe_load(replicas.stdout)["spec"]["replicas"] == 3
 
 
-def test_helm_installs_upgrades_and_uninstalls_the_chart_in_the_sandbox(sandbox, kubectl):
-    """Helm's own actions (server-side apply, its release Secrets): the upgrade changes the
-    config in place; the uninstall leaves the shared CRDs and nothing else of the guard."""
-    cluster = helm.Config(kube_apiserver=sandbox.url, namespace="guard-ops")
+def run_as_its_pod(
+    container: dict[str, Any], namespace: str, kubeconfig: Path
+) -> subprocess.CompletedProcess[str]:
+    """A container of the chart's run here, as its pod would run it in namespace: the sandbox
+    runs no kubelet. Its env's fieldRefs are the pod's namespace only (POD_NAMESPACE)."""
+    scripts = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    program = shutil.which(container["command"][0], path=scripts)  # the guard's console script
+    assert program, f"{container['command'][0]} is not installed"
+    command = [program, *container["command"][1:]]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": namespace}
+    return subprocess.run(
+        [*command, *container.get("args", [])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def play_the_job_controller(
+    kubectl: Callable[..., Any], namespace: str, name: str, kubeconfig: Path
+) -> tuple[threading.Thread, list[subprocess.CompletedProcess[str]]]:
+    """A thread that waits for Job `name` (a hook Helm creates, then waits for), runs its pod's
+    one container and writes the Job's status as the Job controller would: the sandbox has
+    none, and Helm waits for a hook Job to complete."""
+    ran: list[subprocess.CompletedProcess[str]] = []
+
+    def play() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            got = kubectl("-n", namespace, "get", "job", name, "-o", "yaml", check=False)
+            if got.returncode == 0:
+                break
+            time.sleep(0.2)
+        else:
+            return
+        job = yaml.safe_load(got.stdout)
+        [container] = job["spec"]["template"]["spec"]["containers"]
+        started = utc_now()
+        ran.append(run_as_its_pod(container, namespace, kubeconfig))
+        outcome = "Complete" if ran[-1].returncode == 0 else "Failed"
+        status = {
+            "startTime": started,
+            "conditions": [{"type": outcome, "status": "True", "lastTransitionTime": utc_now()}],
+            **({"succeeded": 1, "completionTime": utc_now()} if ran[-1].returncode == 0 else {}),
+            **({"failed": 1} if ran[-1].returncode else {}),
+        }
+        patch = yaml.safe_dump({"status": status})
+        kubectl(
+            "-n",
+            namespace,
+            "patch",
+            "job",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            patch,
+        )
+
+    thread = threading.Thread(target=play, daemon=True)
+    thread.start()
+    return thread, ran
+
+
+SANDBOX_NAMESPACE = "guard-ops"
+# Every kind of the guard's that is not in a namespace: what an uninstall must not leave.
+CLUSTER_KINDS = "clusterrole,clusterrolebinding,mutatingwebhookconfiguration," + (
+    "validatingwebhookconfiguration,validatingadmissionpolicy,validatingadmissionpolicybinding"
+)
+
+
+def helm_install(sandbox: Any) -> tuple[Any, Any]:
+    """The chart installed by Helm into the sandbox (its namespace created): Helm's
+    configuration for the sandbox, and the chart."""
+    cluster = helm.Config(kube_apiserver=sandbox.url, namespace=SANDBOX_NAMESPACE)
     chart = helm.Chart.load(str(CHART))
     try:
-        cluster.install(chart, "volcano-guard", {}, namespace="guard-ops", create_namespace=True)
+        cluster.install(
+            chart, "volcano-guard", {}, namespace=SANDBOX_NAMESPACE, create_namespace=True
+        )
     except helm.HelmError as exc:
         if "server-side apply not available" in str(exc):
             pytest.skip("the sandbox does not take server-side apply yet, which Helm v4 uses")
         raise
+    return cluster, chart
+
+
+def test_helm_installs_and_upgrades_the_chart_in_the_sandbox(sandbox, kubectl):
+    """Helm's own actions (server-side apply, its release Secrets): the upgrade changes the
+    config in place."""
+    cluster, chart = helm_install(sandbox)
     selectors = {"policies": {"nodeName": {"managedNodeSelectors": ["volcano.sh/role:train"]}}}
-    cluster.upgrade(chart, "volcano-guard", {"config": selectors}, namespace="guard-ops")
-    got = kubectl("-n", "guard-ops", "get", "configmap", "volcano-guard-config", "-o", "yaml")
+    cluster.upgrade(chart, "volcano-guard", {"config": selectors}, namespace=SANDBOX_NAMESPACE)
+    got = kubectl("-n", SANDBOX_NAMESPACE, "get", "configmap", "volcano-guard-config", "-o", "yaml")
     config = parse_config(yaml.safe_load(got.stdout)["data"]["config.yaml"])
     assert config.policies.nodeName.managedNodeSelectors == ("volcano.sh/role:train",)
-    cluster.uninstall("volcano-guard")
-    kinds = "clusterrole,clusterrolebinding,mutatingwebhookconfiguration," + (
-        "validatingwebhookconfiguration,validatingadmissionpolicy,validatingadmissionpolicybinding"
+
+
+@pytest.mark.slow  # ~25 s: the reconciler's pass and its uninstall's pauses, Helm's hook wait
+def test_helm_uninstall_runs_the_hook_that_deletes_what_the_reconciler_made(
+    sandbox, kubectl, tmp_path
+):
+    """Helm does not own the registrations and policies: its pre-delete Job removes them, and
+    the uninstall leaves the shared CRDs and nothing else of the guard outside its namespace."""
+    kubeconfig = tmp_path / "kubeconfig"
+    write_kubeconfig(kubeconfig, sandbox.url)
+    cluster, chart = helm_install(sandbox)
+    # One pass of the reconciler stands in for its Deployment (no kubelet here): it makes the
+    # registrations and policies.
+    [reconciler] = reconciler_pod(rendered(chart, namespace=SANDBOX_NAMESPACE))["containers"]
+    once = {**reconciler, "args": ["reconcile", "--once"]}
+    assert run_as_its_pod(once, SANDBOX_NAMESPACE, kubeconfig).returncode == 0
+    made = kubectl("get", CLUSTER_KINDS, "-o", "name").stdout.split()
+    assert "mutatingwebhookconfiguration.admissionregistration.k8s.io/volcano-guard" in made
+    job, ran = play_the_job_controller(
+        kubectl, SANDBOX_NAMESPACE, "volcano-guard-uninstall", kubeconfig
     )
-    left = kubectl("get", kinds, "-o", "name").stdout.split()
+    cluster.uninstall("volcano-guard", timeout=90)
+    job.join(timeout=10)
+    [uninstall] = ran
+    assert uninstall.returncode == 0, uninstall.stderr
+    left = kubectl("get", CLUSTER_KINDS, "-o", "name").stdout.split()
     assert [name for name in left if "volcano-guard" in name] == []
+    jobs = kubectl("-n", SANDBOX_NAMESPACE, "get", "job", "-o", "name").stdout.split()
+    assert jobs == []  # hook-succeeded: Helm deleted it
     crds = kubectl("get", "crd", "-o", "name").stdout.split()
     assert "customresourcedefinition.apiextensions.k8s.io/policyreports.wgpolicyk8s.io" in crds
