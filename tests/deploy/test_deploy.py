@@ -37,6 +37,14 @@ def by_kind(docs, kind):
     return [d for d in docs if d["kind"] == kind]
 
 
+def webhook_deployment(docs):
+    """The webhook's Deployment (deploy/base also has the reconciler's)."""
+    [deployment] = [
+        d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "volcano-guard"
+    ]
+    return deployment
+
+
 def test_every_document_validates_against_the_kubernetes_schema(base):
     assert len(base) >= 12
     for doc in base:
@@ -64,34 +72,33 @@ def test_service_ports_match_the_container_ports(base):
     assert args[args.index("--listen") + 1].endswith(":8443")
 
 
-def webhook_deployment(docs):
-    [deployment] = [
-        d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "volcano-guard"
-    ]
-    return deployment
-
-
 def shipped_config(base):
     [configmap] = by_kind(base, "ConfigMap")
     return parse_config(configmap["data"]["config.yaml"])
 
 
 def webhooks(base):
-    """The webhooks the reconciler registers for deploy/base's config, in its namespace."""
+    """The webhooks the reconciler registers for deploy/base's config, namespace and Service
+    (deploy/ ships no registration: the reconciler makes them in the cluster)."""
     from volcano_guard.webhook.manifests import admission_objects
 
+    [config_map] = by_kind(base, "ConfigMap")
     [service] = by_kind(base, "Service")
-    objects = admission_objects(shipped_config(base), service["metadata"]["namespace"])
+    config = parse_config(config_map["data"]["config.yaml"])
+    objects = admission_objects(
+        config, service["metadata"]["namespace"], service["metadata"]["name"]
+    ).values()
     return [
         w
-        for obj in objects.values()
-        if obj["kind"].endswith("WebhookConfiguration")
-        for w in obj["webhooks"]
+        for config in objects
+        if config["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for w in config["webhooks"]
     ]
 
 
 def test_webhooks_call_served_paths_and_skip_system_and_own_namespaces(base):
     [service] = by_kind(base, "Service")
+    assert webhooks(base)
     for webhook in webhooks(base):
         target = webhook["clientConfig"]["service"]
         assert target["path"] in SERVED_PATHS
@@ -121,19 +128,26 @@ ADMISSION_KINDS = {
 
 
 def test_rbac_is_least_privilege(base):
+    """No wildcard, no escalate or bind; delete, and any write cluster-wide, only of the
+    guard's own objects by name (the reconciler's, which it re-creates and, at uninstall,
+    deletes)."""
+    from volcano_guard.webhook.manifests import OWNED
+
+    own = {owned.name for owned in OWNED}
     for role in by_kind(base, "ClusterRole") + by_kind(base, "Role"):
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
             assert not set(rule["verbs"]) & {"deletecollection", "escalate", "bind", "impersonate"}
             if "delete" in rule["verbs"]:  # the reconciler's own admission objects, by name
                 assert set(rule["resources"]) <= ADMISSION_KINDS and rule["resourceNames"]
+                assert set(rule["resourceNames"]) <= own
     writes = [
         r
         for role in by_kind(base, "ClusterRole")
         for r in role["rules"]
         if set(r["verbs"]) - {"get", "list", "watch"}
     ]  # cluster-wide: by name only
-    assert writes and all(r.get("resourceNames") for r in writes)
+    assert writes and all(r.get("resourceNames") and set(r["resourceNames"]) <= own for r in writes)
 
 
 def test_every_right_to_write_an_admission_object_names_only_the_guards_own():

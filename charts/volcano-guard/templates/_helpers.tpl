@@ -41,12 +41,18 @@ affinity: {{ toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
 
-{{/* The annotations of the webhook configurations: cert-manager's cainjector fills their
-caBundle from the serving Certificate when it issues the certificates. */}}
-{{- define "volcano-guard.webhookAnnotations" -}}
-{{- if .Values.certManager.enabled -}}
-cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/volcano-guard-tls
+{{/* The reconciler's pod and container securityContext: its Deployment's and its uninstall
+hook's, one account, the same rights. */}}
+{{- define "volcano-guard.reconcilerPodSecurity" -}}
+runAsNonRoot: true
+runAsUser: 65532
+seccompProfile: {type: RuntimeDefault}
 {{- end }}
+
+{{- define "volcano-guard.reconcilerContainerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities: {drop: [ALL]}
 {{- end }}
 
 {{/* The config file: .Values.config, with the keys that default from other values filled in
@@ -69,30 +75,4 @@ when the config does not set them. */}}
 {{- $_ := set $policies "sidecarInjection" $sidecar -}}
 {{- $_ := set $config "policies" $policies -}}
 {{ toYaml $config }}
-{{- end }}
-
-{{/* The pod of the certificates Job and CronJob. */}}
-{{- define "volcano-guard.certsPod" -}}
-serviceAccountName: volcano-guard-certs
-restartPolicy: OnFailure
-{{- include "volcano-guard.scheduling" . }}
-securityContext:
-  runAsNonRoot: true
-  runAsUser: 65532
-  seccompProfile: {type: RuntimeDefault}
-containers:
-  - name: certs
-    {{- include "volcano-guard.containerImage" . | nindent 4 }}
-    command: [volcano-guard, certs, ensure]
-    args: [--namespace=$(POD_NAMESPACE), --service=volcano-guard,
-           --mutating=volcano-guard, --validating=volcano-guard]
-    env:
-      - name: POD_NAMESPACE
-        valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
-    resources:
-      {{- toYaml .Values.certs.resources | nindent 6 }}
-    securityContext:
-      allowPrivilegeEscalation: false
-      readOnlyRootFilesystem: true
-      capabilities: {drop: [ALL]}
 {{- end }}
