@@ -1,4 +1,4 @@
-"""The node states the in-server node-name checks read, published by the reconciler from its node cache.
+"""The node states the in-server node-name checks read, published by the reconciler.
 
 A ValidatingAdmissionPolicy cannot look a node up, so when its verdict depends on which nodes
 are managed (managedNodeSelectors, or unknownNodes: allow) the guard publishes every node it
