@@ -257,3 +257,63 @@ def test_a_re_created_registration_trusts_only_the_unexpired_cas(tmp_path):
     _, new = issue_ca("new", now - day, now + 400 * day)
     assert unexpired(cert_pem(new) + cert_pem(old)) == cert_pem(new)
     assert unexpired(b"not a certificate") == b""
+
+
+def secret(name: str, data: dict[str, bytes], kind: str = "Opaque") -> dict[str, Any]:
+    import base64
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": kind,
+        "metadata": {"name": name, "namespace": NS},
+        "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
+    }
+
+
+def test_registrations_re_created_after_the_old_ca_expired_trust_the_new_one_at_once(
+    cluster, client
+):
+    """The state a rotation can leave: the CA Secret lists the new CA and the old, expired one,
+    and the registrations are re-created (their caBundles empty). One pass: both are back,
+    every caBundle verifies the serving certificate, none holds the expired CA, and the CA
+    Secret no longer lists it."""
+    import base64
+    import datetime
+
+    from cryptography import x509
+
+    from volcano_guard.certs.generate import cert_pem, issue_ca, issue_leaf, key_pem
+    from volcano_guard.certs.generate import service_dns_names as names
+
+    now = datetime.datetime.now(datetime.UTC)
+    day = datetime.timedelta(days=1)
+    _, old = issue_ca("old", now - 3650 * day, now - day)
+    new_key, new = issue_ca("new", now - 30 * day, now + 3000 * day)
+    leaf_key, leaf = issue_leaf(
+        new_key, new, names("volcano-guard", NS), now - day, now + 300 * day
+    )
+    cluster.seed(
+        [
+            secret(
+                "volcano-guard-ca",
+                {"ca.crt": cert_pem(new) + cert_pem(old), "ca.key": key_pem(new_key)},
+            ),
+            secret(
+                "volcano-guard-tls",
+                {"tls.crt": cert_pem(leaf), "tls.key": key_pem(leaf_key), "ca.crt": cert_pem(new)},
+                "kubernetes.io/tls",
+            ),
+        ]
+    )
+    put_config(client, {})
+    assert Reconciler(client, Settings(NS)).reconcile_once()
+    for kind in (MUTATING, VALIDATING):
+        for webhook in live(client, Owned(kind, "volcano-guard"))["webhooks"]:
+            bundle = base64.b64decode(webhook["clientConfig"]["caBundle"])
+            assert bundle == cert_pem(new), (kind, webhook["name"])
+            leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(bundle))
+    from volcano_guard.base.api_client import request_json
+
+    kept = request_json(client, "GET", f"/api/v1/namespaces/{NS}/secrets/volcano-guard-ca")
+    assert base64.b64decode(kept["data"]["ca.crt"]) == cert_pem(new)
