@@ -70,6 +70,7 @@ def test_server_side_apply_of_deploy_base_creates_then_changes_nothing(kubectl, 
     before = resource_version(kubectl)
     kubectl("apply", "--server-side", "-f", "-", stdin=base)
     assert resource_version(kubectl) == before
+    assert kubectl("diff", "--server-side", "-f", "-", stdin=base, check=False).returncode == 0
     what = ("-n", "volcano-guard", "get", "deployment", "volcano-guard")
     assert managers(kubectl, *what) == {"kubectl": "Apply"}
 
