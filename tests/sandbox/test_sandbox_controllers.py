@@ -8,19 +8,9 @@ import json
 import time
 
 from tests.conftest import REPO
-from tests.sandbox.test_sandbox_apply import DEPLOYMENT
+from tests.sandbox.test_sandbox_apply import DEPLOYMENT, JOB
 
 BASE = str(REPO / "deploy" / "base")
-JOB = {
-    "apiVersion": "batch/v1",
-    "kind": "Job",
-    "metadata": {"name": "once", "namespace": "team-a"},
-    "spec": {
-        "template": {
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "busybox"}]}
-        }
-    },
-}
 
 
 def timed(kubectl, *args: str, check: bool = True):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from volcano_guard_sandbox.apiserver.store import OBJECT_META_FIELDS, ApiError, now_rfc3339
@@ -57,16 +57,16 @@ _SERVER_METADATA = OBJECT_META_FIELDS - {
 }
 
 
-def manager_of(query: dict[str, str] | Any, user_agent: str) -> str:
-    """fieldManager from the query, else the user agent's first word, as kube's
-    prefixFromUserAgent (handlers/rest.go) derives it."""
+def manager_of(query: Mapping[str, str], user_agent: str) -> str:
+    """fieldManager from the query, else the user agent's first word (Kubernetes
+    staging/src/k8s.io/apiserver/pkg/endpoints/handlers/rest.go managerOrUserAgent)."""
     explicit = query.get("fieldManager") or ""
     return explicit or user_agent.split("/")[0][:128] or "unknown"
 
 
-def check_manager(query: Any) -> None:
-    """An apply names its manager (Kubernetes pkg/apis/meta/v1/validation ValidatePatchOptions:
-    fieldManager is required for apply patch)."""
+def check_manager(query: Mapping[str, str]) -> None:
+    """An apply names its manager (Kubernetes staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/
+    validation/validation.go ValidatePatchOptions)."""
     if not query.get("fieldManager"):
         raise ApiError(
             422,

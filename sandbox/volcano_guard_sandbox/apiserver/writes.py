@@ -12,6 +12,7 @@ start, as the apiserver's GuaranteedUpdate retries; a precondition the client se
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ PODS = served("", "v1", "pods")
 JOBS = served("batch", "v1", "jobs")
 JOB_CONTROLLER = User("system:serviceaccount:kube-system:job-controller")
 log = logging.getLogger("volcano_guard_sandbox.apiserver.writes")
+_CONTROLLERS: set[asyncio.Task[None]] = set()  # the controllers' running steps, kept referenced
 BINDING_KIND = ("", "v1", "Binding")
 
 
@@ -182,7 +184,11 @@ async def create(write: Write, body: Any) -> Stored:
         return store.preview(resource, obj, None)
     stored = store.commit_create(resource, namespace, obj)
     if resource is JOBS:
-        await _start_job(write, stored.object())
+        # After the answer, as the controller acts on the Job it watched being created: a slow
+        # webhook on the pod holds up the pod, never the Job's create.
+        task = asyncio.get_running_loop().create_task(_start_job(write, stored.object()))
+        _CONTROLLERS.add(task)
+        task.add_done_callback(_CONTROLLERS.discard)
     return stored
 
 
@@ -223,7 +229,7 @@ async def _start_job(write: Write, job: dict[str, Any]) -> None:
     )
     try:
         await create(controller, pod)
-    except ApiError as exc:
+    except (ApiError, Stale) as exc:
         log.info("the sandbox's Job controller created no pod for %s: %s", metadata["name"], exc)
 
 
