@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint bench clean manifests
+.PHONY: test demo lint bench clean chart
 
 $(STAMP): pyproject.toml sandbox/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,13 +22,9 @@ test: lint
 demo: $(STAMP)
 	$(BIN)/volcano-guard demo
 
-# deploy/base/webhooks.yaml from the config shipped in deploy/base/config.yaml (a test checks it).
-# Written aside and moved into place only on success: a config with a mistake fails with its
-# one-line error and leaves the file as it was (an empty one would install no guard at all).
-manifests: $(STAMP)
-	$(BIN)/volcano-guard manifests --config deploy/base/config.yaml > deploy/base/webhooks.yaml.new \
-		|| { rm -f deploy/base/webhooks.yaml.new; exit 1; }
-	mv deploy/base/webhooks.yaml.new deploy/base/webhooks.yaml
+# The chart's generated files (charts/generate.py says which; a test checks they are current).
+chart: $(STAMP)
+	$(BIN)/python charts/generate.py
 
 # ruff (lint and format), mypy, and the layer contracts in pyproject.toml (import-linter).
 lint: $(STAMP)

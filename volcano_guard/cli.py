@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from volcano_guard.certs.reload import CertReloader
     from volcano_guard.webhook.caches import Caches
     from volcano_guard.webhook.config import Config
-    from volcano_guard.webhook.node_states import NodeStatesPublisher
 
 # The commands of the sandbox distribution (sandbox/: the sandbox API server and the demo), left
 # out of the image. It registers them as entry points of this group, each a function
@@ -158,6 +157,7 @@ def build_parser() -> Parser:
         "--tls-cert (needs the sandbox harness)",
     )
     _add_audit(commands)
+    _add_reconcile(commands)
     _add_sandbox_command(
         commands,
         "demo",
@@ -181,13 +181,6 @@ def _add_webhook(commands: argparse._SubParsersAction) -> None:
     )
     webhook.add_argument(
         "--metrics-listen", default="0.0.0.0:9090", help="HOST:PORT for /metrics (plain HTTP)"
-    )
-    webhook.add_argument(
-        "--namespace",
-        type=_namespace,
-        help="the guard's namespace, where "
-        "the node states of the in-server policies are published (default: "
-        "the pod's own, else volcano-guard)",
     )
     _add_cluster_flags(webhook)
     webhook.add_argument(
@@ -390,6 +383,71 @@ def _add_audit(commands: argparse._SubParsersAction) -> None:
     audit.set_defaults(run=run_audit)
 
 
+def _add_reconcile(commands: argparse._SubParsersAction) -> None:
+    reconcile = commands.add_parser(
+        "reconcile",
+        help="keep the webhook configurations, in-server policies, certificates and node "
+        "states in step with the config ConfigMap, in the cluster, until SIGTERM",
+    )
+    _add_cluster_flags(reconcile)
+    reconcile.add_argument(
+        "--namespace",
+        type=_namespace,
+        help="the guard's namespace, where its config, Secrets and Service are (default: the "
+        "pod's own, else the kubeconfig context's)",
+    )
+    reconcile.add_argument(
+        "--config-map",
+        type=_object_name,
+        default="volcano-guard-config",
+        help="the config ConfigMap, its key config.yaml (default %(default)s)",
+    )
+    reconcile.add_argument(
+        "--service",
+        type=_service,
+        default="volcano-guard",
+        help="the webhook's Service (default %(default)s)",
+    )
+    reconcile.add_argument(
+        "--certificates",
+        choices=("self", "cert-manager", "external"),
+        default="self",
+        help="who keeps the CA, serving certificate and caBundles: this process (self), "
+        "cert-manager and its cainjector, or someone else (external: `certs` by hand, or "
+        "your own tooling) (default %(default)s)",
+    )
+    reconcile.add_argument(
+        "--gitops",
+        action="store_true",
+        help="write no webhook configuration, policy or binding: report what differs from the "
+        "config (the operator applies `volcano-guard manifests`)",
+    )
+    reconcile.add_argument(
+        "--uninstall",
+        action="store_true",
+        help="pause the running reconciler and delete the webhook configurations, policies and "
+        "bindings it keeps (the first step of an uninstall); exit 0 once they are gone",
+    )
+    reconcile.add_argument(
+        "--once",
+        action="store_true",
+        help="one pass, no Lease: exit 0 when everything is in step, 1 when not",
+    )
+    reconcile.add_argument(
+        "--metrics-listen",
+        default="0.0.0.0:9093",
+        help="HOST:PORT for /metrics, /healthz, /readyz (default %(default)s)",
+    )
+    reconcile.add_argument(
+        "--lease-duration",
+        type=_positive_int,
+        default=15,
+        metavar="SECONDS",
+        help="how long a standby waits for a silent leader (default 15)",
+    )
+    reconcile.set_defaults(run=run_reconcile)
+
+
 def _add_sidecar(commands: argparse._SubParsersAction) -> None:
     sidecar = commands.add_parser(
         "sidecar", help="API proxy that coalesces Queue status writes (run beside Volcano)"
@@ -567,7 +625,24 @@ def _add_manifests(commands: argparse._SubParsersAction) -> None:
         default="volcano-guard",
         help="the webhook's Service (default %(default)s)",
     )
+    manifests.add_argument(
+        "--kubernetes-version",
+        type=_kubernetes_version,
+        default=None,
+        metavar="MAJOR.MINOR",
+        help="the cluster's version: before 1.30 no ValidatingAdmissionPolicies, and the "
+        "registrations fail closed (default: 1.30 or newer)",
+    )
     manifests.set_defaults(run=run_manifests)
+
+
+def _kubernetes_version(text: str) -> tuple[int, int]:
+    from volcano_guard.reconciler.discovery import parse_version
+
+    try:
+        return parse_version(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_sandbox_command(commands: argparse._SubParsersAction, name: str, summary: str) -> None:
@@ -611,7 +686,6 @@ class _WebhookParts:
     tls: ssl.SSLContext
     caches: Caches
     reloader: CertReloader
-    publisher: NodeStatesPublisher | None = None
     config_file: str | None = None  # re-read when it changes
     config_hash: str | None = None  # of the bytes config was read from
     own_namespace: str | None = None
@@ -620,7 +694,7 @@ class _WebhookParts:
         from volcano_guard.webhook.server import LiveConfig, config_reloader, serve
 
         live = LiveConfig(self.config)
-        background = [self.publisher.run] if self.publisher else []
+        background = []
         if self.config_file is not None:
             reload = config_reloader(
                 self.config_file, live, self.caches, self.own_namespace, loaded=self.config_hash
@@ -647,7 +721,6 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     from volcano_guard.certs.reload import CertReloader
     from volcano_guard.webhook.caches import Caches, needs_cluster, without_cluster
     from volcano_guard.webhook.config import exempt_own_namespace
-    from volcano_guard.webhook.node_states import publisher_for
 
     read, config_hash = _config_read(args.config)
     config = exempt_own_namespace(read, own_namespace())
@@ -662,7 +735,6 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
     except KubeconfigError as exc:
         raise ValueError(f"{exc} ({without_cluster(config)})") from None
     caches = Caches.for_config(config, cluster, connect=connect)
-    namespace = args.namespace or own_namespace() or "volcano-guard"
     return _WebhookParts(
         config,
         listen,
@@ -670,7 +742,6 @@ def _webhook_parts(args: argparse.Namespace) -> _WebhookParts:
         tls,
         caches,
         CertReloader(tls, args.tls_cert, args.tls_key),
-        publisher_for(config, cluster, namespace, caches.snapshots),
         config_file=args.config,
         config_hash=config_hash,
         own_namespace=own_namespace(),
@@ -893,10 +964,10 @@ def _watch_audit(args: argparse.Namespace, config: Any, config_hash: str | None)
     import os
     import socket
 
-    from volcano_guard.audit.lease import LeaseSettings
     from volcano_guard.audit.report import EXIT_UNREADABLE
     from volcano_guard.audit.watch import watch
     from volcano_guard.base.api_client import api_client
+    from volcano_guard.base.lease import LeaseSettings
     from volcano_guard.base.listen import parse_listen
 
     if args.namespace:
@@ -921,22 +992,63 @@ def _watch_audit(args: argparse.Namespace, config: Any, config_hash: str | None)
     )
 
 
+def run_reconcile(args: argparse.Namespace) -> int:
+    import os
+    import socket
+
+    from volcano_guard.base.api_client import api_client
+    from volcano_guard.base.kubeconfig import own_namespace
+    from volcano_guard.base.lease import LeaseSettings
+    from volcano_guard.base.listen import parse_listen
+    from volcano_guard.reconciler.reconcile import Reconciler, Settings, uninstall
+    from volcano_guard.reconciler.run import reconcile
+
+    try:
+        metrics_listen = parse_listen(args.metrics_listen)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    cluster = _cluster(args, EXIT_USAGE)
+    namespace = args.namespace or own_namespace() or cluster.default_namespace()
+    settings = Settings(
+        namespace,
+        service=args.service,
+        config_map=args.config_map,
+        gitops=args.gitops,
+        certificates=args.certificates,
+    )
+    client = api_client(cluster)
+    if args.uninstall:
+        try:
+            uninstall(client, settings, said=lambda line: print(line, flush=True))
+        except (RuntimeError, ConnectionError) as exc:
+            raise CommandError(str(exc), 1) from None
+        return 0
+    if args.once:
+        try:
+            return 0 if Reconciler(client, settings).reconcile_once() else 1
+        except ConnectionError as exc:  # no API server answered (base.api_client names it)
+            raise CommandError(str(exc)) from None
+    lease = LeaseSettings(
+        namespace=namespace,
+        name="volcano-guard-reconciler",
+        duration=args.lease_duration,
+        renew_deadline=args.lease_duration * 2 / 3,
+        retry=min(2.0, args.lease_duration / 5),
+        namespace_flag="--namespace",
+    )
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
+    return run_server(reconcile(client, cluster, settings, metrics_listen, lease, identity))
+
+
 def run_manifests(args: argparse.Namespace) -> int:
-    from volcano_guard.webhook.admission_policies import admission_policies
-    from volcano_guard.webhook.node_states import publishing_access
-    from volcano_guard.webhook.registrations import render, webhook_configurations
+    from volcano_guard.reconciler.discovery import serves_policies
+    from volcano_guard.webhook.manifests import admission_objects
+    from volcano_guard.webhook.registrations import render
 
     config = _config(args.config)
-    print(
-        render(
-            [
-                *webhook_configurations(config, args.namespace, args.service),
-                *admission_policies(config, args.namespace),
-                *publishing_access(config, args.namespace),
-            ]
-        ),
-        end="",
-    )
+    served = args.kubernetes_version is None or serves_policies(args.kubernetes_version)
+    objects = admission_objects(config, args.namespace, args.service, policies_served=served)
+    print(render(list(objects.values())), end="")
     return 0
 
 

@@ -1,7 +1,9 @@
-"""A sandbox with the guard registered in it, as a user sets it up in a cluster: the webhook
-configurations and admission policies applied with kubectl, caBundle set by `volcano-guard certs
-inject`, the webhook process behind them, and kubectl pointed at the sandbox over HTTPS with
-bearer tokens. The demo and the end-to-end tests run on it.
+"""A sandbox with the guard registered in it, as a GitOps user sets it up in a cluster: the
+webhook configurations and admission policies `volcano-guard manifests` prints applied with
+kubectl, caBundle set by `volcano-guard certs inject`, the webhook process behind them, and
+kubectl pointed at the sandbox over HTTPS with bearer tokens. Where the config's in-server
+policies read node states, a reconciler in GitOps mode publishes them, as in a cluster. The demo
+and the end-to-end tests run on it.
 """
 
 from __future__ import annotations
@@ -143,13 +145,10 @@ def guarded_sandbox(
     )
     (directory / "tokens.csv").write_text(TOKENS, encoding="utf-8")
     config_file = directory / "config.yaml"
-    config_file.write_text(yaml.safe_dump(dict(config or shipped_config())), encoding="utf-8")
+    config_text = yaml.safe_dump(dict(config or shipped_config()))
+    config_file.write_text(config_text, encoding="utf-8")
     cli = [sys.executable, "-m", "volcano_guard.cli"]
-    registrations = admission_only(
-        _run([*cli, "manifests", "--config", str(config_file)]).stdout
-        if config
-        else _run([kubectl, "kustomize", str(DEPLOY_BASE)]).stdout
-    )
+    registrations = _run([*cli, "manifests", "--config", str(config_file)]).stdout
     port, metrics = free_port(), free_port()
     settings = SandboxSettings(
         services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", port)},
@@ -158,6 +157,7 @@ def guarded_sandbox(
     tls = server_context(sandbox_certs.cert_file, sandbox_certs.key_file)
     with SandboxThread(settings=settings, tls=tls) as sandbox:
         sandbox.seed([dict(obj) for obj in seed])
+        sandbox.seed([config_map(config_text)])
         kubeconfig = directory / "kubeconfig"
         # localhost: the name the sandbox's certificate has
         write_kubeconfig(
@@ -188,6 +188,7 @@ def guarded_sandbox(
                 stdout=output,
                 stderr=output,
             )
+        reconciler = _start_reconciler(cli, kubeconfig, directory, config_text)
         try:
             _wait_ready(metrics, webhook, log)
             guarded = GuardedSandbox(directory, sandbox, webhook, kubectl)
@@ -209,8 +210,49 @@ def guarded_sandbox(
             )
             yield guarded
         finally:
-            webhook.terminate()
-            webhook.wait(30)
+            for process in (webhook, reconciler):
+                if process is not None:
+                    process.terminate()
+                    process.wait(30)
+
+
+def config_map(config_text: str) -> dict[str, Any]:
+    """The config as deploy/base ships it: the ConfigMap the reconciler reads."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "volcano-guard-config", "namespace": NAMESPACE},
+        "data": {"config.yaml": config_text},
+    }
+
+
+def _start_reconciler(
+    cli: list[str], kubeconfig: Path, directory: Path, config_text: str
+) -> subprocess.Popen[bytes] | None:
+    """A reconciler that publishes node states and writes nothing else (GitOps mode; the
+    certificates are this harness's), when the config's in-server policies read them."""
+    from volcano_guard.webhook.config import parse_config
+    from volcano_guard.webhook.node_states import publishes
+
+    if not publishes(parse_config(config_text)):
+        return None
+    with open(directory / "reconciler.log", "wb") as output:
+        return subprocess.Popen(
+            [
+                *cli,
+                "reconcile",
+                "--gitops",
+                "--certificates=external",
+                "--namespace",
+                NAMESPACE,
+                "--kubeconfig",
+                str(kubeconfig),
+                "--metrics-listen",
+                f"127.0.0.1:{free_port()}",
+            ],
+            stdout=output,
+            stderr=output,
+        )
 
 
 def _wait_ready(port: int, webhook: subprocess.Popen[bytes], log: Path) -> None:

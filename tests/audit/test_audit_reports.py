@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from tests.sandbox_fixtures import KUBECTL
 from volcano_guard.audit.findings import NODE_ACCOUNTING, ORPHANED_PODS, Finding
-from volcano_guard.audit.lease import LeaseElector, LeaseSettings
 from volcano_guard.audit.reports import FirstSeen, ReportWriter, reports
+from volcano_guard.base.lease import LeaseElector, LeaseSettings
 from volcano_guard_sandbox.apiserver.faults import FaultRule
 
 NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.UTC)

@@ -38,13 +38,14 @@ from volcano_guard_sandbox.apiserver.authn import load_token_file
 from volcano_guard_sandbox.apiserver.runner import SandboxThread
 from volcano_guard_sandbox.apiserver.server import SandboxSettings
 from volcano_guard_sandbox.guarded_sandbox import (
-    DEPLOY_BASE,
     TOKENS,
     admission_only,
     kubectl_path,
     shipped_config,
 )
 from volcano_guard_sandbox.processes import free_port
+
+CLI_MANIFESTS = [sys.executable, "-m", "volcano_guard.cli", "manifests"]
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "volcano_guard.cli"]
@@ -140,8 +141,19 @@ def guard(directory: Path) -> Iterator[tuple[SandboxThread, Path, Any, KubeletVo
             token="admin",
             ca_file=sandbox_certs.ca_file,
         )
+        (directory / "config.yaml").write_text(yaml.safe_dump(shipped_config()))
         rendered = subprocess.run(
-            [kubectl, "kustomize", str(DEPLOY_BASE)], check=True, capture_output=True, text=True
+            [
+                sys.executable,
+                "-m",
+                "volcano_guard.cli",
+                "manifests",
+                "--config",
+                str(directory / "config.yaml"),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
         subprocess.run(
             [kubectl, "--kubeconfig", str(kubeconfig), "apply", "-f", "-"],

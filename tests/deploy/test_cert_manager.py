@@ -25,6 +25,9 @@ from volcano_guard.certs.generate import (
     service_dns_names,
 )
 from volcano_guard.certs.plan import Lifetimes
+from volcano_guard.reconciler.reconcile import for_cert_manager
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.manifests import admission_objects
 
 CERT_MANAGER_KINDS = {"Certificate": cert_manager.Certificate, "Issuer": cert_manager.Issuer}
 
@@ -103,9 +106,11 @@ def test_the_schema_check_refuses_a_misspelt_field_and_a_value_out_of_its_enum(r
     assert "spec.privateKey.algorithm" in problem
 
 
-def test_the_certs_job_and_everything_it_was_granted_are_gone(rendered):
+def test_the_reconciler_leaves_certificates_to_cert_manager_and_loses_their_rights(rendered):
     assert not by_kind(rendered, "Job") and not by_kind(rendered, "CronJob")
-    assert not [d for d in rendered if d["metadata"]["name"] == "volcano-guard-certs"]
+    reconciler = named(rendered, "Deployment", "volcano-guard-reconciler")
+    [container] = reconciler["spec"]["template"]["spec"]["containers"]
+    assert "--certificates=cert-manager" in container["args"]
     granted = [
         rule
         for kind in ("Role", "ClusterRole")
@@ -113,15 +118,17 @@ def test_the_certs_job_and_everything_it_was_granted_are_gone(rendered):
         for rule in role["rules"]
     ]
     assert not [rule for rule in granted if "secrets" in rule["resources"]]
-    assert not [rule for rule in granted if rule["apiGroups"] == ["admissionregistration.k8s.io"]]
 
 
 def test_cainjector_fills_both_configurations_from_the_certificate_the_webhook_serves(rendered):
-    [deployment] = by_kind(rendered, "Deployment")
+    deployment = named(rendered, "Deployment", "volcano-guard")
     [tls_volume] = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v]
-    configurations = by_kind(rendered, "MutatingWebhookConfiguration") + by_kind(
-        rendered, "ValidatingWebhookConfiguration"
-    )
+    namespace = deployment["metadata"]["namespace"]
+    configurations = [
+        for_cert_manager(obj, namespace, tls_volume["secret"]["secretName"])
+        for obj in admission_objects(config_from_dict({}), namespace).values()
+        if obj["kind"].endswith("WebhookConfiguration")
+    ]
     assert len(configurations) == 2
     for configuration in configurations:
         source = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]

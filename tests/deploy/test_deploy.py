@@ -37,6 +37,14 @@ def by_kind(docs, kind):
     return [d for d in docs if d["kind"] == kind]
 
 
+def webhook_deployment(docs):
+    """The webhook's Deployment (deploy/base also has the reconciler's)."""
+    [deployment] = [
+        d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "volcano-guard"
+    ]
+    return deployment
+
+
 def test_every_document_validates_against_the_kubernetes_schema(base):
     assert len(base) >= 12
     for doc in base:
@@ -55,7 +63,7 @@ def test_the_harness_names_the_service_and_namespace_deploy_base_installs(base):
 
 
 def test_service_ports_match_the_container_ports(base):
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     [service] = by_kind(base, "Service")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     ports = {p["containerPort"] for p in container["ports"]}
@@ -64,17 +72,33 @@ def test_service_ports_match_the_container_ports(base):
     assert args[args.index("--listen") + 1].endswith(":8443")
 
 
+def shipped_config(base):
+    [configmap] = by_kind(base, "ConfigMap")
+    return parse_config(configmap["data"]["config.yaml"])
+
+
 def webhooks(base):
+    """The webhooks the reconciler registers for deploy/base's config, namespace and Service
+    (deploy/ ships no registration: the reconciler makes them in the cluster)."""
+    from volcano_guard.webhook.manifests import admission_objects
+
+    [config_map] = by_kind(base, "ConfigMap")
+    [service] = by_kind(base, "Service")
+    config = parse_config(config_map["data"]["config.yaml"])
+    objects = admission_objects(
+        config, service["metadata"]["namespace"], service["metadata"]["name"]
+    ).values()
     return [
         w
-        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-        for config in by_kind(base, kind)
+        for config in objects
+        if config["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
         for w in config["webhooks"]
     ]
 
 
 def test_webhooks_call_served_paths_and_skip_system_and_own_namespaces(base):
     [service] = by_kind(base, "Service")
+    assert webhooks(base)
     for webhook in webhooks(base):
         target = webhook["clientConfig"]["service"]
         assert target["path"] in SERVED_PATHS
@@ -95,18 +119,65 @@ def test_the_binding_webhook_has_no_object_selector(base):
     assert binding and all("objectSelector" not in w for w in binding)
 
 
+ADMISSION_KINDS = {
+    "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
+}
+
+
 def test_rbac_is_least_privilege(base):
+    """No wildcard, no escalate or bind; delete, and any write cluster-wide, only of the
+    guard's own objects by name (the reconciler's, which it re-creates and, at uninstall,
+    deletes)."""
+    from volcano_guard.webhook.manifests import OWNED
+
+    own = {owned.name for owned in OWNED}
     for role in by_kind(base, "ClusterRole") + by_kind(base, "Role"):
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-            assert not set(rule["verbs"]) & {"delete", "deletecollection", "escalate", "bind"}
+            assert not set(rule["verbs"]) & {"deletecollection", "escalate", "bind", "impersonate"}
+            if "delete" in rule["verbs"]:  # the reconciler's own admission objects, by name
+                assert set(rule["resources"]) <= ADMISSION_KINDS and rule["resourceNames"]
+                assert set(rule["resourceNames"]) <= own
     writes = [
         r
         for role in by_kind(base, "ClusterRole")
         for r in role["rules"]
         if set(r["verbs"]) - {"get", "list", "watch"}
     ]  # cluster-wide: by name only
-    assert writes and all(r.get("resourceNames") == ["volcano-guard"] for r in writes)
+    assert writes and all(r.get("resourceNames") and set(r["resourceNames"]) <= own for r in writes)
+
+
+def test_every_right_to_write_an_admission_object_names_only_the_guards_own():
+    """Over every part of deploy/ (a webhook configuration, policy or binding is the power to
+    refuse or rewrite any request): each such rule lists resourceNames, and those are the
+    objects the reconciler owns; RBAC cannot limit a POST create by name, and kube-apiserver
+    authorizes a server-side apply that creates as create of the object's name."""
+    from volcano_guard.webhook.manifests import OWNED, PLURALS
+
+    owned = {(PLURALS[o.kind], o.name) for o in OWNED}
+    docs = [
+        d
+        for part in ("base", "audit", "monitoring", "policyreport-crds")
+        for d in render(f"deploy/{part}")
+    ]
+    rules = [
+        r for role in by_kind(docs, "ClusterRole") + by_kind(docs, "Role") for r in role["rules"]
+    ]
+    writers = [
+        r
+        for r in rules
+        if set(r["resources"]) & ADMISSION_KINDS and set(r["verbs"]) - {"get", "list", "watch"}
+    ]
+    assert writers
+    for rule in writers:
+        assert rule["apiGroups"] == ["admissionregistration.k8s.io"]
+        named = {
+            (resource, name) for resource in rule["resources"] for name in rule["resourceNames"]
+        }
+        assert named <= owned, named - owned
 
 
 def test_the_shipped_config_is_valid(base):
@@ -116,7 +187,7 @@ def test_the_shipped_config_is_valid(base):
 
 
 def test_the_deployment_is_highly_available_and_restricted(base):
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     spec = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["replicas"] >= 2
     assert spec["priorityClassName"] == "system-cluster-critical"
@@ -187,7 +258,6 @@ def audit():
 
 def test_the_audit_validates_against_the_kubernetes_schema(audit):
     assert {d["kind"] for d in audit} == {
-        "CustomResourceDefinition",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
@@ -232,7 +302,18 @@ def test_the_audit_runs_two_replicas_restricted_and_scraped(audit):
     assert endpoint["honorLabels"] is True
 
 
-def test_the_reports_the_audit_writes_fit_the_shipped_crds(audit):
+def test_the_shared_policyreport_crds_are_apart_so_removing_the_audit_keeps_them(audit):
+    assert not by_kind(audit, "CustomResourceDefinition")
+    crds = render("deploy/policyreport-crds")
+    assert {crd["metadata"]["name"] for crd in crds} == {
+        "policyreports.wgpolicyk8s.io",
+        "clusterpolicyreports.wgpolicyk8s.io",
+    }
+    for crd in crds:
+        kubernetes_validate.validate(crd, "1.30.0", strict=True)
+
+
+def test_the_reports_the_audit_writes_fit_the_shipped_crds():
     import datetime
 
     import jsonschema
@@ -248,7 +329,7 @@ def test_the_reports_the_audit_writes_fit_the_shipped_crds(audit):
     seen.update(found, datetime.datetime(2026, 11, 24, tzinfo=datetime.UTC))
     schemas = {
         crd["spec"]["names"]["kind"]: crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-        for crd in by_kind(audit, "CustomResourceDefinition")
+        for crd in render("deploy/policyreport-crds")
     }
     for document in reports(found, seen.seen, limit=10).values():
         assert document["apiVersion"] == "wgpolicyk8s.io/v1alpha2"
@@ -268,7 +349,7 @@ def test_the_network_policy_component_opens_only_the_webhooks_two_ports(tmp_path
     docs = render(overlay)
     [policy] = by_kind(docs, "NetworkPolicy")
     kubernetes_validate.validate(policy, "1.30.0", strict=True)
-    [deployment] = by_kind(docs, "Deployment")
+    deployment = webhook_deployment(docs)
     template = deployment["spec"]["template"]
     assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
     assert (
@@ -282,7 +363,7 @@ def test_the_network_policy_component_opens_only_the_webhooks_two_ports(tmp_path
 
 
 def test_the_serving_key_is_readable_by_the_webhooks_user_alone(base):
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     spec = deployment["spec"]["template"]["spec"]
     [tls] = [v for v in spec["volumes"] if "secret" in v]
     assert tls["secret"]["defaultMode"] == 0o400
@@ -293,17 +374,19 @@ def test_the_serving_key_is_readable_by_the_webhooks_user_alone(base):
 def test_the_sidecar_image_is_this_releases_own_as_deploy_names_it(base):
     from volcano_guard.webhook.config import config_from_dict
 
-    [deployment] = by_kind(base, "Deployment")
+    deployment = webhook_deployment(base)
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     assert config_from_dict({}).policies.sidecarInjection.image == image
     assert not image.endswith(":latest")
 
 
-@pytest.mark.parametrize("path", ["deploy/base", "deploy/audit"])
-def test_the_config_is_mounted_as_a_directory_the_kubelet_refreshes(path):
+@pytest.mark.parametrize(
+    ("path", "name"), [("deploy/base", "volcano-guard"), ("deploy/audit", "volcano-guard-audit")]
+)
+def test_the_config_is_mounted_as_a_directory_the_kubelet_refreshes(path, name):
     """A subPath mount is never refreshed by the kubelet: a config change would wait for a
     restart. The whole ConfigMap is mounted, and --config names its config.yaml in there."""
-    [deployment] = by_kind(render(path), "Deployment")
+    [deployment] = [d for d in by_kind(render(path), "Deployment") if d["metadata"]["name"] == name]
     spec = deployment["spec"]["template"]["spec"]
     [volume] = [v for v in spec["volumes"] if "configMap" in v]
     assert volume["configMap"]["name"] == "volcano-guard-config"
@@ -313,3 +396,38 @@ def test_the_config_is_mounted_as_a_directory_the_kubelet_refreshes(path):
     assert "subPath" not in mount and "subPathExpr" not in mount
     args = container["args"]
     assert args[args.index("--config") + 1] == f"{mount['mountPath']}/config.yaml"
+
+
+def test_an_overlay_namespace_reaches_every_reference_and_the_reconcilers_objects(tmp_path):
+    """kustomize's namespace: moves the objects, the RoleBinding subjects and the Service; what
+    names the namespace inside the config or the admission objects is the reconciler's, which
+    writes them for the namespace it runs in."""
+    from volcano_guard.webhook.manifests import admission_objects
+
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    to_deploy = os.path.relpath(REPO / "deploy", overlay)
+    (overlay / "kustomization.yaml").write_text(
+        f"namespace: guard-ops\nresources: [{to_deploy}/base]\n"
+    )
+    docs = render(overlay)
+    text = yaml.safe_dump_all(docs)
+    assert "namespace: volcano-guard" not in text
+    for binding in by_kind(docs, "RoleBinding") + by_kind(docs, "ClusterRoleBinding"):
+        assert {s["namespace"] for s in binding["subjects"]} == {"guard-ops"}
+    objects = admission_objects(shipped_config(docs), "guard-ops")
+    written = yaml.safe_dump_all(list(objects.values()))
+    assert "volcano-guard\n" not in written.replace("name: volcano-guard\n", "")
+    services = [
+        w["clientConfig"]["service"]
+        for obj in objects.values()
+        if obj["kind"].endswith("WebhookConfiguration")
+        for w in obj["webhooks"]
+    ]
+    assert {s["namespace"] for s in services} == {"guard-ops"}
+    params = [
+        obj["spec"]["paramRef"]["namespace"]
+        for obj in objects.values()
+        if obj["kind"] == "ValidatingAdmissionPolicyBinding" and "paramRef" in obj["spec"]
+    ]
+    assert set(params) <= {"guard-ops"}

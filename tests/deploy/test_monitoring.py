@@ -72,6 +72,11 @@ AUDIT_POD = 'job="volcano-guard/volcano-guard-audit", pod="audit-7f9c"'
 # The PodMonitor honours the audit's own labels: `namespace` is the finding's where it has one,
 # the pod's where it has none.
 AUDIT = f'{AUDIT_POD}, namespace="volcano-guard"'
+RECONCILER = (
+    'job="volcano-guard/volcano-guard-reconciler", pod="reconciler-5d8b", namespace="volcano-guard"'
+)
+LAST_PASS = f"volcano_guard_reconciler_last_success_timestamp_seconds{{{RECONCILER}}}"
+DRIFTED = f'{RECONCILER}, kind="ValidatingAdmissionPolicyBinding", name="volcano-guard-node-name"'
 
 
 # alert -> (series when it must fire, series when healthy, minutes to evaluate at)
@@ -250,6 +255,33 @@ CASES: dict[str, tuple[list[dict[str, str]], list[dict[str, str]], int]] = {
         ],
         20,
     ),
+    "VolcanoGuardReconcilerConfigRejected": (
+        [{"series": f"volcano_guard_reconciler_config_valid{{{RECONCILER}}}", "values": "0x20"}],
+        [{"series": f"volcano_guard_reconciler_config_valid{{{RECONCILER}}}", "values": "1x20"}],
+        10,
+    ),
+    "VolcanoGuardReconcilerDrift": (
+        [{"series": f"volcano_guard_reconciler_drift_total{{{DRIFTED}}}", "values": "0+1x20"}],
+        [{"series": f"volcano_guard_reconciler_drift_total{{{DRIFTED}}}", "values": "0x10 1x10"}],
+        20,
+    ),
+    "VolcanoGuardReconcilerStalled": (
+        [
+            {
+                "series": LAST_PASS,
+                "values": "60x40",
+            },
+            {"series": f"volcano_guard_reconciler_paused{{{RECONCILER}}}", "values": "0x40"},
+        ],
+        [
+            {
+                "series": LAST_PASS,
+                "values": "60x40",
+            },
+            {"series": f"volcano_guard_reconciler_paused{{{RECONCILER}}}", "values": "1x40"},
+        ],
+        30,
+    ),
     "VolcanoGuardAuditStale": (
         [
             {
@@ -386,9 +418,10 @@ def test_the_dashboards_queries_parse_with_its_variables_filled_in(tmp_path: Pat
 
 
 async def exposed_names(aiohttp_client) -> set[str]:
-    """Every sample name the webhook's, the sidecar's and the audit's metrics ports can
-    expose."""
+    """Every sample name the webhook's, the sidecar's, the audit's and the reconciler's
+    metrics ports can expose."""
     import volcano_guard.certs.reload
+    import volcano_guard.reconciler.metrics
     import volcano_guard.sidecar.metrics
     import volcano_guard.webhook.metrics  # noqa: F401
     from volcano_guard.audit.metrics import AuditCollector

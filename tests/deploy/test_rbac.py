@@ -221,47 +221,6 @@ def test_the_webhook_account_may_do_exactly_what_the_webhook_does(deployed, tmp_
         assert called(cluster.sandbox.stats()) == grants(deployed, account)
 
 
-def test_with_managed_node_selectors_the_webhook_may_publish_node_states_and_no_more(
-    deployed, tmp_path, certs
-):
-    """With managedNodeSelectors the in-server policies read node states the webhook publishes:
-    `manifests` adds the Role for it, and the webhook uses exactly that much more."""
-    account = account_of(deployed, "Deployment", "volcano-guard")
-    [config_map] = by_kind(deployed, "ConfigMap")
-    config = yaml.safe_load(config_map["data"]["config.yaml"])
-    config["policies"]["nodeName"]["managedNodeSelectors"] = ["volcano.sh/role:train"]
-    config_file = tmp_path / "config.yaml"
-    config_file.write_text(yaml.safe_dump(config))
-    printed = subprocess.run(
-        [*CLI, "manifests", "--config", str(config_file)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    access = [d for d in yaml.safe_load_all(printed) if d and d["kind"].startswith("Role")]
-    with as_account(tmp_path, account) as cluster:
-        with webhook_process(config_file, cluster, certs) as (port, webhook):
-            wait_for(lambda: bool(cluster.stored("configmaps")), "the node states", webhook)
-            cluster.sandbox.seed(
-                [
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Node",
-                        "metadata": {"name": "gpu-1", "labels": {"volcano.sh/role": "train"}},
-                    }
-                ]
-            )
-            wait_for(
-                lambda: "gpu-1" in cluster.stored("configmaps")[0]["data"],
-                "the new node's state",
-                webhook,
-            )
-            delete_review(port, certs.ca_file)
-        [states] = cluster.stored("configmaps")
-        assert states["data"] == {"gpu-1": "managed", "node-1": "unmanaged"}
-        assert called(cluster.sandbox.stats()) == grants(deployed + access, account)
-
-
 def delete_review(port: int, ca_file: Path) -> dict[str, Any]:
     request = {
         "uid": "u",
@@ -292,36 +251,169 @@ def delete_review(port: int, ca_file: Path) -> dict[str, Any]:
     return asyncio.run(post())
 
 
-def test_the_certificate_account_may_do_exactly_what_the_certificate_job_does(deployed, tmp_path):
-    """The Job's command as it runs in the cluster: at install, again (nothing to do), and two
-    thirds of the CA's lifetime later under faketime (a CA rotation: every write it has)."""
-    account = account_of(deployed, "Job", "volcano-guard-certs")
+# kube-apiserver authorizes a server-side apply that creates an object as `create` of its name
+# (patch.go, PatchResource); the sandbox counts the request by its verb, patch.
+CREATED_BY_APPLY = {
+    ("admissionregistration.k8s.io", resource, "create")
+    for resource in (
+        "mutatingwebhookconfigurations",
+        "validatingwebhookconfigurations",
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+    )
+}
+
+
+def config_map(config: dict[str, Any], annotations: dict[str, str] | None = None) -> dict:
+    metadata = {"name": "volcano-guard-config", "namespace": NAMESPACE}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {**metadata, "annotations": annotations or {}},
+        "data": {"config.yaml": yaml.safe_dump(config)},
+    }
+
+
+def edit(cluster: Cluster, plural: str, name: str, patch: dict[str, Any]) -> None:
+    """A merge patch by an administrator: drift for the reconciler to repair."""
+    [resource] = [r for r in RESOURCES if r.plural == plural]
+    content_type = "application/merge-patch+json"
+    cluster.sandbox.call(lambda sb: sb.store.patch(resource, "", name, content_type, patch))
+
+
+def named(cluster: Cluster, plural: str, name: str) -> dict[str, Any]:
+    [found] = [o for o in cluster.stored(plural) if o["metadata"]["name"] == name]
+    return found
+
+
+def replace_config(cluster: Cluster, config: dict[str, Any]) -> None:
+    """As an administrator would, not as the account under test (its calls are counted)."""
+    configmaps = next(r for r in RESOURCES if r.plural == "configmaps")
+    cluster.sandbox.call(lambda sb: sb.store.delete(configmaps, NAMESPACE, "volcano-guard-config"))
+    cluster.sandbox.seed([config_map(config)])
+
+
+def test_the_reconciler_account_may_do_exactly_what_the_reconciler_does(deployed, tmp_path):
+    """As its Deployment runs it: install, node states, a deleted binding re-created, an edited
+    one replaced, a bad config (an Event), a config needing fewer objects (deletes); then the
+    uninstall's first step, and a pass two thirds of the CA's lifetime on (a CA rotation: every
+    write to the Secrets)."""
+    account = account_of(deployed, "Deployment", "volcano-guard-reconciler")
     assert account != account_of(deployed, "Deployment", "volcano-guard")
-    assert account == account_of(deployed, "CronJob", "volcano-guard-certs")
-    [container] = pod_spec_of(deployed, "Job", "volcano-guard-certs")["containers"]
-    assert container == pod_spec_of(deployed, "CronJob", "volcano-guard-certs")["containers"][0]
-    if LIBFAKETIME is None:
-        pytest.skip("faketime is not installed (.ci/run installs it)")
-    args = [arg.replace("$(POD_NAMESPACE)", NAMESPACE) for arg in container["args"]]
-    registrations = [d for d in deployed if d["kind"].endswith("WebhookConfiguration")]
-    with as_account(tmp_path, account, registrations) as cluster:
-        command = [
-            sys.executable,
-            "-m",
-            "volcano_guard.cli",
-            *container["command"][1:],
-            *args,
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-        ]
-        years_on = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": "+2500d"}  # the CA is due
-        for clock in ({}, {}, years_on):
-            result = subprocess.run(
-                command, env={**os.environ, **clock}, capture_output=True, text=True, timeout=60
+    [workload] = [
+        d
+        for d in by_kind(deployed, "Deployment")
+        if d["metadata"]["name"] == "volcano-guard-reconciler"
+    ]
+    [container] = workload["spec"]["template"]["spec"]["containers"]
+    args = list(container["args"])
+    args[args.index("--metrics-listen") + 1] = f"127.0.0.1:{free_port()}"
+    config = {"policies": {"nodeName": {"managedNodeSelectors": ["volcano.sh/role:train"]}}}
+    env = {**os.environ, "POD_NAMESPACE": NAMESPACE, "POD_NAME": "reconciler-0"}
+    with as_account(tmp_path, account, [config_map(config)]) as cluster:
+        kubeconfig = ["--kubeconfig", str(cluster.kubeconfig)]
+        reconciler = subprocess.Popen(
+            [*CLI, *args, *kubeconfig],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        binding = next(r for r in RESOURCES if r.plural == "validatingadmissionpolicybindings")
+        try:
+            wait_for(
+                lambda: len(cluster.stored("validatingadmissionpolicybindings")) == 4,
+                "the bindings",
+                reconciler,
             )
-            assert result.returncode == 0, result.stderr
-        assert "make-ca" in result.stdout  # the rotation ran
-        assert called(cluster.sandbox.stats()) == grants(deployed, account)
+            wait_for(
+                lambda: any(
+                    "volcano-guard.io/nodes-from" in json.dumps(c)
+                    for c in cluster.stored("configmaps")
+                ),
+                "the node states",
+                reconciler,
+            )
+            cluster.sandbox.call(lambda sb: sb.store.delete(binding, "", "volcano-guard-bindings"))
+            wait_for(
+                lambda: len(cluster.stored("validatingadmissionpolicybindings")) == 4,
+                "the binding back",
+                reconciler,
+            )
+            edit(
+                cluster,
+                "mutatingwebhookconfigurations",
+                "volcano-guard",
+                {"metadata": {"labels": {"app.kubernetes.io/name": "x"}}},
+            )
+            edit(
+                cluster,
+                "validatingadmissionpolicies",
+                "volcano-guard-node-name",
+                {"spec": {"failurePolicy": "Ignore"}},
+            )
+            edit(
+                cluster,
+                "validatingadmissionpolicybindings",
+                "volcano-guard-node-name",
+                {"spec": {"validationActions": ["Audit"]}},
+            )
+            cluster.sandbox.seed(
+                [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "metadata": {"name": "gpu-1", "labels": {"volcano.sh/role": "train"}},
+                    }
+                ]
+            )
+            wait_for(
+                lambda: "gpu-1" in json.dumps(cluster.stored("configmaps")),
+                "the new node's state",
+                reconciler,
+            )
+            wait_for(
+                lambda: (
+                    named(cluster, "validatingadmissionpolicybindings", "volcano-guard-node-name")[
+                        "spec"
+                    ]["validationActions"]
+                    == ["Deny"]
+                ),
+                "the repairs",
+                reconciler,
+            )
+            replace_config(cluster, {"policies": {"podGroups": {"deleteGuard": {"mode": "x"}}}})
+            wait_for(lambda: bool(cluster.stored("events")), "an Event", reconciler)
+            replace_config(cluster, {"validatingAdmissionPolicies": False})
+            wait_for(
+                lambda: not cluster.stored("validatingadmissionpolicybindings"),
+                "the deletes",
+                reconciler,
+            )
+        finally:
+            reconciler.terminate()
+            reconciler.wait(30)
+        uninstall = subprocess.run(
+            [*CLI, "reconcile", "--uninstall", *kubeconfig],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert uninstall.returncode == 0, uninstall.stderr
+        if LIBFAKETIME is None:
+            pytest.skip("faketime is not installed (.ci/run installs it)")
+        replace_config(cluster, {})  # not paused any more
+        years_on = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": "+2500d"}  # the CA is due
+        once = subprocess.run(
+            [*CLI, "reconcile", "--once", *kubeconfig],
+            env={**env, **years_on},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert once.returncode == 0, once.stderr
+        assert "make-ca" in once.stderr
+        assert called(cluster.sandbox.stats()) | CREATED_BY_APPLY == grants(deployed, account)
 
 
 def test_the_audit_account_may_do_exactly_what_the_audit_does(deployed, tmp_path):

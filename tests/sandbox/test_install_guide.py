@@ -17,7 +17,7 @@ from volcano_guard.base.kubeconfig import write_kubeconfig
 def install_commands():
     """The kubectl lines of the guide's "Install" section, comments dropped."""
     guide = (REPO / "docs" / "install.md").read_text()
-    section = guide[guide.index("## 4. Install") :]
+    section = guide[guide.index("## 3. Install with kustomize") :]
     block = section[
         section.index("```sh\n") + 6 : section.index("```", section.index("```sh\n") + 6)
     ]
@@ -59,17 +59,17 @@ def roll_out(run, namespace, name):
 
 def test_the_install_guides_commands_pass_as_written(operator):
     commands = install_commands()
-    assert commands[0] == "kubectl apply -k deploy/base" and len(commands) == 4
+    assert commands[0] == "kubectl apply -k deploy/base" and len(commands) == 6
     for line in commands:
         if "rollout status" in line:
-            roll_out(operator, "volcano-guard", "volcano-guard")
+            roll_out(operator, "volcano-guard", line.split("/")[-1])
         result = operator(line)
         assert result.returncode == 0, f"{line}: {result.stderr}"
         assert "Warning" not in result.stderr, result.stderr
     for kind in (
         "deployment/volcano-guard",
         "deployment/volcano-guard-audit",
-        "cronjob/volcano-guard-certs",
+        "deployment/volcano-guard-reconciler",
         "servicemonitor/volcano-guard",
         "prometheusrule/volcano-guard",
         "poddisruptionbudget/volcano-guard",

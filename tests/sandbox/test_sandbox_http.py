@@ -128,7 +128,7 @@ async def test_openapi_v3_declares_field_validation_on_each_kinds_patch(box):
         ("OPTIONS", Q, None, "", 405, "does not allow"),
         ("GET", f"{PODS}?labelSelector=a+in+(b", None, "", 400, "unable to parse"),
         ("GET", f"{PODS}?watch=1&resourceVersion=abc", None, "", 400, "resourceVersion"),
-        ("POST", f"{Q}?dryRun=All", queue(), "application/json", 400, "dryRun"),
+        ("POST", f"{Q}?dryRun=Some", queue(), "application/json", 422, "dryRun"),
     ],
 )
 async def test_errors_are_status_objects_with_fitting_codes(
@@ -140,12 +140,12 @@ async def test_errors_are_status_objects_with_fitting_codes(
     assert needle in answer["message"]
 
 
-async def test_apply_patch_is_415_and_bad_json_patch_is_422(box):
+async def test_apply_patch_without_field_manager_and_bad_json_patch_are_422(box):
     await call(box, "POST", Q, queue())
     status, answer = await call(
         box, "PATCH", f"{Q}/q1", b"spec: {}", "application/apply-patch+yaml"
     )
-    assert status == 415 and "merge-patch" in answer["message"]
+    assert status == 422 and "fieldManager: Required value" in answer["message"]
     status, answer = await call(
         box, "PATCH", f"{Q}/q1", [{"op": "remove", "path": "/nope"}], "application/json-patch+json"
     )

@@ -82,7 +82,11 @@ MISTAKES = [
         2,
         "--client-ca {w}/certs/tls.key: holds a private key",
     ),
-    (f"webhook {TLS} --namespace Bad_NS", 2, "a lowercase RFC 1123 label"),
+    (f"reconcile --namespace Bad_NS {REFUSED}", 2, "a lowercase RFC 1123 label"),
+    (f"reconcile --certificates vault {REFUSED}", 2, "invalid choice: 'vault'"),
+    (f"reconcile --once --namespace n {REFUSED}", 2, "connection refused"),
+    (f"reconcile --uninstall --namespace n {REFUSED}", 1, "connection refused"),
+    ("manifests --kubernetes-version 1.x", 2, "'1.x' is not a Kubernetes version"),
     ("certs generate --service 'bad name' --namespace n --out {w}/g", 2, "a DNS-1035 label"),
     (
         "certs generate --service s --namespace n --out {w}/g --days abc",

@@ -26,7 +26,6 @@ from volcano_guard.webhook.config import config_from_dict, parse_config
 from volcano_guard.webhook.registrations import webhook_configurations
 
 SHIPPED_CONFIG = REPO / "deploy" / "base" / "config.yaml"
-WEBHOOKS = REPO / "deploy" / "base" / "webhooks.yaml"
 GROUP_NAME, GENERATION = "scheduling.k8s.io/group-name", "volcano-guard.io/podgroup-generation"
 SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
 CONTROLLERS = "system:serviceaccount:volcano-system:volcano-controllers"
@@ -43,21 +42,17 @@ def shipped() -> list[dict[str, Any]]:
     return [*webhook_configurations(config), *admission_policies(config)]
 
 
-def test_deploy_holds_what_manifests_prints_for_the_shipped_config(tmp_path, capsys):
+def manifests(capsys, *args: str) -> list[dict[str, Any]]:
+    assert main(["manifests", *args]) == 0
+    return [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+
+
+def test_manifests_prints_the_registrations_in_order_then_the_policies(tmp_path, capsys):
     config = tmp_path / "config.yaml"
     config.write_text(shipped_config_text())
-    assert main(["manifests", "--config", str(config)]) == 0
-    assert capsys.readouterr().out == WEBHOOKS.read_text(), "run `make manifests`"
-
-
-def test_kustomize_renders_the_generated_registrations():
-    rendered = subprocess.run(
-        ["kubectl", "kustomize", str(REPO / "deploy" / "base")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    kinds = {d["kind"]: d for d in yaml.safe_load_all(rendered) if d}
+    printed = manifests(capsys, "--config", str(config))
+    kinds = {d["kind"]: d for d in printed}
+    assert printed == shipped()
     assert [w["name"] for w in kinds["MutatingWebhookConfiguration"]["webhooks"]] == [
         "mutate.volcano-guard.io",
         "mutate-open.volcano-guard.io",
@@ -69,6 +64,42 @@ def test_kustomize_renders_the_generated_registrations():
         "bindings.volcano-guard.io",
     ]
     assert "ValidatingAdmissionPolicy" in kinds and "ValidatingAdmissionPolicyBinding" in kinds
+
+
+def test_before_kubernetes_1_30_manifests_prints_no_policies_and_fails_closed(capsys):
+    printed = manifests(capsys, "--kubernetes-version", "1.29")
+    assert {d["kind"] for d in printed} == {
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
+    assert printed == manifests(capsys, "--config", "/dev/null", "--kubernetes-version", "v1.29.4")
+    validating = next(d for d in printed if d["kind"] == "ValidatingWebhookConfiguration")
+    assert {w["failurePolicy"] for w in validating["webhooks"] if "open" in w["name"]} <= {"Ignore"}
+    assert "validate-open.volcano-guard.io" not in {w["name"] for w in validating["webhooks"]}
+
+
+def test_a_kubernetes_version_that_is_not_one_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["manifests", "--kubernetes-version", "thirty"])
+    assert exited.value.code == 2
+    assert "'thirty' is not a Kubernetes version" in capsys.readouterr().err
+
+
+def test_deploy_installs_no_admission_object_the_reconciler_owns_them():
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / "deploy" / "base")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    kinds = {d["kind"] for d in yaml.safe_load_all(rendered) if d}
+    assert not kinds & {
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
+    assert "Deployment" in kinds
 
 
 # --- requests, as the API server sees them ---------------------------------------------------

@@ -26,13 +26,13 @@ from typing import Any
 from aiohttp import web
 
 from volcano_guard.audit.findings import WORKLOADS
-from volcano_guard.audit.lease import LeaseElector, LeaseSettings
 from volcano_guard.audit.live import LiveAudit, View, trim
 from volcano_guard.audit.metrics import LEADING, REPORT_WRITE_ERRORS, AuditCollector
 from volcano_guard.audit.reports import ReportWriter
 from volcano_guard.base.config_reload import ConfigReloader
 from volcano_guard.base.connections import release_free_memory
 from volcano_guard.base.informer import Informer
+from volcano_guard.base.lease import LeaseElector, LeaseSettings
 from volcano_guard.base.listen import Listen, start_site
 from volcano_guard.base.metrics import REGISTRY, metrics_app
 from volcano_guard.webhook.caches import lister

@@ -42,6 +42,30 @@ def api_client(cluster: Cluster) -> Any:
     return api
 
 
+def request_json(
+    api: Any,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    query: list[tuple[str, str]] | None = None,
+    content_type: str = "application/json",
+) -> Any:
+    """One call by path (for what the typed API classes make awkward: any kind by name, server-
+    side apply, discovery): its JSON answer as plain data; ApiException on a non-2xx answer."""
+    method_, url, headers, serialized, post = api.param_serialize(
+        method,
+        path,
+        query_params=query or [],
+        header_params={"Content-Type": content_type, "Accept": "application/json"},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(method_, url, headers, serialized, post)
+    response.read()
+    return api.response_deserialize(response, {"2XX": "object"}).data
+
+
 class _TimedRESTClient(rest.RESTClientObject):  # type: ignore[misc]  # untyped package
     def __init__(self, configuration: Any, server: str) -> None:
         super().__init__(configuration)

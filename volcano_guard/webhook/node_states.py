@@ -1,4 +1,4 @@
-"""The node states the in-server node-name checks read, published from the webhook's node cache.
+"""The node states the in-server node-name checks read, published by the reconciler.
 
 A ValidatingAdmissionPolicy cannot look a node up, so when its verdict depends on which nodes
 are managed (managedNodeSelectors, or unknownNodes: allow) the guard publishes every node it
@@ -35,7 +35,6 @@ from volcano_guard.base.kubeconfig import Cluster, TokenSource
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies.node_name import (
     NODE_STATES_LABEL,
-    NODES,
     NODES_FROM,
     NODES_PENDING,
     NODES_TO,
@@ -276,52 +275,3 @@ def publishes(config: Config) -> bool:
         and needs_node_states(node_name)
         and (node_name.mode != "off" or node_name.bindingGuard.mode != "off")
     )
-
-
-def publisher_for(
-    config: Config,
-    cluster: Cluster | None,
-    namespace: str,
-    snapshots: Callable[[], Mapping[Any, Snapshot[Any]]],
-) -> NodeStatesPublisher | None:
-    """The publisher this config needs, or None."""
-    if cluster is None or not publishes(config):
-        return None
-    return NodeStatesPublisher(config, cluster, namespace, lambda: snapshots().get(NODES))
-
-
-ROLE = "volcano-guard-node-states"
-
-
-def publishing_access(
-    config: Config, namespace: str, service_account: str = "volcano-guard"
-) -> list[dict[str, Any]]:
-    """The Role and RoleBinding that let the webhook's account publish node states in its
-    namespace (what NodeStatesPublisher calls); none when the config publishes none."""
-    if not publishes(config):
-        return []
-    metadata = {"name": ROLE, "namespace": namespace}
-    rbac = "rbac.authorization.k8s.io/v1"
-    return [
-        {
-            "apiVersion": rbac,
-            "kind": "Role",
-            "metadata": metadata,
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "verbs": ["list", "create", "update"],
-                }
-            ],
-        },
-        {
-            "apiVersion": rbac,
-            "kind": "RoleBinding",
-            "metadata": metadata,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE},
-            "subjects": [
-                {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
-            ],
-        },
-    ]

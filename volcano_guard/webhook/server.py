@@ -351,7 +351,7 @@ async def serve(
     """Serve until SIGTERM or SIGINT, then finish in-flight requests and return. With a
     reloader, changed certificate files are picked up without a restart; started is called with
     the bound (admission, metrics) ports once both listen; each of background runs as a task
-    while the webhook serves (the node-state publisher, the config reloader); live, when
+    while the webhook serves (the config reloader); live, when
     given, is the config requests are decided with."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

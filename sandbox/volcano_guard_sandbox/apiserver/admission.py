@@ -57,6 +57,9 @@ FAILED_OPEN_VALIDATING = "failed-open.validating.webhook.admission.k8s.io/"
 ServiceKey = tuple[str, str, int]  # (namespace, name, port) of clientConfig.service
 
 
+SIDE_EFFECT_FREE = ("None", "NoneOnDryRun")
+
+
 def parse_service(text: str) -> tuple[ServiceKey, tuple[str, int]]:
     """`NAMESPACE/NAME:PORT=HOST:PORT` -> ((namespace, name, port), (host, port))."""
     service, sep, address = text.partition("=")
@@ -176,9 +179,18 @@ class Dispatcher:
 
     def _should_call(self, hook: Mapping[str, Any], attributes: Attributes) -> bool:
         try:
-            return should_call(hook, attributes)
+            call = should_call(hook, attributes)
         except ConditionError as exc:  # webhook.go ShouldCallHook: NewForbidden
             raise forbidden(attributes, str(exc)) from None
+        if call and attributes.dry_run and hook.get("sideEffects") not in SIDE_EFFECT_FREE:
+            # Kubernetes staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/mutating
+            # dispatcher.go callAttrMutatingHook: webhookerrors.NewDryRunUnsupportedErr
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'admission webhook "{hook.get("name")}" does not support dry run',
+            )
+        return call
 
     async def _mutating_call(
         self,

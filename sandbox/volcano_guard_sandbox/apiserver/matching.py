@@ -54,6 +54,7 @@ class Attributes:
     options: dict[str, Any] | None = None
     # The labels of the request's namespace (for a Namespace CREATE/UPDATE, of the object).
     namespace_labels: Mapping[str, str] = field(default_factory=dict)
+    dry_run: bool = False
 
     def request(self, uid: str) -> dict[str, Any]:
         """The AdmissionRequest the apiserver sends (request/admissionreview.go
@@ -74,7 +75,7 @@ class Attributes:
             "userInfo": self.user.info(),
             "object": self.object,
             "oldObject": self.old_object,
-            "dryRun": False,
+            "dryRun": self.dry_run,
             "options": self.options,
         }
         if self.subresource:

@@ -78,6 +78,15 @@ _MESSAGES: dict[str, dict[str, tuple[int, str]]] = {
         "status": (3, "NamespaceStatus"),
     },
     "NamespaceSpec": {"finalizers": (1, "[string]")},
+    # meta/v1 DeleteOptions, which client-go (Helm's uninstall) sends as protobuf
+    "DeleteOptions": {
+        "gracePeriodSeconds": (1, "int64?"),
+        "preconditions": (2, "Preconditions"),
+        "orphanDependents": (3, "bool?"),
+        "propagationPolicy": (4, "string?"),
+        "dryRun": (5, "[string]"),
+    },
+    "Preconditions": {"uid": (1, "string?"), "resourceVersion": (2, "string?")},
     "NamespaceStatus": {"phase": (1, "string")},
     "Secret": {
         "metadata": (1, "ObjectMeta"),
@@ -162,7 +171,12 @@ _MESSAGES: dict[str, dict[str, tuple[int, str]]] = {
     "PodStatus": {"phase": (1, "string")},
 }
 # apiVersion/kind in the envelope -> the message of its raw bytes.
-DECODABLE = {("v1", "Namespace"): "Namespace", ("v1", "Secret"): "Secret", ("v1", "Pod"): "Pod"}
+DECODABLE = {
+    ("v1", "Namespace"): "Namespace",
+    ("v1", "Secret"): "Secret",
+    ("v1", "Pod"): "Pod",
+    ("v1", "DeleteOptions"): "DeleteOptions",
+}
 _PACKAGE = "volcano_guard_sandbox.apiserver.k8s"
 _SCALARS = {
     "string": descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
@@ -230,7 +244,8 @@ def decode(body: bytes) -> tuple[tuple[str, str], dict[str, Any]]:
     if message is None:
         raise ProtobufError(
             f"the sandbox decodes {MEDIA_TYPE} only for "
-            f"{', '.join(kind for _, kind in DECODABLE)} (v1), not {kind} ({api_version}); "
+            f"{', '.join(dict.fromkeys(kind for _, kind in DECODABLE))} (v1), "
+            f"not {kind} ({api_version}); "
             "send application/json",
             unsupported=True,
         )

@@ -160,6 +160,31 @@ RESOURCES: tuple[ResourceType, ...] = (
         strategic_merge=True,
         fields=("spec",),
     ),
+    # The reconciler records a refused config and repaired drift as Events on its ConfigMap.
+    ResourceType(
+        CORE,
+        "v1",
+        "events",
+        "Event",
+        True,
+        ("ev",),
+        fields=(
+            "involvedObject",
+            "reason",
+            "message",
+            "type",
+            "source",
+            "firstTimestamp",
+            "lastTimestamp",
+            "count",
+            "action",
+            "eventTime",
+            "related",
+            "reportingComponent",
+            "reportingInstance",
+            "series",
+        ),
+    ),
     # Params of admission policies (paramKind v1 ConfigMap).
     ResourceType(
         CORE,

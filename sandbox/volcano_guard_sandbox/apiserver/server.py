@@ -18,11 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import yaml
 from aiohttp import web
 
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.status import status_body, status_response
-from volcano_guard_sandbox.apiserver import openapi, protobuf, writes
+from volcano_guard_sandbox.apiserver import apply, openapi, protobuf, writes
 from volcano_guard_sandbox.apiserver.admission import Dispatcher, ServiceKey
 from volcano_guard_sandbox.apiserver.authn import Authenticator
 from volcano_guard_sandbox.apiserver.faults import FaultRule, Faults, Stats
@@ -34,6 +35,8 @@ from volcano_guard_sandbox.apiserver.selectors import (
     parse_label_selector,
 )
 from volcano_guard_sandbox.apiserver.store import (
+    APPLY_PATCH,
+    OBJECT_META_FIELDS,
     SELECTABLE_FIELDS,
     ApiError,
     Store,
@@ -52,25 +55,6 @@ SETTINGS_KEY: web.AppKey[SandboxSettings] = web.AppKey("settings")
 MAX_BODY = 3 * 1024 * 1024  # the apiserver's request size limit for etcd-bound objects
 KUBERNETES_VERSION = ("1", "32")
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-_OBJECT_META_FIELDS = frozenset(
-    {
-        "name",
-        "generateName",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "labels",
-        "annotations",
-        "ownerReferences",
-        "finalizers",
-        "managedFields",
-        "selfLink",
-    }
-)
 
 
 class AuditLog:
@@ -356,6 +340,7 @@ def parse_request_info(request: web.Request) -> RequestInfo:
     if subresource and not (
         (subresource == "status" and resource.status_subresource)
         or (subresource == "binding" and resource.binding_subresource)
+        or (subresource == "log" and resource.kind == "Pod" and request.method == "GET")
     ):
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     if resource.namespaced and name and not namespace:
@@ -400,11 +385,11 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         return _list_response(
             resource, *_page(request, items, resource_version), metadata_only=metadata_only
         )
+    if info.verb == "get" and sub == "log":
+        raise _no_logs(store.get(resource, namespace, name).object(), request.query)
     if info.verb == "get":
         return _object_response(store.get(resource, namespace, name))
-    if info.verb in WRITE_VERBS and "dryRun" in request.query:
-        # Persisting a dry run would be worse than refusing it.
-        raise ApiError(400, "BadRequest", "dryRun is not supported by the sandbox")
+    dry_run = _dry_run(request) if info.verb in WRITE_VERBS else False
     if resource.create_only and info.verb != "create":
         raise ApiError(405, "MethodNotAllowed", f"{resource.plural} only supports create")
     write = writes.Write(
@@ -416,6 +401,8 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         name,
         sub,
         request.query,
+        manager=apply.manager_of(request.query, request.headers.get("User-Agent", "")),
+        dry_run=dry_run,
     )
     try:
         response = await _write(request, info, write)
@@ -456,14 +443,16 @@ async def _write(request: web.Request, info: RequestInfo, write: writes.Write) -
         body = await _body(request, optional=True)
         if body is not None and not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "DeleteOptions must be a JSON object")
+        write.dry_run = write.dry_run or (body or {}).get("dryRun") == ["All"]
         return _object_response(await writes.delete(write, body))
     if info.verb == "deletecollection":
         return await _delete_collection(request, info, write)
     if info.verb == "patch":
         content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
         write.store.check_patch_type(resource, content_type)  # 415 before reading the body
-        body = await _body(request)
-        return _object_response(await writes.patch(write, content_type, body))
+        body = await _body(request, apply_patch=content_type == APPLY_PATCH)
+        stored = await writes.patch(write, content_type, body)
+        return _object_response(stored, 201 if write.created else 200)
     body = await _body(request)
     warnings = _unknown_fields(resource, body, request.query.get("fieldValidation", "Warn"))
     if info.verb == "create":
@@ -501,14 +490,45 @@ async def _delete_collection(
     return _list_response(info.resource, deleted, store.resource_version)
 
 
-async def _body(request: web.Request, optional: bool = False) -> Any:
-    """The request's object: JSON, or protobuf for the kinds kubectl's generators send so."""
+def _no_logs(pod: dict[str, Any], query: Mapping[str, str]) -> ApiError:
+    """pods/log: the sandbox runs no containers, so every container is waiting to start, in the
+    words kube-apiserver uses for one (Kubernetes pkg/registry/core/pod/strategy.go
+    LogLocation)."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    container = query.get("container") or containers[0].get("name", "")
+    return ApiError(
+        400,
+        "BadRequest",
+        f'container "{container}" in pod "{pod["metadata"]["name"]}" is waiting to start: '
+        "the sandbox runs no containers",
+    )
+
+
+def _dry_run(request: web.Request) -> bool:
+    """dryRun=All, the one value kube-apiserver takes (Kubernetes staging/src/k8s.io/apimachinery
+    pkg/apis/meta/v1/validation ValidateDryRun)."""
+    values = request.query.getall("dryRun", [])
+    if any(value != "All" for value in values):
+        raise ApiError(
+            422, "Invalid", f'dryRun: Unsupported value: "{values[0]}": supported values: "All"'
+        )
+    return bool(values)
+
+
+async def _body(request: web.Request, optional: bool = False, apply_patch: bool = False) -> Any:
+    """The request's object: JSON, or protobuf for the kinds kubectl's generators send so, or
+    YAML for a server-side apply."""
     data = await request.read()
     if not data:
         if optional:
             return None
         raise ApiError(400, "BadRequest", "the request body is empty")
     media_type = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
+    if apply_patch:
+        try:
+            return yaml.safe_load(data)
+        except yaml.YAMLError as exc:
+            raise ApiError(400, "BadRequest", f"the apply patch is not YAML: {exc}") from None
     try:
         if media_type == protobuf.MEDIA_TYPE:
             return protobuf.decode(data)[1]
@@ -536,7 +556,7 @@ def _unknown_fields(resource: ResourceType, body: Any, mode: str) -> list[str]:
     metadata = body.get("metadata")
     if isinstance(metadata, dict):
         unknown += [
-            f'unknown field "metadata.{key}"' for key in metadata if key not in _OBJECT_META_FIELDS
+            f'unknown field "metadata.{key}"' for key in metadata if key not in OBJECT_META_FIELDS
         ]
     if unknown and mode == "Strict":
         raise ApiError(400, "BadRequest", "strict decoding error: " + ", ".join(unknown))

@@ -30,12 +30,14 @@ from volcano_guard_sandbox.apiserver.selectors import Requirement, matches
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
 CONFLICT_MESSAGE = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )
 _COMMON_FIELDS = ("metadata.name", "metadata.namespace")
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # no vowels: no words in generated names
 GENERATE_NAME_ATTEMPTS = 8
+NAMESPACE_FINALIZE_AFTER = 2.0  # seconds from a namespace's deletion to its content's
 SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
     "pods": (
         *_COMMON_FIELDS,
@@ -49,6 +51,28 @@ SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
     "nodes": (*_COMMON_FIELDS, "spec.unschedulable"),
     "namespaces": (*_COMMON_FIELDS, "status.phase"),
 }
+
+
+NAMESPACES = served("", "v1", "namespaces")
+OBJECT_META_FIELDS = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+        "selfLink",
+    }
+)
 
 
 class Stale(Exception):
@@ -215,7 +239,7 @@ class Store:
         """A create's object as admission first sees it: decoded and defaulted, its namespace
         existing (NamespaceLifecycle runs before the webhooks)."""
         if resource.namespaced:
-            self._require_namespace(namespace)
+            self._require_namespace(namespace, resource)
         obj = self._check_body(resource, namespace, body)
         default(resource, obj)
         return obj
@@ -255,8 +279,20 @@ class Store:
         name = obj["metadata"]["name"]
         self._require_absent(resource, namespace, name)  # another create may have landed
         if resource.namespaced:
-            self._require_namespace(namespace)
+            self._require_namespace(namespace, resource)
         return self._commit(resource, namespace, name, obj, None, "ADDED")
+
+    def preview(
+        self, resource: ResourceType, obj: dict[str, Any], current: Stored | None
+    ) -> Stored:
+        """A dry run's answer: the object as a commit would store it, stored nowhere (a create
+        has no resourceVersion yet; an update keeps the current one)."""
+        obj = copy.deepcopy(obj)
+        obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
+        _on_every_write(resource, obj)
+        if current is None:
+            obj["metadata"].pop("resourceVersion", None)
+        return _stored(resource, obj, current.resource_version if current else 0)
 
     def update(
         self, resource: ResourceType, namespace: str, name: str, body: Any, subresource: str = ""
@@ -339,14 +375,59 @@ class Store:
     ) -> Stored:
         current = self.before_delete(resource, namespace, name, options)
         obj = current.object()
+        if resource.plural == "namespaces":
+            return self._terminate_namespace(name, current)
         if obj["metadata"].get("finalizers"):
             if obj["metadata"].get("deletionTimestamp"):
                 return current
             obj["metadata"]["deletionTimestamp"] = now_rfc3339()
             return self._commit(resource, namespace, name, obj, current, "MODIFIED")
-        if resource.plural == "namespaces":
-            self._delete_namespace_contents(name)
         return self._remove(resource, namespace, name, current)
+
+    def _terminate_namespace(self, name: str, current: Stored) -> Stored:
+        """A deleted namespace turns Terminating (deletionTimestamp, phase Terminating, the
+        `kubernetes` finalizer: Kubernetes pkg/registry/core/namespace/storage/storage.go
+        Delete); the namespace controller then deletes its content and the namespace
+        (pkg/controller/namespace/deletion/namespaced_resources_deleter.go). The sandbox plays
+        that controller NAMESPACE_FINALIZE_AFTER seconds later on its event loop (at once where
+        no loop runs), so a client deleting the namespace and its objects one by one, as
+        `kubectl delete -k` does, finds them still there."""
+        obj = current.object()
+        if obj["metadata"].get("deletionTimestamp"):
+            return current
+        obj["metadata"]["deletionTimestamp"] = now_rfc3339()
+        obj["spec"] = {**(obj.get("spec") or {}), "finalizers": ["kubernetes"]}
+        obj["status"] = {"phase": "Terminating"}
+        stored = self._commit(NAMESPACES, "", name, obj, current, "MODIFIED")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._finalize_namespace(name, stored.uid)
+            return stored
+        loop.call_later(NAMESPACE_FINALIZE_AFTER, self._finalize_namespace, name, stored.uid)
+        return stored
+
+    def _finalize_namespace(self, name: str, uid: str) -> None:
+        current = self._objects[NAMESPACES].get(("", name))
+        if current is None or current.uid != uid:
+            return
+        self._delete_namespace_contents(name)
+        obj = current.object()
+        obj["spec"]["finalizers"] = []
+        if obj["metadata"].get("finalizers"):  # another finalizer holds it: only ours is done
+            self._commit(NAMESPACES, "", name, obj, current, "MODIFIED")
+        else:
+            self._remove(NAMESPACES, "", name, current)
+
+    def delete_dependents(self, resource: ResourceType, namespace: str, owner_uid: str) -> None:
+        """The garbage collector's part for a deleted owner, done at once: its dependents of
+        `resource` (ownerReferences naming its uid) go with it."""
+        for (ns, name), stored in list(self._objects[resource].items()):
+            if ns != namespace or owner_uid.encode() not in stored.raw:
+                continue  # a cheap test first: a namespace may hold 100k pods
+            references = stored.object()["metadata"].get("ownerReferences") or []
+            if any(r.get("uid") == owner_uid for r in references):
+                self._remove(resource, ns, name, stored)
 
     def before_delete(
         self,
@@ -492,7 +573,7 @@ class Store:
             raise Stale()
         if new == current.object():
             return current  # a no-op write changes nothing, not even the resourceVersion
-        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+        if new["metadata"].get("deletionTimestamp") and not _finalizers(new):
             return self._remove(resource, namespace, name, current)
         return self._commit(resource, namespace, name, new, current, "MODIFIED")
 
@@ -653,10 +734,30 @@ class Store:
         if problem:
             raise invalid(resource, name, "metadata.name", f'Invalid value: "{name}": {problem}')
 
-    def _require_namespace(self, namespace: str) -> None:
+    def _require_namespace(self, namespace: str, resource: ResourceType | None = None) -> None:
         if not namespace:
             raise ApiError(400, "BadRequest", "a namespace is required for this resource")
-        if ("", namespace) not in self._objects[served("", "v1", "namespaces")]:
+        stored = self._objects[NAMESPACES].get(("", namespace))
+        terminating = stored is not None and stored.fields.get("status.phase") == "Terminating"
+        if terminating and resource is not None:
+            # Kubernetes plugin/pkg/admission/namespace/lifecycle admission.go Admit
+            raise ApiError(
+                403,
+                "Forbidden",
+                f"{_qualified(resource)} is forbidden: unable to create new content in "
+                f"namespace {namespace} because it is being terminated",
+                {
+                    "kind": resource.plural,
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {namespace} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
+            )
+        if stored is None:
             raise ApiError(
                 404,
                 "NotFound",
@@ -667,7 +768,7 @@ class Store:
     @staticmethod
     def check_patch_type(resource: ResourceType, content_type: str) -> None:
         """415 for a patch type this resource does not accept (server-side apply included)."""
-        accepted = [JSON_PATCH, MERGE_PATCH] + (
+        accepted = [JSON_PATCH, MERGE_PATCH, APPLY_PATCH] + (
             [STRATEGIC_PATCH] if resource.strategic_merge else []
         )
         if content_type not in accepted:
@@ -717,6 +818,19 @@ def _qualified(resource: ResourceType) -> str:
     return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
 
 
+def _as_map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _finalizers(obj: dict[str, Any]) -> list[Any]:
+    """What holds a deleted object: metadata.finalizers, and a Namespace's spec.finalizers."""
+    spec = _as_map(obj.get("spec"))
+    held = list(obj["metadata"].get("finalizers") or [])
+    if obj.get("kind") == "Namespace":
+        held += spec.get("finalizers") or []
+    return held
+
+
 def _spec(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
@@ -760,11 +874,41 @@ def _prepare_for_create(resource: ResourceType, obj: dict[str, Any]) -> None:
         obj["status"] = {"phase": "Active"}
     if resource.kind == "Pod":
         obj["status"] = {"phase": "Pending"}
+    if (resource.group, resource.kind) == ("batch", "Job"):
+        _generate_job_selector(obj)
+
+
+def _generate_job_selector(job: dict[str, Any]) -> None:
+    """A Job's selector and its template's labels, from its uid unless spec.manualSelector
+    (Kubernetes pkg/registry/batch/job/strategy.go generateSelectorIfNeeded, generateSelector)."""
+    spec = job.get("spec")
+    if not isinstance(spec, dict) or spec.get("manualSelector") is True:
+        return
+    uid, name = job["metadata"]["uid"], job["metadata"]["name"]
+    template = spec.setdefault("template", {})
+    metadata = template.setdefault("metadata", {}) if isinstance(template, dict) else None
+    if not isinstance(metadata, dict):
+        return
+    labels = _as_map(metadata.get("labels"))
+    metadata["labels"] = {  # a label the user set stays (validation then judges it)
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "job-name": name,
+        **labels,
+    }
+    selector = _as_map(spec.get("selector"))
+    match_labels = _as_map(selector.get("matchLabels"))
+    match_labels.setdefault("batch.kubernetes.io/controller-uid", uid)
+    spec["selector"] = {**selector, "matchLabels": match_labels}
 
 
 def _on_every_write(resource: ResourceType, obj: dict[str, Any]) -> None:
     """What the apiserver's strategies do on create and update: a namespace carries its name
-    as a label; a Secret's stringData is merged into data (base64) and never stored."""
+    as a label; a Secret's stringData is merged into data (base64) and never stored. And the
+    Deployment controller's part, played at once: see _roll_out."""
+    if (resource.group, resource.kind) == ("apps", "Deployment"):
+        _roll_out(obj)
     if resource.kind == "Namespace":
         labels = obj["metadata"].setdefault("labels", {})
         labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
@@ -773,6 +917,43 @@ def _on_every_write(resource: ResourceType, obj: dict[str, Any]) -> None:
         for key, value in obj.pop("stringData").items():
             data[key] = base64.b64encode(str(value).encode()).decode("ascii")
         obj["data"] = data
+
+
+def _roll_out(deployment: dict[str, Any]) -> None:
+    """The sandbox runs no Deployment controller and no pods: a Deployment whose generation
+    the status has not observed is reported rolled out at once, every replica updated and
+    available, so `kubectl rollout status` ends (Kubernetes staging/src/k8s.io/kubectl/pkg/
+    polymorphichelpers/rollout_status.go DeploymentStatusViewer.Status reads these fields)."""
+    generation = deployment["metadata"].get("generation", 1)
+    if _as_map(deployment.get("status")).get("observedGeneration") == generation:
+        return
+    replicas = _as_map(deployment.get("spec")).get("replicas", 1)
+    now = now_rfc3339()
+    deployment["status"] = {
+        "observedGeneration": generation,
+        "replicas": replicas,
+        "updatedReplicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+        "conditions": [
+            {
+                "type": "Available",
+                "status": "True",
+                "reason": "MinimumReplicasAvailable",
+                "message": "the sandbox plays the Deployment controller: no pods run",
+                "lastUpdateTime": now,
+                "lastTransitionTime": now,
+            },
+            {
+                "type": "Progressing",
+                "status": "True",
+                "reason": "NewReplicaSetAvailable",
+                "message": "the sandbox plays the Deployment controller: no pods run",
+                "lastUpdateTime": now,
+                "lastTransitionTime": now,
+            },
+        ],
+    }
 
 
 def _copy_limits_into_requests(container: dict[str, Any]) -> None:

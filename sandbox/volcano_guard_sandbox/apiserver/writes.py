@@ -12,17 +12,20 @@ start, as the apiserver's GuaranteedUpdate retries; a precondition the client se
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from volcano_guard_sandbox.apiserver import pod_validation, policies
+from volcano_guard_sandbox.apiserver import apply, immutable, pod_validation, policies
 from volcano_guard_sandbox.apiserver.admission import Dispatcher, Record
 from volcano_guard_sandbox.apiserver.matching import Attributes, User, configuration_errors
 from volcano_guard_sandbox.apiserver.policy_validation import compile_errors
 from volcano_guard_sandbox.apiserver.resources import ADMISSION, RESOURCES, ResourceType, served
 from volcano_guard_sandbox.apiserver.store import (
+    APPLY_PATCH,
     ApiError,
     Stale,
     Store,
@@ -38,6 +41,10 @@ VALIDATING = served(ADMISSION, "v1", "validatingwebhookconfigurations")
 POLICIES = served(ADMISSION, "v1", "validatingadmissionpolicies")
 BINDINGS = served(ADMISSION, "v1", "validatingadmissionpolicybindings")
 PODS = served("", "v1", "pods")
+JOBS = served("batch", "v1", "jobs")
+JOB_CONTROLLER = User("system:serviceaccount:kube-system:job-controller")
+log = logging.getLogger("volcano_guard_sandbox.apiserver.writes")
+_CONTROLLERS: set[asyncio.Task[None]] = set()  # the controllers' running steps, kept referenced
 BINDING_KIND = ("", "v1", "Binding")
 
 
@@ -54,6 +61,9 @@ class Write:
     subresource: str = ""
     query: Mapping[str, str] = field(default_factory=dict)
     record: Record = field(default_factory=Record)
+    manager: str = "unknown"  # the fieldManager of managedFields
+    dry_run: bool = False  # dryRun=All: admitted and answered as if stored, nothing stored
+    created: bool = False  # an apply that created its object (201)
 
     def attributes(
         self,
@@ -79,6 +89,7 @@ class Write:
             old_object=old,
             options=options,
             namespace_labels=self._namespace_labels(operation, obj, namespace),
+            dry_run=self.dry_run,
         )
 
     def _namespace_labels(
@@ -106,6 +117,8 @@ class Write:
         for key in ("fieldManager", "fieldValidation"):
             if self.query.get(key):
                 options[key] = self.query[key]
+        if self.dry_run:
+            options["dryRun"] = ["All"]
         return options
 
     def configurations(self, resource: ResourceType) -> list[dict[str, Any]]:
@@ -166,9 +179,58 @@ async def create(write: Write, body: Any) -> Stored:
     obj = store.prepare_create(resource, namespace, obj)
     _check_valid(resource, obj)
     await write.validate(write.attributes("CREATE", obj, None, options))
-    stored = store.commit_create(resource, namespace, obj)
     write.name = obj["metadata"]["name"]
+    if write.dry_run:
+        return store.preview(resource, obj, None)
+    stored = store.commit_create(resource, namespace, obj)
+    if resource is JOBS:
+        # After the answer, as the controller acts on the Job it watched being created: a slow
+        # webhook on the pod holds up the pod, never the Job's create.
+        task = asyncio.get_running_loop().create_task(_start_job(write, stored.object()))
+        _CONTROLLERS.add(task)
+        task.add_done_callback(_CONTROLLERS.discard)
     return stored
+
+
+async def _start_job(write: Write, job: dict[str, Any]) -> None:
+    """The Job controller's first step, played at once: one pod from the Job's template,
+    created through admission as the controller's own create is (Kubernetes pkg/controller/
+    job/job_controller.go manageJob -> podControl.CreatePodsWithGenerateName). The pod stays
+    Pending: the sandbox runs no containers. A pod admission refuses is left uncreated (the
+    controller would retry and record an Event)."""
+    template = (job.get("spec") or {}).get("template") or {}
+    metadata = job["metadata"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{metadata['name']}-",
+            "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": metadata["name"],
+                    "uid": metadata["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": template.get("spec") or {},
+    }
+    controller = Write(
+        write.store,
+        write.dispatcher,
+        JOB_CONTROLLER,
+        PODS,
+        write.namespace,
+        manager="job-controller",
+    )
+    try:
+        await create(controller, pod)
+    except (ApiError, Stale) as exc:
+        log.info("the sandbox's Job controller created no pod for %s: %s", metadata["name"], exc)
 
 
 async def update(write: Write, body: Any) -> Stored:
@@ -178,6 +240,8 @@ async def update(write: Write, body: Any) -> Stored:
 
 
 async def patch(write: Write, content_type: str, body: Any) -> Stored:
+    if content_type == APPLY_PATCH:
+        return await _apply(write, body)
     return await _update(
         write,
         lambda: write.store.patched(
@@ -186,7 +250,62 @@ async def patch(write: Write, content_type: str, body: Any) -> Stored:
     )
 
 
-async def _update(write: Write, read: Any) -> Stored:
+async def _apply(write: Write, body: Any) -> Stored:
+    """Server-side apply: Kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go
+    PatchResource (applyPatcher); an absent object is created, admitted as a CREATE."""
+    store, resource = write.store, write.resource
+    applied = _applied_object(write, body)
+    force = write.query.get("force") in ("true", "1")
+    builtin = resource.strategic_merge
+    try:
+        store.get(resource, write.namespace, write.name)
+    except ApiError as exc:
+        if exc.code != 404:
+            raise
+        obj = apply.apply(None, applied, write.manager, force, builtin)
+        obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
+        write.created = True
+        return await create(write, obj)
+
+    def read() -> tuple[Stored, dict[str, Any]]:
+        current = store.get(resource, write.namespace, write.name)
+        merged = apply.apply(current.object(), applied, write.manager, force, builtin)
+        return store.replacement(resource, write.namespace, write.name, merged)
+
+    return await _update(write, read, applying=True)
+
+
+def _applied_object(write: Write, body: Any) -> dict[str, Any]:
+    resource = write.resource
+    if write.subresource:
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the sandbox does not model server-side apply to {resource.plural}/"
+            f"{write.subresource}",
+        )
+    apply.check_manager(write.query)
+    if not isinstance(body, dict):
+        raise ApiError(400, "BadRequest", "an apply patch must be an object")
+    if body.get("apiVersion") != resource.api_version or body.get("kind") != resource.kind:
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the apply patch's apiVersion and kind must be {resource.api_version} "
+            f"{resource.kind}, got {body.get('apiVersion')} {body.get('kind')}",
+        )
+    metadata = body.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if name != write.name:
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the name of the object ({name}) does not match the name on the URL ({write.name})",
+        )
+    return body
+
+
+async def _update(write: Write, read: Any, applying: bool = False) -> Stored:
     store, resource, namespace, name = write.store, write.resource, write.namespace, write.name
     options = write.options("UpdateOptions")
     for _ in range(MAX_ATTEMPTS):
@@ -195,10 +314,15 @@ async def _update(write: Write, read: Any) -> Stored:
         old = current.object()
         obj = await write.mutate(write.attributes("UPDATE", obj, old, options)) or obj
         new = store.prepare_update(resource, namespace, name, current, obj, write.subresource)
+        if not applying:
+            apply.record_update(old, new, write.manager, resource.strategic_merge)
         _check_valid(resource, new)
+        immutable.check_update(resource, new, old)
         if resource is PODS and not write.subresource:
             _check_pod_update(new, old)
         await write.validate(write.attributes("UPDATE", new, old, options))
+        if write.dry_run:
+            return store.preview(resource, new, current)
         try:
             return store.commit_update(resource, namespace, name, current, new)
         except Stale:
@@ -260,7 +384,12 @@ async def delete(write: Write, options: dict[str, Any] | None) -> Stored:
     await write.mutate(write.attributes("DELETE", None, current.object(), delete_options))
     current = store.before_delete(resource, namespace, name, options)
     await write.validate(write.attributes("DELETE", None, current.object(), delete_options))
-    return store.delete(resource, namespace, name, options)
+    if write.dry_run:
+        return current
+    deleted = store.delete(resource, namespace, name, options)
+    if resource is JOBS and (options or {}).get("propagationPolicy") != "Orphan":
+        store.delete_dependents(PODS, namespace, current.uid)
+    return deleted
 
 
 async def bind(write: Write, binding: Any) -> None:

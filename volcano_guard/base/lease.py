@@ -1,7 +1,7 @@
-"""One active audit replica at a time: leader election over a coordination.k8s.io/v1 Lease, as
-client-go's leaderelection does it (tools/leaderelection/leaderelection.go: holderIdentity,
-leaseDurationSeconds, acquireTime, renewTime, leaseTransitions; optimistic concurrency on the
-Lease's resourceVersion).
+"""One active replica at a time (the audit's, the reconciler's): leader election over a
+coordination.k8s.io/v1 Lease, as client-go's leaderelection does it
+(tools/leaderelection/leaderelection.go: holderIdentity, leaseDurationSeconds, acquireTime,
+renewTime, leaseTransitions; optimistic concurrency on the Lease's resourceVersion).
 
 Time is this replica's own: a record's expiry runs from the local moment this replica last saw
 it change (client-go's observedTime), never from the renewTime another replica wrote, so two
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger("volcano_guard.audit.lease")
+log = logging.getLogger("volcano_guard.base.lease")
 
 
 @dataclass(frozen=True, kw_only=True)

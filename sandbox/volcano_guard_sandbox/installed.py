@@ -1,0 +1,256 @@
+"""The guard installed in the sandbox as docs/install.md says (`kubectl apply -k`), its pods
+played as a kubelet would run them: each of the guard's Deployments runs as a local process with
+its container's own command line, its ConfigMap and Secret volumes projected into directories
+(kubelet.VolumeProjector) at the paths its arguments name, its ServiceAccount's token, and
+POD_NAMESPACE/POD_NAME. So the rehearsals of install, config change, drift and uninstall run
+what the manifests say, not a harness's idea of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from volcano_guard.base.kubeconfig import write_kubeconfig
+from volcano_guard.base.tls import client_context, server_context
+from volcano_guard.certs.generate import generate
+from volcano_guard_sandbox.apiserver.authn import load_token_file
+from volcano_guard_sandbox.apiserver.runner import SandboxThread
+from volcano_guard_sandbox.apiserver.server import SandboxSettings
+from volcano_guard_sandbox.guarded_sandbox import GuardedSandboxError, kubectl_path
+from volcano_guard_sandbox.kubelet import VolumeProjector
+from volcano_guard_sandbox.processes import free_port
+
+NAMESPACE = "volcano-guard"
+WEBHOOK, RECONCILER = "volcano-guard", "volcano-guard-reconciler"
+SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
+
+
+def _tokens(namespace: str) -> str:
+    """admin, each of the guard's accounts (token = account name), and Volcano's scheduler."""
+    accounts = "\n".join(
+        f'{name},system:serviceaccount:{namespace}:{name},{index},"system:serviceaccounts"'
+        for index, name in enumerate((WEBHOOK, RECONCILER, "volcano-guard-audit"), start=1)
+    )
+    return (
+        'admin,kubernetes-admin,0,"system:masters"\n'
+        f'volcano,{SCHEDULER},9,"system:serviceaccounts"\n{accounts}\n'
+    )
+
+
+@dataclass
+class Pod:
+    """One replica of a Deployment, as a process."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+    metrics_port: int
+    volumes: ExitStack = field(default_factory=ExitStack)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
+        self.volumes.close()
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return str(answer.read().decode())
+
+    def ready(self) -> bool:
+        try:
+            url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+            with urllib.request.urlopen(url, timeout=1) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+
+@dataclass
+class InstalledSandbox:
+    directory: Path
+    sandbox: SandboxThread
+    kubectl_binary: str
+    namespace: str
+    webhook_port: int
+    pods: dict[str, Pod] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    def kubectl(
+        self, *args: str, stdin: str | None = None, token: str = "admin", check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [self.kubectl_binary, "--kubeconfig", str(self.kubeconfig), "--token", token, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if check and result.returncode != 0:
+            raise GuardedSandboxError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result
+
+    def create(
+        self, obj: Mapping[str, Any], check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        return self.kubectl("create", "-f", "-", stdin=json.dumps(obj), check=check)
+
+    def get(self, *args: str) -> dict[str, Any]:
+        return dict(json.loads(self.kubectl("get", *args, "-o", "json").stdout))
+
+    def deployment(self, name: str) -> dict[str, Any]:
+        return self.get("deployment", name, "-n", self.namespace)
+
+    def start(self, name: str) -> Pod:
+        """Run one replica of Deployment `name` as the kubelet would."""
+        spec = self.deployment(name)["spec"]["template"]["spec"]
+        [container] = spec["containers"]
+        pod_dir = self.directory / f"{name}-{len(self.pods)}"
+        pod_dir.mkdir(parents=True)
+        volumes = ExitStack()
+        paths = self._mount(spec, container, pod_dir, volumes)
+        args = [self._local(arg, paths) for arg in container.get("args", [])]
+        metrics_port = free_port()
+        args = _with_flag(args, "--metrics-listen", f"127.0.0.1:{metrics_port}")
+        if name == WEBHOOK:
+            args = _with_flag(args, "--listen", f"127.0.0.1:{self.webhook_port}")
+        kubeconfig = pod_dir / "kubeconfig"
+        write_kubeconfig(
+            kubeconfig,
+            self.sandbox.url.replace("127.0.0.1", "localhost"),
+            token=spec.get("serviceAccountName", "default"),  # the account's token is its name
+            ca_file=self.directory / "sandbox" / "ca.crt",
+        )
+        env = {
+            **os.environ,
+            "POD_NAMESPACE": self.namespace,
+            "POD_NAME": pod_dir.name,
+            "KUBECONFIG": str(kubeconfig),
+        }
+        log = pod_dir / "log"
+        with open(log, "wb") as output:
+            command = [sys.executable, "-m", "volcano_guard.cli", *args]
+            process = subprocess.Popen(command, stdout=output, stderr=output, env=env)
+        pod = Pod(process, log, metrics_port, volumes)
+        self.pods[name] = pod
+        return pod
+
+    def stop(self, name: str) -> None:
+        self.pods.pop(name).stop()
+
+    def _mount(
+        self, spec: dict[str, Any], container: dict[str, Any], pod_dir: Path, volumes: ExitStack
+    ) -> dict[str, Path]:
+        """Project each ConfigMap or Secret volume; mountPath -> the local path it shows."""
+        sources = {v["name"]: v for v in spec.get("volumes", [])}
+        paths: dict[str, Path] = {}
+        tls = client_context(self.directory / "sandbox" / "ca.crt")
+        for mount in container.get("volumeMounts", []):
+            volume = sources[mount["name"]]
+            kind, name = (
+                ("ConfigMap", volume["configMap"]["name"])
+                if "configMap" in volume
+                else ("Secret", volume["secret"]["secretName"])
+            )
+            local = pod_dir / "volumes" / mount["name"]
+            projector = VolumeProjector(
+                self.sandbox.url.replace("127.0.0.1", "localhost"),
+                kind,
+                self.namespace,
+                name,
+                local,
+                token="admin",
+                ssl_context=tls,
+                interval=0.2,
+            )
+            volumes.enter_context(projector)
+            sub = mount.get("subPath")
+            paths[mount["mountPath"]] = local / sub if sub else local
+        return paths
+
+    @staticmethod
+    def _local(arg: str, paths: Mapping[str, Path]) -> str:
+        for mount, local in sorted(paths.items(), key=lambda item: -len(item[0])):
+            if arg == mount or arg.startswith(mount.rstrip("/") + "/"):
+                return str(local) + arg[len(mount) :]
+        return arg
+
+
+def _with_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """args with flag set to value, whether it was given as `flag value`, `flag=value` or not."""
+    out: list[str] = []
+    skip = False
+    for index, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg == flag and index + 1 < len(args):
+            skip = True
+            continue
+        if arg.startswith(flag + "="):
+            continue
+        out.append(arg)
+    return [*out, flag, value]
+
+
+def wait_until(condition: Any, what: str, timeout: float = 30, pod: Pod | None = None) -> float:
+    """Seconds until condition() is true; GuardedSandboxError naming what, with the pod's log."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if condition():
+            return time.monotonic() - start
+        if pod is not None and pod.process.poll() is not None:
+            raise GuardedSandboxError(f"exited waiting for {what}: {pod.log.read_text()}")
+        time.sleep(0.1)
+    log = pod.log.read_text() if pod is not None else ""
+    raise GuardedSandboxError(f"timed out after {timeout}s waiting for {what} {log}")
+
+
+@contextmanager
+def installed_sandbox(
+    directory: Path, kustomization: Path, seed: list[dict[str, Any]], namespace: str = NAMESPACE
+) -> Iterator[InstalledSandbox]:
+    """`kubectl apply -k kustomization` into a fresh sandbox (seeded first), nothing running
+    yet: start() each Deployment the test needs."""
+    kubectl = kubectl_path()
+    if kubectl is None:
+        raise GuardedSandboxError("kubectl is not installed")
+    certs = generate(
+        "sandbox", "local", directory / "sandbox", days=1, extra_dns_names=("localhost",)
+    )
+    (directory / "tokens.csv").write_text(_tokens(namespace), encoding="utf-8")
+    webhook_port = free_port()
+    settings = SandboxSettings(
+        services={(namespace, WEBHOOK, 443): ("127.0.0.1", webhook_port)},
+        tokens=load_token_file(directory / "tokens.csv"),
+    )
+    with SandboxThread(
+        settings=settings, tls=server_context(certs.cert_file, certs.key_file)
+    ) as sandbox:
+        sandbox.seed(seed)
+        write_kubeconfig(
+            directory / "kubeconfig",
+            sandbox.url.replace("127.0.0.1", "localhost"),
+            token="admin",
+            ca_file=certs.ca_file,
+        )
+        installed = InstalledSandbox(directory, sandbox, kubectl, namespace, webhook_port)
+        installed.kubectl("apply", "-k", str(kustomization))
+        try:
+            yield installed
+        finally:
+            for pod in installed.pods.values():
+                pod.stop()

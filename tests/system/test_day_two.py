@@ -1,0 +1,218 @@
+"""Day two, as docs/install.md says, in the sandbox with kubectl: the guard installed with
+`kubectl apply -k`, its reconciler and webhook run as their Deployments say (the harness plays
+the kubelet), then the config changed in one step, a binding deleted, a bad config applied.
+Each is held to what the issue asks: enforced within a bounded time, with the webhook up and
+stopped, and nothing refused for the change itself."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from volcano_guard_sandbox.installed import RECONCILER, WEBHOOK, installed_sandbox, wait_until
+
+NODES = [
+    {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "gpu-1", "labels": {"role": "train"}},
+    },
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-1"}},
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
+]
+REQUESTS = {"cpu": "1", "memory": "1Gi"}
+BOUND = 20.0  # seconds: a reconciler pass (2 s), the kubelet's projection, the webhook's re-read
+
+
+def pinned(name: str, node: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {
+            "schedulerName": "volcano",
+            "nodeName": node,
+            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": REQUESTS}}],
+        },
+    }
+
+
+@pytest.fixture
+def checkout(tmp_path) -> Path:
+    """deploy/ copied, so the test edits its config as an operator edits theirs."""
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed (.ci/run installs it)")
+    shutil.copytree(REPO / "deploy", tmp_path / "deploy")
+    return tmp_path / "deploy" / "base"
+
+
+def set_config(base: Path, change) -> None:
+    configmap = yaml.safe_load((base / "config.yaml").read_text())
+    config = yaml.safe_load(configmap["data"]["config.yaml"]) or {}
+    change(config)
+    configmap["data"]["config.yaml"] = yaml.safe_dump(config)
+    (base / "config.yaml").write_text(yaml.safe_dump(configmap))
+
+
+def managed(selectors):
+    return lambda config: config["policies"]["nodeName"].__setitem__(
+        "managedNodeSelectors", selectors
+    )
+
+
+@pytest.mark.slow  # two processes and a kubelet's part: about 25 s
+def test_a_config_change_is_one_apply_and_holds_with_the_webhook_up_and_stopped(checkout, tmp_path):
+    with installed_sandbox(tmp_path / "cluster", checkout, NODES) as cluster:
+        reconciler = cluster.start(RECONCILER)
+        wait_until(
+            lambda: (
+                cluster.kubectl(
+                    "get", "validatingwebhookconfiguration", "volcano-guard", check=False
+                ).returncode
+                == 0
+                and cluster.kubectl(
+                    "-n", "volcano-guard", "get", "secret", "volcano-guard-tls", check=False
+                ).returncode
+                == 0
+            ),
+            "the reconciler's registrations and certificate",
+            pod=reconciler,
+        )
+        webhook = cluster.start(WEBHOOK)
+        wait_until(webhook.ready, "the webhook to be ready", pod=webhook)
+        # The shipped config: every node is Volcano's, so pinning to any node is refused.
+        assert cluster.create(pinned("p0", "cpu-1")).returncode != 0
+
+        set_config(checkout, managed(["role:train"]))
+        cluster.kubectl("apply", "-k", str(checkout))  # the one step
+        took = wait_until(
+            lambda: cluster.create(pinned("p1", "cpu-1")).returncode == 0,
+            "a pod pinned to an unlabelled node to be admitted",
+            timeout=BOUND,
+            pod=webhook,
+        )
+        assert cluster.create(pinned("p2", "gpu-1")).returncode != 0
+        cluster.stop(WEBHOOK)
+        assert cluster.create(pinned("p3", "cpu-1")).returncode == 0
+        refused = cluster.create(pinned("p4", "gpu-1"))
+        assert refused.returncode != 0 and "volcano-guard-node-name" in refused.stderr
+        print(f"the change took {took:.1f}s")
+
+
+def drift_count(metrics: str, name: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith("volcano_guard_reconciler_drift_total{") and f'name="{name}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.mark.slow  # about 18 s
+def test_deleted_objects_come_back_and_a_bad_config_changes_nothing(checkout, tmp_path):
+    with installed_sandbox(tmp_path / "cluster", checkout, NODES) as cluster:
+        reconciler = cluster.start(RECONCILER)
+        binding = "volcano-guard-resource-requests"
+
+        def present(*what: str) -> bool:
+            return cluster.kubectl("get", *what, check=False).returncode == 0
+
+        wait_until(
+            lambda: present("secret", "-n", "volcano-guard", "volcano-guard-tls"),
+            "the certificates",
+            pod=reconciler,
+        )
+        cluster.kubectl("delete", "validatingadmissionpolicybinding", binding)
+        took = wait_until(
+            lambda: present("validatingadmissionpolicybinding", binding), "the binding", 10
+        )
+        assert drift_count(reconciler.metrics(), binding) == 1
+        # Re-created registrations get their caBundles at once, not empty.
+        cluster.kubectl(
+            "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "volcano-guard"
+        )
+        wait_until(
+            lambda: (
+                present("validatingwebhookconfiguration", "volcano-guard")
+                and present("mutatingwebhookconfiguration", "volcano-guard")
+            ),
+            "the registrations",
+            10,
+        )
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            webhooks = cluster.get(kind, "volcano-guard")["webhooks"]
+            assert all(w["clientConfig"]["caBundle"] for w in webhooks), kind
+        before = cluster.get("validatingadmissionpolicybinding", binding)
+
+        set_config(
+            checkout, lambda config: config["policies"]["resourceRequests"].update(mode="enforced")
+        )
+        cluster.kubectl("apply", "-k", str(checkout))  # kubectl cannot tell; the guard can
+        wait_until(
+            lambda: "volcano_guard_reconciler_config_valid 0.0" in reconciler.metrics(),
+            "the config to be refused",
+            10,
+        )
+        log = reconciler.log.read_text().splitlines()
+        [line] = [entry for entry in log if "ConfigMap" in entry and "enforced" in entry]
+        assert "policies.resourceRequests.mode" in line and "last good config" in line
+        events = cluster.get("events", "-n", "volcano-guard")["items"]
+        assert "ConfigRejected" in {e["reason"] for e in events}
+        after = cluster.get("validatingadmissionpolicybinding", binding)
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        assert after["spec"]["validationActions"] == ["Deny"]
+        print(f"a deleted binding was back after {took:.1f}s")
+
+
+def uninstall_commands() -> list[str]:
+    """The kustomize lines of install.md's "Uninstall", continuation lines joined."""
+    guide = (REPO / "docs" / "install.md").read_text()
+    section = guide[guide.index("## 8. Uninstall") :]
+    blocks = section.split("```sh\n")
+    kustomize = blocks[2][: blocks[2].index("```")]
+    return [line.split(" #")[0].strip() for line in kustomize.replace("\\\n", " ").splitlines()]
+
+
+@pytest.mark.slow  # about 20 s
+def test_the_documented_uninstall_removes_registrations_first_and_leaves_nothing(
+    checkout, tmp_path
+):
+    with installed_sandbox(tmp_path / "cluster", checkout, NODES) as cluster:
+        reconciler = cluster.start(RECONCILER)
+        wait_until(
+            lambda: (
+                cluster.kubectl(
+                    "get", "validatingwebhookconfiguration", "volcano-guard", check=False
+                ).returncode
+                == 0
+            ),
+            "the registrations",
+            pod=reconciler,
+        )
+        [pause, delete_owned, *delete_rest] = uninstall_commands()
+        cluster.kubectl(*pause.split()[1:])
+        time.sleep(5)  # the reconciler's pass under way ends; the docs' step leaves it running
+        cluster.kubectl(*delete_owned.split()[1:])
+        time.sleep(5)  # two passes of the running reconciler: nothing comes back
+        owned = cluster.kubectl(
+            "get",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration,"
+            "validatingadmissionpolicy,validatingadmissionpolicybinding",
+            "-o",
+            "name",
+        ).stdout
+        assert owned == ""
+        cluster.stop(RECONCILER)
+        for line in delete_rest:
+            words = [w.replace("deploy/", f"{checkout.parent}/") for w in line.split()[1:]]
+            result = cluster.kubectl(*words, check=False)
+            assert result.returncode == 0, (line, result.stderr)
+        kinds = (
+            "deployments,services,configmaps,secrets,serviceaccounts,roles,rolebindings,"
+            "clusterroles,clusterrolebindings,poddisruptionbudgets,leases,namespaces"
+        )
+        left = cluster.kubectl("get", kinds, "-A", "-o", "name").stdout
+        assert "volcano-guard" not in left, left

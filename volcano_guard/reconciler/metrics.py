@@ -1,0 +1,55 @@
+"""The reconciler's metrics (prefix volcano_guard_reconciler_)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+from volcano_guard.base.metrics import PREFIX, REGISTRY
+
+P = PREFIX + "reconciler_"
+LEADING = Gauge(P + "leading", "1 while this replica holds the Lease", registry=REGISTRY)
+CONFIG_VALID = Gauge(
+    P + "config_valid",
+    "1 while the config ConfigMap holds a config that parses; 0 while the last good one holds",
+    registry=REGISTRY,
+)
+CONFIG_REJECTED = Counter(
+    P + "config_rejected",
+    "Config changes refused (the last good config stayed in force)",
+    registry=REGISTRY,
+)
+PAUSED = Gauge(
+    P + "paused",
+    "1 while the config ConfigMap's volcano-guard.io/reconcile annotation says paused",
+    registry=REGISTRY,
+)
+WRITES = Counter(
+    P + "writes",
+    "Owned objects written, by kind and why: config (the config changed), drift (someone "
+    "else changed it), missing (deleted, re-created) or unused (deleted: the config needs none)",
+    ["kind", "reason"],
+    registry=REGISTRY,
+)
+DRIFT = Counter(
+    P + "drift",
+    "Owned objects found edited or deleted by someone else (repaired, or in GitOps mode "
+    "reported), by kind and name",
+    ["kind", "name"],
+    registry=REGISTRY,
+)
+OUT_OF_STEP = Gauge(
+    P + "out_of_step_objects",
+    "Owned objects that differ from the config right now (GitOps mode leaves them so)",
+    registry=REGISTRY,
+)
+ERRORS = Counter(
+    P + "errors",
+    "Reconcile passes that failed, by step (objects, certificates)",
+    ["step"],
+    registry=REGISTRY,
+)
+LAST_SUCCESS = Gauge(
+    P + "last_success_timestamp_seconds",
+    "When a reconcile pass last finished with everything in step",
+    registry=REGISTRY,
+)
