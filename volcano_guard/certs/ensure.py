@@ -47,6 +47,7 @@ from volcano_guard.certs.plan import (
     Step,
     adopted,
     fingerprint,
+    is_key_of,
     kept_with_new_ca,
     plan,
     retired,
@@ -132,7 +133,7 @@ class _Cluster:
         bundles, bundle_cas = self._bundles()
         state = CertState(
             cas,
-            key is not None and bool(cas) and _same_key(key, cas[0]),
+            key is not None and bool(cas) and is_key_of(key, cas[0]),
             cert[0] if cert else None,
             bundles,
             cert_key_matches=not pair_problem(
@@ -305,18 +306,6 @@ def _private_key(pem: bytes | None) -> Any:
         return serialization.load_pem_private_key(pem, None)
     except (ValueError, TypeError):
         return None
-
-
-def _same_key(key: Any, certificate: x509.Certificate) -> bool:
-    info = serialization.PublicFormat.SubjectPublicKeyInfo
-    der = serialization.Encoding.DER
-    try:
-        return bool(
-            key.public_key().public_bytes(der, info)
-            == certificate.public_key().public_bytes(der, info)
-        )
-    except (AttributeError, ValueError):  # a key that signs nothing
-        return False
 
 
 def _pem(cas: Sequence[x509.Certificate]) -> bytes:

@@ -26,11 +26,11 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 
 Step = Literal["make-ca", "retire", "adopt", "trust", "issue", "done"]
 
@@ -147,14 +147,15 @@ def adopted(state: CertState, now: datetime.datetime) -> list[x509.Certificate]:
     before, which the webhook may still serve) and the one in a caBundle that signed the
     serving certificate (an install whose CA Secret was lost)."""
     known = {fingerprint(ca) for ca in state.cas}
-    cert = state.cert
-    wanted = [*state.tls_cas]
-    if cert is not None:
-        wanted += [ca for ca in state.bundle_cas if signed_by(cert, ca)]
+    listed = {fingerprint(ca) for ca in state.tls_cas}
     joining: list[x509.Certificate] = []
-    for ca in wanted:
-        if usable(ca, now) and fingerprint(ca) not in known:
-            known.add(fingerprint(ca))
+    for ca in (*state.tls_cas, *state.bundle_cas):
+        mark = fingerprint(ca)
+        if mark in known or not usable(ca, now):
+            continue
+        # The signature last: it costs more than the rest of the plan.
+        if mark in listed or (state.cert is not None and signed_by(state.cert, ca)):
+            known.add(mark)
             joining.append(ca)
     return [*state.cas, *joining]
 
@@ -170,6 +171,17 @@ def is_ca(certificate: x509.Certificate) -> bool:
     except x509.ExtensionNotFound:
         return False
     return bool(constraints.value.ca)
+
+
+def is_key_of(key: Any, certificate: x509.Certificate) -> bool:
+    """Whether key is the private key of certificate's public key."""
+    info = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    try:
+        mine = key.public_key().public_bytes(der, info)
+    except (AttributeError, ValueError):  # not a private key
+        return False
+    return bool(mine == certificate.public_key().public_bytes(der, info))
 
 
 def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
