@@ -12,20 +12,10 @@ from typing import Any
 import pytest
 from cryptography import x509
 
+from volcano_guard.certs import plan as rules
 from volcano_guard.certs.ensure import MAX_STEPS
 from volcano_guard.certs.generate import issue_ca, issue_leaf
-from volcano_guard.certs.plan import (
-    CertState,
-    Lifetimes,
-    adopted,
-    fingerprint,
-    is_key_of,
-    kept_with_new_ca,
-    plan,
-    retired,
-    signed_by,
-    trusted,
-)
+from volcano_guard.certs.plan import CertState, Lifetimes, fingerprint, plan, signed_by
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 LIFETIMES = Lifetimes(ca=datetime.timedelta(days=90), cert=datetime.timedelta(days=30))
@@ -54,7 +44,9 @@ class Cluster:
     def state(self) -> CertState:
         return CertState(
             tuple(self.cas),
-            self.ca_key is not None and bool(self.cas) and is_key_of(self.ca_key, self.cas[0]),
+            self.ca_key is not None
+            and bool(self.cas)
+            and rules.is_key_of(self.ca_key, self.cas[0]),
             self.cert,
             {name: frozenset(map(fingerprint, cas)) for name, cas in self.bundles.items()},
             cert_key_matches=self.cert_key_matches,
@@ -66,13 +58,11 @@ class Cluster:
         state = self.state()
         if step == "make-ca":
             self.ca_key, ca = issue_ca("volcano-guard-ca", now, now + LIFETIMES.ca)
-            self.cas = [ca, *kept_with_new_ca(state, now)]
-        elif step == "retire":
-            self.cas = retired(state, now)
-        elif step == "adopt":
-            self.cas = adopted(state, now)
+            self.cas = rules.cas_after("make-ca", state, now, ca)
+        elif step in ("retire", "adopt"):
+            self.cas = rules.cas_after(step, state, now)  # type: ignore[arg-type]
         elif step == "trust":
-            wanted = trusted(state, now)
+            wanted = rules.trusted(state, now)
             bundle = tuple(ca for ca in self.cas if fingerprint(ca) in wanted)
             self.bundles = dict.fromkeys(self.bundles, bundle)
         elif step == "issue":

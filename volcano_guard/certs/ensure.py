@@ -45,12 +45,10 @@ from volcano_guard.certs.plan import (
     CertState,
     Lifetimes,
     Step,
-    adopted,
+    cas_after,
     fingerprint,
     is_key_of,
-    kept_with_new_ca,
     plan,
-    retired,
     trusted,
 )
 
@@ -154,10 +152,9 @@ class _Cluster:
                 now,
                 now + lifetimes.ca,
             )
-            self._write_ca([ca, *kept_with_new_ca(state, now)], key, read.ca_version)
+            self._write_ca(cas_after(step, state, now, ca), key, read.ca_version)
         elif step in ("retire", "adopt"):
-            cas = retired(state, now) if step == "retire" else adopted(state, now)
-            self._write_ca(cas, read.ca_key, read.ca_version)
+            self._write_ca(cas_after(step, state, now), read.ca_key, read.ca_version)
         elif step == "trust":
             bundle = _pem([ca for ca in state.cas if fingerprint(ca) in trusted(state, now)])
             problem = ca_bundle_problem(bundle, now)

@@ -101,11 +101,7 @@ def _ca_problem(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) 
     signing = state.cas[0]
     if not is_ca(signing):
         return "the CA Secret's first certificate is not a CA"
-    if signing.not_valid_before_utc > now:
-        return f"the CA is not valid before {signing.not_valid_before_utc:%Y-%m-%d %H:%M}"
-    if due(signing, now, lifetimes.ca, lifetimes):
-        return f"the CA expires on {signing.not_valid_after_utc:%Y-%m-%d %H:%M}: a new one joins it"
-    return None
+    return _time_problem("the CA", signing, now, lifetimes.ca, lifetimes)
 
 
 def _cert_problem(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> str | None:
@@ -117,10 +113,22 @@ def _cert_problem(state: CertState, now: datetime.datetime, lifetimes: Lifetimes
         return "the TLS Secret's key is not the serving certificate's"
     if cert.issuer != signing.subject or not signed_by(cert, signing):
         return "the serving certificate is not signed by the newest CA"
-    if cert.not_valid_before_utc > now:
-        return f"the serving certificate is not valid before {cert.not_valid_before_utc:%Y-%m-%d}"
-    if due(cert, now, lifetimes.cert, lifetimes):
-        return f"the serving certificate expires on {cert.not_valid_after_utc:%Y-%m-%d %H:%M}"
+    return _time_problem("the serving certificate", cert, now, lifetimes.cert, lifetimes)
+
+
+def _time_problem(
+    what: str,
+    certificate: x509.Certificate,
+    now: datetime.datetime,
+    lifetime: datetime.timedelta,
+    lifetimes: Lifetimes,
+) -> str | None:
+    """Why certificate must be replaced for its dates (not valid yet: a clock that went back;
+    due), or None."""
+    if certificate.not_valid_before_utc > now:
+        return f"{what} is not valid before {certificate.not_valid_before_utc:%Y-%m-%d %H:%M}"
+    if due(certificate, now, lifetime, lifetimes):
+        return f"{what} expires on {certificate.not_valid_after_utc:%Y-%m-%d %H:%M}"
     return None
 
 
@@ -130,9 +138,17 @@ def usable(ca: x509.Certificate, now: datetime.datetime) -> bool:
     return is_ca(ca) and ca.not_valid_after_utc > now
 
 
-def kept_with_new_ca(state: CertState, now: datetime.datetime) -> list[x509.Certificate]:
-    """The CAs a new CA keeps behind it: the CA Secret's usable ones."""
-    return [ca for ca in state.cas if usable(ca, now)]
+def cas_after(
+    step: Step, state: CertState, now: datetime.datetime, new_ca: x509.Certificate | None = None
+) -> list[x509.Certificate]:
+    """The CA Secret's bundle once step (make-ca with new_ca, retire or adopt) is done."""
+    if step == "make-ca" and new_ca is not None:  # the CA Secret's usable CAs stay behind it
+        return [new_ca, *(ca for ca in state.cas if usable(ca, now))]
+    if step == "retire":
+        return retired(state, now)
+    if step == "adopt":
+        return adopted(state, now)
+    raise ValueError(f"{step} does not change the CA Secret's bundle")
 
 
 def retired(state: CertState, now: datetime.datetime) -> list[x509.Certificate]:
