@@ -1,6 +1,7 @@
 """`certs ensure` against the sandbox from the states issue 44 met: registrations re-created with
-empty caBundles after the old CA expired and before a run retired it, and a run told another
-install's namespace or Service, which must write nothing."""
+empty caBundles after the old CA expired and before a run retired it (and a run killed in its
+recovery), deleted Secrets, and a run told another install's namespace or Service, which must
+write nothing."""
 
 from __future__ import annotations
 
@@ -124,3 +125,49 @@ def test_another_installs_namespace_or_service_is_refused_before_any_write(
         (s.metadata.namespace, s.metadata.name, s.metadata.resource_version) for s in after
     ] == [(s.metadata.namespace, s.metadata.name, s.metadata.resource_version) for s in secrets]
     assert base64.b64decode(before[0] or "")  # the install's caBundle is still there
+
+
+class Killed(Exception):
+    """The run stopped between two steps (as a SIGKILL or a lost leader would)."""
+
+
+def stop_after(steps: int) -> Any:
+    """A `said` that stops the run just before its step number steps + 1."""
+    said: list[str] = []
+
+    def say(step: str, why: str) -> None:
+        if len(said) == steps:
+            raise Killed(step)
+        said.append(step)
+
+    return say
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_a_run_killed_after_any_step_of_the_recovery_is_finished_by_the_next(cluster, steps):
+    _, _, api = cluster
+    start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=100)
+    ensure(api, TARGET, LIFETIMES, now=lambda: start)
+    ensure(api, TARGET, LIFETIMES, now=lambda: start + datetime.timedelta(days=61))
+    new_ca = x509.load_pem_x509_certificates(data(api, "volcano-guard-ca", "ca.crt"))[0]
+    recreate_registrations(api)
+    with pytest.raises(Killed):
+        ensure(api, TARGET, LIFETIMES, said=stop_after(steps))
+    assert ensure(api, TARGET, LIFETIMES) == ["retire", "trust", "issue"][steps:]
+    assert all(b == {fingerprint(new_ca)} for b in bundles(api))
+    assert verifies(data(api, "volcano-guard-tls", "tls.crt"), [new_ca])
+
+
+def test_deleted_secrets_are_made_again_keeping_what_is_served_trusted(cluster):
+    _, _, api = cluster
+    core = client.CoreV1Api(api)
+    ensure(api, TARGET, LIFETIMES)
+    core.delete_namespaced_secret("volcano-guard-tls", NAMESPACE)
+    assert ensure(api, TARGET, LIFETIMES) == ["issue"]
+    served = data(api, "volcano-guard-tls", "tls.crt")  # what the webhook picks up and serves
+    core.delete_namespaced_secret("volcano-guard-ca", NAMESPACE)
+    assert ensure(api, TARGET, LIFETIMES) == ["make-ca", "adopt", "trust", "issue"]
+    cas = x509.load_pem_x509_certificates(data(api, "volcano-guard-ca", "ca.crt"))
+    assert len(cas) == 2 and all(b == {fingerprint(c) for c in cas} for b in bundles(api))
+    assert verifies(served, cas[1:])  # the old CA stays trusted until it expires
+    assert verifies(data(api, "volcano-guard-tls", "tls.crt"), cas[:1])
