@@ -86,7 +86,7 @@ def test_an_install_without_a_ca_secret_keeps_trusting_what_it_serves(cluster, t
     _, _, api = cluster
     old = generate(SERVICE, NAMESPACE, tmp_path / "old")  # as the former certs Job made it
     write_secret(api, tmp_path / "old", NAMESPACE, "volcano-guard-tls")
-    assert ensure(api, TARGET, LIFETIMES) == ["make-ca", "trust", "issue"]
+    assert ensure(api, TARGET, LIFETIMES) == ["make-ca", "adopt", "trust", "issue"]
     old_ca = x509.load_pem_x509_certificate(old.ca_file.read_bytes())
     for trusted in bundles(api):
         assert fingerprint(old_ca) in trusted and len(trusted) == 2
@@ -127,35 +127,20 @@ def test_of_two_runs_at_once_one_writes_and_the_other_says_so(cluster):
         second.carry_out("make-ca", read_second, now, LIFETIMES)  # created meanwhile
 
 
-def test_a_ca_secret_that_is_not_pem_is_named(cluster, capsys):
-    _, kubeconfig, api = cluster
-    client.CoreV1Api(api).create_namespaced_secret(
+def test_a_ca_secret_that_is_not_pem_is_made_again_keeping_the_served_ca(cluster):
+    _, _, api = cluster
+    ensure(api, TARGET, LIFETIMES)
+    served_by = x509.load_pem_x509_certificates(data(api, "volcano-guard-ca", "ca.crt"))[0]
+    client.CoreV1Api(api).patch_namespaced_secret(
+        "volcano-guard-ca",
         NAMESPACE,
-        {
-            "metadata": {"name": "volcano-guard-ca"},
-            "data": {
-                "ca.crt": base64.b64encode(b"garbage").decode(),
-                "ca.key": base64.b64encode(b"garbage").decode(),
-            },
-        },
+        {"data": {key: base64.b64encode(b"garbage").decode() for key in ("ca.crt", "ca.key")}},
     )
-    assert (
-        main(
-            [
-                "certs",
-                "ensure",
-                "--namespace",
-                NAMESPACE,
-                "--validating",
-                "volcano-guard",
-                "--kubeconfig",
-                kubeconfig,
-            ]
-        )
-        == 1
-    )
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "Secret volcano-guard-ca ca.crt does not hold PEM" in err
+    assert ensure(api, TARGET, LIFETIMES) == ["make-ca", "adopt", "trust", "issue"]
+    cas = x509.load_pem_x509_certificates(data(api, "volcano-guard-ca", "ca.crt"))
+    assert fingerprint(served_by) in {fingerprint(c) for c in cas[1:]}  # still trusted
+    assert all(b == {fingerprint(c) for c in cas} for b in bundles(api))
+    assert verifies(data(api, "volcano-guard-tls", "tls.crt"), cas[:1])
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--ca-valid", "ten years"), ("--cert-valid", "0d")])

@@ -30,7 +30,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.builders import container, pod, review
-from tests.conftest import HOSTNAME, NAMESPACE, SERVICE
+from tests.conftest import SERVICE
 from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.base.tls import server_context
 from volcano_guard.certs.generate import generate
@@ -48,6 +48,10 @@ from volcano_guard_sandbox.processes import free_port
 CLI_MANIFESTS = [sys.executable, "-m", "volcano_guard.cli", "manifests"]
 
 pytestmark = pytest.mark.slow
+# deploy/base's namespace: its registrations call the Service there, and `certs ensure` refuses
+# to give them a CA for any other.
+NAMESPACE = "volcano-guard"
+HOSTNAME = f"{SERVICE}.{NAMESPACE}.svc"
 CLI = [sys.executable, "-m", "volcano_guard.cli"]
 # Short lives, so that renewals (a third of the life left: every 40 s) and a CA rotation (at
 # 200 s) happen within the test; the kubelet-like volume follows the Secret 15 s late.

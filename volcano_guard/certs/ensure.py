@@ -10,20 +10,24 @@ What it keeps:
 
 Every Secret write names the resourceVersion it read, so of two runs at once one fails (409)
 and changes nothing; the next run goes on from whatever state the last step left.
+
+Before any write it checks that every webhook of the named configurations calls the target's
+Service: a run told the wrong namespace or Service would otherwise give another install's
+registrations a CA its webhook never serves (every request then fails TLS).
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from volcano_guard.base.tls import ca_bundle_problem
+from volcano_guard.base.tls import ca_bundle_problem, pair_problem
 from volcano_guard.certs.cluster import inject_ca_bundle
 from volcano_guard.certs.generate import (
     CA_FILE,
@@ -37,9 +41,20 @@ from volcano_guard.certs.generate import (
     key_pem,
     service_dns_names,
 )
-from volcano_guard.certs.plan import CertState, Lifetimes, Step, fingerprint, plan
+from volcano_guard.certs.plan import (
+    CertState,
+    Lifetimes,
+    Step,
+    cas_after,
+    fingerprint,
+    is_key_of,
+    plan,
+    trusted,
+)
 
-MAX_STEPS = 8  # from nothing: make-ca, trust, issue; a rotation: make-ca, trust, issue
+# From nothing: make-ca, trust, issue; a rotation: the same; from the worst state: make-ca (or
+# retire), adopt, trust, issue. Twice that, so a loop is reported rather than run forever.
+MAX_STEPS = 8
 
 
 class Unreachable(CertsError):
@@ -94,7 +109,6 @@ class _Read:
     ca_key: Any  # the newest CA's private key, or None
     ca_version: str | None  # the CA Secret's resourceVersion (None: there is none)
     tls_version: str | None
-    tls_cas: tuple[x509.Certificate, ...]  # the CAs the TLS Secret says to trust
 
 
 class _Cluster:
@@ -108,42 +122,49 @@ class _Cluster:
     def read(self) -> _Read:
         ca_data, ca_version = self._secret(self.target.ca_secret)
         tls_data, tls_version = self._secret(self.target.tls_secret)
-        cas = _certificates(ca_data.get(CA_FILE), f"Secret {self.target.ca_secret} ca.crt")
-        key = _private_key(ca_data.get(CA_KEY_FILE), f"Secret {self.target.ca_secret} ca.key")
-        cert = _certificates(tls_data.get(CERT_FILE), f"Secret {self.target.tls_secret} tls.crt")
-        tls_cas = _certificates(tls_data.get(CA_FILE), f"Secret {self.target.tls_secret} ca.crt")
-        state = CertState(cas, key is not None, cert[0] if cert else None, self._bundles())
-        return _Read(state, key, ca_version, tls_version, tls_cas)
+        # What does not parse counts as absent and is made again: a CA the bundles or the TLS
+        # Secret still need is adopted back (certs/plan.py), so nothing else is lost by it.
+        cas = _certificates(ca_data.get(CA_FILE))
+        key = _private_key(ca_data.get(CA_KEY_FILE))
+        cert = _certificates(tls_data.get(CERT_FILE))
+        tls_cas = _certificates(tls_data.get(CA_FILE))
+        bundles, bundle_cas = self._bundles()
+        state = CertState(
+            cas,
+            key is not None and bool(cas) and is_key_of(key, cas[0]),
+            cert[0] if cert else None,
+            bundles,
+            cert_key_matches=not pair_problem(
+                tls_data.get(CERT_FILE, b""), tls_data.get(KEY_FILE, b""), "tls.crt", "tls.key"
+            ),
+            tls_cas=tls_cas,
+            bundle_cas=bundle_cas,
+        )
+        return _Read(state, key, ca_version, tls_version)
 
     def carry_out(
         self, step: Step, read: _Read, now: datetime.datetime, lifetimes: Lifetimes
     ) -> None:
-        cas = list(read.plan_state.cas)
+        state = read.plan_state
         if step == "make-ca":
             key, ca = issue_ca(
                 f"volcano-guard-ca ({self.target.namespace}/{self.target.service})",
                 now,
                 now + lifetimes.ca,
             )
-            known = {fingerprint(c) for c in cas}
-            # Still trusted: the CAs before it, and (from an install that kept no CA Secret)
-            # the one that signed the certificate served now.
-            kept = [
-                c
-                for c in (*cas, *(c for c in read.tls_cas if fingerprint(c) not in known))
-                if c.not_valid_after_utc > now
-            ]
-            self._write_ca([ca, *kept], key, read.ca_version)
+            self._write_ca(cas_after(step, state, now, ca), key, read.ca_version)
+        elif step in ("retire", "adopt"):
+            self._write_ca(cas_after(step, state, now), read.ca_key, read.ca_version)
         elif step == "trust":
-            bundle = _pem(cas)
+            bundle = _pem([ca for ca in state.cas if fingerprint(ca) in trusted(state, now)])
             problem = ca_bundle_problem(bundle, now)
-            if problem:
+            if problem:  # the plan keeps only current CAs: a bug if this is ever seen
                 raise CertsError(f"Secret {self.target.ca_secret} ca.crt {problem}")
             inject_ca_bundle(
                 self.api_client, bundle, list(self.target.mutating), list(self.target.validating)
             )
         elif step == "issue":
-            signing = cas[0]
+            signing = state.cas[0]
             key, cert = issue_leaf(
                 read.ca_key,
                 signing,
@@ -154,14 +175,8 @@ class _Cluster:
             self._write(
                 self.target.tls_secret,
                 "kubernetes.io/tls",
-                {CERT_FILE: cert_pem(cert), KEY_FILE: key_pem(key), CA_FILE: _pem(cas)},
+                {CERT_FILE: cert_pem(cert), KEY_FILE: key_pem(key), CA_FILE: _pem(state.cas)},
                 read.tls_version,
-            )
-        elif step == "retire":
-            self._write_ca(
-                [cas[0], *(c for c in cas[1:] if c.not_valid_after_utc > now)],
-                read.ca_key,
-                read.ca_version,
             )
 
     def _write_ca(self, cas: list[x509.Certificate], key: Any, version: str | None) -> None:
@@ -216,8 +231,9 @@ class _Cluster:
                 f"Secret {self.target.namespace}/{name}: {api_error_text(exc)}{again}"
             ) from None
 
-    def _bundles(self) -> dict[str, frozenset[bytes]]:
-        """Each named configuration's webhook -> the CAs its caBundle holds."""
+    def _bundles(self) -> tuple[dict[str, frozenset[bytes]], list[x509.Certificate]]:
+        """Each named configuration's webhook -> the CAs its caBundle holds, and those CAs.
+        CertsError, before anything is written, when a webhook calls another Service."""
         from kubernetes.client.exceptions import ApiException
 
         from volcano_guard.base.api_client import api_error_text
@@ -239,39 +255,55 @@ class _Cluster:
             for name in self.target.validating
         ]
         bundles: dict[str, frozenset[bytes]] = {}
+        found: list[x509.Certificate] = []
         for kind, name, read in reads:
             try:
                 webhooks = read(name).webhooks or []
             except ApiException as exc:
                 raise CertsError(f"{kind} {name}: {api_error_text(exc)}") from None
             for webhook in webhooks:
+                self._check_calls_target(f"{kind} {name} webhook {webhook.name}", webhook)
                 encoded = webhook.client_config.ca_bundle
-                pem = base64.b64decode(encoded) if encoded else b""
-                bundles[f"{kind}/{name}/{webhook.name}"] = frozenset(
-                    fingerprint(c) for c in _certificates(pem, "")
-                )
-        return bundles
+                cas = _certificates(base64.b64decode(encoded) if encoded else b"")
+                bundles[f"{kind}/{name}/{webhook.name}"] = frozenset(map(fingerprint, cas))
+                found += cas
+        return bundles, found
+
+    def _check_calls_target(self, where: str, webhook: Any) -> None:
+        service = webhook.client_config.service
+        wanted = f"{self.target.namespace}/{self.target.service}"
+        if service is None:
+            raise CertsError(
+                f"{where} calls a URL, not Service {wanted}: its certificates are not this "
+                "install's; nothing was written"
+            )
+        calls = f"{service.namespace}/{service.name}"
+        if calls != wanted:
+            raise CertsError(
+                f"{where} calls Service {calls}, not {wanted}: --namespace or --service names "
+                "another install; nothing was written"
+            )
 
 
-def _certificates(pem: bytes | None, where: str) -> tuple[x509.Certificate, ...]:
+def _certificates(pem: bytes | None) -> tuple[x509.Certificate, ...]:
+    """The PEM certificates in pem; none when it does not parse."""
     if not pem:
         return ()
     try:
         return tuple(x509.load_pem_x509_certificates(pem))
     except ValueError:
-        if not where:
-            return ()  # a caBundle that does not parse trusts nothing
-        raise CertsError(f"{where} does not hold PEM certificates") from None
+        return ()
 
 
-def _private_key(pem: bytes | None, where: str) -> Any:
+def _private_key(pem: bytes | None) -> Any:
+    """The PEM private key in pem; None when there is none or it does not parse."""
     if not pem:
         return None
     try:
         return serialization.load_pem_private_key(pem, None)
     except (ValueError, TypeError):
-        raise CertsError(f"{where} does not hold a PEM private key") from None
+        return None
 
 
-def _pem(cas: list[x509.Certificate] | tuple[x509.Certificate, ...]) -> bytes:
+def _pem(cas: Sequence[x509.Certificate]) -> bytes:
     return b"".join(cert_pem(ca) for ca in cas)

@@ -11,7 +11,14 @@ certificate it signed. A renewal of the serving certificate alone needs no bundl
 again and asks again, until the answer is Done. So a run killed between steps resumes where it
 stopped, and a run over a current state (an install run twice) changes nothing.
 
-Pure: certificates in, a step out; reading and writing the cluster is certs/cluster.py's.
+It recovers from any state the cluster can be left in, because each rule only looks at what
+is there now: a CA that expired (or is no CA) leaves the CA Secret before anything is trusted,
+as it verifies nothing; a CA that the TLS Secret lists, or that signed the serving certificate,
+joins the CA Secret before the bundles are set from it, so no bundle loses the CA of a
+certificate the webhook may still serve; a bundle emptied by re-created registrations is then
+simply stale, as is one still listing an expired CA.
+
+Pure: certificates in, a step out; reading and writing the cluster is certs/ensure.py's.
 """
 
 from __future__ import annotations
@@ -19,13 +26,13 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 
-Step = Literal["make-ca", "trust", "issue", "retire", "done"]
+Step = Literal["make-ca", "retire", "adopt", "trust", "issue", "done"]
 
 
 @dataclass(frozen=True)
@@ -42,9 +49,12 @@ class CertState:
     """What the cluster holds now."""
 
     cas: Sequence[x509.Certificate]  # the CA Secret's bundle, the newest (signing) CA first
-    has_ca_key: bool  # the CA Secret holds the newest CA's key
+    has_ca_key: bool  # the CA Secret holds the key of its first CA
     cert: x509.Certificate | None  # the serving certificate in the TLS Secret
     bundles: Mapping[str, frozenset[bytes]]  # webhook configuration -> CA fingerprints trusted
+    cert_key_matches: bool = True  # the TLS Secret's key is the serving certificate's
+    tls_cas: Sequence[x509.Certificate] = ()  # the TLS Secret's ca.crt
+    bundle_cas: Sequence[x509.Certificate] = ()  # every CA certificate in any caBundle
 
 
 def fingerprint(certificate: x509.Certificate) -> bytes:
@@ -64,32 +74,130 @@ def due(
 
 def plan(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> tuple[Step, str]:
     """The next step and why."""
-    if not state.cas or not state.has_ca_key:
-        return "make-ca", "there is no CA"
-    signing = state.cas[0]
-    if due(signing, now, lifetimes.ca, lifetimes):
-        return "make-ca", (
-            f"the CA expires on {signing.not_valid_after_utc:%Y-%m-%d %H:%M}: a new one joins it"
+    made = _ca_problem(state, now, lifetimes)
+    if made:
+        return "make-ca", made
+    if retired(state, now) != list(state.cas):
+        return "retire", "the CA Secret lists a CA that expired or is not a CA: it verifies nothing"
+    if adopted(state, now) != list(state.cas):
+        return "adopt", (
+            "a current CA that the TLS Secret lists or that signed the serving certificate is "
+            "missing from the CA Secret: it joins it, so that it stays trusted"
         )
-    wanted = frozenset(fingerprint(ca) for ca in state.cas)
-    stale = sorted(name for name, trusted in state.bundles.items() if trusted != wanted)
+    wanted = trusted(state, now)
+    stale = sorted(name for name, trust in state.bundles.items() if trust != wanted)
     if stale:
         return "trust", f"the caBundle of {', '.join(stale)} is not the CA Secret's bundle"
-    cert = state.cert
-    if cert is None:
-        return "issue", "there is no serving certificate"
-    if cert.issuer != signing.subject or not signed_by(cert, signing):
-        return "issue", "the serving certificate is not signed by the newest CA"
-    if due(cert, now, lifetimes.cert, lifetimes):
-        return "issue", (
-            f"the serving certificate expires on {cert.not_valid_after_utc:%Y-%m-%d %H:%M}"
-        )
-    expired = [ca for ca in state.cas[1:] if ca.not_valid_after_utc <= now]
-    if expired:
-        return "retire", (
-            f"{len(expired)} old CA(s) expired, and every certificate they signed with them"
-        )
+    reissue = _cert_problem(state, now, lifetimes)
+    if reissue:
+        return "issue", reissue
     return "done", "the certificates are current"
+
+
+def _ca_problem(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> str | None:
+    """Why a new signing CA is needed, or None."""
+    if not state.cas or not state.has_ca_key:
+        return "there is no CA with its key"
+    signing = state.cas[0]
+    if not is_ca(signing):
+        return "the CA Secret's first certificate is not a CA"
+    return _time_problem("the CA", signing, now, lifetimes.ca, lifetimes)
+
+
+def _cert_problem(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> str | None:
+    """Why a new serving certificate is needed, or None."""
+    cert, signing = state.cert, state.cas[0]
+    if cert is None:
+        return "there is no serving certificate"
+    if not state.cert_key_matches:
+        return "the TLS Secret's key is not the serving certificate's"
+    if cert.issuer != signing.subject or not signed_by(cert, signing):
+        return "the serving certificate is not signed by the newest CA"
+    return _time_problem("the serving certificate", cert, now, lifetimes.cert, lifetimes)
+
+
+def _time_problem(
+    what: str,
+    certificate: x509.Certificate,
+    now: datetime.datetime,
+    lifetime: datetime.timedelta,
+    lifetimes: Lifetimes,
+) -> str | None:
+    """Why certificate must be replaced for its dates (not valid yet: a clock that went back;
+    due), or None."""
+    if certificate.not_valid_before_utc > now:
+        return f"{what} is not valid before {certificate.not_valid_before_utc:%Y-%m-%d %H:%M}"
+    if due(certificate, now, lifetime, lifetimes):
+        return f"{what} expires on {certificate.not_valid_after_utc:%Y-%m-%d %H:%M}"
+    return None
+
+
+def usable(ca: x509.Certificate, now: datetime.datetime) -> bool:
+    """Whether ca may stay in a caBundle: a CA certificate not expired (one not valid yet
+    may become so; one expired never verifies anything again)."""
+    return is_ca(ca) and ca.not_valid_after_utc > now
+
+
+def cas_after(
+    step: Step, state: CertState, now: datetime.datetime, new_ca: x509.Certificate | None = None
+) -> list[x509.Certificate]:
+    """The CA Secret's bundle once step (make-ca with new_ca, retire or adopt) is done."""
+    if step == "make-ca" and new_ca is not None:  # the CA Secret's usable CAs stay behind it
+        return [new_ca, *(ca for ca in state.cas if usable(ca, now))]
+    if step == "retire":
+        return retired(state, now)
+    if step == "adopt":
+        return adopted(state, now)
+    raise ValueError(f"{step} does not change the CA Secret's bundle")
+
+
+def retired(state: CertState, now: datetime.datetime) -> list[x509.Certificate]:
+    """The CA Secret's bundle without the old CAs that verify nothing (the first, signing,
+    CA is make-ca's to replace)."""
+    return [*state.cas[:1], *(ca for ca in state.cas[1:] if usable(ca, now))]
+
+
+def adopted(state: CertState, now: datetime.datetime) -> list[x509.Certificate]:
+    """The CA Secret's bundle with every usable CA that must stay trusted: those the TLS
+    Secret lists (the bundle when its certificate was issued, so the CA of the one served
+    before, which the webhook may still serve) and the one in a caBundle that signed the
+    serving certificate (an install whose CA Secret was lost)."""
+    known = {fingerprint(ca) for ca in state.cas}
+    listed = {fingerprint(ca) for ca in state.tls_cas}
+    joining: list[x509.Certificate] = []
+    for ca in (*state.tls_cas, *state.bundle_cas):
+        mark = fingerprint(ca)
+        if mark in known or not usable(ca, now):
+            continue
+        # The signature last: it costs more than the rest of the plan.
+        if mark in listed or (state.cert is not None and signed_by(state.cert, ca)):
+            known.add(mark)
+            joining.append(ca)
+    return [*state.cas, *joining]
+
+
+def trusted(state: CertState, now: datetime.datetime) -> frozenset[bytes]:
+    """What every caBundle must hold: the CA Secret's usable CAs."""
+    return frozenset(fingerprint(ca) for ca in state.cas if usable(ca, now))
+
+
+def is_ca(certificate: x509.Certificate) -> bool:
+    try:
+        constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints)
+    except x509.ExtensionNotFound:
+        return False
+    return bool(constraints.value.ca)
+
+
+def is_key_of(key: Any, certificate: x509.Certificate) -> bool:
+    """Whether key is the private key of certificate's public key."""
+    info = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    try:
+        mine = key.public_key().public_bytes(der, info)
+    except (AttributeError, ValueError):  # not a private key
+        return False
+    return bool(mine == certificate.public_key().public_bytes(der, info))
 
 
 def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
