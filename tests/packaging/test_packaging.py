@@ -211,7 +211,12 @@ def test_the_wheel_declares_its_license_as_an_spdx_expression(image_wheel):
 
 def test_every_deployed_command_is_found():
     found = {" ".join(command[:2]) for command in deployed_commands()}
-    assert {"webhook --config", "audit --watch", "certs ensure", "sidecar --listen"} <= found
+    assert {
+        "webhook --config",
+        "audit --watch",
+        "reconcile --metrics-listen",
+        "sidecar --listen",
+    } <= found
 
 
 IMPORT_EVERY_MODULE = """
