@@ -6,7 +6,10 @@ stopped, and nothing refused for the change itself."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +43,41 @@ def pinned(name: str, node: str) -> dict:
             "containers": [{"name": "c", "image": "busybox", "resources": {"requests": REQUESTS}}],
         },
     }
+
+
+@contextlib.contextmanager
+def allowed_by_both(cluster):
+    """Pods every config here admits (Volcano's, with requests, no node), created one after
+    another while the block runs; yields the refusals, to be none."""
+    from kubernetes import client as k8s
+    from kubernetes import config as kubeconfig
+
+    api = k8s.CoreV1Api(kubeconfig.new_client_from_config(str(cluster.kubeconfig)))
+    refused: list[str] = []
+    created = []
+    stop = threading.Event()
+
+    def create() -> None:
+        for number in itertools.count():
+            if stop.is_set():
+                return
+            body = pinned(f"both-{number}", "")
+            del body["spec"]["nodeName"]
+            try:
+                api.create_namespaced_pod("team-a", body)
+                created.append(number)
+            except k8s.exceptions.ApiException as exc:
+                refused.append(f"{exc.status}: {exc.body}")
+
+    thread = threading.Thread(target=create)
+    thread.start()
+    try:
+        yield refused
+        time.sleep(2)  # past the swap, in every process
+    finally:
+        stop.set()
+        thread.join(30)
+    assert len(created) >= 20, created
 
 
 @pytest.fixture
@@ -89,14 +127,30 @@ def test_a_config_change_is_one_apply_and_holds_with_the_webhook_up_and_stopped(
         assert cluster.create(pinned("p0", "cpu-1")).returncode != 0
 
         set_config(checkout, managed(["role:train"]))
-        cluster.kubectl("apply", "-k", str(checkout))  # the one step
-        took = wait_until(
-            lambda: cluster.create(pinned("p1", "cpu-1")).returncode == 0,
-            "a pod pinned to an unlabelled node to be admitted",
-            timeout=BOUND,
-            pod=webhook,
-        )
+        with allowed_by_both(cluster) as refused:
+            cluster.kubectl("apply", "-k", str(checkout))  # the one step
+            took = wait_until(
+                lambda: cluster.create(pinned("p1", "cpu-1")).returncode == 0,
+                "a pod pinned to an unlabelled node to be admitted",
+                timeout=BOUND,
+                pod=webhook,
+            )
+        assert refused == [], refused
         assert cluster.create(pinned("p2", "gpu-1")).returncode != 0
+
+        def published() -> dict[str, str]:
+            listed = cluster.get(
+                "configmaps", "-n", "volcano-guard", "-l", "volcano-guard.io/params=node-states"
+            )
+            return {n: s for item in listed["items"] for n, s in (item.get("data") or {}).items()}
+
+        # What the in-server policies read without the webhook, from the same one step.
+        wait_until(
+            lambda: published() == {"gpu-1": "managed", "cpu-1": "unmanaged"},
+            "the node states",
+            timeout=BOUND,
+            pod=reconciler,
+        )
         cluster.stop(WEBHOOK)
         assert cluster.create(pinned("p3", "cpu-1")).returncode == 0
         refused = cluster.create(pinned("p4", "gpu-1"))
