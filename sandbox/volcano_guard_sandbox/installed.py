@@ -108,6 +108,10 @@ class InstalledSandbox:
     ) -> subprocess.CompletedProcess[str]:
         return self.kubectl("create", "-f", "-", stdin=json.dumps(obj), check=check)
 
+    def apply(self, install: Path) -> None:
+        """kubectl apply of a kustomization directory or a rendered file."""
+        self.kubectl("apply", "-k" if install.is_dir() else "-f", str(install))
+
     def get(self, *args: str) -> dict[str, Any]:
         return dict(json.loads(self.kubectl("get", *args, "-o", "json").stdout))
 
@@ -221,10 +225,11 @@ def wait_until(condition: Any, what: str, timeout: float = 30, pod: Pod | None =
 
 @contextmanager
 def installed_sandbox(
-    directory: Path, kustomization: Path, seed: list[dict[str, Any]], namespace: str = NAMESPACE
+    directory: Path, install: Path, seed: list[dict[str, Any]], namespace: str = NAMESPACE
 ) -> Iterator[InstalledSandbox]:
-    """`kubectl apply -k kustomization` into a fresh sandbox (seeded first), nothing running
-    yet: start() each Deployment the test needs."""
+    """The guard applied into a fresh sandbox (seeded first) with kubectl: `apply -k` of a
+    kustomization directory, or `apply -f` of a rendered file (a Helm chart's); nothing
+    running yet: start() each Deployment the test needs."""
     kubectl = kubectl_path()
     if kubectl is None:
         raise GuardedSandboxError("kubectl is not installed")
@@ -248,7 +253,7 @@ def installed_sandbox(
             ca_file=certs.ca_file,
         )
         installed = InstalledSandbox(directory, sandbox, kubectl, namespace, webhook_port)
-        installed.kubectl("apply", "-k", str(kustomization))
+        installed.apply(install)
         try:
             yield installed
         finally:

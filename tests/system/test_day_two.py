@@ -28,6 +28,7 @@ NODES = [
     {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-1"}},
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
 ]
+GUARD_NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "volcano-guard"}}
 REQUESTS = {"cpu": "1", "memory": "1Gi"}
 BOUND = 20.0  # seconds: a reconciler pass (2 s), the kubelet's projection, the webhook's re-read
 
@@ -80,6 +81,38 @@ def allowed_by_both(cluster):
     assert len(created) >= 20, created
 
 
+def helm_render(path: Path, config: dict) -> Path:
+    """What `helm upgrade --install` would apply (the chart's templates and CRDs, Helm v4's own
+    engine), written to path."""
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
+    chart = helm.Chart.load(str(REPO / "charts" / "volcano-guard"))
+    manifests = chart.render({"config": config}, name="volcano-guard", namespace="volcano-guard")
+    texts = [text for name, text in manifests.items() if name.endswith(".yaml")]
+    hooks = [d for t in texts for d in yaml.safe_load_all(t) if d]
+    objects = [d for d in hooks if "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
+    path.write_text(yaml.safe_dump_all(objects))
+    return path
+
+
+class Install:
+    """The guard as one of its two installs: kustomize (deploy/ copied, its config edited) or
+    Helm (the chart rendered with `config` values); change() is the one step."""
+
+    def __init__(self, how: str, tmp_path: Path) -> None:
+        self.how, self.tmp_path = how, tmp_path
+        shutil.copytree(REPO / "deploy", tmp_path / "deploy")
+        self.base = tmp_path / "deploy" / "base"
+        configmap = yaml.safe_load((self.base / "config.yaml").read_text())
+        self.config = yaml.safe_load(configmap["data"]["config.yaml"]) or {}
+
+    @property
+    def target(self) -> Path:
+        if self.how == "kustomize":
+            set_config(self.base, lambda config: config.update(self.config))
+            return self.base
+        return helm_render(self.tmp_path / "rendered.yaml", self.config)
+
+
 @pytest.fixture
 def checkout(tmp_path) -> Path:
     """deploy/ copied, so the test edits its config as an operator edits theirs."""
@@ -97,15 +130,14 @@ def set_config(base: Path, change) -> None:
     (base / "config.yaml").write_text(yaml.safe_dump(configmap))
 
 
-def managed(selectors):
-    return lambda config: config["policies"]["nodeName"].__setitem__(
-        "managedNodeSelectors", selectors
-    )
-
-
-@pytest.mark.slow  # two processes and a kubelet's part: about 25 s
-def test_a_config_change_is_one_apply_and_holds_with_the_webhook_up_and_stopped(checkout, tmp_path):
-    with installed_sandbox(tmp_path / "cluster", checkout, NODES) as cluster:
+@pytest.mark.slow  # two processes and a kubelet's part: about 25 s each
+@pytest.mark.parametrize("how", ["kustomize", "helm"])
+def test_a_config_change_is_one_step_and_holds_with_the_webhook_up_and_stopped(
+    how, checkout, tmp_path
+):
+    install = Install(how, tmp_path / how)
+    seed = NODES + [GUARD_NAMESPACE] * (how == "helm")  # helm's --create-namespace
+    with installed_sandbox(tmp_path / "cluster", install.target, seed) as cluster:
         reconciler = cluster.start(RECONCILER)
         wait_until(
             lambda: (
@@ -126,9 +158,9 @@ def test_a_config_change_is_one_apply_and_holds_with_the_webhook_up_and_stopped(
         # The shipped config: every node is Volcano's, so pinning to any node is refused.
         assert cluster.create(pinned("p0", "cpu-1")).returncode != 0
 
-        set_config(checkout, managed(["role:train"]))
+        install.config["policies"]["nodeName"]["managedNodeSelectors"] = ["role:train"]
         with allowed_by_both(cluster) as refused:
-            cluster.kubectl("apply", "-k", str(checkout))  # the one step
+            cluster.apply(install.target)  # the one step: apply -k, or helm upgrade
             took = wait_until(
                 lambda: cluster.create(pinned("p1", "cpu-1")).returncode == 0,
                 "a pod pinned to an unlabelled node to be admitted",
