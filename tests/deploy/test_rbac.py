@@ -293,6 +293,7 @@ def replace_config(cluster: Cluster, config: dict[str, Any]) -> None:
     cluster.sandbox.seed([config_map(config)])
 
 
+@pytest.mark.slow  # a reconciler process through every kind of write: about 20 s
 def test_the_reconciler_account_may_do_exactly_what_the_reconciler_does(deployed, tmp_path):
     """As its Deployment runs it: install, node states, a deleted binding re-created, an edited
     one replaced, a bad config (an Event), a config needing fewer objects (deletes); then the

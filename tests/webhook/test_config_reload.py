@@ -90,6 +90,7 @@ def until(predicate, timeout: float) -> float:
     raise AssertionError(f"not within {timeout}s")
 
 
+@pytest.mark.slow  # a webhook with two workers and its cluster: about 12 s
 def test_every_worker_follows_a_managed_node_selectors_change_and_keeps_it_past_a_bad_one(
     cluster, certs, tmp_path
 ):
