@@ -85,6 +85,31 @@ def admission_only(manifests: str) -> str:
     )
 
 
+def run_kubectl(
+    binary: str,
+    kubeconfig: Path,
+    token: str,
+    args: Iterable[str],
+    stdin: str | None = None,
+    check: bool = True,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """kubectl with this kubeconfig as the user with this token; GuardedSandboxError naming
+    the command when check and it fails."""
+    args = list(args)
+    result = subprocess.run(
+        [binary, "--kubeconfig", str(kubeconfig), "--token", token, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+    if check and result.returncode != 0:
+        raise GuardedSandboxError(f"kubectl {' '.join(args)}: {result.stderr}")
+    return result
+
+
 @dataclass
 class GuardedSandbox:
     directory: Path
@@ -105,17 +130,7 @@ class GuardedSandbox:
         cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """kubectl against the sandbox as the user with this token (see TOKENS)."""
-        result = subprocess.run(
-            [self.kubectl_binary, "--kubeconfig", str(self.kubeconfig), "--token", token, *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=cwd,
-        )
-        if check and result.returncode != 0:
-            raise GuardedSandboxError(f"kubectl {' '.join(args)}: {result.stderr}")
-        return result
+        return run_kubectl(self.kubectl_binary, self.kubeconfig, token, args, stdin, check, cwd)
 
     def create(
         self, obj: Mapping[str, Any], token: str = "admin", check: bool = True

@@ -26,7 +26,7 @@ from volcano_guard.certs.generate import generate
 from volcano_guard_sandbox.apiserver.authn import load_token_file
 from volcano_guard_sandbox.apiserver.runner import SandboxThread
 from volcano_guard_sandbox.apiserver.server import SandboxSettings
-from volcano_guard_sandbox.guarded_sandbox import GuardedSandboxError, kubectl_path
+from volcano_guard_sandbox.guarded_sandbox import GuardedSandboxError, kubectl_path, run_kubectl
 from volcano_guard_sandbox.kubelet import VolumeProjector
 from volcano_guard_sandbox.processes import free_port
 
@@ -92,16 +92,11 @@ class InstalledSandbox:
     def kubectl(
         self, *args: str, stdin: str | None = None, token: str = "admin", check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [self.kubectl_binary, "--kubeconfig", str(self.kubeconfig), "--token", token, *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if check and result.returncode != 0:
-            raise GuardedSandboxError(f"kubectl {' '.join(args)}: {result.stderr}")
-        return result
+        return run_kubectl(self.kubectl_binary, self.kubeconfig, token, args, stdin, check)
+
+    def has(self, *what: str) -> bool:
+        """Whether `kubectl get what` finds it."""
+        return self.kubectl("get", *what, check=False).returncode == 0
 
     def create(
         self, obj: Mapping[str, Any], check: bool = False

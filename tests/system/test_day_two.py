@@ -46,6 +46,18 @@ def pinned(name: str, node: str) -> dict:
     }
 
 
+def reconciled(cluster, reconciler) -> None:
+    """Wait for the reconciler's first pass: the registrations and the serving certificate."""
+    wait_until(
+        lambda: (
+            cluster.has("validatingwebhookconfiguration", "volcano-guard")
+            and cluster.has("-n", "volcano-guard", "secret", "volcano-guard-tls")
+        ),
+        "the reconciler's registrations and certificate",
+        pod=reconciler,
+    )
+
+
 @contextlib.contextmanager
 def allowed_by_both(cluster):
     """Pods every config here admits (Volcano's, with requests, no node), created one after
@@ -139,20 +151,7 @@ def test_a_config_change_is_one_step_and_holds_with_the_webhook_up_and_stopped(
     seed = NODES + [GUARD_NAMESPACE] * (how == "helm")  # helm's --create-namespace
     with installed_sandbox(tmp_path / "cluster", install.target, seed) as cluster:
         reconciler = cluster.start(RECONCILER)
-        wait_until(
-            lambda: (
-                cluster.kubectl(
-                    "get", "validatingwebhookconfiguration", "volcano-guard", check=False
-                ).returncode
-                == 0
-                and cluster.kubectl(
-                    "-n", "volcano-guard", "get", "secret", "volcano-guard-tls", check=False
-                ).returncode
-                == 0
-            ),
-            "the reconciler's registrations and certificate",
-            pod=reconciler,
-        )
+        reconciled(cluster, reconciler)
         webhook = cluster.start(WEBHOOK)
         wait_until(webhook.ready, "the webhook to be ready", pod=webhook)
         # The shipped config: every node is Volcano's, so pinning to any node is refused.
@@ -202,15 +201,8 @@ def test_deleted_objects_come_back_and_a_bad_config_changes_nothing(checkout, tm
     with installed_sandbox(tmp_path / "cluster", checkout, NODES) as cluster:
         reconciler = cluster.start(RECONCILER)
         binding = "volcano-guard-resource-requests"
-
-        def present(*what: str) -> bool:
-            return cluster.kubectl("get", *what, check=False).returncode == 0
-
-        wait_until(
-            lambda: present("secret", "-n", "volcano-guard", "volcano-guard-tls"),
-            "the certificates",
-            pod=reconciler,
-        )
+        reconciled(cluster, reconciler)
+        present = cluster.has
         cluster.kubectl("delete", "validatingadmissionpolicybinding", binding)
         took = wait_until(
             lambda: present("validatingadmissionpolicybinding", binding), "the binding", 10
@@ -268,16 +260,7 @@ def test_the_documented_uninstall_removes_registrations_first_and_leaves_nothing
 ):
     with installed_sandbox(tmp_path / "cluster", checkout, NODES) as cluster:
         reconciler = cluster.start(RECONCILER)
-        wait_until(
-            lambda: (
-                cluster.kubectl(
-                    "get", "validatingwebhookconfiguration", "volcano-guard", check=False
-                ).returncode
-                == 0
-            ),
-            "the registrations",
-            pod=reconciler,
-        )
+        reconciled(cluster, reconciler)
         [pause, delete_owned, *delete_rest] = uninstall_commands()
         cluster.kubectl(*pause.split()[1:])
         time.sleep(5)  # the reconciler's pass under way ends; the docs' step leaves it running
