@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -285,3 +287,137 @@ def test_the_documented_uninstall_removes_registrations_first_and_leaves_nothing
         )
         left = cluster.kubectl("get", kinds, "-A", "-o", "name").stdout
         assert "volcano-guard" not in left, left
+
+
+# The pieces of an install made before the reconciler that deploy/base no longer has: the certs
+# Job and CronJob (here the Job alone: the sandbox plays no CronJob) with their account and
+# grants, and the registrations applied from a generated file.
+PREVIOUS_CERTS = """
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: volcano-guard-certs}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: volcano-guard-certs}
+rules:
+  - {apiGroups: [""], resources: [secrets], verbs: [create]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: volcano-guard-certs}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: volcano-guard-certs}
+subjects: [{kind: ServiceAccount, name: volcano-guard-certs}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: volcano-guard-certs}
+rules:
+  - apiGroups: [admissionregistration.k8s.io]
+    resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]
+    resourceNames: [volcano-guard]
+    verbs: [get, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: volcano-guard-certs}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: volcano-guard-certs}
+subjects: [{kind: ServiceAccount, name: volcano-guard-certs, namespace: volcano-guard}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: volcano-guard-certs}
+spec:
+  template:
+    spec:
+      serviceAccountName: volcano-guard-certs
+      restartPolicy: OnFailure
+      containers:
+        - name: certs
+          image: volcano-guard:0.1.0
+          command: [volcano-guard, certs, ensure]
+"""
+
+
+CERTS_JOB_ARGS = [
+    *("--namespace", "volcano-guard", "--service", "volcano-guard"),
+    *("--mutating", "volcano-guard", "--validating", "volcano-guard"),
+]
+
+
+def upgrade_commands() -> list[str]:
+    """install.md's commands for an install made before the reconciler."""
+    guide = (REPO / "docs" / "install.md").read_text()
+    section = guide[guide.index("## 7. Upgrade") : guide.index("## 8. Uninstall")]
+    start = section.index("```sh\n") + len("```sh\n")
+    block = section[start : section.index("```", start)]
+    commands = [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    assert len(commands) == 4, commands
+    return commands
+
+
+@pytest.mark.slow  # about 30 s
+def test_an_install_made_before_the_reconciler_upgrades_refusing_nothing(checkout, tmp_path):
+    import sys
+
+    previous = tmp_path / "previous"
+    previous.mkdir()
+    config = yaml.safe_load(
+        yaml.safe_load((checkout / "config.yaml").read_text())["data"]["config.yaml"]
+    )
+    (previous / "config.yaml").write_text(yaml.safe_dump(config))
+    cli = [sys.executable, "-m", "volcano_guard.cli"]
+    printed = subprocess.run(
+        [*cli, "manifests", "--config", str(previous / "config.yaml")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (previous / "webhooks.yaml").write_text(printed)
+    (previous / "certs.yaml").write_text(PREVIOUS_CERTS)
+    base = os.path.relpath(checkout, previous)
+    (previous / "kustomization.yaml").write_text(
+        "namespace: volcano-guard\n"
+        f"resources: [{base}, webhooks.yaml, certs.yaml]\n"
+        "patches:\n"
+        "  - patch: |\n      $patch: delete\n      apiVersion: apps/v1\n      kind: Deployment\n"
+        "      metadata: {name: volcano-guard-reconciler}\n"
+    )
+    with installed_sandbox(tmp_path / "cluster", previous, NODES) as cluster:
+        ensure = subprocess.run(  # what the certs Job ran
+            [*cli, "certs", "ensure", *CERTS_JOB_ARGS],
+            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ensure.returncode == 0, ensure.stderr
+        webhook = cluster.start(WEBHOOK)
+        wait_until(webhook.ready, "the webhook to be ready", pod=webhook)
+        bundle = cluster.get("validatingwebhookconfiguration", "volcano-guard")["webhooks"][0][
+            "clientConfig"
+        ]["caBundle"]
+        ca = cluster.get("secret", "-n", "volcano-guard", "volcano-guard-ca")["data"]["ca.crt"]
+        with allowed_by_both(cluster) as refused:
+            for line in upgrade_commands():
+                words = [w.replace("deploy/base", str(checkout)) for w in line.split()[1:]]
+                if "rollout" in words:
+                    reconciler = cluster.start(RECONCILER)
+                    reconciled(cluster, reconciler)
+                    continue
+                cluster.kubectl(*words)
+            time.sleep(4)  # two passes of the reconciler over what it took over
+        assert refused == [], refused
+        registration = cluster.get("validatingwebhookconfiguration", "volcano-guard")
+        labels = registration["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "volcano-guard-reconciler"
+        assert registration["webhooks"][0]["clientConfig"]["caBundle"] == bundle
+        assert (
+            cluster.get("secret", "-n", "volcano-guard", "volcano-guard-ca")["data"]["ca.crt"] == ca
+        )
+        assert not cluster.has("-n", "volcano-guard", "job", "volcano-guard-certs")
+        assert not cluster.has("clusterrole", "volcano-guard-certs")
+        unrequested = pinned("no-requests", "")
+        del unrequested["spec"]["nodeName"]
+        unrequested["spec"]["containers"][0]["resources"] = {}
+        assert cluster.create(unrequested).returncode != 0  # still guarded
