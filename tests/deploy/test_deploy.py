@@ -150,14 +150,17 @@ def test_rbac_is_least_privilege(base):
     assert writes and all(r.get("resourceNames") and set(r["resourceNames"]) <= own for r in writes)
 
 
-def test_every_right_to_write_an_admission_object_names_only_the_guards_own():
+def test_every_right_to_write_an_admission_object_or_param_names_only_the_guards_own():
     """Over every part of deploy/ (a webhook configuration, policy or binding is the power to
-    refuse or rewrite any request): each such rule lists resourceNames, and those are the
-    objects the reconciler owns; RBAC cannot limit a POST create by name, and kube-apiserver
-    authorizes a server-side apply that creates as create of the object's name."""
+    refuse or rewrite any request, a node-state param the power to make the in-server policies
+    admit or refuse): each such rule lists resourceNames, and those are the objects the
+    reconciler owns; RBAC cannot limit a POST create by name, and kube-apiserver authorizes a
+    server-side apply that creates as create of the object's name."""
     from volcano_guard.webhook.manifests import OWNED, PLURALS
+    from volcano_guard.webhook.node_states import NAMES
 
     owned = {(PLURALS[o.kind], o.name) for o in OWNED}
+    owned |= {("configmaps", name) for name in (*NAMES, "volcano-guard-config")}
     docs = [
         d
         for part in ("base", "audit", "monitoring", "policyreport-crds")
@@ -169,11 +172,11 @@ def test_every_right_to_write_an_admission_object_names_only_the_guards_own():
     writers = [
         r
         for r in rules
-        if set(r["resources"]) & ADMISSION_KINDS and set(r["verbs"]) - {"get", "list", "watch"}
+        if set(r["resources"]) & (ADMISSION_KINDS | {"configmaps"})
+        and set(r["verbs"]) - {"get", "list", "watch"}
     ]
-    assert writers
+    assert len(writers) >= 3
     for rule in writers:
-        assert rule["apiGroups"] == ["admissionregistration.k8s.io"]
         named = {
             (resource, name) for resource in rule["resources"] for name in rule["resourceNames"]
         }

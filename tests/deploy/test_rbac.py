@@ -253,7 +253,7 @@ def delete_review(port: int, ca_file: Path) -> dict[str, Any]:
 
 # kube-apiserver authorizes a server-side apply that creates an object as `create` of its name
 # (patch.go, PatchResource); the sandbox counts the request by its verb, patch.
-CREATED_BY_APPLY = {
+CREATED_BY_APPLY = {("", "configmaps", "create")} | {
     ("admissionregistration.k8s.io", resource, "create")
     for resource in (
         "mutatingwebhookconfigurations",

@@ -21,6 +21,7 @@ from tests.webhook.test_admission_policies import (
 )
 from volcano_guard.base.informer import static_snapshot
 from volcano_guard.base.kubeconfig import Cluster
+from volcano_guard.webhook.node_states import NAMES as POOL
 from volcano_guard.webhook.node_states import (
     RANGE_BYTES,
     NodeRange,
@@ -47,7 +48,8 @@ def test_100000_nodes_fit_in_configmaps_the_api_server_accepts():
         for i in range(100_000)
     }
     writes = plan([], states)
-    assert writes[0] == NodeRange("", "", pending=True)  # refuses all until the rest exist
+    assert writes[0] == NodeRange("", "", pending=True, name=writes[-1].name)  # refuses all
+    assert writes[-1].start == "" and not writes[-1].pending  # ... until the rest exist
     ranges = sorted({r.start: r for r in writes}.values(), key=lambda r: r.start)
     assert ranges[0].start == "" and ranges[-1].end == "" and not ranges[0].pending
     assert all(a.end == b.start for a, b in itertools.pairwise(ranges))
@@ -56,6 +58,9 @@ def test_100000_nodes_fit_in_configmaps_the_api_server_accepts():
         assert sum(len(k) + len(v) for k, v in data.items()) <= RANGE_BYTES < MIB
     assert {n: s for r in ranges for n, s in r.states.items()} == states
     assert 6 <= len(ranges) <= 12, len(ranges)  # 5.5 MB of names and states
+    assert len({r.name for r in ranges}) == len(ranges) and {r.name for r in ranges} <= set(
+        POOL
+    )  # names the reconciler's Role lists
 
 
 def test_nothing_is_written_when_the_states_are_what_is_stored():
@@ -73,18 +78,26 @@ def stored_copy(node_range: NodeRange, version: int = 1) -> NodeRange:
 
 def test_left_overs_of_an_interrupted_split_are_read_as_a_partition():
     # A split that created its upper half and stopped before shrinking the whole range.
-    whole = stored_copy(NodeRange("", "", {"a": MANAGED, "m": UNMANAGED, "z": MANAGED}))
-    upper = stored_copy(NodeRange("m", "", {"m": UNMANAGED, "z": MANAGED}))
+    whole = stored_copy(
+        NodeRange("", "", {"a": MANAGED, "m": UNMANAGED, "z": MANAGED}, name=POOL[0])
+    )
+    upper = stored_copy(NodeRange("m", "", {"m": UNMANAGED, "z": MANAGED}, name=POOL[1]))
     writes = plan([whole, upper], {"a": MANAGED, "m": UNMANAGED, "z": MANAGED}, limit=100)
     assert [(r.start, r.end, dict(r.states)) for r in writes] == [("", "m", {"a": MANAGED})]
 
 
 def test_a_first_range_deleted_by_hand_is_created_again():
-    upper = stored_copy(NodeRange("m", "", {"m": UNMANAGED, "z": MANAGED}))
+    upper = stored_copy(NodeRange("m", "", {"m": UNMANAGED, "z": MANAGED}, name=POOL[0]))
     writes = plan([upper], {"a": MANAGED, "m": UNMANAGED, "z": MANAGED}, limit=100)
-    assert [(r.start, r.end, dict(r.states), r.resource_version) for r in writes] == [
-        ("", "m", {"a": MANAGED}, "")
+    assert [(r.start, r.end, dict(r.states), r.resource_version, r.name) for r in writes] == [
+        ("", "m", {"a": MANAGED}, "", POOL[1])  # the first name no range uses
     ]
+
+
+def test_past_the_names_the_role_lists_no_range_is_written():
+    states = {f"node-{i:03}": MANAGED for i in range(len(POOL) + 1)}
+    with pytest.raises(ValueError, match=f"more than {len(POOL)} ConfigMaps"):
+        plan([], states, limit=1)
 
 
 NAMES = st.sampled_from(["a", "b", "cc", "d", "ee", "f", "gg", "h"])

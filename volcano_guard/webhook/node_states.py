@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -49,7 +49,12 @@ log = logging.getLogger("volcano_guard.webhook")
 # next split.
 RANGE_BYTES = 768 * 1024
 NAME_PREFIX = "volcano-guard-node-states-"
+# The names the ranges take, fixed in advance so that the reconciler's Role can name every
+# ConfigMap it may write (RBAC allows a create by name only to a server-side apply): 32 ranges
+# of 384 to 768 KiB of states hold some 400,000 nodes.
+NAMES = tuple(f"{NAME_PREFIX}{index}" for index in range(32))
 INTERVAL = 2.0  # seconds between looks at the node cache
+FIELD_MANAGER = "volcano-guard-reconciler"
 RESYNC = 300.0  # seconds after which the ConfigMaps are read again though nothing changed
 
 
@@ -62,12 +67,7 @@ class NodeRange:
     states: Mapping[str, str] = field(default_factory=dict)
     resource_version: str = ""  # "" : not created yet
     pending: bool = False  # refuses every name it holds
-
-    @property
-    def name(self) -> str:
-        """The ConfigMap's name, a function of where the range starts (so two replicas that
-        split alike create the same object, and the second's create fails harmlessly)."""
-        return NAME_PREFIX + hashlib.sha256(self.start.encode()).hexdigest()[:12]
+    name: str = ""  # the ConfigMap's, one of NAMES ("" : to be given one)
 
     def holds(self, node: str) -> bool:
         return self.start <= node and (not self.end or node < self.end)
@@ -96,18 +96,33 @@ def plan(
         first = bisect.bisect_left(names, current.start)
         last = bisect.bisect_left(names, current.end) if current.end else len(names)
         held = {name: states[name] for name in names[first:last]}
-        wanted += _split(
-            NodeRange(current.start, current.end, held, current.resource_version), limit
-        )
+        wanted += _split(replace(current, states=held), limit)
     by_start = {current.start: current for current in existing}
     changed = [r for r in wanted if _differs(r, by_start.get(r.start))]
     # Creates first: a split's upper half exists before the range it came from shrinks.
-    writes = sorted(changed, key=lambda r: bool(r.resource_version))
+    writes = sorted(_named(changed, existing), key=lambda r: bool(r.resource_version))
     if not existing and len(writes) > 1:  # nothing stored yet: every name refused, until
         # the first range exists; it must go on refusing what the others do not hold yet
-        writes.remove(wanted[0])
-        writes = [NodeRange("", "", pending=True), *writes, wanted[0]]
+        head = next(r for r in writes if not r.start)
+        writes.remove(head)
+        writes = [NodeRange("", "", pending=True, name=head.name), *writes, head]
     return writes
+
+
+def _named(ranges: list[NodeRange], existing: list[NodeRange]) -> list[NodeRange]:
+    """ranges, each new one given the first of NAMES no range uses; ValueError when none is
+    left."""
+    used = {r.name for r in existing} | {r.name for r in ranges}
+    free = (name for name in NAMES if name not in used)
+    named = []
+    for node_range in ranges:
+        if not node_range.name:
+            name = next(free, None)
+            if name is None:
+                raise ValueError(f"the node states need more than {len(NAMES)} ConfigMaps")
+            node_range = replace(node_range, name=name)
+        named.append(node_range)
+    return named
 
 
 def _partition(existing: list[NodeRange]) -> list[NodeRange]:
@@ -118,12 +133,7 @@ def _partition(existing: list[NodeRange]) -> list[NodeRange]:
     if ordered and ordered[0].start:
         ordered.insert(0, NodeRange("", ordered[0].start))
     return [
-        NodeRange(
-            r.start,
-            ordered[index + 1].start if index + 1 < len(ordered) else "",
-            r.states,
-            r.resource_version,
-        )
+        replace(r, end=ordered[index + 1].start if index + 1 < len(ordered) else "")
         for index, r in enumerate(ordered)
     ]
 
@@ -133,12 +143,7 @@ def _split(whole: NodeRange, limit: int) -> list[NodeRange]:
         return [whole]
     names = sorted(whole.states)
     middle = names[len(names) // 2]
-    lower = NodeRange(
-        whole.start,
-        middle,
-        {n: whole.states[n] for n in names if n < middle},
-        whole.resource_version,
-    )
+    lower = replace(whole, end=middle, states={n: whole.states[n] for n in names if n < middle})
     upper = NodeRange(middle, whole.end, {n: whole.states[n] for n in names if n >= middle})
     return _split(lower, limit) + _split(upper, limit)
 
@@ -184,6 +189,7 @@ def from_configmap(obj: Mapping[str, Any]) -> NodeRange:
         {str(k): str(v) for k, v in data.items()},
         str(metadata.get("resourceVersion", "")),
         NODES_PENDING in annotations,
+        str(metadata.get("name", "")),
     )
 
 
@@ -253,10 +259,15 @@ class NodeStatesPublisher:
             body = configmap(replace(node_range, resource_version=version), self._namespace)
             if version:
                 request = session.put(f"{url}/{node_range.name}", json=body, headers=headers)
-            else:
-                request = session.post(url, json=body, headers=headers)
+            else:  # a create by server-side apply: RBAC can allow it by name (NAMES)
+                request = session.patch(
+                    f"{url}/{node_range.name}",
+                    data=json.dumps(body),
+                    params={"fieldManager": FIELD_MANAGER},
+                    headers={**headers, "Content-Type": "application/apply-patch+yaml"},
+                )
             async with request as response:
-                if response.status == 409:  # another replica wrote first: read again next time
+                if response.status == 409:  # another writer was first: read again next time
                     return False
                 response.raise_for_status()
                 stored = await response.json()
