@@ -1000,7 +1000,7 @@ def run_reconcile(args: argparse.Namespace) -> int:
     from volcano_guard.base.kubeconfig import own_namespace
     from volcano_guard.base.lease import LeaseSettings
     from volcano_guard.base.listen import parse_listen
-    from volcano_guard.reconciler.reconcile import Reconciler, Settings, uninstall
+    from volcano_guard.reconciler.reconcile import LEASE, Reconciler, Settings, uninstall
     from volcano_guard.reconciler.run import reconcile
 
     try:
@@ -1030,7 +1030,7 @@ def run_reconcile(args: argparse.Namespace) -> int:
             raise CommandError(str(exc)) from None
     lease = LeaseSettings(
         namespace=namespace,
-        name="volcano-guard-reconciler",
+        name=LEASE,
         duration=args.lease_duration,
         renew_deadline=args.lease_duration * 2 / 3,
         retry=min(2.0, args.lease_duration / 5),

@@ -130,17 +130,20 @@ ADMISSION_KINDS = {
 def test_rbac_is_least_privilege(base):
     """No wildcard, no escalate or bind; delete, and any write cluster-wide, only of the
     guard's own objects by name (the reconciler's, which it re-creates and, at uninstall,
-    deletes)."""
+    deletes: its admission objects, and in its namespace its Secrets, node states and Lease)."""
     from volcano_guard.webhook.manifests import OWNED
+    from volcano_guard.webhook.node_states import NAMES
 
     own = {owned.name for owned in OWNED}
+    made = {*NAMES, "volcano-guard-ca", "volcano-guard-tls", "volcano-guard-reconciler"}
     for role in by_kind(base, "ClusterRole") + by_kind(base, "Role"):
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
             assert not set(rule["verbs"]) & {"deletecollection", "escalate", "bind", "impersonate"}
-            if "delete" in rule["verbs"]:  # the reconciler's own admission objects, by name
-                assert set(rule["resources"]) <= ADMISSION_KINDS and rule["resourceNames"]
-                assert set(rule["resourceNames"]) <= own
+            if "delete" in rule["verbs"]:  # what the reconciler made, by name
+                kinds = ADMISSION_KINDS | {"secrets", "configmaps", "leases"}
+                assert set(rule["resources"]) <= kinds and rule["resourceNames"]
+                assert set(rule["resourceNames"]) <= own | made
     writes = [
         r
         for role in by_kind(base, "ClusterRole")

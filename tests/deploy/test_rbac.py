@@ -393,17 +393,8 @@ def test_the_reconciler_account_may_do_exactly_what_the_reconciler_does(deployed
         finally:
             reconciler.terminate()
             reconciler.wait(30)
-        uninstall = subprocess.run(
-            [*CLI, "reconcile", "--uninstall", *kubeconfig],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert uninstall.returncode == 0, uninstall.stderr
         if LIBFAKETIME is None:
             pytest.skip("faketime is not installed (.ci/run installs it)")
-        replace_config(cluster, {})  # not paused any more
         years_on = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": "+2500d"}  # the CA is due
         once = subprocess.run(
             [*CLI, "reconcile", "--once", *kubeconfig],
@@ -414,6 +405,16 @@ def test_the_reconciler_account_may_do_exactly_what_the_reconciler_does(deployed
         )
         assert once.returncode == 0, once.stderr
         assert "make-ca" in once.stderr
+        uninstall = subprocess.run(
+            [*CLI, "reconcile", "--uninstall", *kubeconfig],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert uninstall.returncode == 0, uninstall.stderr
+        left = [p for p in ("secrets", "configmaps", "leases") for o in cluster.stored(p)]
+        assert left == ["configmaps"], left  # the config, which the install made
         assert called(cluster.sandbox.stats()) | CREATED_BY_APPLY == grants(deployed, account)
 
 

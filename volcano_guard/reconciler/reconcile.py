@@ -32,6 +32,7 @@ log = logging.getLogger("volcano_guard.reconciler")
 CONFIG_KEY = "config.yaml"
 PAUSE_ANNOTATION = "volcano-guard.io/reconcile"  # "paused": write nothing (break-glass, uninstall)
 CERT_MANAGER_ANNOTATION = "cert-manager.io/inject-ca-from"
+LEASE = "volcano-guard-reconciler"
 INTERVAL = 2.0  # seconds between passes: an edited or deleted object is back within about this
 DISCOVERY_EVERY = 60.0  # seconds between reads of what the cluster serves
 # On every owned object, so `kubectl delete ... -l` finds them all (docs/install.md, uninstall).
@@ -405,5 +406,28 @@ def uninstall(
         left = [owned for owned in OWNED if objects.get(owned) is not None]
         if not left:
             said("deleted the guard's webhook configurations, policies and bindings")
+            _delete_made_in_namespace(api_client, settings)
+            said(f"deleted what it made in {settings.namespace}: certificates, node states, Lease")
             return
     raise RuntimeError(f"still there after three tries: {', '.join(map(' '.join, left))}")
+
+
+def _delete_made_in_namespace(api_client: Any, settings: Settings) -> None:
+    """The namespaced objects the reconciler made, which no install renders (so `helm
+    uninstall` would leave them): its Secrets, the node-state ConfigMaps, its Lease. Its Events
+    expire by themselves."""
+    from kubernetes.client.exceptions import ApiException
+
+    from volcano_guard.webhook.node_states import NAMES
+
+    core = f"/api/v1/namespaces/{settings.namespace}"
+    paths = [f"{core}/configmaps/{name}" for name in NAMES]
+    if settings.certificates == "self":
+        paths += [f"{core}/secrets/{settings.ca_secret}", f"{core}/secrets/{settings.tls_secret}"]
+    paths.append(f"/apis/coordination.k8s.io/v1/namespaces/{settings.namespace}/leases/{LEASE}")
+    for path in paths:
+        try:
+            request_json(api_client, "DELETE", path)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
