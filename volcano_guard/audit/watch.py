@@ -33,8 +33,8 @@ from volcano_guard.base.config_reload import ConfigReloader
 from volcano_guard.base.connections import release_free_memory
 from volcano_guard.base.informer import Informer
 from volcano_guard.base.lease import LeaseElector, LeaseSettings
-from volcano_guard.base.listen import Listen, start_site
-from volcano_guard.base.metrics import REGISTRY, metrics_app
+from volcano_guard.base.listen import Listen
+from volcano_guard.base.metrics import REGISTRY, metrics_app, start_metrics
 from volcano_guard.webhook.caches import lister
 from volcano_guard.webhook.config import Config, config_from_bytes
 from volcano_guard.webhook.policies.base import WatchedList
@@ -279,17 +279,10 @@ async def watch(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(
-        metrics_app(lambda: running.audit.ready(), lambda: elector.problem), access_log=None
-    )
-    await runner.setup()
+    runner: web.AppRunner | None = None
     try:
-        await start_site(
-            web.TCPSite(runner, metrics_listen.host, metrics_listen.port),
-            "--metrics-listen",
-            metrics_listen,
-        )
-        port = runner.addresses[0][1]
+        app = metrics_app(lambda: running.audit.ready(), lambda: elector.problem)
+        runner, port = await start_metrics(app, metrics_listen)
         log.info("audit watching the cluster; metrics on http://%s:%s", metrics_listen.host, port)
         running.start()
         tasks = [asyncio.create_task(lead_and_report(running, elector))]
@@ -308,6 +301,7 @@ async def watch(
         LEADING.set(0)
     finally:
         running.stop()
-        await runner.cleanup()
+        if runner is not None:
+            await runner.cleanup()
         REGISTRY.unregister(collector)
     return 0

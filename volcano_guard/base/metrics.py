@@ -8,11 +8,26 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from volcano_guard.base.listen import Listen, start_site
+
 PREFIX = "volcano_guard_"
 REGISTRY = CollectorRegistry(auto_describe=True)
 # process_resident_memory_bytes and the rest (Linux /proc): the sidecar's memory is the Queue
 # status storm's whole concern, and a fail-closed webhook's OOM kill stops pod creation.
 ProcessCollector(registry=REGISTRY)
+
+
+async def start_metrics(app: web.Application, listen: Listen) -> tuple[web.AppRunner, int]:
+    """app served on listen (a command's --metrics-listen): its runner, for the caller to clean
+    up, and the port it bound; AddressUnusable naming the flag when it cannot bind."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await start_site(web.TCPSite(runner, listen.host, listen.port), "--metrics-listen", listen)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, runner.addresses[0][1]
 
 
 def metrics_app(

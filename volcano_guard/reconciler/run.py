@@ -16,8 +16,8 @@ from aiohttp import web
 from volcano_guard.base.informer import Informer, Snapshot
 from volcano_guard.base.kubeconfig import Cluster
 from volcano_guard.base.lease import LeaseElector, LeaseSettings
-from volcano_guard.base.listen import Listen, start_site
-from volcano_guard.base.metrics import metrics_app
+from volcano_guard.base.listen import Listen
+from volcano_guard.base.metrics import metrics_app, start_metrics
 from volcano_guard.reconciler import metrics
 from volcano_guard.reconciler.reconcile import INTERVAL, Reconciler, Settings
 from volcano_guard.webhook.caches import lister
@@ -105,15 +105,10 @@ async def reconcile(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(metrics_app(lambda: True, lambda: elector.problem), access_log=None)
-    await runner.setup()
+    runner: web.AppRunner | None = None
     try:
-        await start_site(
-            web.TCPSite(runner, metrics_listen.host, metrics_listen.port),
-            "--metrics-listen",
-            metrics_listen,
-        )
-        port = runner.addresses[0][1]
+        app = metrics_app(lambda: True, lambda: elector.problem)
+        runner, port = await start_metrics(app, metrics_listen)
         log.info(
             "reconciling %s/%s; metrics on http://%s:%s",
             settings.namespace,
@@ -128,5 +123,6 @@ async def reconcile(
         metrics.LEADING.set(0)
     finally:
         node_states.close()
-        await runner.cleanup()
+        if runner is not None:
+            await runner.cleanup()
     return 0
