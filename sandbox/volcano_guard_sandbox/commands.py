@@ -22,12 +22,13 @@ def sandbox(prog: str, argv: Sequence[str]) -> int:
     from volcano_guard.base.tls import server_context
     from volcano_guard_sandbox.apiserver.admission import parse_service
     from volcano_guard_sandbox.apiserver.authn import load_token_file
+    from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints, grouped
     from volcano_guard_sandbox.apiserver.runner import load_files, serve_forever
     from volcano_guard_sandbox.apiserver.server import SandboxSettings
 
     try:
         listen = parse_listen(args.listen)
-        services = dict(parse_service(text) for text in args.service)
+        services = grouped([parse_service(text) for text in args.service])
         tokens = load_token_file(args.token_auth_file) if args.token_auth_file else None
         objects = load_files(args.load)
     except (ValueError, OSError) as exc:  # TokenFileError and FileProblem are ValueErrors
@@ -38,7 +39,7 @@ def sandbox(prog: str, argv: Sequence[str]) -> int:
         tls = server_context(args.tls_cert, args.tls_key) if args.tls_cert else None
     except (OSError, ssl.SSLError, ValueError) as exc:
         raise CommandError(str(exc)) from None
-    settings = SandboxSettings(services=services, tokens=tokens)
+    settings = SandboxSettings(services=ServiceEndpoints(services), tokens=tokens)
     return run_server(serve_forever(listen.host, listen.port, objects, settings, tls))
 
 
@@ -64,7 +65,8 @@ def sandbox_parser(prog: str = "volcano-guard sandbox") -> argparse.ArgumentPars
         action="append",
         default=[],
         metavar="NAMESPACE/NAME:PORT=HOST:PORT",
-        help="where a webhook configuration's clientConfig.service is served (repeatable)",
+        help="where a webhook configuration's clientConfig.service is served (repeatable: a "
+        "Service given twice has two endpoints, each new connection reaching one at random)",
     )
     parser.add_argument(
         "--tls-cert",

@@ -28,6 +28,7 @@ from volcano_guard.certs.generate import generate
 from volcano_guard.webhook.config import read_yaml
 from volcano_guard_sandbox import REPO_ROOT
 from volcano_guard_sandbox.apiserver.authn import load_token_file
+from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
 from volcano_guard_sandbox.apiserver.runner import SandboxThread
 from volcano_guard_sandbox.apiserver.server import SandboxSettings
 from volcano_guard_sandbox.processes import free_port
@@ -166,7 +167,7 @@ def guarded_sandbox(
     registrations = _run([*cli, "manifests", "--config", str(config_file)]).stdout
     port, metrics = free_port(), free_port()
     settings = SandboxSettings(
-        services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", port)},
+        services=ServiceEndpoints({(NAMESPACE, SERVICE, 443): [("127.0.0.1", port)]}),
         tokens=load_token_file(directory / "tokens.csv"),
     )
     tls = server_context(sandbox_certs.cert_file, sandbox_certs.key_file)

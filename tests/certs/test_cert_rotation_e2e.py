@@ -35,6 +35,7 @@ from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.base.tls import server_context
 from volcano_guard.certs.generate import generate
 from volcano_guard_sandbox.apiserver.authn import load_token_file
+from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
 from volcano_guard_sandbox.apiserver.runner import SandboxThread
 from volcano_guard_sandbox.apiserver.server import SandboxSettings
 from volcano_guard_sandbox.guarded_sandbox import (
@@ -125,7 +126,7 @@ def guard(directory: Path) -> Iterator[tuple[SandboxThread, Path, Any, KubeletVo
     (directory / "tokens.csv").write_text(TOKENS)
     port, metrics = free_port(), free_port()
     settings = SandboxSettings(
-        services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", port)},
+        services=ServiceEndpoints({(NAMESPACE, SERVICE, 443): [("127.0.0.1", port)]}),
         tokens=load_token_file(directory / "tokens.csv"),
     )
     tls = server_context(sandbox_certs.cert_file, sandbox_certs.key_file)

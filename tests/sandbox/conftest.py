@@ -14,6 +14,7 @@ from tests.conftest import NAMESPACE, SERVICE
 from tests.sandbox.admission_chain import Box, ScriptedWebhook
 from volcano_guard.base.tls import server_context
 from volcano_guard_sandbox.apiserver.authn import load_token_file
+from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
 from volcano_guard_sandbox.apiserver.runner import running
 from volcano_guard_sandbox.apiserver.server import SandboxSettings
 
@@ -41,7 +42,7 @@ async def box(certs, scripted, tmp_path) -> AsyncIterator[Box]:
         'admin,kubernetes-admin,0,"system:masters"\nalice-token,alice,a1,"team-a,devs"\n'
     )
     settings = SandboxSettings(
-        services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", scripted.port)},
+        services=ServiceEndpoints({(NAMESPACE, SERVICE, 443): [("127.0.0.1", scripted.port)]}),
         tokens=load_token_file(tokens),
     )
     async with (

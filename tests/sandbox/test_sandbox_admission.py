@@ -18,6 +18,7 @@ from tests.conftest import NAMESPACE, SERVICE
 from tests.sandbox.admission_chain import POD_RULE, PODS, VALIDATING, Box, ScriptedWebhook, pod
 from volcano_guard_sandbox.apiserver import matching
 from volcano_guard_sandbox.apiserver.authn import AUTHENTICATED, TokenFileError, load_token_file
+from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
 from volcano_guard_sandbox.apiserver.runner import running
 from volcano_guard_sandbox.apiserver.server import SandboxSettings
 
@@ -221,7 +222,9 @@ async def test_equivalent_match_policy_adds_nothing_where_one_version_is_served(
 
 
 async def test_without_a_token_file_every_request_is_an_administrator(certs, scripted):
-    settings = SandboxSettings(services={(NAMESPACE, SERVICE, 443): ("127.0.0.1", scripted.port)})
+    settings = SandboxSettings(
+        services=ServiceEndpoints({(NAMESPACE, SERVICE, 443): [("127.0.0.1", scripted.port)]})
+    )
     async with running(settings=settings) as sandbox, aiohttp.ClientSession() as session:
         sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}])
         box = Box(sandbox.url, session, base64.b64encode(certs.ca_file.read_bytes()).decode())

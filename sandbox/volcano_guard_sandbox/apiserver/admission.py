@@ -15,7 +15,8 @@ request/admissionreview.go, errors/statuserror.go; pkg/util/webhook/error.go).
   Ignore goes on and records a `failed-open...` audit annotation.
 
 The call is an AdmissionReview v1 POSTed over HTTPS to `clientConfig.url`, or to the service's
-DNS name `NAME.NAMESPACE.svc` (verified against `caBundle`) at the address `--service` maps it to.
+DNS name `NAME.NAMESPACE.svc` (verified against `caBundle`), each new connection at one of the
+endpoints `--service` maps it to (endpoints.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ import aiohttp
 
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard_sandbox.apiserver.endpoints import (
+    Address,
+    ServiceEndpoints,
+    ServiceKey,
+    ServiceResolver,
+    service_host,
+)
 from volcano_guard_sandbox.apiserver.matching import (
     Attributes,
     ConditionError,
@@ -54,13 +62,10 @@ MUTATION_PREFIX = "mutation.webhook.admission.k8s.io/"
 FAILED_OPEN_MUTATING = "failed-open." + MUTATION_PREFIX
 FAILED_OPEN_VALIDATING = "failed-open.validating.webhook.admission.k8s.io/"
 
-ServiceKey = tuple[str, str, int]  # (namespace, name, port) of clientConfig.service
-
-
 SIDE_EFFECT_FREE = ("None", "NoneOnDryRun")
 
 
-def parse_service(text: str) -> tuple[ServiceKey, tuple[str, int]]:
+def parse_service(text: str) -> tuple[ServiceKey, Address]:
     """`NAMESPACE/NAME:PORT=HOST:PORT` -> ((namespace, name, port), (host, port))."""
     service, sep, address = text.partition("=")
     namespace, slash, name_port = service.partition("/")
@@ -107,8 +112,8 @@ class _Endpoint:
 class Dispatcher:
     """Calls the registered webhooks for one sandbox; owns one HTTP client session."""
 
-    def __init__(self, services: Mapping[ServiceKey, tuple[str, int]] | None = None) -> None:
-        self._services = dict(services or {})
+    def __init__(self, endpoints: ServiceEndpoints | None = None) -> None:
+        self._endpoints = endpoints or ServiceEndpoints()
         self._session: aiohttp.ClientSession | None = None
         self._contexts: dict[str, ssl.SSLContext] = {}
 
@@ -268,7 +273,10 @@ class Dispatcher:
 
     async def _post(self, url: str, endpoint: _Endpoint, body: bytes, timeout: float) -> bytes:
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            # One pool for each Service name, a fresh endpoint for each new connection.
+            resolver = ServiceResolver(self._endpoints)
+            connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False)
+            self._session = aiohttp.ClientSession(connector=connector)
         try:
             async with (
                 asyncio.timeout(timeout),
@@ -317,17 +325,15 @@ class Dispatcher:
         service = client.get("service") or {}
         namespace, service_name = service.get("namespace", ""), service.get("name", "")
         port = int(service.get("port") or 443)
-        dns_name = f"{service_name}.{namespace}.svc"
-        address = self._services.get((namespace, service_name, port))
-        if address is None:
+        dns_name = service_host(namespace, service_name)
+        if self._endpoints.get((namespace, service_name, port)) is None:
             raise CallError(
                 f'failed calling webhook "{name}": failed to call webhook: service '
                 f'"{namespace}/{service_name}:{port}" is not mapped to an address '
                 "(volcano-guard sandbox --service NAMESPACE/NAME:PORT=HOST:PORT)"
             )
-        host, target = address
         path = service.get("path") or "/"
-        return _Endpoint(f"https://{host}:{target}{path}", dns_name, tls)
+        return _Endpoint(f"https://{dns_name}:{port}{path}", dns_name, tls)
 
     def _tls(self, name: str, ca_bundle: Any) -> ssl.SSLContext:
         """A client context trusting caBundle (base64 PEM), or the system's roots without one."""

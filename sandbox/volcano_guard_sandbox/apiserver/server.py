@@ -24,8 +24,9 @@ from aiohttp import web
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.status import status_body, status_response
 from volcano_guard_sandbox.apiserver import apply, openapi, protobuf, writes
-from volcano_guard_sandbox.apiserver.admission import Dispatcher, ServiceKey
+from volcano_guard_sandbox.apiserver.admission import Dispatcher
 from volcano_guard_sandbox.apiserver.authn import Authenticator
+from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
 from volcano_guard_sandbox.apiserver.faults import FaultRule, Faults, Stats
 from volcano_guard_sandbox.apiserver.matching import User
 from volcano_guard_sandbox.apiserver.resources import RESOURCES, ResourceType, find, group_versions
@@ -76,8 +77,9 @@ AUDIT_KEY = web.AppKey("audit", AuditLog)
 @dataclass(frozen=True, kw_only=True)
 class SandboxSettings:
     bookmark_interval: float = 10.0  # seconds between BOOKMARK events on idle watches
-    # clientConfig.service (namespace, name, port) -> the (host, port) it is served at.
-    services: Mapping[ServiceKey, tuple[str, int]] = field(default_factory=dict)
+    # clientConfig.service (namespace, name, port) -> its ready endpoints (host, port); a
+    # harness playing the endpoints controller changes them at run time (ServiceEndpoints.set).
+    services: ServiceEndpoints = field(default_factory=ServiceEndpoints)
     tokens: Mapping[str, User] | None = None  # bearer token -> user; None: everyone is admin
     audit_events: int = 1000  # the most recent writes /sandbox/audit keeps
 
