@@ -190,6 +190,14 @@ def _add_webhook(commands: argparse._SubParsersAction) -> None:
         help="processes sharing the admission port (SO_REUSEPORT); one uses "
         "one core (default %(default)s)",
     )
+    webhook.add_argument(
+        "--shutdown-delay",
+        type=_notice_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="after SIGTERM, go on serving, unready, this long before closing the port, while "
+        "the Service's endpoints drop the pod (the Deployment gives 5; default %(default)s)",
+    )
     webhook.set_defaults(run=run_webhook)
 
 
@@ -549,6 +557,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _notice_seconds(text: str) -> float:
+    """0 to 300 seconds: more would outlast any terminationGracePeriodSeconds worth having."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 300:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 300 seconds")
+    return value
+
+
 def _duration(text: str) -> datetime.timedelta:
     from volcano_guard.base.durations import parse_duration
 
@@ -673,7 +692,7 @@ def run_webhook(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     if args.workers > 1:
         return _run_webhook_workers(args, parts)
-    return run_server(parts.serve())
+    return run_server(parts.serve(shutdown_delay=args.shutdown_delay))
 
 
 @dataclass(frozen=True)
@@ -783,7 +802,13 @@ def _webhook_worker(args: argparse.Namespace, report: Any) -> None:
         metrics_listen=Listen("127.0.0.1", 0),
         config=msgspec.structs.replace(parts.config, maxConnections=share),
     )
-    asyncio.run(parts.serve(reuse_port=True, started=lambda *ports: report.send(ports)))
+    asyncio.run(
+        parts.serve(
+            reuse_port=True,
+            started=lambda *ports: report.send(ports),
+            shutdown_delay=args.shutdown_delay,
+        )
+    )
 
 
 def run_certs_generate(args: argparse.Namespace) -> int:

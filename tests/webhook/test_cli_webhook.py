@@ -10,11 +10,12 @@ import pytest
 
 from tests.builders import container, pod, review
 from tests.conftest import HOSTNAME
-from tests.processes import start_cli, tls_connect, wait_for_log
+from tests.processes import post_once, start_cli, tls_connect, wait_for_log
 
 
 @pytest.fixture
-def process(certs, tmp_path):
+def process(certs, tmp_path, request):
+    delay = getattr(request, "param", "0")  # --shutdown-delay
     config = tmp_path / "config.yaml"
     config.write_text(
         "policies: {resourceRequests: {mode: enforce}, nodeName: {mode: off, "
@@ -33,6 +34,8 @@ def process(certs, tmp_path):
         str(certs.cert_file),
         "--tls-key",
         str(certs.key_file),
+        "--shutdown-delay",
+        delay,
     )
     match = wait_for_log(proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)")
     yield proc, (int(match[1]), int(match[2]))
@@ -70,6 +73,64 @@ def test_new_connections_are_refused_after_shutdown(process, certs):
     assert proc.wait(20) == 0
     with pytest.raises(OSError):
         tls_connect(certs.ca_file, port)
+
+
+def get(port: int, path: str) -> bytes:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % path.encode())
+    response = b""
+    while chunk := sock.recv(65536):
+        response += chunk
+    return response
+
+
+def keep_alive_post(tls: ssl.SSLSocket, body: bytes) -> bytes:
+    """One POST /validate on a kept-alive connection; the answer's head."""
+    tls.sendall(
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body) + body
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += tls.recv(65536)
+    return head
+
+
+@pytest.mark.parametrize("process", ["1.5"], indirect=True)
+def test_after_sigterm_it_answers_unready_and_closing_for_the_shutdown_delay(process, certs):
+    proc, (port, metrics_port) = process
+    body = json.dumps(review(pod(container("c")), uid="late")).encode()
+    tls = tls_connect(certs.ca_file, port)
+    assert b"Connection: close" not in keep_alive_post(tls, body)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert get(metrics_port, "/readyz").startswith(b"HTTP/1.1 503")
+    head = keep_alive_post(tls, body)  # the Service still leads here: answered, then closed
+    assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" in head, head
+    status, answer = post_once(certs.ca_file, port, "/validate", body)  # a new connection too
+    assert status == 200 and answer["response"]["uid"] == "late"
+    assert proc.wait(20) == 0
+    assert time.monotonic() - sent >= 1.5
+
+
+@pytest.mark.parametrize("process", ["30"], indirect=True)
+def test_sigint_stops_at_once_whatever_the_shutdown_delay(process):
+    proc, _ = process
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(10) == 0
+
+
+@pytest.mark.parametrize("delay", ["-1", "301", "soon"])
+def test_a_shutdown_delay_out_of_range_exits_2_naming_it(delay, certs, capsys):
+    from volcano_guard.cli import main
+
+    tls = ["--tls-cert", str(certs.cert_file), "--tls-key", str(certs.key_file)]
+    with pytest.raises(SystemExit) as exited:
+        main(["webhook", *tls, "--shutdown-delay", delay])
+    assert exited.value.code == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "--shutdown-delay" in line and delay in line, line
 
 
 def test_metrics_port_serves_plain_http(process):

@@ -91,6 +91,19 @@ class InFlight:
 IN_FLIGHT_KEY = web.AppKey("in_flight", InFlight)
 
 
+class Drain:
+    """SIGTERM's notice period, before the listener closes: /readyz answers 503 and every
+    answer ends its connection, so that a client reaching this pod through a Service (the API
+    server, through a ClusterIP) reconnects to a pod that stays, while the endpoints that still
+    list this pod are updated. Event-loop owned: no lock."""
+
+    def __init__(self) -> None:
+        self.begun = False
+
+    def reason(self) -> str | None:
+        return "shutting down" if self.begun else None
+
+
 class RequestError(Exception):
     """A request refused at the transport: HTTP status, reason label, message."""
 
@@ -129,39 +142,47 @@ def create_app(
     caches: Caches | None = None,
     unready_because: Callable[[], str | None] = lambda: None,
     live: LiveConfig | None = None,
+    drain: Drain | None = None,
 ) -> web.Application:
     """The admission app: POST /mutate, POST /validate, GET /healthz, GET /readyz (ready once
-    the caches have synced, unless unready_because gives a reason). Requests are decided with
-    live's current config (default: config, for good); the body limit is config's."""
+    the caches have synced, unless unready_because gives a reason or the drain has begun).
+    Requests are decided with live's current config (default: config, for good); the body
+    limit is config's."""
     caches = caches or Caches()
     live = live or LiveConfig(config)
+    drain = drain or Drain()
     app = web.Application(client_max_size=config.maxRequestBytes + 1)
     in_flight = app[IN_FLIGHT_KEY] = InFlight()
     for phase in get_args(Phase):
         app.router.add_post(
-            f"/{phase}", _handler(phase, config.maxRequestBytes, live, caches, in_flight)
+            f"/{phase}", _handler(phase, config.maxRequestBytes, live, caches, in_flight, drain)
         )
-    add_probes(app, caches.ready, _reasons(unready_because, caches))
+    add_probes(app, caches.ready, _reasons(unready_because, caches, drain))
     return app
 
 
-def _reasons(unready_because: Callable[[], str | None], caches: Caches) -> Callable[[], str | None]:
-    """Why /readyz answers 503: the caller's reason (an expired certificate), else the
-    caches'."""
-    return lambda: unready_because() or caches.unready_reason()
+def _reasons(
+    unready_because: Callable[[], str | None], caches: Caches, drain: Drain
+) -> Callable[[], str | None]:
+    """Why /readyz answers 503: shutting down, the caller's reason (an expired certificate),
+    else the caches'."""
+    return lambda: drain.reason() or unready_because() or caches.unready_reason()
 
 
 def _handler(
-    phase: Phase, limit: int, live: LiveConfig, caches: Caches, in_flight: InFlight
+    phase: Phase, limit: int, live: LiveConfig, caches: Caches, in_flight: InFlight, drain: Drain
 ) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         # Counted here rather than in a middleware: aiohttp's middleware chain costs about as
         # much as a policy on every request (bench/admission_load.py).
         in_flight.enter()
         try:
-            return await _answer(request, phase, limit, live, caches)
+            response = await _answer(request, phase, limit, live, caches)
         finally:
             in_flight.leave()
+        if drain.begun:
+            response.force_close()  # `Connection: close`: the client's next call reconnects
+        return response
 
     return handle
 
@@ -279,15 +300,18 @@ async def running(
     limits: ConnectionLimits | None = None,
     unready_because: Callable[[], str | None] = lambda: None,
     live: LiveConfig | None = None,
+    drain: Drain | None = None,
 ) -> AsyncIterator[tuple[int, int]]:
     """Serve inside the block; yields the bound (admission, metrics) ports (0 picks free ones).
     Leaving the block stops accepting and waits up to shutdown_timeout for in-flight requests.
     reuse_port lets several worker processes share the admission port (SO_REUSEPORT); limits
     (default ConnectionLimits with the config's maxConnections) bound each connection;
     unready_because gives a reason for both /readyz to answer 503 (an expired certificate);
-    live, when given, is the config requests are decided with (a reload swaps it)."""
+    live, when given, is the config requests are decided with (a reload swaps it); drain,
+    when begun, makes both /readyz answer 503 and every answer close its connection."""
     caches = caches or Caches()
-    app = create_app(config, caches, unready_because, live)
+    drain = drain or Drain()
+    app = create_app(config, caches, unready_because, live, drain)
     # No access log: a line per admission costs more than the decision (bench/admission_load.py);
     # decisions are counted in the metrics instead.
     limits = limits or ConnectionLimits(max_connections=config.maxConnections)
@@ -302,7 +326,7 @@ async def running(
         keepalive_timeout=limits.idle_timeout,
     )
     metrics = web.AppRunner(
-        metrics_app(caches.ready, _reasons(unready_because, caches)), access_log=None
+        metrics_app(caches.ready, _reasons(unready_because, caches, drain)), access_log=None
     )
     await admission.setup()
     await metrics.setup()
@@ -347,17 +371,21 @@ async def serve(
     started: Callable[[int, int], None] | None = None,
     background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
     live: LiveConfig | None = None,
+    shutdown_delay: float = 0.0,
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then finish in-flight requests and return. With a
+    """Serve until SIGTERM or SIGINT, then finish in-flight requests and return; after SIGTERM,
+    first go on serving for shutdown_delay seconds, unready (Drain). With a
     reloader, changed certificate files are picked up without a restart; started is called with
     the bound (admission, metrics) ports once both listen; each of background runs as a task
     while the webhook serves (the config reloader); live, when
     given, is the config requests are decided with."""
     stop = asyncio.Event()
+    terminated: list[int] = []  # the signal that stopped it
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, _stopper(stop, terminated, signum))
     caches = caches or Caches()
+    drain = Drain()
     watching = False
     try:
         async with running(
@@ -370,6 +398,7 @@ async def serve(
             reuse_port=reuse_port,
             unready_because=reloader.problem if reloader else lambda: None,
             live=live,
+            drain=drain,
         ) as (port, metrics_port):
             # The informers' threads start once both ports are bound, so that a port in use
             # ends the command before any of them runs: started first, they went on logging
@@ -389,12 +418,30 @@ async def serve(
             if reloader:
                 tasks.append(asyncio.create_task(reloader.watch()))
             await stop.wait()
+            if terminated == [signal.SIGTERM] and shutdown_delay > 0:
+                await _notice(drain, shutdown_delay)
             log.info("shutting down: finishing in-flight requests")
             for task in tasks:
                 task.cancel()
     finally:
         if watching:  # on every way out: no informer may outlive the command
             caches.stop()
+
+
+def _stopper(stop: asyncio.Event, signals: list[int], signum: int) -> Callable[[], None]:
+    def received() -> None:
+        signals.append(signum)
+        stop.set()
+
+    return received
+
+
+async def _notice(drain: Drain, seconds: float) -> None:
+    """SIGTERM comes as the pod's endpoints are being removed, not after: keep answering,
+    unready, while every Service path to this pod closes."""
+    log.info("SIGTERM: unready, still serving for %.1fs while the endpoints drop this pod", seconds)
+    drain.begun = True
+    await asyncio.sleep(seconds)
 
 
 def _bound_port(runner: web.AppRunner) -> int:
