@@ -4,6 +4,13 @@ its container's own command line, its ConfigMap and Secret volumes projected int
 (kubelet.VolumeProjector) at the paths its arguments name, its ServiceAccount's token, and
 POD_NAMESPACE/POD_NAME. So the rehearsals of install, config change, drift and uninstall run
 what the manifests say, not a harness's idea of it.
+
+It plays the Deployment controller, the endpoints controller and kube-proxy as far as a rolling
+update needs them: each webhook replica serves on a port of its own, listed in the Service's
+endpoints once its /readyz answers 200; roll() replaces a Deployment's replicas one at a time
+as maxSurge 1 and maxUnavailable 0 do (what kube makes of 2 replicas and the 25% defaults), and
+sends a leaving replica SIGTERM while the endpoints still list it, for PROPAGATION seconds (on a
+real cluster the kubelet's SIGTERM and kube-proxy's update race; this is the order that loses).
 """
 
 from __future__ import annotations
@@ -12,9 +19,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +32,7 @@ from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.base.tls import client_context, server_context
 from volcano_guard.certs.generate import generate
 from volcano_guard_sandbox.apiserver.authn import load_token_file
+from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
 from volcano_guard_sandbox.apiserver.runner import SandboxThread
 from volcano_guard_sandbox.apiserver.server import SandboxSettings
 from volcano_guard_sandbox.guarded_sandbox import GuardedSandboxError, kubectl_path, run_kubectl
@@ -32,6 +41,8 @@ from volcano_guard_sandbox.processes import free_port
 
 NAMESPACE = "volcano-guard"
 WEBHOOK, RECONCILER = "volcano-guard", "volcano-guard-reconciler"
+PROPAGATION = 1.0  # seconds from a pod's SIGTERM until the endpoints stop listing it
+GRACE = 30.0  # terminationGracePeriodSeconds' default
 SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
 
 
@@ -49,18 +60,31 @@ def _tokens(namespace: str) -> str:
 
 @dataclass
 class Pod:
-    """One replica of a Deployment, as a process."""
+    """One replica of a Deployment, as a process; address is where it serves the Service."""
 
     process: subprocess.Popen[bytes]
     log: Path
     metrics_port: int
     volumes: ExitStack = field(default_factory=ExitStack)
+    address: tuple[str, int] | None = None
+    was_ready: bool = False  # the endpoints list it from its first ready answer ...
+    unlisted_at: float | None = None  # ... until this monotonic time, once it is leaving
 
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(30)
+            self.process.wait(GRACE)
         self.volumes.close()
+
+    def leave(self, propagation: float = PROPAGATION) -> None:
+        """SIGTERM now; the endpoints stop listing it propagation seconds later."""
+        self.unlisted_at = time.monotonic() + propagation
+        self.process.terminate()
+
+    def listed(self) -> bool:
+        """Whether the Service's endpoints list it."""
+        leaving = self.unlisted_at is not None and time.monotonic() >= self.unlisted_at
+        return self.was_ready and not leaving
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -76,14 +100,36 @@ class Pod:
             return False
 
 
+class EndpointsController(threading.Thread):
+    """Keeps the webhook Service's endpoints to the replicas that list (Pod.listed), probing a
+    new replica's /readyz until it first answers 200."""
+
+    def __init__(self, update: Callable[[list[tuple[str, int]]], None]) -> None:
+        super().__init__(name="endpoints", daemon=True)
+        self._update = update
+        self.replicas: tuple[Pod, ...] = ()  # swapped whole by the test's thread
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopping.wait(0.1):
+            for pod in self.replicas:
+                if not pod.was_ready and pod.unlisted_at is None:
+                    pod.was_ready = pod.ready()
+            self._update([pod.address for pod in self.replicas if pod.listed() and pod.address])
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(5)
+
+
 @dataclass
 class InstalledSandbox:
     directory: Path
     sandbox: SandboxThread
     kubectl_binary: str
     namespace: str
-    webhook_port: int
-    pods: dict[str, Pod] = field(default_factory=dict)
+    endpoints: EndpointsController
+    pods: dict[str, list[Pod]] = field(default_factory=dict)
 
     @property
     def kubeconfig(self) -> Path:
@@ -114,18 +160,20 @@ class InstalledSandbox:
         return self.get("deployment", name, "-n", self.namespace)
 
     def start(self, name: str) -> Pod:
-        """Run one replica of Deployment `name` as the kubelet would."""
+        """Run one more replica of Deployment `name` as the kubelet would."""
         spec = self.deployment(name)["spec"]["template"]["spec"]
         [container] = spec["containers"]
-        pod_dir = self.directory / f"{name}-{len(self.pods)}"
+        replicas = self.pods.setdefault(name, [])
+        pod_dir = self.directory / f"{name}-{sum(map(len, self.pods.values()))}"
         pod_dir.mkdir(parents=True)
         volumes = ExitStack()
         paths = self._mount(spec, container, pod_dir, volumes)
         args = [self._local(arg, paths) for arg in container.get("args", [])]
         metrics_port = free_port()
         args = _with_flag(args, "--metrics-listen", f"127.0.0.1:{metrics_port}")
-        if name == WEBHOOK:
-            args = _with_flag(args, "--listen", f"127.0.0.1:{self.webhook_port}")
+        address = ("127.0.0.1", free_port()) if name == WEBHOOK else None
+        if address:
+            args = _with_flag(args, "--listen", f"{address[0]}:{address[1]}")
         kubeconfig = pod_dir / "kubeconfig"
         write_kubeconfig(
             kubeconfig,
@@ -143,12 +191,39 @@ class InstalledSandbox:
         with open(log, "wb") as output:
             command = [sys.executable, "-m", "volcano_guard.cli", *args]
             process = subprocess.Popen(command, stdout=output, stderr=output, env=env)
-        pod = Pod(process, log, metrics_port, volumes)
-        self.pods[name] = pod
+        pod = Pod(process, log, metrics_port, volumes, address)
+        replicas.append(pod)
+        self._publish()
         return pod
 
     def stop(self, name: str) -> None:
-        self.pods.pop(name).stop()
+        """Stop every replica of `name`."""
+        for pod in self.pods.pop(name, []):
+            pod.stop()
+        self._publish()
+
+    def roll(self, name: str, propagation: float = PROPAGATION) -> list[int]:
+        """A rolling update of `name` to its Deployment as it is now: a new replica, once the
+        Service lists it, takes an old one's place (maxSurge 1, maxUnavailable 0); the exit
+        statuses of the replaced."""
+        leaving = list(self.pods.get(name, []))
+        for old in leaving:
+            new = self.start(name)
+            wait_until(
+                lambda pod=new: pod.listed() or (name != WEBHOOK and pod.ready()),
+                f"a new {name} replica to be ready",
+                pod=new,
+            )
+            old.leave(propagation)
+        statuses = [old.process.wait(GRACE) for old in leaving]
+        for old in leaving:
+            old.volumes.close()
+            self.pods[name].remove(old)
+        self._publish()
+        return statuses
+
+    def _publish(self) -> None:
+        self.endpoints.replicas = tuple(self.pods.get(WEBHOOK, ()))
 
     def _mount(
         self, spec: dict[str, Any], container: dict[str, Any], pod_dir: Path, volumes: ExitStack
@@ -232,11 +307,10 @@ def installed_sandbox(
         "sandbox", "local", directory / "sandbox", days=1, extra_dns_names=("localhost",)
     )
     (directory / "tokens.csv").write_text(_tokens(namespace), encoding="utf-8")
-    webhook_port = free_port()
-    settings = SandboxSettings(
-        services={(namespace, WEBHOOK, 443): ("127.0.0.1", webhook_port)},
-        tokens=load_token_file(directory / "tokens.csv"),
-    )
+    service = ServiceEndpoints({(namespace, WEBHOOK, 443): []})
+    tokens = load_token_file(directory / "tokens.csv")
+    settings = SandboxSettings(services=service, tokens=tokens, audit_events=100_000)
+    endpoints = EndpointsController(lambda ready: service.set((namespace, WEBHOOK, 443), ready))
     with SandboxThread(
         settings=settings, tls=server_context(certs.cert_file, certs.key_file)
     ) as sandbox:
@@ -247,10 +321,13 @@ def installed_sandbox(
             token="admin",
             ca_file=certs.ca_file,
         )
-        installed = InstalledSandbox(directory, sandbox, kubectl, namespace, webhook_port)
+        installed = InstalledSandbox(directory, sandbox, kubectl, namespace, endpoints)
         installed.apply(install)
+        endpoints.start()
         try:
             yield installed
         finally:
-            for pod in installed.pods.values():
-                pod.stop()
+            endpoints.stop()
+            for replicas in installed.pods.values():
+                for pod in replicas:
+                    pod.stop()

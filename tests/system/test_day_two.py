@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import shutil
 import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -155,7 +157,7 @@ def test_a_config_change_is_one_step_and_holds_with_the_webhook_up_and_stopped(
         reconciler = cluster.start(RECONCILER)
         reconciled(cluster, reconciler)
         webhook = cluster.start(WEBHOOK)
-        wait_until(webhook.ready, "the webhook to be ready", pod=webhook)
+        wait_until(webhook.listed, "the webhook in its endpoints", pod=webhook)
         # The shipped config: every node is Volcano's, so pinning to any node is refused.
         assert cluster.create(pinned("p0", "cpu-1")).returncode != 0
 
@@ -393,7 +395,7 @@ def test_an_install_made_before_the_reconciler_upgrades_refusing_nothing(checkou
         )
         assert ensure.returncode == 0, ensure.stderr
         webhook = cluster.start(WEBHOOK)
-        wait_until(webhook.ready, "the webhook to be ready", pod=webhook)
+        wait_until(webhook.listed, "the webhook in its endpoints", pod=webhook)
         bundle = cluster.get("validatingwebhookconfiguration", "volcano-guard")["webhooks"][0][
             "clientConfig"
         ]["caBundle"]
@@ -421,3 +423,119 @@ def test_an_install_made_before_the_reconciler_upgrades_refusing_nothing(checkou
         del unrequested["spec"]["nodeName"]
         unrequested["spec"]["containers"][0]["resources"] = {}
         assert cluster.create(unrequested).returncode != 0  # still guarded
+
+
+class Traffic:
+    """What the API server's clients send while a test runs: Volcano pods with requests and
+    PodGroups (both admitted), Volcano pods without requests (refused), one after another.
+    Every call the guard failed to answer shows: a refusal of what it admits (its fail-closed
+    webhook for PodGroups), or an audit annotation `failed-open...` (its fail-open ones)."""
+
+    def __init__(self, cluster) -> None:
+        from kubernetes import client as k8s
+        from kubernetes import config as kubeconfig
+
+        api_client = kubeconfig.new_client_from_config(str(cluster.kubeconfig))
+        self.cluster, self.k8s = cluster, k8s
+        self.core, self.custom = k8s.CoreV1Api(api_client), k8s.CustomObjectsApi(api_client)
+        self.sent = 0
+        self.wrong: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._send)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def failed_open(self) -> list[str]:
+        events = json.loads(self.cluster.kubectl("get", "--raw", "/sandbox/audit").stdout)["items"]
+        return [
+            f"{key}: {value}"
+            for event in events
+            for key, value in (event.get("annotations") or {}).items()
+            if key.startswith("failed-open")
+        ]
+
+    def _send(self) -> None:
+        for number in itertools.count():
+            if self._stop.is_set():
+                return
+            self.sent += 1
+            try:
+                self._one(number)
+            except self.k8s.exceptions.ApiException as exc:
+                self.wrong.append(f"{number}: {exc.status}: {exc.body}")
+
+    def _one(self, number: int) -> None:
+        kind = number % 3
+        if kind == 0:
+            body: Any = pinned(f"good-{number}", "")  # the client takes a dict as a V1Pod
+            del body["spec"]["nodeName"]
+            self.core.create_namespaced_pod("team-a", body)
+        elif kind == 1:
+            group = {
+                "apiVersion": "scheduling.volcano.sh/v1beta1",
+                "kind": "PodGroup",
+                "metadata": {"name": f"group-{number}"},
+                "spec": {"minMember": 1},
+            }
+            self.custom.create_namespaced_custom_object(
+                "scheduling.volcano.sh", "v1beta1", "team-a", "podgroups", group
+            )
+        else:
+            body = pinned(f"bad-{number}", "")
+            del body["spec"]["nodeName"], body["spec"]["containers"][0]["resources"]
+            try:
+                self.core.create_namespaced_pod("team-a", body)
+            except self.k8s.exceptions.ApiException as exc:
+                if exc.status == 403 and "resources.requests" in str(exc.body):
+                    return
+                raise
+            self.wrong.append(f"{number}: a pod without requests was admitted")
+
+
+def next_release(checkout: Path, tag: str) -> Path:
+    """The install of the next release: deploy/ as it is, the image at `tag` (what an upgrade
+    changes in every Deployment's pod template)."""
+    overlay = checkout.parent / "next-release"
+    overlay.mkdir()
+    kustomization = {
+        "resources": ["../base"],
+        "images": [{"name": "volcano-guard", "newTag": tag}],
+    }
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return overlay
+
+
+@pytest.mark.slow  # four processes rolled over by four others: about 40 s
+def test_a_release_upgrade_rolls_two_replicas_of_each_refusing_nothing(checkout, tmp_path):
+    with installed_sandbox(tmp_path / "cluster", checkout, NODES) as cluster:
+        reconcilers = [cluster.start(RECONCILER) for _ in range(2)]
+        reconciled(cluster, reconcilers[0])
+        webhooks = [cluster.start(WEBHOOK) for _ in range(2)]
+        for webhook in webhooks:
+            wait_until(webhook.listed, "the webhook in its endpoints", pod=webhook)
+        with Traffic(cluster) as traffic:
+            time.sleep(2)
+            cluster.apply(next_release(checkout, "0.2.0"))
+            image = cluster.deployment(WEBHOOK)["spec"]["template"]["spec"]["containers"][0]
+            assert image["image"] == "volcano-guard:0.2.0"
+            webhook_exits = cluster.roll(WEBHOOK)
+            reconciler_exits = cluster.roll(RECONCILER)
+            time.sleep(2)
+        assert (webhook_exits, reconciler_exits) == ([0, 0], [0, 0])
+        assert traffic.wrong == [], traffic.wrong
+        assert traffic.failed_open() == []
+        assert traffic.sent >= 60, traffic.sent
+        # The new reconcilers keep the objects: one of them leads and repairs.
+        cluster.kubectl("delete", "validatingadmissionpolicybinding", "volcano-guard-node-name")
+        wait_until(
+            lambda: cluster.has("validatingadmissionpolicybinding", "volcano-guard-node-name"),
+            "the binding back",
+            timeout=BOUND,
+        )
+        print(f"{traffic.sent} writes through two rolls, none refused or failed open")
