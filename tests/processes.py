@@ -1,8 +1,11 @@
-"""Helpers for tests that run volcano-guard as a real process."""
+"""Helpers for tests that run volcano-guard as a real process (or, for a command that ends,
+as typed in this one)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import re
 import socket
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from tests.conftest import HOSTNAME
 from volcano_guard.base.tls import client_context
+from volcano_guard.cli import main
 
 # Debian's faketime: preloaded into a process (LD_PRELOAD, FAKETIME="+60s"), it shifts that
 # process's clock alone. None where it is not installed (.ci/run installs it).
@@ -45,6 +49,19 @@ async def post_review(
             length = int(line.split(b":")[1])
     await reader.readexactly(length)
     return status
+
+
+def run_here(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`volcano-guard ARGV` run to its end in this interpreter: its exit code and what it
+    printed. A command that ends (check, audit) needs no process of its own, and a new
+    interpreter with its kubernetes import costs 2 to 5 s a run."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as refused:  # argparse's refusals
+            code = int(refused.code or 0)
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:

@@ -8,7 +8,6 @@ import datetime
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.processes import run_here
 from volcano_guard.audit.findings import (
     EXEMPTION_CLAIMS,
     GENERATION_IDS,
@@ -71,20 +71,7 @@ OK = {"cpu": "1", "memory": "1Gi"}
 def audit(url: str, directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     kubeconfig = directory / "kubeconfig"
     write_kubeconfig(kubeconfig, url)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "volcano_guard.cli",
-            "audit",
-            "--kubeconfig",
-            str(kubeconfig),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_here("audit", "--kubeconfig", str(kubeconfig), *args)
 
 
 def create(core: Any, custom: Any, *objects: dict[str, Any]) -> None:

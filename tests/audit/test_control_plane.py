@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.processes import run_here
 from tests.upstream import go_function, volcano_file, volcano_manifest
 from volcano_guard.audit.findings import (
     CONTROL_PLANE_RESTARTS,
@@ -306,22 +307,8 @@ def audit(url: str, directory: Path) -> subprocess.CompletedProcess[str]:
     kubeconfig, config = directory / "kubeconfig", directory / "config.yaml"
     write_kubeconfig(kubeconfig, url)
     config.write_text("audit: {missingNodeGracePeriod: 0s}\n")
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "volcano_guard.cli",
-            "audit",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--config",
-            str(config),
-            "--output",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    return run_here(
+        "audit", "--kubeconfig", str(kubeconfig), "--config", str(config), "--output", "json"
     )
 
 
