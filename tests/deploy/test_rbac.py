@@ -209,6 +209,7 @@ def webhook_process(
         webhook.wait(30)
 
 
+@pytest.mark.slow  # a webhook process with its caches and writes: about 7 s
 def test_the_webhook_account_may_do_exactly_what_the_webhook_does(deployed, tmp_path, certs):
     account = account_of(deployed, "Deployment", "volcano-guard")
     config = tmp_path / "config.yaml"
@@ -418,6 +419,7 @@ def test_the_reconciler_account_may_do_exactly_what_the_reconciler_does(deployed
         assert called(cluster.sandbox.stats()) | CREATED_BY_APPLY == grants(deployed, account)
 
 
+@pytest.mark.slow  # an audit process through its reads and reports: about 7 s
 def test_the_audit_account_may_do_exactly_what_the_audit_does(deployed, tmp_path):
     account = account_of(deployed, "Deployment", "volcano-guard-audit")
     [workload] = [
