@@ -97,12 +97,14 @@ def allowed_by_both(cluster):
     assert len(created) >= 20, created
 
 
-def helm_render(path: Path, config: dict) -> Path:
+def helm_render(path: Path, config: dict, **values: Any) -> Path:
     """What `helm upgrade --install` would apply (the chart's templates and CRDs, Helm v4's own
     engine), written to path."""
     helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
     chart = helm.Chart.load(str(REPO / "charts" / "volcano-guard"))
-    manifests = chart.render({"config": config}, name="volcano-guard", namespace="volcano-guard")
+    manifests = chart.render(
+        {"config": config, **values}, name="volcano-guard", namespace="volcano-guard"
+    )
     texts = [text for name, text in manifests.items() if name.endswith(".yaml")]
     hooks = [d for t in texts for d in yaml.safe_load_all(t) if d]
     objects = [d for d in hooks if "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
@@ -127,6 +129,21 @@ class Install:
             set_config(self.base, lambda config: config.update(self.config))
             return self.base
         return helm_render(self.tmp_path / "rendered.yaml", self.config)
+
+    def next_release(self, tag: str) -> Path:
+        """The install of the next release: the same, its image at `tag` (what an upgrade
+        changes in every Deployment's pod template)."""
+        if self.how == "helm":
+            image = {"image": {"tag": tag}}
+            return helm_render(self.tmp_path / "next-release.yaml", self.config, **image)
+        overlay = self.tmp_path / "deploy" / "next-release"
+        overlay.mkdir()
+        kustomization = {
+            "resources": ["../base"],
+            "images": [{"name": "volcano-guard", "newTag": tag}],
+        }
+        (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+        return overlay
 
 
 @pytest.fixture
@@ -498,22 +515,12 @@ class Traffic:
             self.wrong.append(f"{number}: a pod without requests was admitted")
 
 
-def next_release(checkout: Path, tag: str) -> Path:
-    """The install of the next release: deploy/ as it is, the image at `tag` (what an upgrade
-    changes in every Deployment's pod template)."""
-    overlay = checkout.parent / "next-release"
-    overlay.mkdir()
-    kustomization = {
-        "resources": ["../base"],
-        "images": [{"name": "volcano-guard", "newTag": tag}],
-    }
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    return overlay
-
-
-@pytest.mark.slow  # four processes rolled over by four others: about 40 s
-def test_a_release_upgrade_rolls_two_replicas_of_each_refusing_nothing(checkout, tmp_path):
-    with installed_sandbox(tmp_path / "cluster", checkout, NODES) as cluster:
+@pytest.mark.slow  # four processes rolled over by four others: about 50 s each
+@pytest.mark.parametrize("how", ["kustomize", "helm"])
+def test_a_release_upgrade_rolls_two_replicas_of_each_refusing_nothing(how, checkout, tmp_path):
+    install = Install(how, tmp_path / how)
+    seed = NODES + [GUARD_NAMESPACE] * (how == "helm")  # helm's --create-namespace
+    with installed_sandbox(tmp_path / "cluster", install.target, seed) as cluster:
         reconcilers = [cluster.start(RECONCILER) for _ in range(2)]
         reconciled(cluster, reconcilers[0])
         webhooks = [cluster.start(WEBHOOK) for _ in range(2)]
@@ -521,9 +528,10 @@ def test_a_release_upgrade_rolls_two_replicas_of_each_refusing_nothing(checkout,
             wait_until(webhook.listed, "the webhook in its endpoints", pod=webhook)
         with Traffic(cluster) as traffic:
             time.sleep(2)
-            cluster.apply(next_release(checkout, "0.2.0"))
-            image = cluster.deployment(WEBHOOK)["spec"]["template"]["spec"]["containers"][0]
-            assert image["image"] == "volcano-guard:0.2.0"
+            cluster.apply(install.next_release("0.2.0"))
+            for name in (WEBHOOK, RECONCILER):
+                [container] = cluster.deployment(name)["spec"]["template"]["spec"]["containers"]
+                assert container["image"] == "volcano-guard:0.2.0"
             webhook_exits = cluster.roll(WEBHOOK)
             reconciler_exits = cluster.roll(RECONCILER)
             time.sleep(2)
