@@ -326,8 +326,8 @@ def installed_sandbox(
         endpoints.start()
         try:
             yield installed
-        finally:
-            endpoints.stop()
+        finally:  # the pods first: none may outlive the sandbox they were started against
             for replicas in installed.pods.values():
                 for pod in replicas:
                     pod.stop()
+            endpoints.stop()
