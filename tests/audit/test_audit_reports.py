@@ -150,6 +150,20 @@ def test_a_standby_tries_again_the_moment_the_lease_it_saw_runs_out(sandbox, api
     assert standby.tick(0.4)  # 3 s after the change it saw: it takes over
 
 
+def test_a_standby_that_cannot_reach_the_api_server_past_the_expiry_waits_between_tries(
+    sandbox, api
+):
+    settings = LeaseSettings(namespace="team-a", duration=3, retry=0.6)
+    leader, standby = (Replica(api, name, settings) for name in ("audit-a", "audit-b"))
+    assert leader.tick(0) and not standby.tick(0.5)
+    sandbox.set_faults(FaultRule(resources=frozenset({"leases"}), error_rate=1.0))
+    standby.local += 5  # the record it saw ran out 2.5 s ago, and its tries fail
+    assert not standby.tick(0)
+    assert standby.elector.next_try_in() == 0.6  # 0 here made a reconciler spin at 73% CPU
+    sandbox.set_faults()
+    assert standby.tick(0.6)
+
+
 def test_clocks_60_s_apart_still_give_one_leader(sandbox, api):
     """The renewTime a replica 60 s behind writes looks expired to one on true time, and one
     60 s ahead writes renewals that look 60 s away: neither counts, only seeing them change."""

@@ -108,8 +108,10 @@ class LeaseElector:
         so a standby takes over within duration + retry of the last renewal it saw."""
         if self.leading or self._holder in (None, "", self.identity):
             return self.settings.retry
-        expiry = self._observed_at + self._duration
-        return max(0.0, min(self.settings.retry, expiry - self._clock()))
+        remaining = self._observed_at + self._duration - self._clock()
+        # Run out already: the try that just failed (the API server unreachable, a rival's
+        # write first) is tried again at the usual pace, not at once and for ever.
+        return min(self.settings.retry, remaining) if remaining > 0 else self.settings.retry
 
     def release(self) -> None:
         """Give the lease up (holder empty, 1 s), so another replica takes it at once."""
