@@ -192,8 +192,7 @@ async def _answer(
     try:
         check_headers(request, limit)
         if is_small(request):  # every review the API server sends in practice: on the loop
-            body = await read_body(request, limit)
-            return await _judge(body, phase, live, caches, on_loop=True)
+            return await _judge(await read_body(request, limit), phase, live, caches, on_loop=True)
         async with large:  # one large review decoded at a time, its body read only then
             body = await read_body(request, limit)
             return await _judge(body, phase, live, caches, on_loop=False)
@@ -213,7 +212,6 @@ async def _judge(
         review_request = parse_review(body)
     else:
         review_request = await asyncio.to_thread(parse_review, body)
-    del body  # the decoded request is all that is needed now
     listed = {}
     kind = review_request.kind
     # One config and one snapshot per decision, taken with no await between them (a
