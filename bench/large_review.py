@@ -19,7 +19,6 @@ import json
 import multiprocessing
 import ssl
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,9 +27,8 @@ import orjson
 
 from bench.connection_flood import HOSTNAME, NO_CLUSTER, memory_limit_mib
 from tests.builders import container, pod, review
-from tests.processes import post_review, start_cli, wait_for_log
+from tests.processes import post_review, webhook_process
 from volcano_guard.base.tls import client_context
-from volcano_guard.certs.generate import generate
 from volcano_guard_sandbox.processes import tree_memory_kib
 
 CONTAINERS = 200_000
@@ -144,35 +142,14 @@ async def measure(port: int, pid: int, ca: Path, rounds: int, baseline_s: float)
 
 def run(rounds: int = 3, baseline_s: float = 3.0) -> dict[str, Any]:
     """Start a webhook process, measure, stop it; the figures."""
-    work = Path(tempfile.mkdtemp(prefix="large-review-"))
-    made = generate("volcano-guard", "volcano-guard", work)
-    config = work / "config.yaml"
-    config.write_text(json.dumps(NO_CLUSTER))
-    proc = start_cli(
-        "webhook",
-        "--config",
-        str(config),
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--tls-cert",
-        str(made.cert_file),
-        "--tls-key",
-        str(made.key_file),
-    )
-    try:
-        found = wait_for_log(proc, r"https://[^:]+:(\d+), metrics on", timeout=60)
+    with webhook_process(NO_CLUSTER) as webhook:
         time.sleep(1.0)
         body = forged_review()
         print(
             f"forged review: {CONTAINERS:,} containers, {len(body):,} bytes, "
             f"{len(gzip.compress(body)):,} gzipped"
         )
-        return asyncio.run(measure(int(found[1]), proc.pid, made.ca_file, rounds, baseline_s))
-    finally:
-        proc.terminate()
-        proc.wait(30)
+        return asyncio.run(measure(webhook.port, webhook.pid, webhook.ca_file, rounds, baseline_s))
 
 
 def main() -> None:
