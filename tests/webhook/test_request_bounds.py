@@ -79,3 +79,18 @@ def test_findings_past_the_cap_are_counted_in_one_line():
     shown = reported(findings)
     assert shown == (*findings[:REPORTED_FINDINGS], "and 5 more")
     assert reported(findings[:3]) == findings[:3]
+
+
+async def test_mutate_refuses_to_fill_more_containers_than_an_answer_can_patch(
+    webhook, monkeypatch
+):
+    monkeypatch.setattr("volcano_guard.webhook.policies.resource_requests.FILLED_CONTAINERS", 10)
+    obj = pod(*(container(f"c{i}", requests={"cpu": "1"}) for i in range(11)))
+    response = await webhook.post("/mutate", json=review(obj))
+    answer = (await response.json())["response"]
+    assert answer["allowed"] is False
+    assert answer["status"]["message"] == (
+        'Pod "team-a/train-0": has 11 containers, more than the 10 whose requests one answer '
+        "can fill"
+    )
+    assert "patch" not in answer
