@@ -12,11 +12,16 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from tests.conftest import HOSTNAME
 from volcano_guard.base.tls import client_context
+from volcano_guard.certs.generate import generate
 from volcano_guard.cli import main
 
 # Debian's faketime: preloaded into a process (LD_PRELOAD, FAKETIME="+60s"), it shifts that
@@ -102,3 +107,29 @@ def post_once(ca_file: Path, port: int, path: str, body: bytes) -> tuple[int, di
             response += chunk
     head, _, payload = response.partition(b"\r\n\r\n")
     return int(head.split()[1]), json.loads(payload)
+
+
+class WebhookProcess(NamedTuple):
+    pid: int
+    port: int
+    metrics_port: int
+    ca_file: Path
+
+
+@contextmanager
+def webhook_process(config: dict[str, Any], *args: str) -> Iterator[WebhookProcess]:
+    """`volcano-guard webhook` on loopback with fresh certificates and config (and args),
+    serving inside the block, terminated after it."""
+    work = Path(tempfile.mkdtemp(prefix="webhook-"))
+    made = generate("volcano-guard", "volcano-guard", work)
+    config_file = work / "config.yaml"
+    config_file.write_text(json.dumps(config))
+    listening = ("--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+    tls = ("--tls-cert", str(made.cert_file), "--tls-key", str(made.key_file))
+    proc = start_cli("webhook", "--config", str(config_file), *listening, *tls, *args)
+    try:
+        found = wait_for_log(proc, r"https://[^:]+:(\d+), metrics on http://[^:]+:(\d+)", 60)
+        yield WebhookProcess(proc.pid, int(found[1]), int(found[2]), made.ca_file)
+    finally:
+        proc.terminate()
+        proc.wait(30)

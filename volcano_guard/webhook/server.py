@@ -25,6 +25,7 @@ from aiohttp import web
 
 from volcano_guard.base.config_reload import POLL_INTERVAL, ConfigReloader
 from volcano_guard.base.connections import BoundedTLSSite, ConnectionLimits, raise_open_file_limit
+from volcano_guard.base.jsonbody import shown
 from volcano_guard.base.listen import Listen, start_site
 from volcano_guard.base.metrics import add_probes, metrics_app
 from volcano_guard.base.status import status_response
@@ -54,6 +55,14 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _READ_CHUNK = 64 * 1024
 SHUTDOWN_TIMEOUT = 30.0  # seconds SIGTERM waits for started requests
 OTHER_FILES = 256  # beside its connections: listeners, the caches' connections, logs, libraries
+# Bodies over LARGE_BODY (or of unknown length) wait for one of LARGE_REVIEWS_AT_ONCE slots before
+# being read, and are decoded and judged in a thread. The API server's reviews are a few KB;
+# a 7 MiB one costs ~100 MiB decoded, so one at a time keeps a worker far under its memory limit.
+LARGE_BODY = 256 * 1024
+LARGE_REVIEWS_AT_ONCE = 1
+# An answer larger than the API server's own request-body limit (3 MiB, MaxRequestBodyBytes)
+# would patch an object past what it stores: refused instead of sent.
+MAX_ANSWER_BYTES = 3 * 1024 * 1024
 
 
 class InFlight:
@@ -153,9 +162,11 @@ def create_app(
     drain = drain or Drain()
     app = web.Application(client_max_size=config.maxRequestBytes + 1)
     in_flight = app[IN_FLIGHT_KEY] = InFlight()
+    large = asyncio.Semaphore(LARGE_REVIEWS_AT_ONCE)  # shared by /mutate and /validate
     for phase in get_args(Phase):
         app.router.add_post(
-            f"/{phase}", _handler(phase, config.maxRequestBytes, live, caches, in_flight, drain)
+            f"/{phase}",
+            _handler(phase, config.maxRequestBytes, live, caches, in_flight, large, drain),
         )
     add_probes(app, caches.ready, _reasons(unready_because, caches, drain))
     return app
@@ -170,14 +181,20 @@ def _reasons(
 
 
 def _handler(
-    phase: Phase, limit: int, live: LiveConfig, caches: Caches, in_flight: InFlight, drain: Drain
+    phase: Phase,
+    limit: int,
+    live: LiveConfig,
+    caches: Caches,
+    in_flight: InFlight,
+    large: asyncio.Semaphore,
+    drain: Drain,
 ) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         # Counted here rather than in a middleware: aiohttp's middleware chain costs about as
         # much as a policy on every request (bench/admission_load.py).
         in_flight.enter()
         try:
-            response = await _answer(request, phase, limit, live, caches)
+            response = await _answer(request, phase, limit, live, caches, large)
         finally:
             in_flight.leave()
         if drain.begun:
@@ -188,33 +205,83 @@ def _handler(
 
 
 async def _answer(
-    request: web.Request, phase: Phase, limit: int, live: LiveConfig, caches: Caches
+    request: web.Request,
+    phase: Phase,
+    limit: int,
+    live: LiveConfig,
+    caches: Caches,
+    large: asyncio.Semaphore,
 ) -> web.StreamResponse:
     try:
-        body = await read_body(request, limit)
-        started = time.perf_counter()
-        review_request = parse_review(body)
-        listed = {}
-        kind = review_request.kind
-        # One config and one snapshot per decision, taken with no await between them (a
-        # reload swaps on this loop): every policy sees the same config and cluster view.
-        served = live.current
-        snapshots = caches.snapshots()
-        checks = served.checks[phase]
-        for lookup in checks.for_kind(kind.group, kind.kind).lookups:  # most kinds: none
-            if lookup.wanted(review_request, snapshots):  # the rare requests that list live
-                listed[lookup] = await caches.live_list(lookup, review_request.namespace)
-        context = PolicyContext(served.config, snapshots, listed)
-        answer = decide(phase, review_request, context, checks)
-        ADMISSION_DURATION.observe(time.perf_counter() - started)
-        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+        check_headers(request, limit)
+        if is_small(request):  # every review the API server sends in practice: on the loop
+            return await _judge(await read_body(request, limit), phase, live, caches, on_loop=True)
+        async with large:  # one large review decoded at a time, its body read only then
+            body = await read_body(request, limit)
+            return await _judge(body, phase, live, caches, on_loop=False)
     except RequestError as exc:
         ADMISSION_ERRORS.labels(reason=exc.reason).inc()
         return status_response(exc.status, exc.message)
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole body, refusing (413) one over limit before reading it whole."""
+async def _judge(
+    body: bytes, phase: Phase, live: LiveConfig, caches: Caches, *, on_loop: bool
+) -> web.Response:
+    """Decode, look up what the policies need, decide, encode. A large body is decoded and
+    judged in a thread: a 7 MiB review costs about a second of Python, which on the loop
+    would stall every other caller for as long (docs/decisions/webhook.md)."""
+    started = time.perf_counter()
+    if on_loop:
+        review_request = parse_review(body)
+    else:
+        review_request = await asyncio.to_thread(parse_review, body)
+    listed = {}
+    kind = review_request.kind
+    # One config and one snapshot per decision, taken with no await between them (a
+    # reload swaps on this loop): every policy sees the same config and cluster view.
+    served = live.current
+    snapshots = caches.snapshots()
+    checks = served.checks[phase]
+    for lookup in checks.for_kind(kind.group, kind.kind).lookups:  # most kinds: none
+        if lookup.wanted(review_request, snapshots):  # the rare requests that list live
+            listed[lookup] = await caches.live_list(lookup, review_request.namespace)
+    context = PolicyContext(served.config, snapshots, listed)
+    if on_loop:
+        encoded = answer_bytes(phase, review_request, context, checks)
+    else:
+        encoded = await asyncio.to_thread(answer_bytes, phase, review_request, context, checks)
+    ADMISSION_DURATION.observe(time.perf_counter() - started)
+    return web.Response(body=encoded, content_type="application/json")
+
+
+def answer_bytes(
+    phase: Phase,
+    request: review.AdmissionRequest,
+    context: PolicyContext,
+    checks: EnabledChecks | None = None,
+) -> bytes:
+    """The encoded answer, at most MAX_ANSWER_BYTES: a larger one (a patch for a forged
+    object) is replaced by a denial saying so."""
+    encoded = orjson.dumps(decide(phase, request, context, checks))
+    if len(encoded) <= MAX_ANSWER_BYTES:
+        return encoded
+    ADMISSION_ERRORS.labels(reason="answer_too_large").inc()
+    message = (
+        f"{request.describe()}: the answer would be {len(encoded):,} bytes, over the "
+        f"{MAX_ANSWER_BYTES:,}-byte limit (a patch larger than any object the API server stores)"
+    )
+    return orjson.dumps(review.respond(request.uid, decisions.denied(message, code=413)))
+
+
+def is_small(request: web.Request) -> bool:
+    length = request.content_length
+    return length is not None and length <= LARGE_BODY
+
+
+def check_headers(request: web.Request, limit: int) -> None:
+    """Refuse, before any body byte is read: a content type other than JSON (415), any
+    Content-Encoding (415: the API server never compresses a review, and decoding one would
+    turn 454 KB into 7 MB), a declared length over limit (413)."""
     content_type = request.headers.get("Content-Type", "application/json")
     if (
         content_type != "application/json"  # what the API server sends: skip the parsing
@@ -223,12 +290,24 @@ async def read_body(request: web.Request, limit: int) -> bytes:
         raise RequestError(
             415, "content_type", f"Content-Type {content_type!r} is not application/json"
         )
+    encoding = request.headers.get("Content-Encoding")
+    if encoding is not None and encoding.strip().lower() != "identity":
+        raise RequestError(
+            415,
+            "content_encoding",
+            f"Content-Encoding {shown(encoding)} is not accepted; send the review uncompressed",
+        )
     length = request.content_length
     if length is not None and length > limit:
         raise RequestError(
             413, "too_large", f"body of {length} bytes is over the {limit}-byte limit"
         )
-    if length is not None:
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, once check_headers has passed its headers; a chunked body is refused
+    (413) as soon as it passes limit."""
+    if request.content_length is not None:
         return await request.read()  # length known and within the limit: one read
     chunks: list[bytes] = []
     size = 0

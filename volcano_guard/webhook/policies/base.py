@@ -175,12 +175,30 @@ OUTCOME_ALLOWED, OUTCOME_DENIED, OUTCOME_PATCHED = "allowed", "denied", "patched
 OUTCOME_WARNED, OUTCOME_AUDITED = "warned", "audited"
 
 
+# Findings one answer reports, the rest counted: a forged pod with 200,000 bad containers once
+# made a 97 MB answer and held the event loop for seconds (docs/decisions/webhook.md).
+REPORTED_FINDINGS = 20
+
+
+def more_findings(unreported: int) -> str:
+    """The line that stands for the findings not reported one by one."""
+    return f"and {unreported:,} more"
+
+
+def reported(findings: tuple[str, ...]) -> tuple[str, ...]:
+    """The first REPORTED_FINDINGS findings, and a count of the rest (a policy that counts its
+    own already ends with its count: REPORTED_FINDINGS + 1 lines pass as they are)."""
+    if len(findings) <= REPORTED_FINDINGS + 1:
+        return findings
+    return (*findings[:REPORTED_FINDINGS], more_findings(len(findings) - REPORTED_FINDINGS))
+
+
 def apply_mode(policy: str, mode: Mode, verdict: Verdict) -> tuple[Decision, str]:
     """The one place a mode is applied: enforce denies or patches, warn and audit only tell."""
     decision, outcome = _moded(policy, mode, verdict)
     if verdict.warnings:
         decision = decisions.with_warnings(
-            decision, (f"{policy}: {warning}" for warning in verdict.warnings)
+            decision, (f"{policy}: {warning}" for warning in reported(verdict.warnings))
         )
     return decision, outcome
 
@@ -188,10 +206,12 @@ def apply_mode(policy: str, mode: Mode, verdict: Verdict) -> tuple[Decision, str
 def _moded(policy: str, mode: Mode, verdict: Verdict) -> tuple[Decision, str]:
     if not verdict.violations and not verdict.changes:  # the common case: nothing found
         return decisions.allowed(), verdict.outcome or OUTCOME_ALLOWED
-    findings = verdict.violations or tuple(f"would {change}" for change in verdict.changes)
+    findings = reported(verdict.violations) or tuple(
+        f"would {change}" for change in reported(verdict.changes)
+    )
     if mode == "enforce":
         if verdict.violations:
-            return decisions.denied("; ".join(verdict.violations)), OUTCOME_DENIED
+            return decisions.denied("; ".join(findings)), OUTCOME_DENIED
         return decisions.patched(verdict.patch), OUTCOME_PATCHED
     if mode == "warn":
         warnings = (f"{policy}: {finding}" for finding in findings)

@@ -40,6 +40,7 @@ from volcano_guard.webhook.cel import (
 from volcano_guard.webhook.policies.base import (
     MUTATE,
     NOTHING_FOUND,
+    REPORTED_FINDINGS,
     VALIDATE,
     InServerCheck,
     Policy,
@@ -47,6 +48,7 @@ from volcano_guard.webhook.policies.base import (
     Rule,
     Scope,
     Verdict,
+    more_findings,
     pods_rule,
 )
 from volcano_guard.webhook.review import AdmissionRequest
@@ -101,8 +103,24 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     templates = _volcano_templates(request, context.config)
     if templates is None:
         return None
+    count = sum(len(containers(template)) for template in templates)
+    if count > FILLED_CONTAINERS:  # a forged object: its patch would not fit in an answer
+        return Verdict(violations=(f"{request.describe()}: {too_many_to_fill(count)}",))
     patch, changes = default_requests(templates, config.defaults)
     return Verdict(patch=tuple(patch), changes=tuple(changes))
+
+
+# Containers one answer can fill requests for: each fill is a patch operation of ~150 bytes, so
+# past this the answer would pass the webhook's 3 MiB cap (server.MAX_ANSWER_BYTES); building
+# such a patch for a forged pod of 200,000 containers cost 2.4 s and ~180 MiB.
+FILLED_CONTAINERS = 20_000
+
+
+def too_many_to_fill(count: int) -> str:
+    return (
+        f"has {count:,} containers, more than the {FILLED_CONTAINERS:,} whose requests one "
+        "answer can fill"
+    )
 
 
 def scopes(config: Config) -> tuple[Scope, ...]:
@@ -331,18 +349,24 @@ POLICY = Policy(
 def violations(
     subject: Callable[[], str], templates: list[PodTemplate], config: ResourceRequestsConfig
 ) -> list[str]:
-    """What is wrong, a line per problem; subject() names the object (only called to say so)."""
+    """What is wrong, a line per problem up to REPORTED_FINDINGS, then a count of the rest;
+    subject() names the object (only called to say so)."""
     found: list[str] = []
+    unreported = 0
     for template in templates:
         for container in containers(template):
-            problems = _container_problems(container, config.resources)
-            if problems:  # rare: the message parts are built only here
+            room = REPORTED_FINDINGS - len(found)
+            problems = _container_problems(container, config.resources, located=room > 0)
+            if problems and room <= 0:  # a forged object: count, do not describe
+                unreported += len(problems)
+            elif problems:  # rare: the message parts are built only here
                 where = f'{subject()} task "{template.task}"' if template.task else subject()
                 found += (
                     f'{where}: {container.kind} "{container.name}" {problem}'
-                    for problem in problems
+                    for problem in problems[:room]
                 )
-    return found
+                unreported += len(problems[room:])
+    return [*found, more_findings(unreported)] if unreported else found
 
 
 def default_requests(
@@ -390,16 +414,20 @@ def _volcano_templates(request: AdmissionRequest, config: Config) -> list[PodTem
     return templates or None
 
 
-def _container_problems(container: Container, required: tuple[str, ...]) -> list[str]:
-    """One container's problems: unusable quantities, missing requests, requests over limits."""
+def _container_problems(
+    container: Container, required: tuple[str, ...], *, located: bool = True
+) -> list[str]:
+    """One container's problems: unusable quantities, missing requests, requests over limits;
+    without their paths unless located (formatting paths is most of the cost, and problems
+    past the reported ones are only counted)."""
     requests, limits = requests_and_limits(container)
     problems: list[str] = []
-    requested = _quantities(container, "requests", requests, problems)
-    limited = _quantities(container, "limits", limits, problems)
+    requested = _quantities(container, "requests", requests, problems, located)
+    limited = _quantities(container, "limits", limits, problems, located)
     for resource in required:
         if resource not in requests and resource not in limits:
             problems.append(
-                "".join(missing_request(resource, f" ({_path(container, 'requests', resource)})"))
+                "".join(missing_request(resource, _where(container, "requests", resource, located)))
             )
     for resource, value in requested.items():
         limit = limited.get(resource)
@@ -410,7 +438,7 @@ def _container_problems(container: Container, required: tuple[str, ...]) -> list
                         resource,
                         shown(requests[resource]),
                         shown(limits[resource]),
-                        f" ({_path(container, 'requests', resource)})",
+                        _where(container, "requests", resource, located),
                     )
                 )
             )
@@ -441,7 +469,11 @@ def unusable_quantity(
 
 
 def _quantities(
-    container: Container, field: str, values: dict[str, Any], problems: list[str]
+    container: Container,
+    field: str,
+    values: dict[str, Any],
+    problems: list[str],
+    located: bool = True,
 ) -> dict[str, Decimal]:
     """values parsed; what cannot be (or is negative) is left out and told in problems."""
     parsed: dict[str, Decimal] = {}
@@ -456,7 +488,7 @@ def _quantities(
                         resource,
                         field[:-1],
                         shown(raw),
-                        f" ({_path(container, field, resource)})",
+                        _where(container, field, resource, located),
                     )
                 )
                 + f": {exc}"
@@ -470,7 +502,7 @@ def _quantities(
                         resource,
                         field[:-1],
                         shown(raw),
-                        f" ({_path(container, field, resource)})",
+                        _where(container, field, resource, located),
                     )
                 )
             )
@@ -489,6 +521,11 @@ def _add_requests(container: Container, missing: dict[str, str]) -> Iterator[jso
     else:
         for name, value in missing.items():
             yield jsonpatch.add(jsonpatch.pointer(*base, "requests", name), value)
+
+
+def _where(container: Container, field: str, resource: str, located: bool) -> str:
+    """ " (path)" for a message, or nothing when the problem is only counted."""
+    return f" ({_path(container, field, resource)})" if located else ""
 
 
 def _path(container: Container, field: str, resource: str) -> str:
