@@ -3,9 +3,10 @@
 Anyone who can make an injected sidecar restart (its container is killed, OOM-killed, or fails
 its liveness probe) used to cut the app off until the app restarted too: the new process made a
 new CA and a new token, and the app's client, holding the kubeconfig written before, failed
-verification. Here the same loaded client (the `kubernetes` package, which keeps the token and
-the CA it read, as client-go does) keeps working across a SIGKILL and a SIGTERM of the sidecar
-process, whose volume (the pod's emptyDir) survives as in a container restart.
+verification (client-go holds the CA it read; the `kubernetes` package re-reads the CA file but
+keeps the token, so it got 401). Here the same loaded `kubernetes` client keeps working across
+SIGKILLs and SIGTERMs of the sidecar process, whose volume (the pod's emptyDir) survives as in
+a container restart.
 """
 
 from __future__ import annotations
