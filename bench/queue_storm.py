@@ -3,6 +3,9 @@ scheduler, direct and through one coalescing sidecar per writer, against the san
 
     .venv/bin/python -m bench.queue_storm [--seconds 30] [--queues 10 100] [--churn 1 10]
 
+The sidecar runs twice: plain HTTP without client authentication, and as injected (it writes a
+kubeconfig; each writer reaches it over HTTPS with the token and CA written there).
+
 Prints, per run: upstream writes (and their ratio to the floor: one write per queue per flush
 window in which its intent changed), 409 conflicts, the controller's retry backlog (max and at
 the end), the sidecars' peak RSS, and how long after the last pod completed the server's status
@@ -15,7 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from volcano_guard_sandbox.storm import StormSettings, format_results, run_storm
+from volcano_guard_sandbox.storm import StormResult, StormSettings, format_results, run_storm
 
 
 async def main() -> None:
@@ -37,17 +40,18 @@ async def main() -> None:
         direct = await run_storm(base, through_sidecar=False)
         results.append(direct)
         print(format_results([direct]).splitlines()[-1], flush=True)
-        for multiple in args.churn:
-            settings = StormSettings(
-                queues=queues,
-                seconds=args.seconds,
-                settle_timeout=args.settle,
-                pods_per_minute=20_000 * multiple,
-            )
-            result = await run_storm(settings, through_sidecar=True)
-            result.mode = f"sidecar x{multiple:g}"
-            results.append(result)
-            print(format_results([result]).splitlines()[-1], flush=True)
+        for tls in (False, True):
+            for multiple in args.churn:
+                settings = StormSettings(
+                    queues=queues,
+                    seconds=args.seconds,
+                    settle_timeout=args.settle,
+                    pods_per_minute=20_000 * multiple,
+                )
+                result = await run_storm(settings, through_sidecar=True, tls=tls)
+                result.mode = f"sidecar{' TLS' if tls else ''} x{multiple:g}"
+                results.append(result)
+                print(format_results([result]).splitlines()[-1], flush=True)
     print()
     print(format_results(results))
     print()
@@ -66,6 +70,20 @@ async def main() -> None:
                 f"{runs[2].peak_rss_mib / runs[1].peak_rss_mib:.2f}x that at "
                 f"x{args.churn[0]:g}"
             )
+        plain, injected = runs[1], runs[1 + len(args.churn)]
+        print(
+            f"  TLS as injected, next to plain at x{args.churn[0]:g}: {tls_ratios(plain, injected)}"
+        )
+
+
+def tls_ratios(plain: StormResult, tls: StormResult) -> str:
+    """The TLS run's writes, 409s, peak RSS and CPU next to the plain run's."""
+    rss = (tls.peak_rss_mib or 0) / (plain.peak_rss_mib or 1)
+    cpu = (tls.cpu_cores or 0) / (plain.cpu_cores or 1)
+    return (
+        f"upstream writes {tls.upstream_writes / max(1, plain.upstream_writes):.2f}x, "
+        f"409s {plain.conflicts} -> {tls.conflicts}, peak RSS {rss:.2f}x, CPU {cpu:.2f}x"
+    )
 
 
 if __name__ == "__main__":

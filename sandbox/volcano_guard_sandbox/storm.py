@@ -28,15 +28,18 @@ import json
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
-from kubernetes import client
+from kubernetes import client, config
 
 from volcano_guard.base.informer import Informer, wait_synced
+from volcano_guard.base.tls import client_context
 from volcano_guard_sandbox import REPO_ROOT
 from volcano_guard_sandbox.processes import cpu_seconds, free_port, memory_kib, wait_for_port
 
@@ -145,13 +148,53 @@ class RateLimitedQueue:
                     await self._wake.wait()
 
 
-def queue_informer(url: str) -> Informer[dict[str, Any]]:
-    """The project's one informer, listing and watching Queues through url."""
-    api = client.CustomObjectsApi(client.ApiClient(client.Configuration(host=url)))
+def queue_informer(api_client: client.ApiClient) -> Informer[dict[str, Any]]:
+    """The project's one informer, listing and watching Queues through api_client."""
+    api = client.CustomObjectsApi(api_client)
     list_queues = functools.partial(
         api.list_cluster_custom_object, "scheduling.volcano.sh", "v1beta1", "queues"
     )
-    return Informer(f"queues via {url}", list_queues, extract=lambda obj: obj)
+    return Informer(
+        f"queues via {api_client.configuration.host}", list_queues, extract=lambda obj: obj
+    )
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one writer sends its writes and its informer's LIST and WATCH."""
+
+    url: str
+    session: aiohttp.ClientSession
+    api_client: client.ApiClient
+
+
+async def sidecar_endpoint(
+    stack: contextlib.AsyncExitStack, url: str, kubeconfig: Path | None
+) -> Endpoint:
+    """A plain endpoint, or, with the kubeconfig a sidecar wrote, one as its injected app
+    uses it: HTTPS verified against its CA, with its token."""
+    if kubeconfig is None:
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        api_client = client.ApiClient(client.Configuration(host=url))
+    else:
+        await asyncio.to_thread(_wait_for_file, kubeconfig)
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))
+        written = json.loads(kubeconfig.read_text())
+        ca_file = written["clusters"][0]["cluster"]["certificate-authority"]
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ssl=client_context(ca_file)),
+            headers={"Authorization": f"Bearer {written['users'][0]['user']['token']}"},
+        )
+    await stack.enter_async_context(session)
+    return Endpoint(api_client.configuration.host, session, api_client)
+
+
+def _wait_for_file(path: Path, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path} was not written within {timeout:g}s")
+        time.sleep(0.02)
 
 
 class LaggedCache:
@@ -349,18 +392,28 @@ async def _process(args: list[str], port: int) -> AsyncIterator[subprocess.Popen
 # -- one run ----------------------------------------------------------------------------------
 
 
-async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResult:
+async def run_storm(
+    settings: StormSettings, through_sidecar: bool, *, tls: bool = False
+) -> StormResult:
+    """One run; tls: each sidecar writes a kubeconfig and its writer uses it, as injected."""
     sandbox_port = free_port()
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(
             _process(["sandbox", "--listen", f"127.0.0.1:{sandbox_port}"], sandbox_port)
         )
         sandbox = f"http://127.0.0.1:{sandbox_port}"
-        endpoints, sidecars = [sandbox, sandbox], []
+        session = await stack.enter_async_context(
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        )
+        direct = Endpoint(sandbox, session, client.ApiClient(client.Configuration(host=sandbox)))
+        endpoints, sidecars = [direct, direct], []
         if through_sidecar:
             endpoints = []
-            for _ in range(2):
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            for n in range(2):
                 port, metrics_port = free_port(), free_port()
+                kubeconfig = folder / str(n) / "kubeconfig" if tls else None
+                written = ["--write-kubeconfig", str(kubeconfig)] if kubeconfig else []
                 sidecars.append(
                     await stack.enter_async_context(
                         _process(
@@ -376,15 +429,16 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
                                 str(settings.flush_interval),
                                 "--max-upstream-qps",
                                 "1000",
+                                *written,
                             ],
                             port,
                         )
                     )
                 )
-                endpoints.append(f"http://127.0.0.1:{port}")
-        session = await stack.enter_async_context(
-            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        )
+                scheme = "https" if tls else "http"
+                endpoints.append(
+                    await sidecar_endpoint(stack, f"{scheme}://127.0.0.1:{port}", kubeconfig)
+                )
         names = [f"queue-{i:03d}" for i in range(settings.queues)]
         for name in names:
             async with session.post(
@@ -398,7 +452,7 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
             ) as response:
                 await response.read()
         churn = Churn(names, random.Random(settings.seed))
-        informers = [queue_informer(url) for url in endpoints]
+        informers = [queue_informer(endpoint.api_client) for endpoint in endpoints]
         for informer in informers:
             informer.start()
             stack.callback(informer.stop)
@@ -412,15 +466,20 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
         started = loop.time()
         stop_at = started + settings.seconds
         the_controller = Controller(
-            session, endpoints[0], caches[0], churn, events, settings.controller_workers
+            endpoints[0].session,
+            endpoints[0].url,
+            caches[0],
+            churn,
+            events,
+            settings.controller_workers,
         )
         controller_stats = the_controller.stats
         writers = [
             asyncio.create_task(the_controller.run()),
             asyncio.create_task(
                 scheduler(
-                    session,
-                    endpoints[1],
+                    endpoints[1].session,
+                    endpoints[1].url,
                     caches[1],
                     churn,
                     scheduler_stats,
@@ -446,7 +505,7 @@ async def run_storm(settings: StormSettings, through_sidecar: bool) -> StormResu
         scheduler_stats.change_times, settings.flush_interval
     )
     return StormResult(
-        mode="sidecar" if through_sidecar else "direct",
+        mode=("sidecar TLS" if tls else "sidecar") if through_sidecar else "direct",
         queues=settings.queues,
         upstream_writes=stats["writes"].get("queues/status", 0),
         conflicts=stats["conflicts"].get("queues/status", 0),
@@ -482,7 +541,7 @@ def _matches(obj: dict[str, Any], churn: Churn) -> bool:
 
 def format_results(results: list[StormResult]) -> str:
     header = (
-        f"{'queues':>6} {'mode':<12}{'writes':>9}{'x floor':>8}{'409s':>8}"
+        f"{'queues':>6} {'mode':<16}{'writes':>9}{'x floor':>8}{'409s':>8}"
         f"{'backlog max/end':>17}{'sidecar RSS':>13}{'CPU':>7}{'converged':>12}"
     )
     lines = [header, "-" * len(header)]
@@ -491,7 +550,7 @@ def format_results(results: list[StormResult]) -> str:
         cpu = f"{r.cpu_cores:.2f}" if r.cpu_cores is not None else "-"
         converged = f"{r.staleness:.2f}s" if r.staleness is not None else "NO"
         lines.append(
-            f"{r.queues:>6} {r.mode:<12}{r.upstream_writes:>9,}"
+            f"{r.queues:>6} {r.mode:<16}{r.upstream_writes:>9,}"
             f"{r.upstream_writes / max(1, r.floor):>8.2f}{r.conflicts:>8,}"
             f"{f'{r.max_backlog}/{r.final_backlog}':>17}{rss:>13}{cpu:>7}"
             f"{converged:>12}"

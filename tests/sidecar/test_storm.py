@@ -1,11 +1,12 @@
 """The storm harness on a short time scale: the direct run reproduces the failure, the sidecar
-run removes it. (The full measurement is bench/queue_storm.py.)"""
+run removes it, plain or as injected (HTTPS with the kubeconfig it writes). (The full
+measurement is bench/queue_storm.py.)"""
 
 import pytest
 
 from volcano_guard_sandbox.storm import RateLimitedQueue, StormSettings, floor_writes, run_storm
 
-pytestmark = pytest.mark.slow  # two storms of 3 s each, and their settling
+pytestmark = pytest.mark.slow  # three storms of 3 s each, and their settling
 SHORT = StormSettings(queues=5, seconds=3.0, pod_lifetime=1.0, settle_timeout=8.0)
 
 
@@ -14,22 +15,27 @@ def results():
     import asyncio
 
     async def both():
-        return (
-            await run_storm(SHORT, through_sidecar=False),
-            await run_storm(SHORT, through_sidecar=True),
-        )
+        return {
+            "direct": await run_storm(SHORT, through_sidecar=False),
+            "plain": await run_storm(SHORT, through_sidecar=True),
+            "tls": await run_storm(SHORT, through_sidecar=True, tls=True),
+        }
 
     return asyncio.run(both())
 
 
+THROUGH = pytest.mark.parametrize("through", ["plain", "tls"])
+
+
 def test_direct_writers_conflict_and_build_a_retry_backlog(results):
-    direct, _ = results
+    direct = results["direct"]
     assert direct.conflicts > 100
     assert direct.max_backlog > 100
 
 
-def test_through_the_sidecar_there_are_no_conflicts_and_the_backlog_stays_bounded(results):
-    _, sidecar = results
+@THROUGH
+def test_through_the_sidecar_there_are_no_conflicts_and_the_backlog_stays_bounded(results, through):
+    sidecar = results[through]
     assert sidecar.conflicts == 0
     # In flight and freshly queued events only, never retries: at most about half a second of
     # pod events, even when a busy CI machine stalls this process for a moment (direct writers
@@ -38,14 +44,16 @@ def test_through_the_sidecar_there_are_no_conflicts_and_the_backlog_stays_bounde
     assert sidecar.final_backlog == 0
 
 
-def test_sidecar_writes_are_near_the_floor_and_fewer_than_direct(results):
-    direct, sidecar = results
+@THROUGH
+def test_sidecar_writes_are_near_the_floor_and_fewer_than_direct(results, through):
+    direct, sidecar = results["direct"], results[through]
     assert sidecar.upstream_writes <= 1.1 * sidecar.floor + 2 * SHORT.queues
     assert sidecar.upstream_writes < direct.upstream_writes
 
 
-def test_the_final_status_converges_through_the_sidecar(results):
-    _, sidecar = results
+@THROUGH
+def test_the_final_status_converges_through_the_sidecar(results, through):
+    sidecar = results[through]
     assert sidecar.staleness is not None
     assert sidecar.staleness <= 2 * SHORT.flush_interval + 0.5
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import signal
 import ssl
 import time
@@ -21,9 +20,9 @@ from volcano_guard.base.kubeconfig import Cluster, TokenSource, write_kubeconfig
 from volcano_guard.base.listen import Listen, start_site
 from volcano_guard.base.metrics import metrics_app
 from volcano_guard.base.tls import server_context
-from volcano_guard.certs.generate import generate_loopback
 from volcano_guard.sidecar.coalescer import Coalescer
 from volcano_guard.sidecar.flusher import Flusher
+from volcano_guard.sidecar.identity import Identity, load_or_make
 from volcano_guard.sidecar.proxy import UPSTREAM_READ_TIMEOUT, Proxy, create_app
 from volcano_guard.sidecar.routes import DEFAULT_COALESCED
 
@@ -54,10 +53,12 @@ class RunningSidecar:
     ca_file: Path | None = None  # the CA of its loopback certificate, when it serves TLS
 
 
-def _loopback_tls(kubeconfig: str) -> tuple[ssl.SSLContext, Path]:
-    """A TLS context for loopback, its certificate and CA written beside the kubeconfig."""
-    made = generate_loopback(Path(kubeconfig).parent, "sidecar")
-    return server_context(made.cert_file, made.key_file), made.ca_file
+def _loopback_tls(kubeconfig: str) -> tuple[ssl.SSLContext, Identity]:
+    """A TLS context for loopback and the token clients must present: those an earlier run of
+    this sidecar wrote beside the kubeconfig if still good (an app that loaded the kubeconfig
+    keeps working after a restart), else new ones."""
+    identity = load_or_make(Path(kubeconfig))
+    return server_context(identity.cert_file, identity.key_file), identity
 
 
 @asynccontextmanager
@@ -69,12 +70,12 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
     tokens = TokenSource(cluster)
     coalescer = Coalescer(settings.flush_interval, settings.max_pending)
     flusher = Flusher(coalescer, session, cluster.url, tokens, settings.max_upstream_qps)
-    # The kubeconfig it writes holds a token of this process's own: only the containers that
+    # The kubeconfig it writes holds a token of the sidecar's own: only the containers that
     # mount that file (the pod's served containers) can use the proxy's credentials. client-go
     # sends a kubeconfig's credentials to https servers only, so the proxy then serves TLS, with
-    # a certificate for loopback whose CA the kubeconfig names.
-    client_token = secrets.token_urlsafe(32) if settings.write_kubeconfig else None
+    # a certificate for loopback whose CA the kubeconfig names. Both outlive a restart.
     tls = _loopback_tls(settings.write_kubeconfig) if settings.write_kubeconfig else None
+    client_token = tls[1].token if tls else None
     proxy = Proxy(
         cluster.url,
         session,
@@ -119,7 +120,7 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
             f"{scheme}://{settings.listen_host}:{api.addresses[0][1]}",
             f"http://{settings.metrics_host}:{probes.addresses[0][1]}",
             proxy,
-            tls[1] if tls else None,
+            tls[1].ca_file if tls else None,
         )
         proxy.draining = True
         left = await flusher.drain(settings.drain_timeout)
