@@ -58,7 +58,8 @@ NODES_PENDING = "volcano-guard.io/nodes-pending"
 MANAGED, UNMANAGED = "managed", "unmanaged"
 # The names the params take, fixed in advance so that the reconciler's Role names every one it
 # may write (32 ranges hold some 400,000 nodes); a labelled ConfigMap of another name was not
-# made by the guard and is never read as a range (docs/decisions/registrations.md).
+# made by the guard and is never read as a range (docs/decisions/registrations.md, "Node-state
+# params only the guard makes").
 NODE_STATES_NAMES = tuple(f"volcano-guard-node-states-{index}" for index in range(32))
 
 
