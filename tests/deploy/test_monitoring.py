@@ -312,6 +312,21 @@ CASES: dict[str, tuple[list[dict[str, str]], list[dict[str, str]], int]] = {
         ],
         20,
     ),
+    "VolcanoGuardForeignCA": (
+        [
+            {
+                "series": f"volcano_guard_reconciler_ca_refusals_total{{{RECONCILER}}}",
+                "values": "0x10 1x10",
+            }
+        ],
+        [
+            {
+                "series": f"volcano_guard_reconciler_ca_refusals_total{{{RECONCILER}}}",
+                "values": "0x20",
+            }
+        ],
+        20,
+    ),
     "VolcanoGuardAuditStale": (
         [
             {

@@ -70,3 +70,9 @@ NODE_STATES_STALLS = Counter(
     "409 conflicts): the in-server checks read older states until one succeeds",
     registry=REGISTRY,
 )
+CA_REFUSALS = Counter(
+    P + "ca_refusals",
+    "Times the CA Secret listed CAs the guard did not make (named in the log): refused, kept "
+    "out of every caBundle and removed from the Secret",
+    registry=REGISTRY,
+)
