@@ -282,6 +282,51 @@ CASES: dict[str, tuple[list[dict[str, str]], list[dict[str, str]], int]] = {
         ],
         30,
     ),
+    "VolcanoGuardNodeStatesStalled": (
+        [
+            {
+                "series": f"volcano_guard_reconciler_node_states_stalls_total{{{RECONCILER}}}",
+                "values": "0+30x20",
+            }
+        ],
+        [
+            {
+                "series": f"volcano_guard_reconciler_node_states_stalls_total{{{RECONCILER}}}",
+                "values": "0x10 5x10",
+            }
+        ],
+        20,
+    ),
+    "VolcanoGuardNodeStatesForeign": (
+        [
+            {
+                "series": f"volcano_guard_reconciler_node_states_foreign{{{RECONCILER}}}",
+                "values": "1x20",
+            }
+        ],
+        [
+            {
+                "series": f"volcano_guard_reconciler_node_states_foreign{{{RECONCILER}}}",
+                "values": "0x20",
+            }
+        ],
+        20,
+    ),
+    "VolcanoGuardForeignCA": (
+        [
+            {
+                "series": f"volcano_guard_reconciler_ca_refusals_total{{{RECONCILER}}}",
+                "values": "0x10 1x10",
+            }
+        ],
+        [
+            {
+                "series": f"volcano_guard_reconciler_ca_refusals_total{{{RECONCILER}}}",
+                "values": "0x20",
+            }
+        ],
+        20,
+    ),
     "VolcanoGuardAuditStale": (
         [
             {

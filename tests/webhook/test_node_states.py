@@ -4,6 +4,7 @@ states refuses, and kept current by the publisher against a real API server (the
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from typing import Any
@@ -26,6 +27,7 @@ from volcano_guard.webhook.node_states import (
     RANGE_BYTES,
     NodeRange,
     NodeStatesPublisher,
+    PublisherEvents,
     configmap,
     from_configmap,
     plan,
@@ -231,15 +233,40 @@ class _RacedPut:
         self.response.release()
 
 
-async def test_a_replica_that_loses_a_race_reads_again_next_time(api_server):
+async def test_a_write_refused_with_409_is_repaired_from_a_new_list(api_server):
     url, session = api_server
     cluster, config = Cluster(url, token="admin"), config_of("selectors")
     snapshot = static_snapshot(LABELS)
     publisher = NodeStatesPublisher(config, cluster, "volcano-guard", lambda: snapshot)
     assert await publisher.publish_once(session)
     snapshot = static_snapshot({**LABELS, "gpu-2": {"volcano.sh/role": "train"}})
-    assert not await publisher.publish_once(RacingSession(session))  # type: ignore[arg-type]
-    assert "gpu-2" not in {n for c in await listed(session, url) for n in c["data"]}
-    assert await publisher.publish_once(session)  # the same snapshot: tried again
+    assert await publisher.publish_once(RacingSession(session))  # type: ignore[arg-type]
     stored = {n: s for c in await listed(session, url) for n, s in c["data"].items()}
     assert stored == {"gpu-1": MANAGED, "gpu-2": MANAGED, "web-1": UNMANAGED}
+
+
+def test_a_labelled_configmap_of_a_name_not_the_guards_is_never_read_as_a_range():
+    forged = configmap(NodeRange("", "", {"web-1": MANAGED}, name="forged"), "volcano-guard")
+    own = configmap(NodeRange("", "", {"web-1": MANAGED}, name=POOL[0]), "volcano-guard")
+    config = config_of("selectors")
+    assert in_server_verdict(config, pinned_pod("web-1"), "alice", (), [forged])[0]
+    assert not in_server_verdict(config, pinned_pod("web-1"), "alice", (), [own])[0]
+
+
+async def test_a_round_that_cannot_reach_the_api_server_is_reported_as_a_stall():
+    stalls: list[str] = []
+    snapshot = static_snapshot(LABELS)
+    publisher = NodeStatesPublisher(
+        config_of("selectors"),
+        Cluster("http://127.0.0.1:9", token="admin"),  # the discard port: refused
+        "volcano-guard",
+        lambda: snapshot,
+        interval=0.01,
+        events=PublisherEvents(stalled=stalls.append),
+    )
+    task = asyncio.create_task(publisher.run())
+    async with asyncio.timeout(5):
+        while not stalls:
+            await asyncio.sleep(0.01)
+    task.cancel()
+    assert "next try in 0.01s" in stalls[0]

@@ -3,7 +3,9 @@ step of certs/plan.py at a time, reading the state again before each.
 
 What it keeps:
 - the CA Secret (Opaque; `ca.crt`: the CAs trusted, the newest, which signs, first; `ca.key`:
-  the newest CA's key). Only this command reads it;
+  the newest CA's key; `ca.record` and `ca.record.sig`: which CAs it made, signed with that key,
+  certs/record.py). Only this command reads it; a CA in ca.crt it did not make is named,
+  refused and removed;
 - the TLS Secret (kubernetes.io/tls; `tls.crt`, `tls.key`, and `ca.crt`: the same bundle), which
   the webhook mounts;
 - the caBundle of every webhook of the named configurations: the CA Secret's bundle.
@@ -51,10 +53,13 @@ from volcano_guard.certs.plan import (
     plan,
     trusted,
 )
+from volcano_guard.certs.record import CA_RECORD_FILE, CA_RECORD_SIGNATURE_FILE, record, sign
+from volcano_guard.certs.record import recorded as recorded_in
 
 # From nothing: make-ca, trust, issue; a rotation: the same; from the worst state: make-ca (or
-# retire), adopt, trust, issue. Twice that, so a loop is reported rather than run forever.
-MAX_STEPS = 8
+# refuse, retire), adopt, record, trust, issue. Twice that, so a loop is reported rather than
+# run forever.
+MAX_STEPS = 12
 
 
 class Unreachable(CertsError):
@@ -124,8 +129,15 @@ class _Cluster:
         tls_data, tls_version = self._secret(self.target.tls_secret)
         # What does not parse counts as absent and is made again: a CA the bundles or the TLS
         # Secret still need is adopted back (certs/plan.py), so nothing else is lost by it.
-        cas = _certificates(ca_data.get(CA_FILE))
+        listed = _certificates(ca_data.get(CA_FILE))
         key = _private_key(ca_data.get(CA_KEY_FILE))
+        # Made by this issuer: the CA whose key it holds, and those its signed record lists.
+        signer = next((ca for ca in listed if key is not None and is_key_of(key, ca)), None)
+        marks = recorded_in(
+            ca_data.get(CA_RECORD_FILE, b""), ca_data.get(CA_RECORD_SIGNATURE_FILE, b""), signer
+        )
+        cas = tuple(ca for ca in listed if ca is signer or fingerprint(ca) in marks)
+        foreign = tuple(ca for ca in listed if not (ca is signer or fingerprint(ca) in marks))
         cert = _certificates(tls_data.get(CERT_FILE))
         tls_cas = _certificates(tls_data.get(CA_FILE))
         bundles, bundle_cas = self._bundles()
@@ -139,6 +151,8 @@ class _Cluster:
             ),
             tls_cas=tls_cas,
             bundle_cas=bundle_cas,
+            foreign=foreign,
+            recorded=marks,
         )
         return _Read(state, key, ca_version, tls_version)
 
@@ -153,7 +167,7 @@ class _Cluster:
                 now + lifetimes.ca,
             )
             self._write_ca(cas_after(step, state, now, ca), key, read.ca_version)
-        elif step in ("retire", "adopt"):
+        elif step in ("refuse", "retire", "adopt", "record"):
             self._write_ca(cas_after(step, state, now), read.ca_key, read.ca_version)
         elif step == "trust":
             bundle = _pem([ca for ca in state.cas if fingerprint(ca) in trusted(state, now)])
@@ -180,10 +194,16 @@ class _Cluster:
             )
 
     def _write_ca(self, cas: list[x509.Certificate], key: Any, version: str | None) -> None:
+        text = record(cas)
         self._write(
             self.target.ca_secret,
             "Opaque",
-            {CA_FILE: _pem(cas), CA_KEY_FILE: key_pem(key)},
+            {
+                CA_FILE: _pem(cas),
+                CA_KEY_FILE: key_pem(key),
+                CA_RECORD_FILE: text,
+                CA_RECORD_SIGNATURE_FILE: sign(key, text),
+            },
             version,
         )
 

@@ -32,7 +32,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 
-Step = Literal["make-ca", "retire", "adopt", "trust", "issue", "done"]
+Step = Literal["make-ca", "refuse", "retire", "adopt", "record", "trust", "issue", "done"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,11 @@ class CertState:
     cert_key_matches: bool = True  # the TLS Secret's key is the serving certificate's
     tls_cas: Sequence[x509.Certificate] = ()  # the TLS Secret's ca.crt
     bundle_cas: Sequence[x509.Certificate] = ()  # every CA certificate in any caBundle
+    # The CA Secret's CAs the issuer did not make (certs/record.py): never trusted, removed.
+    foreign: Sequence[x509.Certificate] = ()
+    # The fingerprints of the CAs the issuer made, as its signed record lists them (None: no
+    # record is kept, every CA counts as made; `cas` holds only made ones).
+    recorded: frozenset[bytes] | None = None
 
 
 def fingerprint(certificate: x509.Certificate) -> bytes:
@@ -77,6 +82,10 @@ def plan(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> tupl
     made = _ca_problem(state, now, lifetimes)
     if made:
         return "make-ca", made
+    if state.foreign:
+        return "refuse", "the CA Secret lists CAs volcano-guard did not make, refused: " + (
+            "; ".join(_named(ca) for ca in state.foreign)
+        )
     if retired(state, now) != list(state.cas):
         return "retire", "the CA Secret lists a CA that expired or is not a CA: it verifies nothing"
     if adopted(state, now) != list(state.cas):
@@ -84,6 +93,8 @@ def plan(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> tupl
             "a current CA that the TLS Secret lists or that signed the serving certificate is "
             "missing from the CA Secret: it joins it, so that it stays trusted"
         )
+    if state.recorded is not None and state.recorded != {fingerprint(ca) for ca in state.cas}:
+        return "record", "the record of the CAs volcano-guard made is missing or out of date"
     wanted = trusted(state, now)
     stale = sorted(name for name, trust in state.bundles.items() if trust != wanted)
     if stale:
@@ -92,6 +103,10 @@ def plan(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> tupl
     if reissue:
         return "issue", reissue
     return "done", "the certificates are current"
+
+
+def _named(ca: x509.Certificate) -> str:
+    return f"{ca.subject.rfc4514_string()} (sha256 {fingerprint(ca).hex()[:16]})"
 
 
 def _ca_problem(state: CertState, now: datetime.datetime, lifetimes: Lifetimes) -> str | None:
@@ -141,13 +156,16 @@ def usable(ca: x509.Certificate, now: datetime.datetime) -> bool:
 def cas_after(
     step: Step, state: CertState, now: datetime.datetime, new_ca: x509.Certificate | None = None
 ) -> list[x509.Certificate]:
-    """The CA Secret's bundle once step (make-ca with new_ca, retire or adopt) is done."""
+    """The CA Secret's bundle once step (make-ca with new_ca, refuse, retire, adopt or record)
+    is done."""
     if step == "make-ca" and new_ca is not None:  # the CA Secret's usable CAs stay behind it
         return [new_ca, *(ca for ca in state.cas if usable(ca, now))]
     if step == "retire":
         return retired(state, now)
     if step == "adopt":
         return adopted(state, now)
+    if step in ("refuse", "record"):  # `cas` holds only the CAs made: the others leave
+        return list(state.cas)
     raise ValueError(f"{step} does not change the CA Secret's bundle")
 
 
@@ -159,9 +177,9 @@ def retired(state: CertState, now: datetime.datetime) -> list[x509.Certificate]:
 
 def adopted(state: CertState, now: datetime.datetime) -> list[x509.Certificate]:
     """The CA Secret's bundle with every usable CA that must stay trusted: those the TLS
-    Secret lists (the bundle when its certificate was issued, so the CA of the one served
-    before, which the webhook may still serve) and the one in a caBundle that signed the
-    serving certificate (an install whose CA Secret was lost)."""
+    Secret lists and the issuer made (the bundle when its certificate was issued, so the CA
+    of the one served before, which the webhook may still serve) and the one in a caBundle
+    that signed the serving certificate (an install whose CA Secret was lost)."""
     known = {fingerprint(ca) for ca in state.cas}
     listed = {fingerprint(ca) for ca in state.tls_cas}
     joining: list[x509.Certificate] = []
@@ -170,7 +188,8 @@ def adopted(state: CertState, now: datetime.datetime) -> list[x509.Certificate]:
         if mark in known or not usable(ca, now):
             continue
         # The signature last: it costs more than the rest of the plan.
-        if mark in listed or (state.cert is not None and signed_by(state.cert, ca)):
+        made = state.recorded is None or mark in state.recorded
+        if (mark in listed and made) or (state.cert is not None and signed_by(state.cert, ca)):
             known.add(mark)
             joining.append(ca)
     return [*state.cas, *joining]

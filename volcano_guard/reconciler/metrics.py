@@ -53,3 +53,26 @@ LAST_SUCCESS = Gauge(
     "When a reconcile pass last finished with everything in step",
     registry=REGISTRY,
 )
+NODE_STATES_FOREIGN = Gauge(
+    P + "node_states_foreign",
+    "ConfigMaps in the guard's namespace labelled as node-state params that the guard did not "
+    "make (not one of its names): ignored by its policies, to be removed by an operator",
+    registry=REGISTRY,
+)
+NODE_STATES_REPAIRS = Counter(
+    P + "node_states_repairs",
+    "Node-state ConfigMaps written again because someone edited, unlabelled or deleted them",
+    registry=REGISTRY,
+)
+NODE_STATES_STALLS = Counter(
+    P + "node_states_stalls",
+    "Node-state publishing rounds that failed (the API server away, refusing, or a run of "
+    "409 conflicts): the in-server checks read older states until one succeeds",
+    registry=REGISTRY,
+)
+CA_REFUSALS = Counter(
+    P + "ca_refusals",
+    "Times the CA Secret listed CAs the guard did not make (named in the log): refused, kept "
+    "out of every caBundle and removed from the Secret",
+    registry=REGISTRY,
+)

@@ -336,7 +336,7 @@ class Reconciler:
                 target,
                 self.settings.lifetimes,
                 now=lambda: datetime.datetime.now(datetime.UTC),
-                said=lambda step, why: log.info("certificates: %s: %s", step, why),
+                said=_said_about_certificates,
             )
         except CertsError as exc:
             metrics.ERRORS.labels("certificates").inc()
@@ -431,3 +431,11 @@ def _delete_made_in_namespace(api_client: Any, settings: Settings) -> None:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+def _said_about_certificates(step: str, why: str) -> None:
+    if step == "refuse":  # someone wrote a CA into the CA Secret: an alert, not only a log
+        metrics.CA_REFUSALS.inc()
+        log.warning("certificates: %s: %s", step, why)
+    else:
+        log.info("certificates: %s: %s", step, why)

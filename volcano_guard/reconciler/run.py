@@ -22,10 +22,17 @@ from volcano_guard.reconciler import metrics
 from volcano_guard.reconciler.reconcile import INTERVAL, Reconciler, Settings
 from volcano_guard.webhook.caches import lister
 from volcano_guard.webhook.config import Config
-from volcano_guard.webhook.node_states import NodeStatesPublisher, publishes
+from volcano_guard.webhook.node_states import NodeStatesPublisher, PublisherEvents, publishes
 from volcano_guard.webhook.policies.node_name import NODES
 
 log = logging.getLogger("volcano_guard.reconciler")
+
+
+EVENTS = PublisherEvents(
+    foreign=lambda names: metrics.NODE_STATES_FOREIGN.set(len(names)),
+    repaired=lambda name: metrics.NODE_STATES_REPAIRS.inc(),
+    stalled=lambda reason: metrics.NODE_STATES_STALLS.inc(),
+)
 
 
 class NodeStates:
@@ -44,7 +51,9 @@ class NodeStates:
         if self._informer is None:
             self._informer = Informer(NODES.resource, lister(self._api, NODES), NODES.keep)
             self._informer.start()
-        publisher = NodeStatesPublisher(config, self._cluster, self._namespace, self._snapshot)
+        publisher = NodeStatesPublisher(
+            config, self._cluster, self._namespace, self._snapshot, events=EVENTS
+        )
         self._task = asyncio.create_task(publisher.run())
 
     def _snapshot(self) -> Snapshot[Any] | None:

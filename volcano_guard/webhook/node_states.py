@@ -23,7 +23,6 @@ import asyncio
 import bisect
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -35,6 +34,7 @@ from volcano_guard.base.kubeconfig import Cluster, TokenSource
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies.node_name import (
     NODE_STATES_LABEL,
+    NODE_STATES_NAMES,
     NODES_FROM,
     NODES_PENDING,
     NODES_TO,
@@ -48,14 +48,13 @@ log = logging.getLogger("volcano_guard.webhook")
 # (ValidateConfigMap); a quarter is left for the object around it and for growth until the
 # next split.
 RANGE_BYTES = 768 * 1024
-NAME_PREFIX = "volcano-guard-node-states-"
 # The names the ranges take, fixed in advance so that the reconciler's Role can name every
 # ConfigMap it may write (RBAC allows a create by name only to a server-side apply): 32 ranges
 # of 384 to 768 KiB of states hold some 400,000 nodes.
-NAMES = tuple(f"{NAME_PREFIX}{index}" for index in range(32))
+NAMES = NODE_STATES_NAMES
 INTERVAL = 2.0  # seconds between looks at the node cache
 FIELD_MANAGER = "volcano-guard-reconciler"
-RESYNC = 300.0  # seconds after which the ConfigMaps are read again though nothing changed
+ATTEMPTS = 3  # lists and writes in one round before a run of 409s is a stall
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,7 @@ class NodeRange:
     resource_version: str = ""  # "" : not created yet
     pending: bool = False  # refuses every name it holds
     name: str = ""  # the ConfigMap's, one of NAMES ("" : to be given one)
+    labelled: bool = True  # False: stored without NODE_STATES_LABEL, unseen by the policy
 
     def holds(self, node: str) -> bool:
         return self.start <= node and (not self.end or node < self.end)
@@ -149,11 +149,16 @@ def _split(whole: NodeRange, limit: int) -> list[NodeRange]:
 
 
 def _differs(wanted: NodeRange, stored: NodeRange | None) -> bool:
-    return stored is None or (stored.start, stored.end, dict(stored.states), stored.pending) != (
-        wanted.start,
-        wanted.end,
-        dict(wanted.states),
-        wanted.pending,
+    return (
+        stored is None
+        or not stored.labelled
+        or (stored.start, stored.end, dict(stored.states), stored.pending)
+        != (
+            wanted.start,
+            wanted.end,
+            dict(wanted.states),
+            wanted.pending,
+        )
     )
 
 
@@ -183,6 +188,7 @@ def from_configmap(obj: Mapping[str, Any]) -> NodeRange:
     metadata = obj.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     data = obj.get("data") or {}
+    key, value = NODE_STATES_LABEL
     return NodeRange(
         str(annotations.get(NODES_FROM, "")),
         str(annotations.get(NODES_TO, "")),
@@ -190,12 +196,48 @@ def from_configmap(obj: Mapping[str, Any]) -> NodeRange:
         str(metadata.get("resourceVersion", "")),
         NODES_PENDING in annotations,
         str(metadata.get("name", "")),
+        (metadata.get("labels") or {}).get(key) == value,
     )
+
+
+def is_labelled(obj: Mapping[str, Any]) -> bool:
+    key, value = NODE_STATES_LABEL
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(key) == value
+
+
+def sort_listed(items: list[Mapping[str, Any]]) -> tuple[list[NodeRange], list[str]]:
+    """(the ranges stored under NAMES, labelled or not: the publisher's own, whatever their
+    content; the names of the other ConfigMaps carrying NODE_STATES_LABEL: not made by it,
+    ignored by the policy, reported)."""
+    own = [from_configmap(item) for item in items if _name(item) in NAMES]
+    foreign = sorted(
+        _name(item) for item in items if _name(item) not in NAMES and is_labelled(item)
+    )
+    return own, foreign
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+@dataclass
+class PublisherEvents:
+    """What the publisher reports, to the process's metrics (the reconciler's)."""
+
+    foreign: Callable[[list[str]], None] = lambda names: None  # the labelled ones not its own
+    repaired: Callable[[str], None] = lambda name: None  # one it wrote again: edited, gone
+    stalled: Callable[[str], None] = lambda reason: None  # a round that wrote nothing it should
+
+
+class Conflict(Exception):
+    """A write refused with 409: the object changed since it was listed."""
 
 
 class NodeStatesPublisher:
     """Keeps the node-state ConfigMaps in `namespace` equal to the node cache: every INTERVAL
-    seconds, when the cache is synced and the states differ from those last written."""
+    seconds, once the cache is synced, it lists the namespace's ConfigMaps and writes every
+    range that differs from the states, is unlabelled or is gone. A name of NAMES is its own
+    whoever wrote it last; a labelled ConfigMap of another name is not (reported, never read)."""
 
     def __init__(
         self,
@@ -205,13 +247,15 @@ class NodeStatesPublisher:
         snapshot: Callable[[], Snapshot[Any] | None],
         interval: float = INTERVAL,
         limit: int = RANGE_BYTES,
+        events: PublisherEvents | None = None,
     ) -> None:
         self._config, self._cluster, self._namespace = config, cluster, namespace
         self._snapshot, self._interval, self._limit = snapshot, interval, limit
+        self._events = events or PublisherEvents()
         self._tokens = TokenSource(cluster)
         self._published: dict[str, str] | None = None
-        self._published_at = 0.0
-        self._snapshot_done: Snapshot[Any] | None = None  # its states are all written
+        self._states_of: tuple[Snapshot[Any], dict[str, str]] | None = None
+        self._foreign: list[str] = []
 
     async def run(self) -> None:
         connector = aiohttp.TCPConnector(ssl=self._cluster.ssl_context())
@@ -220,62 +264,93 @@ class NodeStatesPublisher:
             while True:
                 try:
                     await self.publish_once(session)
-                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    log.warning(
-                        "publishing node states to %s failed (next try in %ss): %s",
-                        self._namespace,
-                        self._interval,
-                        exc,
-                    )
+                except (aiohttp.ClientError, TimeoutError, ValueError, Conflict) as exc:
+                    self._stalled(f"{exc} (next try in {self._interval}s)")
                 await asyncio.sleep(self._interval)
 
+    def _stalled(self, reason: str) -> None:
+        log.warning("node states in %s not published: %s", self._namespace, reason)
+        self._events.stalled(reason)
+
     async def publish_once(self, session: aiohttp.ClientSession) -> bool:
-        """Write what differs; False when the cache is not synced or nothing changed."""
+        """List, then write what differs; False when the cache is not synced or all is in
+        place. A write refused with 409 (someone changed the object since the list) is
+        repaired from a new list, ATTEMPTS times before the round is given up (Conflict)."""
         snapshot = self._snapshot()
         if snapshot is None or not snapshot.synced:
             return False
-        resync = time.monotonic() - self._published_at >= RESYNC
-        if snapshot is self._snapshot_done and not resync:
-            return False
-        # Off the event loop (100,000 nodes take about 0.1 s): the snapshot is immutable.
-        states = await asyncio.to_thread(desired_states, snapshot.items, self._config)
-        # Unchanged states are not written again, but the objects are read again now and then
-        # (a ConfigMap deleted or edited by hand is put back).
-        if states == self._published and not resync:
-            self._snapshot_done = snapshot
-            return False
+        states = await self._states(snapshot)
+        for _ in range(ATTEMPTS):
+            try:
+                return await self._publish(session, states)
+            except Conflict:
+                continue
+        raise Conflict(f"{ATTEMPTS} writes in a row refused with 409 Conflict")
+
+    async def _states(self, snapshot: Snapshot[Any]) -> dict[str, str]:
+        if self._states_of is None or self._states_of[0] is not snapshot:
+            # Off the event loop (100,000 nodes take about 0.1 s): the snapshot is immutable.
+            states = await asyncio.to_thread(desired_states, snapshot.items, self._config)
+            self._states_of = (snapshot, states)
+        return self._states_of[1]
+
+    async def _publish(self, session: aiohttp.ClientSession, states: dict[str, str]) -> bool:
         url = f"{self._cluster.url}/api/v1/namespaces/{self._namespace}/configmaps"
         headers = self._tokens.authorization()
-        key, value = NODE_STATES_LABEL
-        async with session.get(
-            url, params={"labelSelector": f"{key}={value}"}, headers=headers
-        ) as response:
+        # Every ConfigMap, not only the labelled: one of NAMES whose label was taken off is
+        # still this publisher's to repair (the policy no longer sees it).
+        async with session.get(url, headers=headers) as response:
             response.raise_for_status()
             listed = await response.json()
-        existing = [from_configmap(item) for item in listed.get("items") or ()]
+        existing, foreign = sort_listed(list(listed.get("items") or ()))
+        self._report_foreign(foreign)
+        writes = await asyncio.to_thread(plan, existing, states, self._limit)
+        if not writes:
+            self._published = states
+            return False
         written: dict[str, str] = {}  # name -> resourceVersion, of what this round wrote
-        for node_range in await asyncio.to_thread(plan, existing, states, self._limit):
+        for node_range in writes:
             version = written.get(node_range.name, node_range.resource_version)
             body = configmap(replace(node_range, resource_version=version), self._namespace)
-            if version:
-                request = session.put(f"{url}/{node_range.name}", json=body, headers=headers)
-            else:  # a create by server-side apply: RBAC can allow it by name (NAMES)
-                request = session.patch(
-                    f"{url}/{node_range.name}",
-                    data=json.dumps(body),
-                    params={"fieldManager": FIELD_MANAGER},
-                    headers={**headers, "Content-Type": "application/apply-patch+yaml"},
-                )
-            async with request as response:
-                if response.status == 409:  # another writer was first: read again next time
-                    return False
-                response.raise_for_status()
-                stored = await response.json()
-            written[node_range.name] = str(stored["metadata"]["resourceVersion"])
-        self._published, self._published_at = states, time.monotonic()
-        self._snapshot_done = snapshot
+            written[node_range.name] = await self._write(session, url, body, headers)
+            if states == self._published:  # the states did not change: someone else did
+                log.warning("node states: %s repaired (edited or deleted)", node_range.name)
+                self._events.repaired(node_range.name)
+        self._published = states
         log.info("published the states of %d nodes to %s", len(states), self._namespace)
         return True
+
+    async def _write(
+        self, session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: Any
+    ) -> str:
+        """The resourceVersion body was stored with; Conflict on a 409."""
+        name = body["metadata"]["name"]
+        if body["metadata"].get("resourceVersion"):
+            request = session.put(f"{url}/{name}", json=body, headers=headers)
+        else:  # a create by server-side apply: RBAC can allow it by name (NAMES)
+            request = session.patch(
+                f"{url}/{name}",
+                data=json.dumps(body),
+                params={"fieldManager": FIELD_MANAGER},
+                headers={**headers, "Content-Type": "application/apply-patch+yaml"},
+            )
+        async with request as response:
+            if response.status == 409:
+                raise Conflict(f"{name}: 409 Conflict")
+            response.raise_for_status()
+            stored = await response.json()
+        return str(stored["metadata"]["resourceVersion"])
+
+    def _report_foreign(self, foreign: list[str]) -> None:
+        if foreign and foreign != self._foreign:
+            log.warning(
+                "ConfigMaps in %s carry the node-states label but were not made by the guard "
+                "(ignored by its policies): %s",
+                self._namespace,
+                ", ".join(foreign),
+            )
+        self._foreign = foreign
+        self._events.foreign(foreign)
 
 
 def publishes(config: Config) -> bool:

@@ -22,7 +22,7 @@ is here, in __all__:
   counts as managed);
 - the audit: NODES, node_labels, daemonset_owner, vouched_requester;
 - the node-state publisher (webhook.node_states): settings, NODES, needs_node_states,
-  node_state, NODE_STATES_LABEL, NODES_FROM, NODES_TO, NODES_PENDING;
+  node_state, NODE_STATES_LABEL, NODE_STATES_NAMES, NODES_FROM, NODES_TO, NODES_PENDING;
 - the config: NodeNameConfig (its section), and exempt_own_namespace, which the webhook
   command applies to the config it loads.
 """
@@ -46,6 +46,7 @@ from volcano_guard.webhook.policies.node_name.exemptions import (
 )
 from volcano_guard.webhook.policies.node_name.in_server import (
     NODE_STATES_LABEL,
+    NODE_STATES_NAMES,
     NODES_FROM,
     NODES_PENDING,
     NODES_TO,
@@ -72,6 +73,7 @@ __all__ = [
     "NODES_PENDING",
     "NODES_TO",
     "NODE_STATES_LABEL",
+    "NODE_STATES_NAMES",
     "POLICY",
     "NodeNameConfig",
     "daemonset_owner",

@@ -56,6 +56,11 @@ NODE_STATES_LABEL = ("volcano-guard.io/params", "node-states")
 NODES_FROM, NODES_TO = "volcano-guard.io/nodes-from", "volcano-guard.io/nodes-to"
 NODES_PENDING = "volcano-guard.io/nodes-pending"
 MANAGED, UNMANAGED = "managed", "unmanaged"
+# The names the params take, fixed in advance so that the reconciler's Role names every one it
+# may write (32 ranges hold some 400,000 nodes); a labelled ConfigMap of another name was not
+# made by the guard and is never read as a range (docs/decisions/registrations.md, "Node-state
+# params only the guard makes").
+NODE_STATES_NAMES = tuple(f"volcano-guard-node-states-{index}" for index in range(32))
 
 
 def needs_node_states(config: NodeNameConfig) -> bool:
@@ -176,9 +181,13 @@ def _in_server_check(
         ("statesFrom", annotation(NODES_FROM)),
         ("statesTo", annotation(NODES_TO)),
         (
+            "ours",
+            f"params.metadata.name in [{', '.join(string(n) for n in NODE_STATES_NAMES)}]",
+        ),
+        (
             "inRange",
-            "variables.node >= variables.statesFrom && (variables.statesTo == '' || "
-            "variables.node < variables.statesTo)",
+            "variables.ours && variables.node >= variables.statesFrom && "
+            "(variables.statesTo == '' || variables.node < variables.statesTo)",
         ),
         (
             "nodeState",
