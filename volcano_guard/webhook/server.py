@@ -182,7 +182,9 @@ async def _answer(
         checks = served.checks[phase]
         for lookup in checks.for_kind(kind.group, kind.kind).lookups:  # most kinds: none
             if lookup.wanted(review_request, snapshots):  # the rare requests that list live
-                listed[lookup] = await caches.live_list(lookup, review_request.namespace)
+                listed[lookup] = await caches.live_list(
+                    lookup, review_request.namespace, request.remote or ""
+                )
         context = PolicyContext(served.config, snapshots, listed)
         answer = decide(phase, review_request, context, checks)
         ADMISSION_DURATION.observe(time.perf_counter() - started)

@@ -7,9 +7,14 @@ Pending forever. /mutate stamps every PodGroup with a generation id (UUIDv7) tha
 take away; /validate denies a plain delete of a PodGroup that still has live member pods. A
 delete with `preconditions.uid` (as the garbage collector sends) passes: the API server checks it.
 
-Nothing the review says about the PodGroup is trusted: it is looked up in the guard's own cache
-by the request's namespace and name (anyone who reaches the webhook can send a review), and its
-members are listed (metadata only) only when it exists there.
+Anyone who reaches the webhook can send a review, so nothing the cluster can answer is trusted
+from one, and an answer tells its sender nothing it did not know: the PodGroup is looked up in
+the guard's own cache by the request's namespace and name, and judged (its members listed,
+metadata only) only when the review's oldObject carries that cached PodGroup's uid, as the API
+server's always does. Any other review (a forged one, or one newer than the cache) gets one
+answer whether or not such a PodGroup exists: failClosed's, with generic text. A denial names
+only what the review carries (uid, generation id, age) and how to list the members, never the
+members: the sender sees them only if its own access lets it.
 
 Outside this module the guard uses only what __all__ lists: the three Policy objects, for the
 registry (webhook.evaluation); PODGROUPS and podgroup_record, for the audit to build the PodGroup
@@ -95,7 +100,6 @@ POD_GENERATION = "volcano-guard.io/podgroup-generation"
 ENRICH = "podGroupGeneration"
 OUTCOME_UNKNOWN = "podgroup_not_cached"
 POD_GROUP = ("scheduling.volcano.sh", "PodGroup")
-MAX_NAMED_PODS = 5
 
 
 def settings(config: Config) -> PodGroupsConfig:
@@ -144,11 +148,19 @@ def guarded_podgroup(
     request: AdmissionRequest, snapshots: Mapping[WatchedList[Any], Any]
 ) -> PodGroupRecord | None:
     """The cached PodGroup a DELETE names, when its members must be counted: a plain delete
-    (no UID precondition) of a PodGroup that exists. The review's oldObject is not read."""
+    (no UID precondition) whose oldObject is the cached PodGroup (same uid)."""
     if not is_delete(request) or _uid_precondition(request):
         return None
     podgroups = snapshots.get(PODGROUPS)
-    return podgroups.items.get(f"{request.namespace}/{request.name}") if podgroups else None
+    key = f"{request.namespace}/{request.name}"
+    cached: PodGroupRecord | None = podgroups.items.get(key) if podgroups else None
+    if cached is None or not cached.uid or cached.uid != _old_uid(request):
+        return None
+    return cached
+
+
+def _old_uid(request: AdmissionRequest) -> str:
+    return _text(object_at(request.old_object or {}, "metadata").get("uid"))
 
 
 # The namespace's pods that have not finished, listed (metadata only) for a PodGroup DELETE that
@@ -212,15 +224,14 @@ def validate_delete(request: AdmissionRequest, context: PolicyContext) -> Verdic
     if podgroups is None or not podgroups.synced:
         return _unknown(request, context, "the PodGroup cache is not synced")
     podgroup = guarded_podgroup(request, context.snapshots)
-    if podgroup is None:
-        return NOTHING_FOUND  # no such PodGroup: nothing to guard (the API server answers 404)
+    if podgroup is None:  # forged, or newer than the cache: one answer, existing or not
+        return _unknown(request, context, "it is not the PodGroup the guard's cache holds")
     pods = context.live(UNFINISHED_PODS)
     if pods is None:
         return _unknown(request, context, "its member pods could not be listed in time")
-    members = live_members(request.name, podgroup.controller, pods)
-    if not members:
+    if not live_members(request.name, podgroup.controller, pods):
         return NOTHING_FOUND
-    return Verdict(violations=(_message(request, podgroup, members, context),))
+    return Verdict(violations=(_message(request, context),))
 
 
 def _unknown(request: AdmissionRequest, context: PolicyContext, why: str) -> Verdict:
@@ -407,18 +418,19 @@ def _annotations(obj: dict[str, Any]) -> dict[str, Any] | None:
     return annotations if isinstance(annotations, dict) else None
 
 
-def _message(
-    request: AdmissionRequest, podgroup: PodGroupRecord, members: list[str], context: PolicyContext
-) -> str:
-    generation = podgroup.generation or "unknown (not stamped)"
-    named = ", ".join(members[:MAX_NAMED_PODS])
-    more = f" and {len(members) - MAX_NAMED_PODS} more" if len(members) > MAX_NAMED_PODS else ""
+def _message(request: AdmissionRequest, context: PolicyContext) -> str:
+    """The denial, from what the review carries (its oldObject matched the cluster's)."""
+    old = request.old_object or {}
+    generation = podgroup_generation(old) or "unknown (not stamped)"
+    created = _text(object_at(old, "metadata").get("creationTimestamp"))
     return (
-        f"{request.describe()} (generation {generation}, created {_age(podgroup.created, context)}"
-        f" ago) still has {len(members)} live pod(s): {named}{more}. A delete by name may be a "
-        "stale retry that would remove this newer incarnation under its pods. Delete the workload "
-        "instead, or delete this exact incarnation with a UID precondition (DeleteOptions "
-        f'preconditions.uid: "{podgroup.uid or "<uid>"}"; kubectl delete --raw with that body)'
+        f"{request.describe()} (generation {generation}, created {_age(created, context)} ago) "
+        "still has live member pods (kubectl get pods -n "
+        f"{request.namespace} with annotation {GROUP_NAME}={request.name}, or its owner's). A "
+        "delete by name may be a stale retry that would remove this newer incarnation under its "
+        "pods. Delete the workload instead, or delete this exact incarnation with a UID "
+        f'precondition (DeleteOptions preconditions.uid: "{_old_uid(request)}"; kubectl delete '
+        "--raw with that body)"
     )
 
 
