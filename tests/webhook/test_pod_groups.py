@@ -808,3 +808,16 @@ def test_the_sandbox_serves_member_pods_as_metadata_as_kube_apiserver_does():
     assert pods is not None and [p["kind"] for p in pods] == ["PartialObjectMetadata"]
     assert set(pods[0]) == {"kind", "apiVersion", "metadata"}
     assert pods[0]["metadata"]["annotations"] == {"scheduling.k8s.io/group-name": "podgroup-rs"}
+
+
+def test_an_update_may_not_give_an_id_to_a_podgroup_created_without_one():
+    unstamped = podgroup()
+    claimed = podgroup(annotations={GENERATION_ID: "0190-another-incarnations-id"})
+    ctx = context()
+    refused = evaluate("validate", from_document(pg_review("UPDATE", claimed, unstamped)), ctx)
+    assert not refused.decision.allowed and GENERATION_ID in refused.decision.message
+    exempt = context(deleteGuard={"exemptUsers": ["admin"]})
+    by_admin = from_document(pg_review("UPDATE", claimed, unstamped, user="admin"))
+    assert evaluate("validate", by_admin, exempt).decision.allowed
+    kept = from_document(pg_review("UPDATE", unstamped, unstamped))
+    assert evaluate("validate", kept, ctx).decision.allowed

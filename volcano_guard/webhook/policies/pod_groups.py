@@ -49,6 +49,7 @@ from volcano_guard.webhook.policies.base import (
     MUTATE_OPEN,
     NOTHING_FOUND,
     VALIDATE,
+    InServerCheck,
     LiveList,
     Policy,
     PolicyContext,
@@ -70,6 +71,7 @@ __all__ = [
     "ENRICH_POLICY",
     "GENERATION_ID",
     "GROUP_NAME",
+    "ID_GUARD_POLICY",
     "PODGROUPS",
     "STAMP_POLICY",
     "PodGroupsConfig",
@@ -94,6 +96,7 @@ class PodGroupsConfig(Section, frozen=True):
 
 NAME = "podGroups"
 DELETE_GUARD = "deleteGuard"
+ID_GUARD = "podGroupIdGuard"
 GENERATION_ID = "volcano-guard.io/generation-id"
 GROUP_NAME = "scheduling.k8s.io/group-name"
 POD_GENERATION = "volcano-guard.io/podgroup-generation"
@@ -203,6 +206,47 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     verb = "stamp" if request.operation == "CREATE" else "restore"
     change = f"{verb} {request.describe()} {GENERATION_ID}={wanted}"
     return Verdict(patch=(patch,), changes=(change,), warnings=warnings)
+
+
+ID_ADDED = (
+    f"{GENERATION_ID} may not be added to a PodGroup created without one: only the guard "
+    "stamps an id, on create (recreate the PodGroup, or have a deleteGuard exempt user add it)"
+)
+
+
+def validate_update(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    """An UPDATE may not give an id to a PodGroup that had none (one created before the guard,
+    or while its stamp was off): any id would do, so it could claim another incarnation's."""
+    if not is_pod_group(request) or request.operation != "UPDATE" or request.object is None:
+        return None
+    if podgroup_generation(request.old_object or {}) or not podgroup_generation(request.object):
+        return NOTHING_FOUND
+    if _break_glass(request, context.config):
+        return NOTHING_FOUND
+    return Verdict(violations=(f"{request.describe()}: {ID_ADDED}",))
+
+
+def _id_added(config: Config) -> str:
+    """CEL: a PodGroup UPDATE, by a user the guard does not exempt, of one that had no id."""
+    guard = settings(config).deleteGuard
+    return all_of(
+        kind_is(*POD_GROUP),
+        operation_is("UPDATE"),
+        negate(annotation_set("oldObject", GENERATION_ID)),
+        negate(user_in(guard.exemptUsers, guard.exemptGroups)),
+    )
+
+
+def stamp_in_server(config: Config) -> tuple[InServerCheck, ...]:
+    """The API server refuses an id added by an UPDATE, webhook up or not."""
+    return (
+        InServerCheck(
+            "podgroup-generation-id",
+            (_podgroups("UPDATE"),),
+            _id_added(config),
+            ((negate(annotation_set("object", GENERATION_ID)), string(ID_ADDED)),),
+        ),
+    )
 
 
 def _break_glass(request: AdmissionRequest, config: Config) -> bool:
@@ -346,6 +390,12 @@ def stamp_scopes(config: Config) -> tuple[Scope, ...]:
     return (Scope(MUTATE, (_podgroups("CREATE", "UPDATE"),), condition),)
 
 
+def id_guard_scopes(config: Config) -> tuple[Scope, ...]:
+    """PodGroup UPDATEs that add an id to one that had none (stamp_in_server)."""
+    added = all_of(_id_added(config), annotation_set("object", GENERATION_ID))
+    return (Scope(VALIDATE, (_podgroups("UPDATE"),), added),)
+
+
 def enrich_scopes(config: Config) -> tuple[Scope, ...]:
     """Pods joining a PodGroup (joining_pod) that have no generation recorded: not every pod
     UPDATE, only the one that adds the group name. It fails open: the annotation tells which
@@ -390,6 +440,17 @@ STAMP_POLICY = Policy(
     mutate=mutate,
     kinds=frozenset({POD_GROUP}),
     scopes=stamp_scopes,
+)
+# Apart from the stamps: a policy with in-server checks has its scopes fail open, and stamps
+# must not be skipped.
+ID_GUARD_POLICY = Policy(
+    name=ID_GUARD,
+    mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
+    off="policies.podGroups.stampGenerationId: false",
+    validate=validate_update,
+    kinds=frozenset({POD_GROUP}),
+    scopes=id_guard_scopes,
+    in_server=stamp_in_server,
 )
 ENRICH_POLICY = Policy(
     name=ENRICH,
