@@ -47,3 +47,73 @@ async def test_a_podgroup_created_without_an_id_cannot_be_given_one_by_an_update
                 status, body = response.status, await response.json()
     assert status == 403, body  # the validation's reason: Forbidden
     assert "podgroup-generation-id" in body["message"]
+
+
+RECONCILER = "system:serviceaccount:volcano-guard:volcano-guard-reconciler"
+SECRETS = "/api/v1/namespaces/volcano-guard/secrets"
+
+
+def _secret(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": {}}
+
+
+def _webhooks(client_config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "volcano-guard"},
+        "webhooks": [
+            {
+                "name": "validate.volcano-guard.io",
+                "clientConfig": client_config,
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+            }
+        ],
+    }
+
+
+async def test_the_reconciler_writes_only_its_secrets_and_webhooks_to_the_guard(tmp_path):
+    import yaml
+
+    from tests.deploy.test_deploy import REPO
+    from volcano_guard_sandbox.apiserver.authn import load_token_file
+    from volcano_guard_sandbox.apiserver.server import SandboxSettings
+
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text(
+        f'admin,kubernetes-admin,0,"system:masters"\nrec,{RECONCILER},1,"system:serviceaccounts"\n'
+    )
+    limits = [
+        d
+        for d in yaml.safe_load_all((REPO / "deploy/base/reconciler-limits.yaml").read_text())
+        if d
+    ]
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "volcano-guard"}}
+    settings = SandboxSettings(tokens=load_token_file(tokens))
+    with SandboxThread(settings=settings) as sandbox:
+        sandbox.seed([namespace])
+        admin = {"Authorization": "Bearer admin"}
+        async with aiohttp.ClientSession(headers=admin) as session:
+            for obj in limits:
+                plural = obj["kind"].lower().replace("policy", "policie") + "s"
+                plural = plural.replace("policiebinding", "policybinding")
+                async with session.post(f"{sandbox.url}{ADMISSION}/{plural}", json=obj) as r:
+                    assert r.status == 201, await r.text()
+
+        async def as_reconciler(path: str, body: dict[str, Any]) -> int:
+            headers = {"Authorization": "Bearer rec"}
+            async with (
+                aiohttp.ClientSession(headers=headers) as session,
+                session.post(f"{sandbox.url}{path}", json=body) as response,
+            ):
+                return response.status
+
+        service = {"service": {"namespace": "volcano-guard", "name": "volcano-guard"}}
+        webhooks = f"{ADMISSION}/validatingwebhookconfigurations"
+        assert await as_reconciler(SECRETS, _secret("volcano-guard-tls")) == 201
+        assert await as_reconciler(SECRETS, _secret("someone-elses")) == 403
+        assert await as_reconciler(webhooks, _webhooks({"url": "https://evil.example/"})) == 403
+        elsewhere = {"service": {"namespace": "other", "name": "volcano-guard"}}
+        assert await as_reconciler(webhooks, _webhooks(elsewhere)) == 403
+        assert await as_reconciler(webhooks, _webhooks(service)) == 201
