@@ -433,10 +433,18 @@ def _podgroups(*operations: str) -> Rule:
     return Rule(POD_GROUP[0], "v1beta1", ("podgroups",), operations)
 
 
+STAMPS_OFF = "policies.podGroups.stampGenerationId: false"
+
+
+def _stamping(config: Config) -> Mode:
+    """The stamps, the id guard and the pods' generations: on together."""
+    return "enforce" if settings(config).stampGenerationId else "off"
+
+
 STAMP_POLICY = Policy(
     name=NAME,
-    mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
-    off="policies.podGroups.stampGenerationId: false",
+    mode=_stamping,
+    off=STAMPS_OFF,
     mutate=mutate,
     kinds=frozenset({POD_GROUP}),
     scopes=stamp_scopes,
@@ -445,8 +453,8 @@ STAMP_POLICY = Policy(
 # must not be skipped.
 ID_GUARD_POLICY = Policy(
     name=ID_GUARD,
-    mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
-    off="policies.podGroups.stampGenerationId: false",
+    mode=_stamping,
+    off=STAMPS_OFF,
     validate=validate_update,
     kinds=frozenset({POD_GROUP}),
     scopes=id_guard_scopes,
@@ -454,8 +462,8 @@ ID_GUARD_POLICY = Policy(
 )
 ENRICH_POLICY = Policy(
     name=ENRICH,
-    mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
-    off="policies.podGroups.stampGenerationId: false",
+    mode=_stamping,
+    off=STAMPS_OFF,
     mutate=annotate_pod,
     kinds=frozenset({POD}),
     scopes=enrich_scopes,
