@@ -101,7 +101,11 @@ def values_schema() -> dict[str, Any]:
                 **_ENABLED, replicas={"type": "integer", "minimum": 1}, resources=_OBJECT
             ),
             "monitoring": _section(**_ENABLED, labels=_OBJECT),
-            "networkPolicy": _section(**_ENABLED, prometheusNamespace=_TEXT),
+            "networkPolicy": _section(
+                **_ENABLED,
+                prometheusNamespace=_TEXT,
+                apiServerCIDRs={"type": "array", "items": {"type": "string", "minLength": 1}},
+            ),
             "certManager": _section(**_ENABLED),
         },
         "additionalProperties": False,

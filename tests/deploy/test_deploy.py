@@ -1,6 +1,7 @@
 """deploy/ rendered with kubectl kustomize, every document validated against the Kubernetes
 1.30 schemas offline, and the invariants that keep the install working."""
 
+import ipaddress
 import os
 import shutil
 import subprocess
@@ -366,6 +367,37 @@ def test_the_network_policy_component_opens_only_the_webhooks_two_ports(tmp_path
     opened = {port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"]}
     served = {port["containerPort"] for port in template["spec"]["containers"][0]["ports"]}
     assert opened == served == {8443, 9090}
+    assert all(rule.get("from") for rule in policy["spec"]["ingress"])  # no port open to all
+
+
+def test_the_network_policy_admits_only_the_cidr_the_operator_names(tmp_path):
+    """Unfilled, the placeholder is no CIDR: the API server refuses the NetworkPolicy (as
+    ValidateIPBlock does), so the install fails; an overlay's patch names the real one."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    to_deploy = os.path.relpath(REPO / "deploy", overlay)
+    kustomization = f"resources: [{to_deploy}/base]\ncomponents: [{to_deploy}/network-policy]\n"
+    (overlay / "kustomization.yaml").write_text(kustomization)
+    [unfilled] = by_kind(render(overlay), "NetworkPolicy")
+    [admission] = [r for r in unfilled["spec"]["ingress"] if r["ports"][0]["port"] == 8443]
+    [placeholder] = admission["from"]
+    with pytest.raises(ValueError):
+        ipaddress.ip_network(placeholder["ipBlock"]["cidr"])
+    patch = (
+        "- op: replace\n  path: /spec/ingress/0/from\n  value: [{ipBlock: {cidr: 172.18.0.0/28}}]\n"
+    )
+    (overlay / "api-server.yaml").write_text(patch)
+    (overlay / "kustomization.yaml").write_text(
+        kustomization
+        + "patches:\n- path: api-server.yaml\n"
+        + "  target: {kind: NetworkPolicy, name: volcano-guard}\n"
+    )
+    [filled] = by_kind(render(overlay), "NetworkPolicy")
+    kubernetes_validate.validate(filled, "1.30.0", strict=True)
+    assert filled["spec"]["ingress"][0] == {
+        "ports": [{"port": 8443, "protocol": "TCP"}],
+        "from": [{"ipBlock": {"cidr": "172.18.0.0/28"}}],
+    }
 
 
 def test_the_serving_key_is_readable_by_the_webhooks_user_alone(base):

@@ -72,8 +72,16 @@ def notes(chart: Any, values: dict[str, Any]) -> str:
     return str(manifests["volcano-guard/templates/NOTES.txt"])
 
 
+# What a toggle needs besides enabled: the API server's CIDRs, as deploy's placeholder.
+TOGGLE_VALUES = {"networkPolicy": {"apiServerCIDRs": ["SET-THE-API-SERVER-CIDR"]}}
+
+
+def on(toggle: str) -> dict[str, Any]:
+    return {"enabled": True, **TOGGLE_VALUES.get(toggle, {})}
+
+
 def everything_on() -> dict[str, Any]:
-    return {toggle: {"enabled": True} for toggle in TOGGLES}
+    return {toggle: on(toggle) for toggle in TOGGLES}
 
 
 # Config changes of each kind: what the API server enforces, what only the webhook reads.
@@ -206,8 +214,21 @@ def test_default_values_render_what_deploy_base_renders(chart, tmp_path):
 @pytest.mark.parametrize("toggle", sorted(TOGGLES))
 def test_each_toggle_renders_what_its_deploy_part_adds(chart, tmp_path, toggle):
     resources, components = TOGGLES[toggle]
-    docs = rendered(chart, {toggle: {"enabled": True}})
+    docs = rendered(chart, {toggle: on(toggle)})
     assert_same_objects(docs, kustomized(tmp_path, resources, components))
+
+
+def test_the_network_policy_is_not_rendered_without_the_api_servers_cidrs(chart):
+    with pytest.raises(Exception, match=r"networkPolicy\.apiServerCIDRs: name the API server"):
+        rendered(chart, {"networkPolicy": {"enabled": True}})
+    values = {"networkPolicy": {"enabled": True, "apiServerCIDRs": ["10.0.0.0/28", "fd00::/64"]}}
+    [policy] = [d for d in rendered(chart, values) if d["kind"] == "NetworkPolicy"]
+    kubernetes_validate.validate(policy, "1.30.0", strict=True)
+    [admission] = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == 8443]
+    assert admission["from"] == [
+        {"ipBlock": {"cidr": "10.0.0.0/28"}},
+        {"ipBlock": {"cidr": "fd00::/64"}},
+    ]
 
 
 def test_the_crds_are_deploys_shared_policyreport_crds(chart):
@@ -247,7 +268,12 @@ def test_a_config_change_changes_the_config_map_alone(chart, change):
 def test_the_chart_renders_no_object_the_reconciler_owns(chart):
     owned = {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
     owned |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
-    kinds = {doc["kind"] for doc in rendered(chart, everything_on())}
+    # The reconciler's limits are the installer's, never the reconciler's to write.
+    kinds = {
+        doc["kind"]
+        for doc in rendered(chart, everything_on())
+        if doc["metadata"]["name"] != "volcano-guard-reconciler-limits"
+    }
     assert kinds & owned == set()
     secrets = [doc for doc in rendered(chart, everything_on()) if doc["kind"] == "Secret"]
     assert secrets == []

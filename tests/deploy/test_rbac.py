@@ -26,7 +26,7 @@ from tests.processes import LIBFAKETIME
 from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.base.tls import client_context
 from volcano_guard_sandbox.apiserver.authn import load_token_file
-from volcano_guard_sandbox.apiserver.resources import RESOURCES
+from volcano_guard_sandbox.apiserver.resources import RESOURCES, find
 from volcano_guard_sandbox.apiserver.runner import SandboxThread
 from volcano_guard_sandbox.apiserver.server import SandboxSettings
 from volcano_guard_sandbox.processes import free_port
@@ -64,6 +64,7 @@ SEED: list[dict[str, Any]] = [
 
 
 PODS = next(r for r in RESOURCES if r.plural == "pods")
+PG = find("scheduling.volcano.sh", "v1beta1", "podgroups")
 OVERCOMMITTING = {
     "apiVersion": "v1",
     "kind": "Pod",
@@ -217,12 +218,13 @@ def test_the_webhook_account_may_do_exactly_what_the_webhook_does(deployed, tmp_
     config.write_text(config_map["data"]["config.yaml"])
     with as_account(tmp_path, account) as cluster:
         with webhook_process(config, cluster, certs) as (port, _):
-            answer = delete_review(port, certs.ca_file)  # the delete guard lists the members
+            stored = cluster.sandbox.call(lambda sb: sb.store.get(PG, "team-a", "pg").object())
+            answer = delete_review(port, certs.ca_file, stored)  # the guard lists the members
             assert answer["allowed"] is False and "member" in answer["status"]["message"]
         assert called(cluster.sandbox.stats()) == grants(deployed, account)
 
 
-def delete_review(port: int, ca_file: Path) -> dict[str, Any]:
+def delete_review(port: int, ca_file: Path, old: dict[str, Any]) -> dict[str, Any]:
     request = {
         "uid": "u",
         "operation": "DELETE",
@@ -235,7 +237,7 @@ def delete_review(port: int, ca_file: Path) -> dict[str, Any]:
             "resource": "podgroups",
         },
         "userInfo": {"username": "alice"},
-        "oldObject": SEED[3],
+        "oldObject": old,
     }
     body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 

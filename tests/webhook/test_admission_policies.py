@@ -96,6 +96,7 @@ def test_manifests_prints_policies_valid_for_1_30_that_compile(name, tmp_path, c
         "volcano-guard-volcano-resource-requests",
         "volcano-guard-node-name",
         "volcano-guard-bindings",
+        "volcano-guard-podgroup-generation-id",
     }
     assert {b["spec"]["policyName"] for b in bindings} == {v["metadata"]["name"] for v in vaps}
     for document in vaps + bindings:
@@ -116,6 +117,7 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
         "volcano-guard-volcano-resource-requests": ["Deny"],
         "volcano-guard-node-name": ["Warn"],
         "volcano-guard-bindings": ["Audit"],
+        "volcano-guard-podgroup-generation-id": ["Deny"],
     }
     assert admission_policies(config_from_dict({"validatingAdmissionPolicies": False})) == []
     off = config_from_dict(
@@ -128,7 +130,11 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
         p["metadata"]["name"]
         for p in admission_policies(off)
         if p["kind"] == "ValidatingAdmissionPolicy"
-    ] == ["volcano-guard-resource-requests", "volcano-guard-volcano-resource-requests"]
+    ] == [
+        "volcano-guard-resource-requests",
+        "volcano-guard-volcano-resource-requests",
+        "volcano-guard-podgroup-generation-id",
+    ]
 
 
 def test_with_managed_node_selectors_the_node_checks_read_the_published_states():

@@ -2,6 +2,7 @@
 which request kinds."""
 
 import dataclasses
+from typing import Any
 
 import pytest
 from msgspec.structs import replace
@@ -35,6 +36,7 @@ def test_enabled_checks_follow_policy_order_with_the_configured_modes():
         ("resourceRequests", "warn"),
         ("nodeName", "enforce"),
         ("bindingGuard", "audit"),
+        ("podGroupIdGuard", "enforce"),
         ("deleteGuard", "enforce"),
     ]
     assert [c.check for c in validate] == [p.validate for p in POLICIES if p.validate]
@@ -68,7 +70,8 @@ def test_each_kind_gets_the_checks_of_the_policies_naming_it_in_policy_order():
     assert [c.policy for c in checks.for_kind(*POD).checks] == ["resourceRequests", "nodeName"]
     assert [c.policy for c in checks.for_kind("", "Binding").checks] == ["bindingGuard"]
     assert [c.policy for c in checks.for_kind("scheduling.volcano.sh", "PodGroup").checks] == [
-        "deleteGuard"
+        "podGroupIdGuard",
+        "deleteGuard",
     ]
     assert [c.policy for c in checks.for_kind("batch.volcano.sh", "Job").checks] == [
         "resourceRequests"
@@ -116,10 +119,13 @@ def _requests_each_policy_acts_on() -> list[AdmissionRequest]:
         }
     }
     bound["spec"]["nodeName"] = "node-1"
-    podgroup = {
+    podgroup: dict[str, Any] = {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
         "metadata": {"name": "pg", "namespace": "team-a"},
+    }
+    stamped = podgroup | {
+        "metadata": podgroup["metadata"] | {"annotations": {"volcano-guard.io/generation-id": "x"}}
     }
     binding = review(
         {
@@ -143,6 +149,7 @@ def _requests_each_policy_acts_on() -> list[AdmissionRequest]:
             binding,
             review(podgroup),
             review(podgroup, "DELETE", old=podgroup),
+            review(stamped, "UPDATE", old=podgroup),
             review(volcano_job({"worker": [container()]})),
             review(deployment),
         )

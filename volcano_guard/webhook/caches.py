@@ -20,13 +20,15 @@ from volcano_guard.base.jsonbody import decode, object_at
 from volcano_guard.base.kubeconfig import Cluster, TokenSource
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.evaluation import enabled_policies, live_lookups, watched_data
+from volcano_guard.webhook.lookup_slots import LookupSlots
 from volcano_guard.webhook.metrics import LIVE_LOOKUPS
 from volcano_guard.webhook.policies.base import LiveList, WatchedList
 
 log = logging.getLogger("volcano_guard.webhook")
 LOOKUP_TIMEOUT = 2.0  # seconds a rare-path lookup (LiveList) may hold its request
-# Lookups at once, per process: past it a decision gets failClosed's answer at once rather than
-# another LIST, so a flood of reviews cannot make the guard list large namespaces over and over.
+# Lookups at once, per process, shared fairly between source addresses (LookupSlots): a request
+# past them waits its turn within the lookup timeout, then gets failClosed's answer, so a flood
+# of reviews can neither make the guard list namespaces over and over nor starve a real delete.
 MAX_CONCURRENT_LOOKUPS = 4
 LOOKUP_PAGE = 500  # objects a page, as client-go's pager asks
 # Metadata only (as kube-apiserver serves it to controllers' metadata informers), or objects.
@@ -63,7 +65,7 @@ class Caches:
     ) -> None:
         self._informers = dict(informers or {})
         self._needed = frozenset(self._informers)  # what the config in force reads
-        self._lookups, self._max_lookups = 0, max_lookups
+        self._slots = LookupSlots(max_lookups)
         self._fixed = MappingProxyType(dict(fixed or {}))
         self._lookup_timeout = lookup_timeout
         self._cluster: Cluster | None = None
@@ -159,18 +161,20 @@ class Caches:
             return self._fixed
         return {data: informer.snapshot for data, informer in self._informers.items()}
 
-    async def live_list(self, data: LiveList, namespace: str) -> tuple[dict[str, Any], ...] | None:
+    async def live_list(
+        self, data: LiveList, namespace: str, source: str = ""
+    ) -> tuple[dict[str, Any], ...] | None:
         """The metadata of data's objects in namespace, listed now on the event loop over one
-        kept-alive connection, page by page; None when there is no cluster, no complete answer
-        within the lookup timeout, or already max_lookups under way."""
+        kept-alive connection, page by page; None when there is no cluster, or no slot (source's
+        fair share of max_lookups) and complete answer within the lookup timeout."""
         if self._cluster is None or self._tokens is None:
             return None
-        if self._lookups >= self._max_lookups:
+        deadline = asyncio.get_running_loop().time() + self._lookup_timeout
+        if not await self._slots.acquire(source, self._lookup_timeout):
             LIVE_LOOKUPS.labels(data.resource, "refused").inc()
             return None
-        self._lookups += 1
         try:
-            async with asyncio.timeout(self._lookup_timeout):
+            async with asyncio.timeout_at(deadline):
                 listed = await self._list_pages(data, namespace)
             LIVE_LOOKUPS.labels(data.resource, "listed").inc()
             return listed
@@ -179,7 +183,7 @@ class Caches:
             log.warning("listing %s in %s failed: %r", data.resource, namespace, exc)
             return None
         finally:
-            self._lookups -= 1
+            self._slots.release(source)
 
     async def _list_pages(self, data: LiveList, namespace: str) -> tuple[dict[str, Any], ...]:
         assert self._cluster is not None and self._tokens is not None

@@ -42,6 +42,7 @@ POLICIES: tuple[Policy, ...] = (
     node_name.POLICY,
     node_name.BINDING_POLICY,
     pod_groups.STAMP_POLICY,
+    pod_groups.ID_GUARD_POLICY,
     pod_groups.ENRICH_POLICY,
     pod_groups.DELETE_POLICY,
     sidecar_injection.POLICY,  # last: its inserts shift indexes other patches address

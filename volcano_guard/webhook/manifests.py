@@ -21,7 +21,13 @@ VALIDATING = "ValidatingWebhookConfiguration"
 POLICY = "ValidatingAdmissionPolicy"
 BINDING = "ValidatingAdmissionPolicyBinding"
 # Every in-server check any config can produce (a test enumerates the configs that shape them).
-IN_SERVER_CHECKS = ("resource-requests", "volcano-resource-requests", "node-name", "bindings")
+IN_SERVER_CHECKS = (
+    "resource-requests",
+    "volcano-resource-requests",
+    "node-name",
+    "bindings",
+    "podgroup-generation-id",
+)
 PLURALS = {
     MUTATING: "mutatingwebhookconfigurations",
     VALIDATING: "validatingwebhookconfigurations",

@@ -214,18 +214,20 @@ async def _answer(
 ) -> web.StreamResponse:
     try:
         check_headers(request, limit)
+        source = request.remote or ""  # whose turn a live lookup takes (lookup_slots.py)
         if is_small(request):  # every review the API server sends in practice: on the loop
-            return await _judge(await read_body(request, limit), phase, live, caches, on_loop=True)
+            body = await read_body(request, limit)
+            return await _judge(body, phase, live, caches, source, on_loop=True)
         async with large:  # one large review decoded at a time, its body read only then
             body = await read_body(request, limit)
-            return await _judge(body, phase, live, caches, on_loop=False)
+            return await _judge(body, phase, live, caches, source, on_loop=False)
     except RequestError as exc:
         ADMISSION_ERRORS.labels(reason=exc.reason).inc()
         return status_response(exc.status, exc.message)
 
 
 async def _judge(
-    body: bytes, phase: Phase, live: LiveConfig, caches: Caches, *, on_loop: bool
+    body: bytes, phase: Phase, live: LiveConfig, caches: Caches, source: str, *, on_loop: bool
 ) -> web.Response:
     """Decode, look up what the policies need, decide, encode. A large body is decoded and
     judged in a thread: a 7 MiB review costs about a second of Python, which on the loop
@@ -244,7 +246,7 @@ async def _judge(
     checks = served.checks[phase]
     for lookup in checks.for_kind(kind.group, kind.kind).lookups:  # most kinds: none
         if lookup.wanted(review_request, snapshots):  # the rare requests that list live
-            listed[lookup] = await caches.live_list(lookup, review_request.namespace)
+            listed[lookup] = await caches.live_list(lookup, review_request.namespace, source)
     context = PolicyContext(served.config, snapshots, listed)
     if on_loop:
         encoded = answer_bytes(phase, review_request, context, checks)

@@ -7,9 +7,14 @@ Pending forever. /mutate stamps every PodGroup with a generation id (UUIDv7) tha
 take away; /validate denies a plain delete of a PodGroup that still has live member pods. A
 delete with `preconditions.uid` (as the garbage collector sends) passes: the API server checks it.
 
-Nothing the review says about the PodGroup is trusted: it is looked up in the guard's own cache
-by the request's namespace and name (anyone who reaches the webhook can send a review), and its
-members are listed (metadata only) only when it exists there.
+Anyone who reaches the webhook can send a review, so nothing the cluster can answer is trusted
+from one, and an answer tells its sender nothing it did not know: the PodGroup is looked up in
+the guard's own cache by the request's namespace and name, and judged (its members listed,
+metadata only) only when the review's oldObject carries that cached PodGroup's uid, as the API
+server's always does. Any other review (a forged one, or one newer than the cache) gets one
+answer whether or not such a PodGroup exists: failClosed's, with generic text. A denial names
+only what the review carries (uid, generation id, age) and how to list the members, never the
+members: the sender sees them only if its own access lets it.
 
 Outside this module the guard uses only what __all__ lists: the three Policy objects, for the
 registry (webhook.evaluation); PODGROUPS and podgroup_record, for the audit to build the PodGroup
@@ -44,6 +49,7 @@ from volcano_guard.webhook.policies.base import (
     MUTATE_OPEN,
     NOTHING_FOUND,
     VALIDATE,
+    InServerCheck,
     LiveList,
     Policy,
     PolicyContext,
@@ -65,6 +71,7 @@ __all__ = [
     "ENRICH_POLICY",
     "GENERATION_ID",
     "GROUP_NAME",
+    "ID_GUARD_POLICY",
     "PODGROUPS",
     "STAMP_POLICY",
     "PodGroupsConfig",
@@ -89,13 +96,13 @@ class PodGroupsConfig(Section, frozen=True):
 
 NAME = "podGroups"
 DELETE_GUARD = "deleteGuard"
+ID_GUARD = "podGroupIdGuard"
 GENERATION_ID = "volcano-guard.io/generation-id"
 GROUP_NAME = "scheduling.k8s.io/group-name"
 POD_GENERATION = "volcano-guard.io/podgroup-generation"
 ENRICH = "podGroupGeneration"
 OUTCOME_UNKNOWN = "podgroup_not_cached"
 POD_GROUP = ("scheduling.volcano.sh", "PodGroup")
-MAX_NAMED_PODS = 5
 
 
 def settings(config: Config) -> PodGroupsConfig:
@@ -144,11 +151,19 @@ def guarded_podgroup(
     request: AdmissionRequest, snapshots: Mapping[WatchedList[Any], Any]
 ) -> PodGroupRecord | None:
     """The cached PodGroup a DELETE names, when its members must be counted: a plain delete
-    (no UID precondition) of a PodGroup that exists. The review's oldObject is not read."""
+    (no UID precondition) whose oldObject is the cached PodGroup (same uid)."""
     if not is_delete(request) or _uid_precondition(request):
         return None
     podgroups = snapshots.get(PODGROUPS)
-    return podgroups.items.get(f"{request.namespace}/{request.name}") if podgroups else None
+    key = f"{request.namespace}/{request.name}"
+    cached: PodGroupRecord | None = podgroups.items.get(key) if podgroups else None
+    if cached is None or not cached.uid or cached.uid != _old_uid(request):
+        return None
+    return cached
+
+
+def _old_uid(request: AdmissionRequest) -> str:
+    return _text(object_at(request.old_object or {}, "metadata").get("uid"))
 
 
 # The namespace's pods that have not finished, listed (metadata only) for a PodGroup DELETE that
@@ -193,6 +208,47 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     return Verdict(patch=(patch,), changes=(change,), warnings=warnings)
 
 
+ID_ADDED = (
+    f"{GENERATION_ID} may not be added to a PodGroup created without one: only the guard "
+    "stamps an id, on create (recreate the PodGroup, or have a deleteGuard exempt user add it)"
+)
+
+
+def validate_update(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    """An UPDATE may not give an id to a PodGroup that had none (one created before the guard,
+    or while its stamp was off): any id would do, so it could claim another incarnation's."""
+    if not is_pod_group(request) or request.operation != "UPDATE" or request.object is None:
+        return None
+    if podgroup_generation(request.old_object or {}) or not podgroup_generation(request.object):
+        return NOTHING_FOUND
+    if _break_glass(request, context.config):
+        return NOTHING_FOUND
+    return Verdict(violations=(f"{request.describe()}: {ID_ADDED}",))
+
+
+def _id_added(config: Config) -> str:
+    """CEL: a PodGroup UPDATE, by a user the guard does not exempt, of one that had no id."""
+    guard = settings(config).deleteGuard
+    return all_of(
+        kind_is(*POD_GROUP),
+        operation_is("UPDATE"),
+        negate(annotation_set("oldObject", GENERATION_ID)),
+        negate(user_in(guard.exemptUsers, guard.exemptGroups)),
+    )
+
+
+def stamp_in_server(config: Config) -> tuple[InServerCheck, ...]:
+    """The API server refuses an id added by an UPDATE, webhook up or not."""
+    return (
+        InServerCheck(
+            "podgroup-generation-id",
+            (_podgroups("UPDATE"),),
+            _id_added(config),
+            ((negate(annotation_set("object", GENERATION_ID)), string(ID_ADDED)),),
+        ),
+    )
+
+
 def _break_glass(request: AdmissionRequest, config: Config) -> bool:
     """The delete guard's exempt users and groups: who may also keep a PodGroup's id."""
     guard = settings(config).deleteGuard
@@ -212,15 +268,14 @@ def validate_delete(request: AdmissionRequest, context: PolicyContext) -> Verdic
     if podgroups is None or not podgroups.synced:
         return _unknown(request, context, "the PodGroup cache is not synced")
     podgroup = guarded_podgroup(request, context.snapshots)
-    if podgroup is None:
-        return NOTHING_FOUND  # no such PodGroup: nothing to guard (the API server answers 404)
+    if podgroup is None:  # forged, or newer than the cache: one answer, existing or not
+        return _unknown(request, context, "it is not the PodGroup the guard's cache holds")
     pods = context.live(UNFINISHED_PODS)
     if pods is None:
         return _unknown(request, context, "its member pods could not be listed in time")
-    members = live_members(request.name, podgroup.controller, pods)
-    if not members:
+    if not live_members(request.name, podgroup.controller, pods):
         return NOTHING_FOUND
-    return Verdict(violations=(_message(request, podgroup, members, context),))
+    return Verdict(violations=(_message(request, context),))
 
 
 def _unknown(request: AdmissionRequest, context: PolicyContext, why: str) -> Verdict:
@@ -335,6 +390,12 @@ def stamp_scopes(config: Config) -> tuple[Scope, ...]:
     return (Scope(MUTATE, (_podgroups("CREATE", "UPDATE"),), condition),)
 
 
+def id_guard_scopes(config: Config) -> tuple[Scope, ...]:
+    """PodGroup UPDATEs that add an id to one that had none (stamp_in_server)."""
+    added = all_of(_id_added(config), annotation_set("object", GENERATION_ID))
+    return (Scope(VALIDATE, (_podgroups("UPDATE"),), added),)
+
+
 def enrich_scopes(config: Config) -> tuple[Scope, ...]:
     """Pods joining a PodGroup (joining_pod) that have no generation recorded: not every pod
     UPDATE, only the one that adds the group name. It fails open: the annotation tells which
@@ -372,18 +433,37 @@ def _podgroups(*operations: str) -> Rule:
     return Rule(POD_GROUP[0], "v1beta1", ("podgroups",), operations)
 
 
+STAMPS_OFF = "policies.podGroups.stampGenerationId: false"
+
+
+def _stamping(config: Config) -> Mode:
+    """The stamps, the id guard and the pods' generations: on together."""
+    return "enforce" if settings(config).stampGenerationId else "off"
+
+
 STAMP_POLICY = Policy(
     name=NAME,
-    mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
-    off="policies.podGroups.stampGenerationId: false",
+    mode=_stamping,
+    off=STAMPS_OFF,
     mutate=mutate,
     kinds=frozenset({POD_GROUP}),
     scopes=stamp_scopes,
 )
+# Apart from the stamps: a policy with in-server checks has its scopes fail open, and stamps
+# must not be skipped.
+ID_GUARD_POLICY = Policy(
+    name=ID_GUARD,
+    mode=_stamping,
+    off=STAMPS_OFF,
+    validate=validate_update,
+    kinds=frozenset({POD_GROUP}),
+    scopes=id_guard_scopes,
+    in_server=stamp_in_server,
+)
 ENRICH_POLICY = Policy(
     name=ENRICH,
-    mode=lambda config: "enforce" if settings(config).stampGenerationId else "off",
-    off="policies.podGroups.stampGenerationId: false",
+    mode=_stamping,
+    off=STAMPS_OFF,
     mutate=annotate_pod,
     kinds=frozenset({POD}),
     scopes=enrich_scopes,
@@ -407,18 +487,19 @@ def _annotations(obj: dict[str, Any]) -> dict[str, Any] | None:
     return annotations if isinstance(annotations, dict) else None
 
 
-def _message(
-    request: AdmissionRequest, podgroup: PodGroupRecord, members: list[str], context: PolicyContext
-) -> str:
-    generation = podgroup.generation or "unknown (not stamped)"
-    named = ", ".join(members[:MAX_NAMED_PODS])
-    more = f" and {len(members) - MAX_NAMED_PODS} more" if len(members) > MAX_NAMED_PODS else ""
+def _message(request: AdmissionRequest, context: PolicyContext) -> str:
+    """The denial, from what the review carries (its oldObject matched the cluster's)."""
+    old = request.old_object or {}
+    generation = podgroup_generation(old) or "unknown (not stamped)"
+    created = _text(object_at(old, "metadata").get("creationTimestamp"))
     return (
-        f"{request.describe()} (generation {generation}, created {_age(podgroup.created, context)}"
-        f" ago) still has {len(members)} live pod(s): {named}{more}. A delete by name may be a "
-        "stale retry that would remove this newer incarnation under its pods. Delete the workload "
-        "instead, or delete this exact incarnation with a UID precondition (DeleteOptions "
-        f'preconditions.uid: "{podgroup.uid or "<uid>"}"; kubectl delete --raw with that body)'
+        f"{request.describe()} (generation {generation}, created {_age(created, context)} ago) "
+        "still has live member pods (kubectl get pods -n "
+        f"{request.namespace} with annotation {GROUP_NAME}={request.name}, or its owner's). A "
+        "delete by name may be a stale retry that would remove this newer incarnation under its "
+        "pods. Delete the workload instead, or delete this exact incarnation with a UID "
+        f'precondition (DeleteOptions preconditions.uid: "{_old_uid(request)}"; kubectl delete '
+        "--raw with that body)"
     )
 
 
