@@ -469,3 +469,24 @@ def test_an_overlay_namespace_reaches_every_reference_and_the_reconcilers_object
         if obj["kind"] == "ValidatingAdmissionPolicyBinding" and "paramRef" in obj["spec"]
     ]
     assert set(params) <= {"guard-ops"}
+
+
+def test_before_1_30_the_component_leaves_out_what_that_api_server_cannot_store(tmp_path):
+    """1.28 and 1.29 serve no admissionregistration.k8s.io/v1 policy, so `apply -k` of the base
+    alone fails there (its reconciler limits); base plus deploy/before-1.30 validates against
+    1.28's schemas, object by object, and loses nothing else."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    to_deploy = os.path.relpath(REPO / "deploy", overlay)
+    (overlay / "kustomization.yaml").write_text(
+        f"resources: [{to_deploy}/base]\ncomponents: [{to_deploy}/before-1.30]\n"
+    )
+    base, older = render("deploy/base"), render(overlay)
+    policies = [d for d in base if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert policies, "the base has no policy left to leave out"
+    for policy in policies:
+        with pytest.raises(kubernetes_validate.utils.SchemaNotFoundError):  # no such kind
+            kubernetes_validate.validate(policy, "1.28.0", strict=True)
+    for doc in older:
+        kubernetes_validate.validate(doc, "1.28.0", strict=True)
+    assert [d for d in base if d not in policies] == older
