@@ -205,6 +205,11 @@ def _handler(
         in_flight.enter()
         try:
             response = await _answer(request, phase, limit, live, caches, large)
+        except ConnectionResetError:
+            # The peer left, or its connection was closed for a deadline or a newcomer:
+            # nobody to answer. Left to aiohttp, a traceback per connection: a stranger's
+            # flood of them filled the log (and a full stderr pipe stopped the process).
+            return web.Response(status=499)
         finally:
             in_flight.leave()
         if drain.begun:
