@@ -313,6 +313,16 @@ Admit = Callable[["_Connection", str], bool]
 Closed = Callable[["_Connection"], None]
 
 
+def _take_seat(admit: Admit, connection: _Connection, transport: transports.BaseTransport) -> bool:
+    """Seat connection (its socket's transport), or reset it before any TLS work; whether
+    it was seated."""
+    if not admit(connection, _source_of(transport)):
+        _reset(transport)
+        return False
+    connection.closes_with(transport)
+    return True
+
+
 class _ReadBuffer(threading.local):
     """One TLS record's room, one per thread (an event loop's): the loop reads into it and
     hands the bytes on before it reads for another connection (get_buffer, recv_into,
@@ -348,12 +358,9 @@ class _BoundedSSLProtocol(sslproto.SSLProtocol):
         self._seated = False
 
     def connection_made(self, transport: transports.BaseTransport) -> None:
-        if not self._admit(self._connection, _source_of(transport)):
-            _reset(transport)
-            return
-        self._seated = True
-        self._connection.closes_with(transport)
-        super().connection_made(transport)
+        self._seated = _take_seat(self._admit, self._connection, transport)
+        if self._seated:
+            super().connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if not self._seated:
@@ -372,12 +379,9 @@ class _BoundedPlainProtocol(asyncio.Protocol):
         self._seated = False
 
     def connection_made(self, transport: transports.BaseTransport) -> None:
-        if not self._admit(self._connection, _source_of(transport)):
-            _reset(transport)
-            return
-        self._seated = True
-        self._connection.closes_with(transport)
-        self._connection.connection_made(transport)
+        self._seated = _take_seat(self._admit, self._connection, transport)
+        if self._seated:
+            self._connection.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         self._connection.data_received(data)
