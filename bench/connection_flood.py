@@ -14,10 +14,11 @@ The attacker (its own process, source address 127.0.0.2) runs one of these cases
 With --reopen a closed connection is opened again at once (churn always is). Once the flood is
 up, the client (source 127.0.0.1) asks as the API server does: --requests reviews (default
 500), one every 20 ms, each on a connection of its own; beside them one kept-alive connection
-asked every 0.5 s; and a kubelet's /healthz on the metrics port every 0.5 s. Printed: the
+asked every 2 s; and a kubelet's /healthz on the metrics port every 0.5 s. Printed: the
 client's p50/p99 beside a baseline measured the same way before the flood (and their ratio),
 the calls lost of each kind, the process tree's RSS before, at its peak and 5 s after, the
 connections the webhook counted as evicted, refused and timed out, and the attacker's tally.
+The webhook starts with a container's soft open-file limit (1,024), which it raises.
 
     .venv/bin/python -m bench.connection_flood [--case in-flight] [--workers 2] [--hostile N]
 """
@@ -30,9 +31,11 @@ import json
 import logging
 import multiprocessing
 import re
+import resource
 import ssl
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -42,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.builders import container, pod, review
-from tests.processes import post_review, start_cli, wait_for_log
+from tests.processes import post_review, wait_for_log
 from volcano_guard.base.connections import raise_open_file_limit
 from volcano_guard.base.tls import client_context
 from volcano_guard.certs.generate import generate
@@ -59,7 +62,12 @@ NO_CLUSTER = {
 CLIENT, ATTACKER = "127.0.0.1", "127.0.0.2"  # the API server's source, and a pod's;
 # the webhook listens on 127.0.0.1 alone
 SLOWLORIS_GAP = 3.0  # seconds between a slow header's bytes
-KEPT_GAP = PROBE_GAP = 0.5  # seconds between the kept-alive connection's calls, the probes'
+# Seconds between the kept-alive connection's calls (the API server's idle gaps between
+# reviews: under churn a connection idle 6 s was evicted on main), and the probes'.
+KEPT_GAP, PROBE_GAP = 2.0, 0.5
+# The webhook's soft open-file limit at its start: a container's common 1,024 (it raises it
+# for its connection caps, up to the hard limit).
+OPEN_FILES = 1024
 IN_FLIGHT_HEAD = (
     b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
     b"Content-Length: 7000000\r\n\r\n{"
@@ -402,7 +410,7 @@ def run(
     made = generate("volcano-guard", "volcano-guard", work)
     config = work / "config.yaml"
     config.write_text(json.dumps(NO_CLUSTER))
-    proc = start_cli(
+    proc = start_webhook(
         "webhook",
         "--config",
         str(config),
@@ -437,6 +445,21 @@ def run(
         return asyncio.run(flood(target, case, hostile_count, reopen, requests, review_bytes))
     finally:
         stop(proc)
+
+
+def start_webhook(*args: str) -> subprocess.Popen[str]:
+    """start_cli, with the soft open-file limit of a container (OPEN_FILES)."""
+
+    def container_limit() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, hard))
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "volcano_guard.cli", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=container_limit,
+    )
 
 
 def drain(proc: subprocess.Popen[str]) -> None:
