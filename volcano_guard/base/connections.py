@@ -7,12 +7,16 @@ sends a ClientHello. In front of a fail-closed webhook that is an OOM kill waiti
 This listener, as Envoy's `max_connections`, `request_headers_timeout` and `idle_timeout` and
 Go's net/http server (ReadHeaderTimeout, IdleTimeout) do, holds each connection to:
 
-- a cap per process: at `max_connections`, a new connection takes the place of the one idle
-  longest (no request in flight: one still in its handshake, one that never sent a request or
-  has not finished its headers, a kept-alive one between requests), which is closed; only
-  when every connection has a request in flight (its headers whole) is the new one closed at
-  once, before any TLS work. Both are counted. So a crowd of idle or dribbling connections can
-  never keep the API server's new connection out, nor leave together at one deadline;
+- a cap per process, shared fairly between source addresses: at `max_connections`, the
+  source holding the most connections gives one up for the newcomer (PickVictim): the oldest
+  of its connections that never had an answer and has no request in flight (a handshake, a
+  connect that sent nothing, headers still coming), else the one of its kept-alive
+  connections idle longest, else (only when the newcomer's source holds fewer) its oldest
+  request in flight. A newcomer from the heaviest source itself with nothing of its own to
+  give up is closed at once, before any TLS work. Both are counted. So one address (an
+  attacker's pod) churning connects, dribbling headers or holding bodies it never finishes
+  only ever evicts its own connections, and the API server, which holds few, always gets its
+  seat and keeps the kept-alive connections it made;
 - a handshake deadline (asyncio's own `ssl_handshake_timeout`);
 - a first-request deadline: a connection must begin its first request within
   `first_request_timeout` of its accept (TLS handshake included);
@@ -26,6 +30,10 @@ Go's net/http server (ReadHeaderTimeout, IdleTimeout) do, holds each connection 
 - and when a crowd of connections has gone (half the peak, at least TRIM_AFTER fewer), the
   memory they held is handed back to the system (glibc's malloc_trim): otherwise the heap keeps
   its high-water mark and the next flood starts from there.
+
+The same site serves plain HTTP (no ssl_context): the metrics and health ports, under
+METRICS_LIMITS, so that no port of the process can take more than its share of the open
+files (docs/decisions/security.md).
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter, Gauge
 
-from volcano_guard.base.metrics import PREFIX, REGISTRY
+from volcano_guard.base.metrics import METRICS_IDLE_TIMEOUT, PREFIX, REGISTRY
 
 REFUSED = Counter(
     f"{PREFIX}connections_refused_total",
@@ -94,39 +102,93 @@ class ConnectionLimits:
     idle_timeout: float = 90.0
 
 
-class BoundedTLSSite(web.TCPSite):
-    """An aiohttp site serving TLS under ConnectionLimits (the runner should be made with
-    `keepalive_timeout=limits.idle_timeout`)."""
+# A metrics or health port: the kubelet's probes (a new connection each) and one Prometheus
+# scrape (kept alive) need a handful; 64 leaves room for several scrapers and probes at once,
+# and costs the process 64 of its open files at most, however many a stranger opens.
+METRICS_LIMITS = ConnectionLimits(
+    max_connections=64,
+    handshake_timeout=5.0,
+    first_request_timeout=5.0,
+    request_timeout=10.0,
+    idle_timeout=METRICS_IDLE_TIMEOUT,
+)
+
+
+class _Source:
+    """One source address's connections, each in accept order (oldest first): all of them,
+    those never answered with no request in flight (`fresh`), and those answered before with
+    no request in flight (`kept`, the one idle longest first)."""
+
+    __slots__ = ("all", "fresh", "kept")
+
+    def __init__(self) -> None:
+        self.all: dict[_Connection, None] = {}
+        self.fresh: dict[_Connection, None] = {}
+        self.kept: dict[_Connection, None] = {}
+
+
+def pick_victim(sources: dict[str, _Source], newcomer: str) -> _Connection | None:
+    """The connection to close for a newcomer from `newcomer` at the cap, or None to refuse
+    the newcomer: the heaviest source gives one up, the newcomer's own source only what has
+    no request in flight (module docstring)."""
+    heaviest = max(sources.values(), key=lambda source: len(source.all))
+    own = sources.get(newcomer)
+    for waiting in (heaviest.fresh, heaviest.kept):
+        if waiting:
+            return next(iter(waiting))
+    if own is not None and len(own.all) + 1 >= len(heaviest.all):
+        return None  # the newcomer's source is (nearly) the heaviest: its requests go first
+    return next(iter(heaviest.all))
+
+
+class BoundedSite(web.TCPSite):
+    """An aiohttp site serving TLS (ssl_context) or plain HTTP under ConnectionLimits (the
+    runner should be made with `keepalive_timeout=limits.idle_timeout`); on `sock` when
+    given (bound already), else on host:port. counted: whether its connections go into the
+    admission port's metrics."""
 
     def __init__(
         self,
         runner: web.BaseRunner,
         host: str,
         port: int,
-        ssl_context: ssl.SSLContext,
+        ssl_context: ssl.SSLContext | None,
         limits: ConnectionLimits,
         *,
         reuse_port: bool | None = None,
+        sock: socket.socket | None = None,
+        counted: bool = True,
     ) -> None:
         super().__init__(runner, host, port, reuse_port=reuse_port)
-        self._tls, self._limits = ssl_context, limits
-        self._connections: set[_Connection] = set()
-        # Those with no request in flight, the one idle longest first (insertion order).
-        self._idle: dict[_Connection, None] = {}
+        self._tls, self._limits, self._sock, self._counted = ssl_context, limits, sock, counted
+        self._connections: dict[_Connection, str] = {}  # each with its source address
+        self._sources: dict[str, _Source] = {}
         self._peak = 0  # most connections open since memory was last handed back
         self._sweeper: asyncio.TimerHandle | None = None
+
+    @property
+    def name(self) -> str:
+        if self._sock is not None:
+            host, port = self._sock.getsockname()[:2]
+            return f"{'https' if self._tls else 'http'}://{host}:{port}"
+        return super().name
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._accept,
-            self._host,
-            self._port,
-            backlog=self._backlog,
-            reuse_address=self._reuse_address,
-            reuse_port=self._reuse_port,
-        )
+        if self._sock is not None:
+            self._server = await loop.create_server(
+                self._accept, sock=self._sock, backlog=self._backlog
+            )
+        else:
+            self._server = await loop.create_server(
+                self._accept,
+                self._host,
+                self._port,
+                backlog=self._backlog,
+                reuse_address=self._reuse_address,
+                reuse_port=self._reuse_port,
+            )
         self._sweep()
 
     async def stop(self) -> None:
@@ -135,18 +197,11 @@ class BoundedTLSSite(web.TCPSite):
         await super().stop()
 
     def _accept(self) -> asyncio.BaseProtocol:
-        if len(self._connections) >= self._limits.max_connections:
-            if not self._idle:
-                REFUSED.inc()
-                return _Refused()
-            EVICTED.inc()
-            next(iter(self._idle)).close()  # the idle longest makes room
         handler, loop = self._runner.server, asyncio.get_running_loop()
         assert handler is not None
-        connection = _Connection(handler(), loop.time, self._idle)
-        self._connections.add(connection)
-        self._peak = max(self._peak, len(self._connections))
-        OPEN.inc()
+        connection = _Connection(handler(), loop.time)
+        if self._tls is None:
+            return _BoundedPlainProtocol(connection, self._admit, self._closed)
         return _BoundedSSLProtocol(
             loop,
             connection,
@@ -154,13 +209,41 @@ class BoundedTLSSite(web.TCPSite):
             None,
             server_side=True,
             ssl_handshake_timeout=self._limits.handshake_timeout,
-            closed=lambda: self._closed(connection),
+            admit=self._admit,
+            closed=self._closed,
         )
 
+    def _admit(self, connection: _Connection, source: str) -> bool:
+        """Seat connection (from source), making room at the cap; False: refuse it."""
+        if len(self._connections) >= self._limits.max_connections:
+            victim = pick_victim(self._sources, source)
+            if victim is None:
+                if self._counted:
+                    REFUSED.inc()
+                return False
+            if self._counted:
+                EVICTED.inc()
+            victim.close()
+            self._closed(victim)  # its seat is free now, not when its loss is reported
+        seat = self._sources.setdefault(source, _Source())
+        connection.seat(seat)
+        self._connections[connection] = source
+        self._peak = max(self._peak, len(self._connections))
+        if self._counted:
+            OPEN.inc()
+        return True
+
     def _closed(self, connection: _Connection) -> None:
-        self._connections.discard(connection)
-        self._idle.pop(connection, None)
-        OPEN.dec()
+        source = self._connections.pop(connection, None)
+        if source is None:  # refused, or closed already
+            return
+        seat = self._sources[source]
+        for group in (seat.all, seat.fresh, seat.kept):
+            group.pop(connection, None)
+        if not seat.all:
+            del self._sources[source]
+        if self._counted:
+            OPEN.dec()
         still_open = len(self._connections)
         if self._peak - still_open >= max(TRIM_AFTER, self._peak // 2):
             self._peak = still_open
@@ -177,7 +260,10 @@ class BoundedTLSSite(web.TCPSite):
             for c in self._connections
             if c.request_started < late or c.awaiting_first_request_since < unasked
         ]:
-            connection.expire()
+            if self._counted:
+                TIMED_OUT.inc()
+            connection.close()
+            self._closed(connection)
         shortest = min(limits.request_timeout, limits.first_request_timeout)
         self._sweeper = loop.call_later(min(1.0, shortest / 4), self._sweep)
 
@@ -209,13 +295,32 @@ def release_free_memory() -> None:
         _TRIM(0)
 
 
-class _Refused(asyncio.Protocol):
-    def connection_made(self, transport: transports.BaseTransport) -> None:
-        sock = transport.get_extra_info("socket")
-        if sock is not None:  # RST, not a graceful close: the peer learns at once
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        assert isinstance(transport, asyncio.Transport)
-        transport.abort()
+def _source_of(transport: transports.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
+
+
+def _reset(transport: transports.BaseTransport) -> None:
+    """Close with an RST, not a graceful close: the peer learns at once, and no TLS work."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    assert isinstance(transport, asyncio.Transport)
+    transport.abort()
+
+
+Admit = Callable[["_Connection", str], bool]
+Closed = Callable[["_Connection"], None]
+
+
+def _take_seat(admit: Admit, connection: _Connection, transport: transports.BaseTransport) -> bool:
+    """Seat connection (its socket's transport), or reset it before any TLS work; whether
+    it was seated."""
+    if not admit(connection, _source_of(transport)):
+        _reset(transport)
+        return False
+    connection.closes_with(transport)
+    return True
 
 
 class _ReadBuffer(threading.local):
@@ -232,8 +337,9 @@ _READ_BUFFER = _ReadBuffer()
 
 
 class _BoundedSSLProtocol(sslproto.SSLProtocol):
-    """asyncio's TLS protocol with a one-record read buffer, reporting when it closes, and
-    handing its connection the socket's transport (to close it even mid-handshake)."""
+    """asyncio's TLS protocol with a one-record read buffer, seated by the site (or reset)
+    before any TLS work, reporting when it closes, and handing its connection the socket's
+    transport (to close it even mid-handshake)."""
 
     max_size = 16 * 1024
 
@@ -242,41 +348,84 @@ class _BoundedSSLProtocol(sslproto.SSLProtocol):
         loop: asyncio.AbstractEventLoop,
         connection: _Connection,
         *args: Any,
-        closed: Any,
+        admit: Admit,
+        closed: Closed,
         **kwargs: Any,
     ) -> None:
         super().__init__(loop, connection, *args, **kwargs)
-        self._connection, self._on_closed = connection, closed
+        self._connection, self._admit, self._on_closed = connection, admit, closed
         self._ssl_buffer, self._ssl_buffer_view = _READ_BUFFER.room, _READ_BUFFER.view
+        self._seated = False
 
     def connection_made(self, transport: transports.BaseTransport) -> None:
-        self._connection.closes_with(transport)
-        super().connection_made(transport)
+        self._seated = _take_seat(self._admit, self._connection, transport)
+        if self._seated:
+            super().connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        if not self._seated:
+            return
         try:
             super().connection_lost(exc)
         finally:
-            self._on_closed()
+            self._on_closed(self._connection)
+
+
+class _BoundedPlainProtocol(asyncio.Protocol):
+    """The plain-HTTP counterpart: seats its connection (or resets it) and reports its close."""
+
+    def __init__(self, connection: _Connection, admit: Admit, closed: Closed) -> None:
+        self._connection, self._admit, self._on_closed = connection, admit, closed
+        self._seated = False
+
+    def connection_made(self, transport: transports.BaseTransport) -> None:
+        self._seated = _take_seat(self._admit, self._connection, transport)
+        if self._seated:
+            self._connection.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._connection.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._connection.eof_received()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self._seated:
+            return
+        try:
+            self._connection.connection_lost(exc)
+        finally:
+            self._on_closed(self._connection)
+
+    def pause_writing(self) -> None:
+        self._connection.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._connection.resume_writing()
 
 
 class _Connection(asyncio.Protocol):
     """Between TLS and aiohttp's request handler: notes when a request's first byte came (its
     deadline runs from there) until the handler starts writing its answer (aiohttp's keep-alive
-    timer then takes over), and keeps itself in `idle` (the site's, oldest first) while no
-    request is in flight, that is until a request's headers have come whole: a peer dribbling
-    its headers has asked nothing yet, and counted as busy, dribblers would hold the cap and
-    leave together at one deadline. Made at the accept, before the TLS handshake."""
+    timer then takes over), and keeps itself in its source's `fresh` (never answered) or
+    `kept` (answered before) while no request is in flight, that is until a request's headers
+    have come whole: a peer dribbling its headers has asked nothing yet, and counted as busy,
+    dribblers would hold the cap and leave together at one deadline. Made at the accept,
+    before the TLS handshake; seated by the site once its source is known."""
 
-    def __init__(
-        self, handler: Any, clock: Callable[[], float], idle: dict[_Connection, None]
-    ) -> None:
-        self._handler, self._clock, self._idle = handler, clock, idle
+    def __init__(self, handler: Any, clock: Callable[[], float]) -> None:
+        self._handler, self._clock = handler, clock
         self.request_started = math.inf  # no request under way
         self.awaiting_first_request_since = clock()  # inf once a request has begun
         self._tail = b""  # the last bytes of a request's headers so far
         self._socket: transports.BaseTransport | None = None  # the socket's, from the accept
-        idle[self] = None
+        self._seat = _Source()  # its source's, once seated
+        self._waiting = self._seat.fresh  # where it waits while no request is in flight
+
+    def seat(self, source: _Source) -> None:
+        self._seat, self._waiting = source, source.fresh
+        source.all[self] = None
+        source.fresh[self] = None
 
     def connection_made(self, transport: transports.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -287,25 +436,23 @@ class _Connection(asyncio.Protocol):
             self.request_started = self._clock()
             self.awaiting_first_request_since = math.inf
             self._tail = b""
-        if self in self._idle:  # in flight once its headers are whole
+        if self in self._waiting:  # in flight once its headers are whole
             if END_OF_HEADERS in data or END_OF_HEADERS in self._tail + data[:3]:
-                self._idle.pop(self)
+                self._waiting.pop(self)
             self._tail = (self._tail + data[-3:])[-3:]
         self._handler.data_received(data)
 
     def answered(self) -> None:
         if self.request_started != math.inf:
             self.request_started = math.inf
-            self._idle[self] = None  # the most recently idle: last in line to make room
-
-    def expire(self) -> None:
-        TIMED_OUT.inc()
-        self.close()
+            self._waiting.pop(self, None)  # a request answered before its headers were whole
+            self._waiting = self._seat.kept
+            self._waiting[self] = None  # the most recently idle: last in line to make room
 
     def close(self) -> None:
         """Abort the connection, even mid-handshake."""
         self.request_started = self.awaiting_first_request_since = math.inf
-        self._idle.pop(self, None)
+        self._waiting.pop(self, None)
         if self._socket is not None:
             assert isinstance(self._socket, asyncio.Transport)
             self._socket.abort()

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from volcano_guard.base.kubeconfig import Cluster, TokenSource, write_kubeconfig
 from volcano_guard.base.listen import Listen, start_site
-from volcano_guard.base.metrics import metrics_app
+from volcano_guard.base.metrics import METRICS_IDLE_TIMEOUT, metrics_app, metrics_site
 from volcano_guard.base.tls import server_context
 from volcano_guard.sidecar.coalescer import Coalescer
 from volcano_guard.sidecar.flusher import Flusher
@@ -98,7 +98,7 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
         auto_decompress=False,
         handler_cancellation=True,
     )
-    probes = web.AppRunner(metrics_app(), access_log=None)
+    probes = web.AppRunner(metrics_app(), access_log=None, keepalive_timeout=METRICS_IDLE_TIMEOUT)
     await api.setup()
     await probes.setup()
     flusher.start()
@@ -111,7 +111,7 @@ async def running(cluster: Cluster, settings: SidecarSettings) -> AsyncIterator[
             Listen(settings.listen_host, settings.listen_port),
         )
         await start_site(
-            web.TCPSite(probes, settings.metrics_host, settings.metrics_port),
+            metrics_site(probes, Listen(settings.metrics_host, settings.metrics_port)),
             "--metrics-listen",
             Listen(settings.metrics_host, settings.metrics_port),
         )

@@ -24,10 +24,20 @@ import orjson
 from aiohttp import web
 
 from volcano_guard.base.config_reload import POLL_INTERVAL, ConfigReloader
-from volcano_guard.base.connections import BoundedTLSSite, ConnectionLimits, raise_open_file_limit
+from volcano_guard.base.connections import (
+    METRICS_LIMITS,
+    BoundedSite,
+    ConnectionLimits,
+    raise_open_file_limit,
+)
 from volcano_guard.base.jsonbody import shown
 from volcano_guard.base.listen import Listen, start_site
-from volcano_guard.base.metrics import add_probes, metrics_app
+from volcano_guard.base.metrics import (
+    METRICS_IDLE_TIMEOUT,
+    add_probes,
+    metrics_app,
+    metrics_site,
+)
 from volcano_guard.base.status import status_response
 from volcano_guard.certs.reload import CertReloader
 from volcano_guard.webhook import decision as decisions
@@ -195,6 +205,11 @@ def _handler(
         in_flight.enter()
         try:
             response = await _answer(request, phase, limit, live, caches, large)
+        except ConnectionResetError:
+            # The peer left, or its connection was closed for a deadline or a newcomer:
+            # nobody to answer. Left to aiohttp, a traceback per connection: a stranger's
+            # flood of them filled the log (and a full stderr pipe stopped the process).
+            return web.Response(status=499)
         finally:
             in_flight.leave()
         if drain.begun:
@@ -396,8 +411,11 @@ async def running(
     # No access log: a line per admission costs more than the decision (bench/admission_load.py);
     # decisions are counted in the metrics instead.
     limits = limits or ConnectionLimits(max_connections=config.maxConnections)
-    try:  # each connection is a file: the cap must not be the open-file limit's to set
-        raise_open_file_limit(limits.max_connections + OTHER_FILES)
+    # Each connection is a file: the caps of both ports, not the open-file limit, must set
+    # how many there can be (docs/decisions/security.md).
+    files = limits.max_connections + METRICS_LIMITS.max_connections + OTHER_FILES
+    try:
+        raise_open_file_limit(files)
     except ValueError as exc:
         log.warning("maxConnections %d may not be reached: %s", limits.max_connections, exc)
     admission = web.AppRunner(
@@ -407,20 +425,22 @@ async def running(
         keepalive_timeout=limits.idle_timeout,
     )
     metrics = web.AppRunner(
-        metrics_app(caches.ready, _reasons(unready_because, caches, drain)), access_log=None
+        metrics_app(caches.ready, _reasons(unready_because, caches, drain)),
+        access_log=None,
+        keepalive_timeout=METRICS_IDLE_TIMEOUT,
     )
     await admission.setup()
     await metrics.setup()
     try:
         await start_site(
-            BoundedTLSSite(
+            BoundedSite(
                 admission, listen.host, listen.port, tls, limits, reuse_port=reuse_port or None
             ),
             "--listen",
             listen,
         )
         await start_site(
-            web.TCPSite(metrics, metrics_listen.host, metrics_listen.port),
+            metrics_site(metrics, metrics_listen),
             "--metrics-listen",
             metrics_listen,
         )

@@ -35,6 +35,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from volcano_guard.base.listen import Listen, unusable
+from volcano_guard.base.metrics import METRICS_IDLE_TIMEOUT, metrics_site
 
 log = logging.getLogger("volcano_guard.webhook.workers")
 # A worker's entry point: (its arguments, the pipe to report its bound ports on).
@@ -147,10 +148,12 @@ async def supervise(
     died: asyncio.Future[Any] = loop.run_in_executor(
         None, wait, [process.sentinel for process in processes]
     )
-    runner = web.AppRunner(aggregator_app(workers), access_log=None)
+    runner = web.AppRunner(
+        aggregator_app(workers), access_log=None, keepalive_timeout=METRICS_IDLE_TIMEOUT
+    )
     await runner.setup()
-    await web.SockSite(runner, metrics_socket).start()
     host, port = metrics_socket.getsockname()[:2]
+    await metrics_site(runner, Listen(host, port), metrics_socket).start()
     log.info("%d webhook workers; merged metrics on http://%s:%d", len(workers), host, port)
     stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
     await asyncio.wait([stopping, died], return_when=asyncio.FIRST_COMPLETED)
