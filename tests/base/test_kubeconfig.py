@@ -205,7 +205,7 @@ def kubectl_view(env, context):
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(setup=kubeconfig_files())
 @example(setup=(FIRST_WINS, None))  # two current-contexts; a cluster and a context named twice

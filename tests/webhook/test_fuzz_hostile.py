@@ -201,7 +201,7 @@ def assert_answered(server: SyncWebhook, path: str, body: bytes) -> None:
 
 
 FUZZ = settings(
-    max_examples=1000,
+    max_examples=500,
     deadline=None,
     suppress_health_check=[
         HealthCheck.function_scoped_fixture,
