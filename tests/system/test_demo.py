@@ -89,7 +89,7 @@ def test_demo_shows_the_registered_guard_answering_kubectl(result):
         "volcano-guard.io/generation-id"
         in said["get podgroup pg-train -n team-a -o jsonpath={.metadata.annotations}"]
     )
-    assert "still has 1 live pod(s): member" in said["delete podgroup pg-train -n team-a"]
+    assert "still has live member pods" in said["delete podgroup pg-train -n team-a"]
 
 
 def test_demo_replays_kubectl_with_the_guard_stopped(result):
