@@ -349,7 +349,7 @@ users = st.sampled_from(
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pod=pods(), user=users)
 def test_generated_pods_get_the_same_verdict_and_reason(name, pod, user):
     assert_same_verdict(config_of(name), pod, *user)
@@ -532,7 +532,7 @@ def volcano_verdicts(config: Config, obj: dict[str, Any]) -> tuple[Any, Any]:
     return reasons, None if allowed else reason(message)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(obj=volcano_objects())
 def test_volcano_jobs_get_the_same_verdict_and_one_of_the_webhooks_reasons(obj):
     reasons, denied = volcano_verdicts(config_of("default"), obj)

@@ -99,6 +99,7 @@ def resident_memory(metrics: str) -> float:
     )
 
 
+@pytest.mark.slow  # a fault run: two worker processes started for it, 3-5 s
 def test_sigterm_stops_every_worker_and_exits_0(pool):
     proc, _, _, _ = pool
     workers = _worker_pids(proc.pid)
@@ -108,6 +109,7 @@ def test_sigterm_stops_every_worker_and_exits_0(pool):
     assert not [pid for pid in workers if _alive(pid)]
 
 
+@pytest.mark.slow  # a fault run: two worker processes started for it, 3-5 s
 def test_a_dead_worker_stops_the_parent_with_status_1(pool):
     proc, _, _, _ = pool
     victim, survivor = _worker_pids(proc.pid)
@@ -117,6 +119,7 @@ def test_a_dead_worker_stops_the_parent_with_status_1(pool):
     assert "exited; stopping the other workers" in proc.stderr.read()
 
 
+@pytest.mark.slow  # a fault run: two worker processes started for it, 3-5 s
 def test_a_killed_parent_takes_its_workers_with_it(pool):
     proc, _, _, _ = pool
     workers = _worker_pids(proc.pid)
