@@ -25,6 +25,7 @@ from tests.deploy.test_deploy import by_kind, render
 from tests.processes import LIBFAKETIME
 from volcano_guard.base.kubeconfig import write_kubeconfig
 from volcano_guard.base.tls import client_context
+from volcano_guard.webhook.manifests import IN_SERVER_CHECKS
 from volcano_guard_sandbox.apiserver.authn import load_token_file
 from volcano_guard_sandbox.apiserver.resources import RESOURCES, find
 from volcano_guard_sandbox.apiserver.runner import SandboxThread
@@ -323,9 +324,10 @@ def test_the_reconciler_account_may_do_exactly_what_the_reconciler_does(deployed
             stderr=subprocess.DEVNULL,
         )
         binding = next(r for r in RESOURCES if r.plural == "validatingadmissionpolicybindings")
+        every_binding = len(IN_SERVER_CHECKS)  # this config turns every check on
         try:
             wait_for(
-                lambda: len(cluster.stored("validatingadmissionpolicybindings")) == 4,
+                lambda: len(cluster.stored("validatingadmissionpolicybindings")) == every_binding,
                 "the bindings",
                 reconciler,
             )
@@ -339,7 +341,7 @@ def test_the_reconciler_account_may_do_exactly_what_the_reconciler_does(deployed
             )
             cluster.sandbox.call(lambda sb: sb.store.delete(binding, "", "volcano-guard-bindings"))
             wait_for(
-                lambda: len(cluster.stored("validatingadmissionpolicybindings")) == 4,
+                lambda: len(cluster.stored("validatingadmissionpolicybindings")) == every_binding,
                 "the binding back",
                 reconciler,
             )
