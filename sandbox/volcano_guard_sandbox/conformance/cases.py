@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from volcano_guard_sandbox.conformance import golang
@@ -71,7 +71,7 @@ class Extraction:
         unique, count = case, 0
         while unique.id in taken:
             count += 1
-            unique = Case(**{**case.__dict__, "name": f"{case.name}#{count:02d}"})
+            unique = replace(case, name=f"{case.name}#{count:02d}")
         self.cases.append(unique)
 
 
@@ -113,6 +113,25 @@ def _table(
         except golang.GoSyntaxError as exc:
             out.unparsed.append(Unparsed(function, f"[{index}]", str(exc)))
             yield index, None
+
+
+def _rows(
+    out: Extraction,
+    source: str,
+    function: str,
+    variable: str,
+    read: Callable[[dict[str, Node]], Any],
+    span: tuple[int, int] | None = None,
+) -> Iterable[tuple[int, dict[str, Node], Any]]:
+    """(index, fields, read(fields)) of each element of a table; an element that cannot be
+    read is counted as unparsed, named by its index as Go's t.Run names it."""
+    for index, fields in _table(out, source, function, variable, span):
+        if fields is None:
+            continue
+        try:
+            yield index, fields, read(fields)
+        except (golang.UnknownValue, KeyError) as exc:
+            out.unparsed.append(Unparsed(function, f"[{index}]", str(exc)))
 
 
 def _string(values: Values, node: Node | None, default: str = "") -> str:
@@ -185,15 +204,14 @@ def _library_expectation(values: Values, fields: Mapping[str, Node], lenient: bo
 
 def read_strings(file: str, source: str) -> Extraction:
     out, values = Extraction(file), Values()
+
+    def read(fields: dict[str, Node]) -> tuple[str, str]:
+        return _string(values, fields["expr"]), _string(values, fields.get("err"))
+
     span = (0, len(source))
-    for index, fields in _table(out, source, "stringTests", "stringTests", span):
-        if fields is None:
-            continue
-        try:
-            expression, error = _string(values, fields["expr"]), _string(values, fields.get("err"))
-        except (golang.UnknownValue, KeyError) as exc:
-            out.unparsed.append(Unparsed("TestStrings", f"[{index}]", str(exc)))
-            continue
+    for index, fields, (expression, error) in _rows(
+        out, source, "stringTests", "stringTests", read, span
+    ):
         expected = Expected("error", message=error) if error else Expected("value", True)
         if error and golang_flag(values, fields.get("parseOnly")):
             # Parsed only, not checked: the type checker refuses these before evaluation.
@@ -285,18 +303,13 @@ def _read_string_format(out: Extraction, source: str) -> None:
 
 def read_sets(file: str, source: str) -> Extraction:
     out, values = Extraction(file), Values()
-    for index, fields in _table(out, source, "TestSets", "setsTests"):
-        if fields is None:
-            continue
-        try:
-            expression = _string(values, fields["expr"])
-            variables = values(fields["in"]) if "in" in fields else {}
-        except (golang.UnknownValue, KeyError) as exc:
-            out.unparsed.append(Unparsed("TestSets", f"[{index}]", str(exc)))
-            continue
-        out.add(
-            Case(file, "TestSets", f"[{index}]", expression, Expected("value", True), variables)
-        )
+
+    def read(fields: dict[str, Node]) -> tuple[str, Any]:
+        return _string(values, fields["expr"]), values(fields["in"]) if "in" in fields else {}
+
+    for index, _, (expression, variables) in _rows(out, source, "TestSets", "setsTests", read):
+        expected = Expected("value", True)
+        out.add(Case(file, "TestSets", f"[{index}]", expression, expected, variables))
     return out
 
 
@@ -304,15 +317,10 @@ def read_lists(file: str, source: str) -> Extraction:
     """cel-go's lists extension (slice) is registered by no Kubernetes release up to 1.30
     (environment/base.go): in a 1.30 policy each of these expressions is a compile error."""
     out, values = Extraction(file), Values()
-    for index, fields in _table(out, source, "TestLists", "listsTests"):
-        if fields is None:
-            continue
-        try:
-            expression = _string(values, fields["expr"])
-        except (golang.UnknownValue, KeyError) as exc:
-            out.unparsed.append(Unparsed("TestLists", f"[{index}]", str(exc)))
-            continue
-        expected = Expected("compile_error", message="undeclared reference to 'slice'")
+    expected = Expected("compile_error", message="undeclared reference to 'slice'")
+    for index, _, expression in _rows(
+        out, source, "TestLists", "listsTests", lambda fields: _string(values, fields["expr"])
+    ):
         out.add(Case(file, "TestLists", f"[{index}]", expression, expected))
     return out
 
@@ -497,32 +505,14 @@ def read_compile(file: str, source: str) -> Extraction:
         except golang.UnknownValue as exc:
             out.unparsed.append(Unparsed(function, group, str(exc)))
             continue
-        for expression in compiles:
-            out.add(
-                Case(
-                    file,
-                    function,
-                    f"{group}/{expression}",
-                    expression,
-                    Expected("compiles"),
-                    policy=True,
-                    has_params=has_params,
-                    needs=frozenset(needs),
-                )
-            )
-        for expression, message in sorted(refused.items()):
-            out.add(
-                Case(
-                    file,
-                    function,
-                    f"{group}/{expression}",
-                    expression,
-                    Expected("compile_error", message=message),
-                    policy=True,
-                    has_params=has_params,
-                    needs=frozenset(needs),
-                )
-            )
+        expectations = [(expression, Expected("compiles")) for expression in compiles]
+        expectations += [
+            (expression, Expected("compile_error", message=message))
+            for expression, message in sorted(refused.items())
+        ]
+        for expression, expected in expectations:
+            case = Case(file, function, f"{group}/{expression}", expression, expected)
+            out.add(replace(case, policy=True, has_params=has_params, needs=frozenset(needs)))
     return out
 
 
