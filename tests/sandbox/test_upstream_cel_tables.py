@@ -364,15 +364,18 @@ def test_what_a_1_30_policy_cannot_write_the_sandbox_refuses():
     assert {r.got for r in not_modelled} == {"refused when written"}
 
 
-def test_conformance_command_prints_the_figures_per_file(capsys):
+def test_conformance_command_prints_the_figures_per_file_and_the_failures(capsys):
     root = upstream_root()
     if root is None:
         pytest.skip("no upstream source on this machine")
-    assert main(["conformance", str(root)]) == 0
+    assert main(["conformance", str(root), "--failures"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[1:] == ["passed", "failed", "not", "modelled", "unparsed"]
     assert any(line.startswith("cel-go/v0.17.8/ext/sets_test.go ") for line in lines)
     assert lines[len(SOURCES) + 1].startswith("total ")
+    failed = int(lines[len(SOURCES) + 1].split()[2])
+    listed = [line for line in lines if line.startswith("  ") and ":Test" in line]
+    assert len(listed) == failed == len(KNOWN_FAILURES)
 
 
 def test_conformance_command_refuses_a_missing_folder_in_one_line(tmp_path, capsys):
