@@ -393,8 +393,7 @@ def _read_group(
             needs |= {f"crd:{feature}" for feature in features}
             if re.search(r"__\w+__", expression):
                 needs.add("crd:property names escaped (__dash__, ...)")
-            typed = expected is not None and "no matching overload" in expected.message
-            if expected is not None and (expected.kind == "compile_error" or typed):
+            if expected is not None and re.search(_TYPE_ERROR, expected.message):
                 needs.add("crd:typed self (a policy's object is dynamic when compiled)")
         out.add(
             Case(
@@ -408,6 +407,10 @@ def _read_group(
             )
         )
 
+
+# Errors that come of self's schema type; others (an invalid regex literal) are the
+# environment's, and hold for a policy's expressions too.
+_TYPE_ERROR = r"no matching overload|undefined field|expected type|no such field"
 
 Schema = tuple[Any, ...]
 _PRIMITIVES = {
