@@ -12,6 +12,8 @@ sandbox leaves out and why.
 
 from __future__ import annotations
 
+import base64
+import datetime
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -422,6 +424,19 @@ _PRIMITIVES = {
     "doubleType": "number",
     "stringType": "string",
     "booleanType": "boolean",
+    # Formats the CRD's schema gives a string: CEL sees a duration, a timestamp, bytes.
+    "durationFormat": "duration",
+    "dateFormat": "date",
+    "dateTimeFormat": "date-time",
+    "byteType": "bytes",
+}
+_FORMATS: Mapping[str, Callable[[str], Any]] = {
+    "duration": golang.go_duration,
+    "date": lambda text: datetime.datetime.fromisoformat(text).replace(tzinfo=datetime.UTC),
+    "date-time": lambda text: datetime.datetime.fromisoformat(
+        re.sub(r"(\.\d{6})\d+", r"\1", text.replace("Z", "+00:00"))
+    ),
+    "bytes": lambda text: base64.b64decode(text, validate=True),
 }
 
 
@@ -472,10 +487,16 @@ def _crd_features(schema: Schema) -> Iterable[str]:
 
 
 def _typed(schema: Schema, value: Any) -> Any:
-    """value as the CRD's schema types it for CEL: a number-typed integer is a double."""
+    """value as the CRD's schema types it for CEL: a number-typed integer is a double, a
+    string of a duration, date, date-time or byte format a duration, timestamp or bytes."""
     kind = schema[0]
     if kind == "number" and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if kind in _FORMATS and isinstance(value, str):
+        try:
+            return _FORMATS[kind](value)
+        except ValueError as exc:
+            raise golang.UnknownValue(f"{value!r} as {kind}: {exc}") from None
     if kind == "list" and isinstance(value, list):
         return [_typed(schema[1], item) for item in value]
     if kind == "map" and isinstance(value, dict):

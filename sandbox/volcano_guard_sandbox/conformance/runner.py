@@ -274,6 +274,8 @@ def _describe(outcome: sandbox_cel.Outcome) -> str:
 def category(case: Case, outcome: sandbox_cel.Outcome) -> str:
     """A failure's likely cause, so the work that fixes it can be found."""
     words = outcome.compile_error or outcome.error
+    if "Non-CEL value type for 'Python function" in words:
+        return "k8s.lists sum/min/max of durations and timestamps"
     if "unsupported syntax '.?'" in words or "optional" in words:
         return "optionals ('.?', optional.*)"
     if match := re.search(r"undeclared reference to '(\w+)'", words):
