@@ -13,13 +13,28 @@ today (MIN_CASES), so a reader that breaks cannot pass by finding nothing.
 from __future__ import annotations
 
 import functools
+import math
 
 import pytest
 
 from tests.upstream import upstream_file, upstream_root
 from volcano_guard_sandbox.commands import main
-from volcano_guard_sandbox.conformance.cases import SOURCES, Extraction, Source, extract
-from volcano_guard_sandbox.conformance.runner import FileReport, run_extraction
+from volcano_guard_sandbox.conformance import golang
+from volcano_guard_sandbox.conformance.cases import (
+    SOURCES,
+    Expected,
+    Extraction,
+    Source,
+    extract,
+    library_table,
+)
+from volcano_guard_sandbox.conformance.runner import (
+    FileReport,
+    cel_equal,
+    error_matches,
+    run_case,
+    run_extraction,
+)
 
 # Cases each reader finds today (a floor), and the most it may leave unparsed.
 MIN_CASES = {
@@ -424,3 +439,80 @@ def test_conformance_command_refuses_a_missing_folder_in_one_line(tmp_path, caps
     assert main(["conformance", str(tmp_path)]) == 2
     said = capsys.readouterr().err
     assert len(said.splitlines()) == 1 and f"{tmp_path} lacks " in said
+
+
+# The reader and the comparisons on their own: no upstream source needed.
+
+_GO_TABLE = """
+func TestQuantity(t *testing.T) {
+	twelveMi := resource.MustParse("12Mi")
+	cases := []struct {
+		name        string
+		expr        string
+		expectValue ref.Val
+		expectedRuntimeErr string
+	}{
+		{
+			name:        "parse",
+			expr:        `quantity("12Mi")`,
+			expectValue: apiservercel.Quantity{Quantity: &twelveMi},
+		},
+		{
+			name: "broken", expr: "1 +", expectValue: types.Int(3) types.Int(4),
+		},
+		{
+			name:               "overflow",
+			expr:               "9223372036854775807 + 1",
+			expectedRuntimeErr: "integer \\x6fverflow",
+		},
+	}
+}
+"""
+
+
+def test_a_table_element_the_reader_cannot_parse_is_counted_not_dropped():
+    read = library_table("TestQuantity")
+    extraction = read("quantity_test.go", _GO_TABLE)
+    assert [case.name for case in extraction.cases] == ["parse", "overflow"]
+    assert [(u.function, u.name) for u in extraction.unparsed] == [("TestQuantity", "[1]")]
+    parse, overflow = extraction.cases
+    assert parse.expected == Expected("value", golang.Quantity("12Mi"))
+    assert overflow.expected == Expected("error", message="integer overflow", regex=True)
+    assert [run_case(case).verdict for case in extraction.cases] == ["passed", "passed"]
+
+
+def test_go_string_literals_read_and_quote_as_go_does():
+    assert golang.unquote(r'"a\tb\u00e9\x41\101\"' + '"') == 'a\tbéAA"'
+    assert golang.unquote("`raw\\n`") == "raw\\n"
+    # strconv.Quote: printable unicode kept, a narrow no-break space escaped
+    assert golang.quote('%e "×"\u202f\n') == '"%e \\"×\\"\\u202f\\n"'
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "equal"),
+    [
+        (3, 3.0, True),  # CEL: an int equals the double of its value
+        (True, 1, False),  # a bool is no number
+        ([1, [2.0]], [1.0, [2]], True),
+        ({"a": golang.Unsigned(2)}, {"a": 2}, True),
+        (golang.Quantity("200M"), golang.Quantity("0.2G"), True),
+        (math.nan, math.nan, True),  # the table's own NaN, not CEL's ==
+        ("a", b"a", False),
+    ],
+)
+def test_values_compare_with_cels_equality(expected, actual, equal):
+    assert cel_equal(expected, actual) is equal
+
+
+@pytest.mark.parametrize(
+    ("upstream", "sandbox", "matches"),
+    [
+        ("division by zero", "INVALID_ARGUMENT: divide by zero", True),
+        ("index out of range: 30", "<pos> is greater than <string>.size()", True),
+        ("no such key: d2", 'NOT_FOUND: Key not found in map : "d2"', True),
+        ("division by zero", "integer overflow", False),
+        ("could not parse formatting clause", "integer overflow", False),
+    ],
+)
+def test_errors_match_by_reason_not_words(upstream, sandbox, matches):
+    assert error_matches(upstream, False, sandbox) is matches
