@@ -374,6 +374,7 @@ KNOWN_FAILURES: dict[str, str] = {
 }
 
 
+@functools.cache
 def _extraction(source: Source) -> Extraction:
     return extract(source, upstream_file(source.project, source.revision, source.path))
 
