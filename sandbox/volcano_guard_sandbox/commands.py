@@ -1,6 +1,7 @@
 """`volcano-guard sandbox` and `volcano-guard demo`, as the product's CLI hands them over: each
 a function (prog, argv) -> exit code, registered as an entry point (sandbox/pyproject.toml),
-that says what stops it with a CommandError."""
+that says what stops it with a CommandError. `volcano-guard-sandbox conformance`, the harness's
+own command (main), is no product's: the product's CLI does not hand it over."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import argparse
 import logging
 import signal
 import ssl
+import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 
 from volcano_guard.base.errors import CommandError
@@ -121,6 +124,54 @@ def demo(prog: str, argv: Sequence[str]) -> int:
         if interrupted.is_set():
             raise KeyboardInterrupt from None
         raise CommandError(str(exc), 1) from None
+
+
+def conformance_parser(prog: str = "volcano-guard-sandbox conformance") -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=prog,
+        description="Run the CEL cases of Kubernetes' and cel-go's own test tables in the "
+        "sandbox's 1.30 policy environment; print per upstream file the cases passed, failed, "
+        "not modelled and unparsed.",
+    )
+    parser.add_argument(
+        "upstream", metavar="UPSTREAM_DIR", help="a folder of <project>/<revision>/<path> files"
+    )
+    parser.add_argument("--failures", action="store_true", help="also list each failing case")
+    return parser
+
+
+def conformance(prog: str, argv: Sequence[str]) -> int:
+    args = conformance_parser(prog).parse_args(argv)
+    from volcano_guard_sandbox.conformance.runner import failures, run_folder, summary
+
+    folder = Path(args.upstream)
+    if not folder.is_dir():
+        raise CommandError(f"{args.upstream}: not a folder")
+    try:
+        reports = run_folder(folder)
+    except OSError as exc:
+        raise CommandError(f"{args.upstream} lacks {exc.filename}") from None
+    print("\n".join(summary(reports)))
+    if args.failures:
+        print("\n".join(failures(reports)))
+    return 0
+
+
+HARNESS_COMMANDS = {"conformance": conformance}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`volcano-guard-sandbox COMMAND ...`: the harness's own commands."""
+    parser = Parser(prog="volcano-guard-sandbox", description="The sandbox harness's commands.")
+    parser.add_argument("command", choices=sorted(HARNESS_COMMANDS))
+    parser.add_argument("argv", nargs=argparse.REMAINDER)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    prog = f"volcano-guard-sandbox {args.command}"
+    try:
+        return HARNESS_COMMANDS[args.command](prog, args.argv)
+    except CommandError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 # Each command's parser, by name: the reference's checks read their flags.
