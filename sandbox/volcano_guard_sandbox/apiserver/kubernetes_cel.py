@@ -37,6 +37,7 @@ from decimal import Decimal
 from typing import Any
 
 from cel_expr_python import cel
+from cel_expr_python.ext.ext_optional import ExtOptional
 from cel_expr_python.ext.ext_strings import ExtStrings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -308,15 +309,20 @@ REGEX_OVERLOADS = (
 )
 
 
-def environment(variables: Mapping[str, cel.Type]) -> cel.Env:
-    """A CEL environment with the given variables and the Kubernetes libraries above."""
+def environment(
+    variables: Mapping[str, cel.Type], pool: descriptor_pool.DescriptorPool = POOL
+) -> cel.Env:
+    """A CEL environment with the given variables and the Kubernetes libraries above, and
+    optionals (cel-go OptionalTypes, in the environment since 1.28). pool must hold POOL's
+    kubernetes.Quantity (cel_types.pool adds the message types of typed variables)."""
     return cel.NewEnv(
-        POOL,
+        pool,
         variables=dict(variables),
         extensions=[
             quantity_library(),
             _library("k8s.lists", LISTS_OVERLOADS),
             _library("k8s.regex", REGEX_OVERLOADS),
             ExtStrings(2),
+            ExtOptional(),
         ],
     )

@@ -9,13 +9,14 @@ themselves are in admission.py.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import kubernetes_cel
+from volcano_guard_sandbox.apiserver import cel_check, kubernetes_cel
 
 NAMESPACES = ("", "namespaces")  # (group, resource) of Namespace objects: cluster-scoped
 
@@ -221,6 +222,7 @@ def conditions_match(webhook: Mapping[str, Any], attributes: Attributes) -> bool
         "object": attributes.object,
         "oldObject": attributes.old_object,
         "request": cel_request(attributes),
+        "namespaceObject": None,  # declared for webhooks too (compile.go), bound to null
     }
     matches, errors = evaluate_conditions(conditions, _program, variables)
     if not matches:
@@ -276,7 +278,7 @@ def cel_request(attributes: Attributes) -> dict[str, Any]:
 # The apiserver's variables for webhook matchConditions, as dynamic values, in its base
 # environment (the Kubernetes libraries kubernetes_cel implements).
 _ENVIRONMENT = kubernetes_cel.environment(
-    {"object": cel.Type.DYN, "oldObject": cel.Type.DYN, "request": cel.Type.DYN}
+    {name: cel.Type.DYN for name in ("object", "oldObject", "request", "namespaceObject")}
 )
 
 
@@ -288,7 +290,8 @@ def _program(expression: str) -> cel.Expression:
 
 def configuration_errors(configuration: Mapping[str, Any]) -> list[str]:
     """What the apiserver's validation refuses in a webhook configuration that would change how
-    the sandbox matches: label selector operators and matchConditions that do not compile."""
+    the sandbox matches: label selector operators and matchConditions that 1.30 refuses on
+    write, with their types (cel_check)."""
     errors: list[str] = []
     for index, webhook in enumerate(configuration.get("webhooks") or ()):
         if not isinstance(webhook, Mapping):
@@ -302,11 +305,10 @@ def configuration_errors(configuration: Mapping[str, Any]) -> list[str]:
                         f"Unsupported value: {expression.get('operator')!r}"
                     )
         for position, condition in enumerate(webhook.get("matchConditions") or ()):
-            try:
-                _program(str(condition.get("expression", "")))
-            except RuntimeError as exc:
+            expression = str(condition.get("expression", ""))
+            if error := cel_check.match_condition_error(expression):
                 errors.append(
                     f"webhooks[{index}].matchConditions[{position}].expression: "
-                    f"Invalid value: compilation failed: {exc}"
+                    f"Invalid value: {json.dumps(expression)}: {error}"
                 )
     return errors

@@ -11,21 +11,20 @@ error otherwise.
 
 Which policies and bindings apply to a request, and what a binding's validationActions make of
 the decisions, are the dispatcher's (not here yet). Expressions see `object`, `oldObject`,
-`request`, `params`, `namespaceObject` and `variables` as dynamic values: a misspelt variable is
-an evaluation error here where the apiserver's type check refuses the policy.
+`request`, `params`, `namespaceObject` and `variables` as dynamic values; their types are checked
+when the policy is written (cel_check), so a misspelt variable or field is refused there.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import kubernetes_cel
+from volcano_guard_sandbox.apiserver import cel_check, kubernetes_cel
 from volcano_guard_sandbox.apiserver.matching import evaluate, evaluate_conditions
 
 # k8s.io/apiserver pkg/apis/cel/config.go MaxEvaluatedMessageExpressionSizeBytes.
@@ -83,8 +82,6 @@ class PolicyInputs:
 
 _VARIABLES = ("object", "oldObject", "request", "namespaceObject", "variables")
 _ENVIRONMENT = kubernetes_cel.environment({name: cel.Type.DYN for name in (*_VARIABLES, "params")})
-# A policy without a paramKind has no `params` (plugin.go compilePolicy: HasParams).
-_WITHOUT_PARAMS = kubernetes_cel.environment({name: cel.Type.DYN for name in _VARIABLES})
 
 
 @functools.lru_cache(maxsize=512)
@@ -94,29 +91,9 @@ def program(expression: str) -> cel.Expression:
 
 
 def compile_errors(spec: Mapping[str, Any]) -> list[str]:
-    """Every expression of the policy that does not compile in its environment, as the API's
-    validation refuses it: `FIELD: Invalid value: "EXPRESSION": compilation failed: ...`."""
-    environment = _ENVIRONMENT if spec.get("paramKind") else _WITHOUT_PARAMS
-    errors = []
-    for field_name, key in (
-        ("matchConditions", "expression"),
-        ("variables", "expression"),
-        ("validations", "expression"),
-        ("validations", "messageExpression"),
-        ("auditAnnotations", "valueExpression"),
-    ):
-        for index, item in enumerate(spec.get(field_name) or ()):
-            expression = item.get(key) if isinstance(item, Mapping) else None
-            if not expression:
-                continue
-            try:
-                environment.compile(str(expression))
-            except RuntimeError as exc:
-                errors.append(
-                    f"spec.{field_name}[{index}].{key}: Invalid value: "
-                    f"{json.dumps(str(expression))}: compilation failed: {exc}"
-                )
-    return errors
+    """Every expression of the policy that kube-apiserver 1.30 refuses on write, with its types
+    (cel_check): `FIELD: Invalid value: "EXPRESSION": compilation failed: ...`."""
+    return cel_check.policy_errors(spec)
 
 
 def validate(spec: Mapping[str, Any], inputs: PolicyInputs) -> ValidateResult:
