@@ -213,7 +213,9 @@ def run_case(case: Case) -> Result:
 
 def _outcome(case: Case) -> sandbox_cel.Outcome:
     if case.policy:
-        refused = sandbox_cel.policy_compile_error(case.expression, case.has_params)
+        refused = sandbox_cel.policy_compile_error(
+            case.expression, case.has_params, "authorizer" in case.needs
+        )
         return sandbox_cel.Outcome(compile_error=refused, value=None if refused else COMPILES)
     return sandbox_cel.evaluate(case.expression, _variables(case.variables))
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import kubernetes_cel, policy_validation
+from volcano_guard_sandbox.apiserver import cel_check, kubernetes_cel
 
 
 @dataclass(frozen=True)
@@ -27,13 +27,11 @@ class Outcome:
     value: Any = None
 
 
-def policy_compile_error(expression: str, has_params: bool) -> str:
-    """Why the API would refuse expression as a policy validation's, or ""."""
-    spec: dict[str, Any] = {"validations": [{"expression": expression}]}
-    if has_params:
-        spec["paramKind"] = {"apiVersion": "v1", "kind": "ConfigMap"}
-    errors = policy_validation.compile_errors(spec)
-    return "; ".join(errors)
+def policy_compile_error(expression: str, has_params: bool, has_authorizer: bool) -> str:
+    """Why the API would refuse expression as a boolean policy expression compiled with the
+    variables the case declares (compile.go OptionalVariableDeclarations), or ""."""
+    declarations = cel_check.Declarations(params=has_params, authorizer=has_authorizer)
+    return cel_check.check(expression, declarations, cel_check.BOOL).error
 
 
 @functools.cache
