@@ -233,8 +233,7 @@ KNOWN_FAILURES: dict[str, str] = {
     ),
     # admitted where 1.30 refuses when compiled: typed request and namespaceObject
     **dict.fromkeys(
-        [
-        ],
+        [],
         "admitted where 1.30 refuses when compiled: typed request and namespaceObject",
     ),
     # admitted where 1.30 refuses when compiled: literal validators (duration, timestamp)
