@@ -14,9 +14,13 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from volcano_guard.base.errors import CommandError
 from volcano_guard.cli import Parser, run_server
+
+if TYPE_CHECKING:
+    from volcano_guard_sandbox.apiserver.versions import KubernetesVersion
 
 
 def sandbox(prog: str, argv: Sequence[str]) -> int:
@@ -42,7 +46,11 @@ def sandbox(prog: str, argv: Sequence[str]) -> int:
         tls = server_context(args.tls_cert, args.tls_key) if args.tls_cert else None
     except (OSError, ssl.SSLError, ValueError) as exc:
         raise CommandError(str(exc)) from None
-    settings = SandboxSettings(services=ServiceEndpoints(services), tokens=tokens)
+    settings = SandboxSettings(
+        services=ServiceEndpoints(services),
+        tokens=tokens,
+        kubernetes_version=args.kubernetes_version,
+    )
     return run_server(serve_forever(listen.host, listen.port, objects, settings, tls))
 
 
@@ -78,6 +86,14 @@ def sandbox_parser(prog: str = "volcano-guard sandbox") -> argparse.ArgumentPars
     )
     parser.add_argument("--tls-key", metavar="FILE", help="the certificate's key")
     parser.add_argument(
+        "--kubernetes-version",
+        type=_kubernetes_version,
+        default="1.32",  # versions.DEFAULT (imported when the command runs, not to list flags)
+        metavar="1.MINOR",
+        help="the Kubernetes version played, 1.30 to 1.36: its discovery, the kinds it serves "
+        "and its CEL environment (default %(default)s)",
+    )
+    parser.add_argument(
         "--token-auth-file",
         metavar="FILE",
         help="bearer tokens to users, kube-apiserver's CSV format "
@@ -85,6 +101,15 @@ def sandbox_parser(prog: str = "volcano-guard sandbox") -> argparse.ArgumentPars
         "administrator",
     )
     return parser
+
+
+def _kubernetes_version(text: str) -> KubernetesVersion:
+    from volcano_guard_sandbox.apiserver.versions import KubernetesVersion
+
+    try:
+        return KubernetesVersion.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def demo_parser(prog: str = "volcano-guard demo") -> argparse.ArgumentParser:

@@ -34,6 +34,9 @@ class ResourceType:
     create_only: bool = False  # bindings: a verb, not stored objects
     # The object's top-level fields besides apiVersion, kind and metadata (fieldValidation).
     fields: tuple[str, ...] = ("spec", "status")
+    # The first Kubernetes minor (1.x) whose API server serves this group version of the kind
+    # by default (versions.py holds the table of what changes between 1.30 and 1.36).
+    served_from: int = 0
 
     @property
     def verbs(self) -> tuple[str, ...]:
@@ -150,6 +153,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         False,
         status_subresource=True,
         strategic_merge=True,
+        served_from=30,
     ),
     ResourceType(
         ADMISSION,
@@ -159,6 +163,29 @@ RESOURCES: tuple[ResourceType, ...] = (
         False,
         strategic_merge=True,
         fields=("spec",),
+        served_from=30,
+    ),
+    # Mutating admission policies: stored and served where the version plays them (v1 from
+    # 1.36; v1alpha1 and v1beta1 before it are off by default), not yet applied to writes.
+    ResourceType(
+        ADMISSION,
+        "v1",
+        "mutatingadmissionpolicies",
+        "MutatingAdmissionPolicy",
+        False,
+        strategic_merge=True,
+        fields=("spec",),
+        served_from=36,
+    ),
+    ResourceType(
+        ADMISSION,
+        "v1",
+        "mutatingadmissionpolicybindings",
+        "MutatingAdmissionPolicyBinding",
+        False,
+        strategic_merge=True,
+        fields=("spec",),
+        served_from=36,
     ),
     # The reconciler records a refused config and repaired drift as Events on its ConfigMap.
     ResourceType(
@@ -350,16 +377,20 @@ RESOURCES: tuple[ResourceType, ...] = (
 )
 
 
-def group_versions() -> dict[tuple[str, str], list[ResourceType]]:
+def group_versions(
+    resources: tuple[ResourceType, ...] = RESOURCES,
+) -> dict[tuple[str, str], list[ResourceType]]:
     """(group, version) -> its resource types, in a stable order."""
     out: dict[tuple[str, str], list[ResourceType]] = {}
-    for resource in RESOURCES:
+    for resource in resources:
         out.setdefault((resource.group, resource.version), []).append(resource)
     return out
 
 
-def find(group: str, version: str, plural: str) -> ResourceType | None:
-    for resource in RESOURCES:
+def find(
+    group: str, version: str, plural: str, resources: tuple[ResourceType, ...] = RESOURCES
+) -> ResourceType | None:
+    for resource in resources:
         if (resource.group, resource.version, resource.plural) == (group, version, plural):
             return resource
     return None

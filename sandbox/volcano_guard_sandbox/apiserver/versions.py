@@ -1,0 +1,111 @@
+"""The Kubernetes version the sandbox plays (1.30 to 1.36): what its discovery says, which kinds
+it serves, and which CEL environment its admission expressions compile and run in.
+
+What changes between those versions, for what the guard and its tests touch (docs/decisions/
+sandbox.md, "One version knob", has the table and its sources):
+- admissionregistration.k8s.io/v1 serves ValidatingAdmissionPolicy(Binding) from 1.30 and
+  MutatingAdmissionPolicy(Binding) from 1.36; v1beta1 and v1alpha1 are off by default at every
+  version (kube-apiserver serves new beta APIs only when asked), so the sandbox serves neither.
+- CEL: kube-apiserver compiles a new expression in the environment of its compatibility
+  version, one minor below its own (1.30 says 1.29; from 1.31 the effective version's
+  MinCompatibilityVersion), and runs stored expressions in the environment of its own version.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+from aiohttp import web
+from cel_expr_python import cel
+from google.protobuf import descriptor_pool
+
+from volcano_guard_sandbox.apiserver import kubernetes_cel
+from volcano_guard_sandbox.apiserver.resources import RESOURCES, ResourceType, find, group_versions
+
+OLDEST, NEWEST = 30, 36  # the minors of Kubernetes 1.x the sandbox plays
+# kube-apiserver's order of preference among a group's versions (GA, then beta, then alpha).
+_STABILITY = {"": 0, "beta": 1, "alpha": 2}
+
+
+@dataclass(frozen=True)
+class KubernetesVersion:
+    """Kubernetes 1.<minor>, as one sandbox plays it: the app holds it (SandboxSettings)."""
+
+    minor: int
+
+    def __post_init__(self) -> None:
+        if not OLDEST <= self.minor <= NEWEST:
+            raise ValueError(
+                f"the sandbox plays Kubernetes 1.{OLDEST} to 1.{NEWEST}, not 1.{self.minor}"
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> KubernetesVersion:
+        """'1.30' or 'v1.30'; ValueError in one line naming the text otherwise."""
+        match = re.fullmatch(r"v?1\.(\d{1,3})", text.strip())
+        if not match:
+            raise ValueError(f"{text!r} is not a Kubernetes version such as 1.{NEWEST}")
+        return cls(int(match[1]))
+
+    def __str__(self) -> str:
+        return f"1.{self.minor}"
+
+    @property
+    def git_version(self) -> str:
+        return f"v1.{self.minor}.0"
+
+    @cached_property
+    def resources(self) -> tuple[ResourceType, ...]:
+        """The resource types this version serves by default."""
+        return tuple(r for r in RESOURCES if r.served_from <= self.minor)
+
+    def find(self, group: str, version: str, plural: str) -> ResourceType | None:
+        return find(group, version, plural, self.resources)
+
+    def group_versions(self) -> dict[tuple[str, str], list[ResourceType]]:
+        return group_versions(self.resources)
+
+    def groups(self) -> dict[str, list[str]]:
+        """Each named group -> its served versions, the preferred one first."""
+        out: dict[str, list[str]] = {}
+        for group, version in self.group_versions():
+            if group:
+                out.setdefault(group, []).append(version)
+        return {group: sorted(versions, key=version_priority) for group, versions in out.items()}
+
+    @property
+    def cel_for_new_expressions(self) -> tuple[int, int]:
+        """The CEL environment version an expression being written is compiled in."""
+        return (1, self.minor - 1)
+
+    @property
+    def cel_for_stored_expressions(self) -> tuple[int, int]:
+        """The CEL environment version a stored expression is compiled in and runs in."""
+        return (1, self.minor)
+
+
+DEFAULT = KubernetesVersion(32)
+VERSION_KEY = web.AppKey("kubernetes_version", KubernetesVersion)  # the version an app plays
+
+
+def version_priority(version: str) -> tuple[int, int, int]:
+    """apimachinery's version priority: v2 > v1 > v1beta2 > v1beta1 > v1alpha1."""
+    match = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", version)
+    if not match:
+        return (3, 0, 0)
+    return (_STABILITY[match[2] or ""], -int(match[1]), -int(match[3] or 0))
+
+
+def cel_environment(
+    variables: Mapping[str, cel.Type],
+    cel_version: tuple[int, int],
+    pool: descriptor_pool.DescriptorPool = kubernetes_cel.POOL,
+) -> cel.Env:
+    """The one place the sandbox makes an admission expression's CEL environment for a version:
+    the base environment of kubernetes_cel, whose libraries do not yet depend on the version
+    (cel_version is where they will: kubernetes_cel.environment(..., version=cel_version))."""
+    del cel_version  # not yet used: kubernetes_cel.environment takes no version today
+    return kubernetes_cel.environment(variables, pool=pool)
