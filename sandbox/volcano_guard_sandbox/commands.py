@@ -12,6 +12,7 @@ import ssl
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -46,10 +47,12 @@ def sandbox(prog: str, argv: Sequence[str]) -> int:
         tls = server_context(args.tls_cert, args.tls_key) if args.tls_cert else None
     except (OSError, ssl.SSLError, ValueError) as exc:
         raise CommandError(str(exc)) from None
+    try:
+        played = replace(args.kubernetes_version, runtime_config=args.runtime_config)
+    except ValueError as exc:  # a group version this release does not offer
+        raise CommandError(str(exc)) from None
     settings = SandboxSettings(
-        services=ServiceEndpoints(services),
-        tokens=tokens,
-        kubernetes_version=args.kubernetes_version,
+        services=ServiceEndpoints(services), tokens=tokens, kubernetes_version=played
     )
     return run_server(serve_forever(listen.host, listen.port, objects, settings, tls))
 
@@ -94,6 +97,14 @@ def sandbox_parser(prog: str = "volcano-guard sandbox") -> argparse.ArgumentPars
         "and its CEL environment (default %(default)s)",
     )
     parser.add_argument(
+        "--runtime-config",
+        type=_runtime_config,
+        default=frozenset(),
+        metavar="GROUP/VERSION=true,...",
+        help="alpha or beta group versions to serve beside the default ones, as "
+        "kube-apiserver's flag (e.g. admissionregistration.k8s.io/v1beta1=true at 1.34)",
+    )
+    parser.add_argument(
         "--token-auth-file",
         metavar="FILE",
         help="bearer tokens to users, kube-apiserver's CSV format "
@@ -108,6 +119,15 @@ def _kubernetes_version(text: str) -> KubernetesVersion:
 
     try:
         return KubernetesVersion.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _runtime_config(text: str) -> frozenset[str]:
+    from volcano_guard_sandbox.apiserver.versions import parse_runtime_config
+
+    try:
+        return parse_runtime_config(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

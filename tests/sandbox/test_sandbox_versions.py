@@ -29,7 +29,9 @@ ADMISSION_V1 = f"/apis/{ADMISSION}/v1"
 
 def upstream_kinds(tag: str, package: str, minor: int) -> set[str]:
     """The API kinds (+genclient types) of a k8s.io/api package at tag that release 1.<minor>
-    has: those without a prerelease-lifecycle `introduced` tag, or introduced by then."""
+    serves when their group version is on: introduced by then (or untagged) and, for an alpha
+    or beta package, not yet removed (prerelease-lifecycle-gen: the `removed` tag, else
+    `deprecated` plus three minors, else `introduced` plus six)."""
     kinds = set()
     block: list[str] = []
     for line in upstream_file("kubernetes-api", tag, f"{package}/types.go").splitlines():
@@ -38,9 +40,13 @@ def upstream_kinds(tag: str, package: str, minor: int) -> set[str]:
             continue
         declared = re.match(r"type (\w+) struct", line)
         if declared and any(comment.strip() == "// +genclient" for comment in block):
-            introduced = [c for c in block if "prerelease-lifecycle-gen:introduced=" in c]
-            since = int(introduced[0].rsplit(".", 1)[1]) if introduced else 0
-            if since <= minor:
+            tags = dict(re.findall(r"prerelease-lifecycle-gen:(\w+)=1\.(\d+)", "\n".join(block)))
+            since = int(tags.get("introduced", 0))
+            removed = int(tags.get("removed", 0)) or (
+                int(tags["deprecated"]) + 3 if "deprecated" in tags else since + 6
+            )
+            prerelease = re.search(r"v\d+(alpha|beta)\d+$", package) is not None
+            if since <= minor and not (prerelease and removed <= minor):
                 kinds.add(declared[1])
         block = []
     return kinds
@@ -262,3 +268,50 @@ async def test_match_conditions_compile_in_the_previous_versions_cel_and_run_in_
         async with session.post(url, json={"metadata": {"name": "y"}}) as answer:
             assert answer.status == 201  # the condition is false: the webhook is not called
         assert cel_versions[written:] == [(1, 31)]
+
+
+@pytest.mark.parametrize("minor", range(30, 37))
+@pytest.mark.parametrize("prerelease", ["v1alpha1", "v1beta1"])
+async def test_runtime_config_serves_an_alpha_or_beta_version_as_the_release_would(
+    minor, prerelease
+):
+    tag = API_TAGS.get(minor, NEWEST_TAG)
+    expected = upstream_kinds(tag, f"admissionregistration/{prerelease}", minor)
+    also_at_v1 = expected & upstream_kinds(tag, "admissionregistration/v1", minor)
+    turned_on = frozenset({f"{ADMISSION}/{prerelease}"})
+    if not expected or also_at_v1:
+        words = "is not a group version" if not expected else "would be served at v1 and"
+        with pytest.raises(ValueError, match=words):
+            KubernetesVersion(minor, turned_on)
+        return
+    async with running(kubernetes_version=KubernetesVersion(minor, turned_on)) as sandbox:
+        _, groups = await get(sandbox, "/apis")
+        [admission] = [g for g in groups["groups"] if g["name"] == ADMISSION]
+        assert [v["version"] for v in admission["versions"]] == ["v1", prerelease]
+        assert admission["preferredVersion"]["version"] == "v1"
+        _, listed = await get(sandbox, f"/apis/{ADMISSION}/{prerelease}")
+        assert {r["kind"] for r in listed["resources"]} == expected
+        status, _ = await get(sandbox, f"/apis/{ADMISSION}/{prerelease}/mutatingadmissionpolicies")
+        assert status == 200
+
+
+def test_runtime_config_takes_kube_apiservers_syntax_for_alpha_and_beta_versions_only():
+    parse = versions.parse_runtime_config
+    assert parse(f"{ADMISSION}/v1beta1=true, {ADMISSION}/v1alpha1=false") == {
+        f"{ADMISSION}/v1beta1"
+    }
+    assert parse(f"{ADMISSION}/v1alpha1") == {f"{ADMISSION}/v1alpha1"}
+    for text in ("api/all=true", f"{ADMISSION}/v1=true", f"{ADMISSION}/v1beta1=yes"):
+        with pytest.raises(ValueError, match=re.escape(f"{text!r} is not GROUP/VERSION=true")):
+            parse(text)
+
+
+def test_the_sandbox_refuses_a_runtime_config_its_version_does_not_offer_with_exit_2():
+    done = run_here(
+        "sandbox", "--kubernetes-version", "1.36", "--runtime-config", f"{ADMISSION}/v1beta1=true"
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "volcano-guard sandbox: --runtime-config: MutatingAdmissionPolicy would be served at v1 "
+        "and v1beta1; the sandbox serves each kind at one version"
+    ]

@@ -34,9 +34,12 @@ class ResourceType:
     create_only: bool = False  # bindings: a verb, not stored objects
     # The object's top-level fields besides apiVersion, kind and metadata (fieldValidation).
     fields: tuple[str, ...] = ("spec", "status")
-    # The first Kubernetes minor (1.x) whose API server serves this group version of the kind
-    # by default (versions.py holds the table of what changes between 1.30 and 1.36).
+    # The Kubernetes minors (1.x) whose API server serves this group version of the kind:
+    # from served_from, until removed_in (0: not removed); an alpha or beta one off by default
+    # only when --runtime-config turns its group version on (versions.py: what changes).
     served_from: int = 0
+    removed_in: int = 0
+    off_by_default: bool = False
 
     @property
     def verbs(self) -> tuple[str, ...]:
@@ -58,6 +61,42 @@ class ResourceType:
 
     def prefix(self) -> str:
         return group_version_path(self.group, self.version)
+
+
+def _prerelease(
+    version: str, plural: str, kind: str, introduced: int, removed: int
+) -> ResourceType:
+    """An alpha or beta admission kind: served only where --runtime-config turns it on."""
+    return ResourceType(
+        ADMISSION,
+        version,
+        plural,
+        kind,
+        False,
+        strategic_merge=True,
+        fields=("spec", "status") if kind == "ValidatingAdmissionPolicy" else ("spec",),
+        status_subresource=kind == "ValidatingAdmissionPolicy",
+        served_from=introduced,
+        removed_in=removed,
+        off_by_default=True,
+    )
+
+
+# k8s.io/api admissionregistration: each kind's `introduced` tag, and the release
+# zz_generated.prerelease-lifecycle.go's APILifecycleRemoved says it is no longer served in.
+PRERELEASE: tuple[ResourceType, ...] = tuple(
+    _prerelease(version, plural, kind, introduced, removed)
+    for version, policy, introduced, removed in (
+        ("v1alpha1", "ValidatingAdmissionPolicy", 26, 32),
+        ("v1beta1", "ValidatingAdmissionPolicy", 28, 34),
+        ("v1alpha1", "MutatingAdmissionPolicy", 32, 38),
+        ("v1beta1", "MutatingAdmissionPolicy", 34, 40),
+    )
+    for plural, kind in (
+        (f"{policy.lower()[:-1]}ies", policy),
+        (f"{policy.lower()}bindings", f"{policy}Binding"),
+    )
+)
 
 
 RESOURCES: tuple[ResourceType, ...] = (
@@ -374,6 +413,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         ("cpolr",),
         fields=_REPORT_FIELDS,
     ),
+    # Last: a search by plural alone finds the kind served by default first.
+    *PRERELEASE,
 )
 
 

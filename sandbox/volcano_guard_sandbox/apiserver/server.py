@@ -29,7 +29,7 @@ from volcano_guard_sandbox.apiserver.authn import Authenticator
 from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
 from volcano_guard_sandbox.apiserver.faults import FaultRule, Faults, Stats
 from volcano_guard_sandbox.apiserver.matching import User
-from volcano_guard_sandbox.apiserver.resources import RESOURCES, ResourceType
+from volcano_guard_sandbox.apiserver.resources import ResourceType
 from volcano_guard_sandbox.apiserver.selectors import (
     SelectorError,
     parse_field_selector,
@@ -268,7 +268,7 @@ async def _resource_list(request: web.Request) -> web.Response:
 async def _stats(request: web.Request) -> web.Response:
     store = request.app[STORE_KEY]
     body = request.app[STATS_KEY].as_dict()
-    body["objects"] = {r.plural: store.count(r) for r in RESOURCES}
+    body["objects"] = {r.plural: store.count(r) for r in kubernetes_version(request).resources}
     body["resourceVersion"] = str(store.resource_version)
     body["openWatches"] = store.open_watches
     return web.json_response(body)

@@ -5,7 +5,9 @@ What changes between those versions, for what the guard and its tests touch (doc
 sandbox.md, "One version knob", has the table and its sources):
 - admissionregistration.k8s.io/v1 serves ValidatingAdmissionPolicy(Binding) from 1.30 and
   MutatingAdmissionPolicy(Binding) from 1.36; v1beta1 and v1alpha1 are off by default at every
-  version (kube-apiserver serves new beta APIs only when asked), so the sandbox serves neither.
+  version (kube-apiserver serves new beta APIs only when asked): `--runtime-config` turns one
+  on, within the releases its kinds are served in (resources.PRERELEASE), provided no kind is
+  then served at two versions (the sandbox keeps one version of each kind, converting none).
 - CEL: kube-apiserver compiles a new expression in the environment of its compatibility
   version, one minor below its own (1.30 says 1.29; from 1.31 the effective version's
   MinCompatibilityVersion), and runs stored expressions in the environment of its own version.
@@ -32,14 +34,31 @@ _STABILITY = {"": 0, "beta": 1, "alpha": 2}
 
 @dataclass(frozen=True)
 class KubernetesVersion:
-    """Kubernetes 1.<minor>, as one sandbox plays it: the app holds it (SandboxSettings)."""
+    """Kubernetes 1.<minor>, as one sandbox plays it: the app holds it (SandboxSettings).
+    runtime_config: the group versions off by default that kube-apiserver's --runtime-config
+    turned on (their feature gates taken as on too)."""
 
     minor: int
+    runtime_config: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not OLDEST <= self.minor <= NEWEST:
             raise ValueError(
                 f"the sandbox plays Kubernetes 1.{OLDEST} to 1.{NEWEST}, not 1.{self.minor}"
+            )
+        available = {r.api_version for r in RESOURCES if r.off_by_default and self._in_release(r)}
+        for group_version in sorted(self.runtime_config - available):
+            offered = ", ".join(sorted(available)) or "none"
+            raise ValueError(
+                f"--runtime-config: {group_version} is not a group version Kubernetes {self} "
+                f"has off by default (it has: {offered})"
+            )
+        kinds = [(r.group, r.kind) for r in self.resources]
+        for group, kind in sorted({k for k in kinds if kinds.count(k) > 1}):
+            served_at = [r.version for r in self.resources if (r.group, r.kind) == (group, kind)]
+            raise ValueError(
+                f"--runtime-config: {kind} would be served at {' and '.join(served_at)}; the "
+                "sandbox serves each kind at one version"
             )
 
     @classmethod
@@ -53,14 +72,23 @@ class KubernetesVersion:
     def __str__(self) -> str:
         return f"1.{self.minor}"
 
+    def _in_release(self, resource: ResourceType) -> bool:
+        removed = resource.removed_in or NEWEST + 1
+        return resource.served_from <= self.minor < removed
+
     @property
     def git_version(self) -> str:
         return f"v1.{self.minor}.0"
 
     @cached_property
     def resources(self) -> tuple[ResourceType, ...]:
-        """The resource types this version serves by default."""
-        return tuple(r for r in RESOURCES if r.served_from <= self.minor)
+        """The resource types this version serves: by default, and as runtime_config asks."""
+        return tuple(
+            r
+            for r in RESOURCES
+            if self._in_release(r)
+            and (not r.off_by_default or r.api_version in self.runtime_config)
+        )
 
     def find(self, group: str, version: str, plural: str) -> ResourceType | None:
         return find(group, version, plural, self.resources)
@@ -89,6 +117,26 @@ class KubernetesVersion:
 
 DEFAULT = KubernetesVersion(32)
 VERSION_KEY = web.AppKey("kubernetes_version", KubernetesVersion)  # the version an app plays
+
+
+def parse_runtime_config(text: str) -> frozenset[str]:
+    """kube-apiserver's --runtime-config, as far as the sandbox models it: comma-separated
+    GROUP/VERSION or GROUP/VERSION=true (turned on) or =false (off, as by default)."""
+    enabled: set[str] = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, value = item.partition("=")
+        if not re.fullmatch(r"[a-z0-9.-]+\.[a-z]+/v\d+(alpha|beta)\d+", key) or value not in (
+            "",
+            "true",
+            "false",
+        ):
+            raise ValueError(
+                f"--runtime-config: {item!r} is not GROUP/VERSION=true or =false for an alpha or "
+                "beta group version (the sandbox models no other key)"
+            )
+        if value != "false":
+            enabled.add(key)
+    return frozenset(enabled)
 
 
 def version_priority(version: str) -> tuple[int, int, int]:
