@@ -46,19 +46,23 @@ class KubernetesVersion:
             raise ValueError(
                 f"the sandbox plays Kubernetes 1.{OLDEST} to 1.{NEWEST}, not 1.{self.minor}"
             )
+        self._check_runtime_config()
+
+    def _check_runtime_config(self) -> None:
+        """ValueError for a group version this release lacks, or a kind served twice."""
         available = {r.api_version for r in RESOURCES if r.off_by_default and self._in_release(r)}
-        for group_version in sorted(self.runtime_config - available):
+        if unknown := sorted(self.runtime_config - available):
             offered = ", ".join(sorted(available)) or "none"
             raise ValueError(
-                f"--runtime-config: {group_version} is not a group version Kubernetes {self} "
+                f"--runtime-config: {unknown[0]} is not a group version Kubernetes {self} "
                 f"has off by default (it has: {offered})"
             )
         kinds = [(r.group, r.kind) for r in self.resources]
-        for group, kind in sorted({k for k in kinds if kinds.count(k) > 1}):
-            served_at = [r.version for r in self.resources if (r.group, r.kind) == (group, kind)]
+        if twice := sorted({k for k in kinds if kinds.count(k) > 1}):
+            served_at = [r.version for r in self.resources if (r.group, r.kind) == twice[0]]
             raise ValueError(
-                f"--runtime-config: {kind} would be served at {' and '.join(served_at)}; the "
-                "sandbox serves each kind at one version"
+                f"--runtime-config: {twice[0][1]} would be served at {' and '.join(served_at)}; "
+                "the sandbox serves each kind at one version"
             )
 
     @classmethod
