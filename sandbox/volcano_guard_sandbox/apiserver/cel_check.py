@@ -67,6 +67,7 @@ _RESERVED = frozenset(
 )
 
 VariableKinds = tuple[tuple[str, Any], ...]
+KUBERNETES_1_30 = versions.KubernetesVersion(30)
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,10 @@ class Declarations:
     params: bool = False
     authorizer: bool = False
     variables: VariableKinds | None = None
-    # The CEL environment version a new expression is compiled in (versions.KubernetesVersion).
-    cel_version: tuple[int, int] = versions.DEFAULT.cel_for_new_expressions
+    # The CEL environment version a new expression is compiled in: the sandbox passes the one of
+    # the release it plays; by default 1.30's (1.29), which this module's docstring and the
+    # conformance tables are held to.
+    cel_version: tuple[int, int] = KUBERNETES_1_30.cel_for_new_expressions
 
 
 @dataclass(frozen=True)
