@@ -12,11 +12,16 @@ import ssl
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from volcano_guard.base.errors import CommandError
 from volcano_guard.cli import Parser, run_server
+
+if TYPE_CHECKING:
+    from volcano_guard_sandbox.apiserver.versions import KubernetesVersion
 
 
 def sandbox(prog: str, argv: Sequence[str]) -> int:
@@ -42,7 +47,13 @@ def sandbox(prog: str, argv: Sequence[str]) -> int:
         tls = server_context(args.tls_cert, args.tls_key) if args.tls_cert else None
     except (OSError, ssl.SSLError, ValueError) as exc:
         raise CommandError(str(exc)) from None
-    settings = SandboxSettings(services=ServiceEndpoints(services), tokens=tokens)
+    try:
+        played = replace(args.kubernetes_version, runtime_config=args.runtime_config)
+    except ValueError as exc:  # a group version this release does not offer
+        raise CommandError(str(exc)) from None
+    settings = SandboxSettings(
+        services=ServiceEndpoints(services), tokens=tokens, kubernetes_version=played
+    )
     return run_server(serve_forever(listen.host, listen.port, objects, settings, tls))
 
 
@@ -78,6 +89,22 @@ def sandbox_parser(prog: str = "volcano-guard sandbox") -> argparse.ArgumentPars
     )
     parser.add_argument("--tls-key", metavar="FILE", help="the certificate's key")
     parser.add_argument(
+        "--kubernetes-version",
+        type=_kubernetes_version,
+        default="1.32",  # versions.DEFAULT (imported when the command runs, not to list flags)
+        metavar="1.MINOR",
+        help="the Kubernetes version played, 1.30 to 1.36: its discovery, the kinds it serves "
+        "and its CEL environment (default %(default)s)",
+    )
+    parser.add_argument(
+        "--runtime-config",
+        type=_runtime_config,
+        default=frozenset(),
+        metavar="GROUP/VERSION=true,...",
+        help="alpha or beta group versions to serve beside the default ones, as "
+        "kube-apiserver's flag (e.g. admissionregistration.k8s.io/v1beta1=true at 1.34)",
+    )
+    parser.add_argument(
         "--token-auth-file",
         metavar="FILE",
         help="bearer tokens to users, kube-apiserver's CSV format "
@@ -85,6 +112,24 @@ def sandbox_parser(prog: str = "volcano-guard sandbox") -> argparse.ArgumentPars
         "administrator",
     )
     return parser
+
+
+def _kubernetes_version(text: str) -> KubernetesVersion:
+    from volcano_guard_sandbox.apiserver.versions import KubernetesVersion
+
+    try:
+        return KubernetesVersion.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _runtime_config(text: str) -> frozenset[str]:
+    from volcano_guard_sandbox.apiserver.versions import parse_runtime_config
+
+    try:
+        return parse_runtime_config(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def demo_parser(prog: str = "volcano-guard demo") -> argparse.ArgumentParser:

@@ -31,6 +31,7 @@ from volcano_guard_sandbox.apiserver.authn import load_token_file
 from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
 from volcano_guard_sandbox.apiserver.runner import SandboxThread
 from volcano_guard_sandbox.apiserver.server import SandboxSettings
+from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 from volcano_guard_sandbox.processes import free_port
 
 DEPLOY_BASE = REPO_ROOT / "deploy" / "base"
@@ -148,10 +149,14 @@ class GuardedSandbox:
 
 @contextmanager
 def guarded_sandbox(
-    directory: Path, seed: Iterable[Mapping[str, Any]], config: Mapping[str, Any] | None = None
+    directory: Path,
+    seed: Iterable[Mapping[str, Any]],
+    config: Mapping[str, Any] | None = None,
+    kubernetes_version: KubernetesVersion = DEFAULT,
 ) -> Iterator[GuardedSandbox]:
     """The shipped deploy/base registrations, policies and config; or, given a config, that
-    config and what `volcano-guard manifests --config` prints for it."""
+    config and what `volcano-guard manifests --config --kubernetes-version` prints for it
+    (the sandbox playing that version)."""
     kubectl = kubectl_path()
     if kubectl is None:
         raise GuardedSandboxError("kubectl is not installed")
@@ -164,11 +169,14 @@ def guarded_sandbox(
     config_text = yaml.safe_dump(dict(config or shipped_config()))
     config_file.write_text(config_text, encoding="utf-8")
     cli = [sys.executable, "-m", "volcano_guard.cli"]
-    registrations = _run([*cli, "manifests", "--config", str(config_file)]).stdout
+    manifests = ["manifests", "--config", str(config_file)]
+    version = ["--kubernetes-version", str(kubernetes_version)]
+    registrations = _run([*cli, *manifests, *version]).stdout
     port, metrics = free_port(), free_port()
     settings = SandboxSettings(
         services=ServiceEndpoints({(NAMESPACE, SERVICE, 443): [("127.0.0.1", port)]}),
         tokens=load_token_file(directory / "tokens.csv"),
+        kubernetes_version=kubernetes_version,
     )
     tls = server_context(sandbox_certs.cert_file, sandbox_certs.key_file)
     with SandboxThread(settings=settings, tls=tls) as sandbox:

@@ -35,6 +35,7 @@ from volcano_guard_sandbox.apiserver.authn import load_token_file
 from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
 from volcano_guard_sandbox.apiserver.runner import SandboxThread
 from volcano_guard_sandbox.apiserver.server import SandboxSettings
+from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 from volcano_guard_sandbox.guarded_sandbox import GuardedSandboxError, kubectl_path, run_kubectl
 from volcano_guard_sandbox.kubelet import VolumeProjector
 from volcano_guard_sandbox.processes import free_port
@@ -295,11 +296,16 @@ def wait_until(condition: Any, what: str, timeout: float = 30, pod: Pod | None =
 
 @contextmanager
 def installed_sandbox(
-    directory: Path, install: Path, seed: list[dict[str, Any]], namespace: str = NAMESPACE
+    directory: Path,
+    install: Path,
+    seed: list[dict[str, Any]],
+    namespace: str = NAMESPACE,
+    kubernetes_version: KubernetesVersion = DEFAULT,
 ) -> Iterator[InstalledSandbox]:
     """The guard applied into a fresh sandbox (seeded first) with kubectl: `apply -k` of a
     kustomization directory, or `apply -f` of a rendered file (a Helm chart's); nothing
-    running yet: start() each Deployment the test needs."""
+    running yet: start() each Deployment the test needs. The sandbox plays
+    kubernetes_version."""
     kubectl = kubectl_path()
     if kubectl is None:
         raise GuardedSandboxError("kubectl is not installed")
@@ -309,7 +315,12 @@ def installed_sandbox(
     (directory / "tokens.csv").write_text(_tokens(namespace), encoding="utf-8")
     service = ServiceEndpoints({(namespace, WEBHOOK, 443): []})
     tokens = load_token_file(directory / "tokens.csv")
-    settings = SandboxSettings(services=service, tokens=tokens, audit_events=100_000)
+    settings = SandboxSettings(
+        services=service,
+        tokens=tokens,
+        audit_events=100_000,
+        kubernetes_version=kubernetes_version,
+    )
     endpoints = EndpointsController(lambda ready: service.set((namespace, WEBHOOK, 443), ready))
     with SandboxThread(
         settings=settings, tls=server_context(certs.cert_file, certs.key_file)

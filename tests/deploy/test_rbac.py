@@ -132,7 +132,7 @@ class Cluster:
         self.sandbox, self.kubeconfig = sandbox, kubeconfig
 
     def stored(self, plural: str) -> list[dict[str, Any]]:
-        [resource] = [r for r in RESOURCES if r.plural == plural]
+        [resource] = [r for r in RESOURCES if r.plural == plural and not r.off_by_default]
         return self.sandbox.call(
             lambda sb: [s.object() for s in sb.store.list(resource, "", (), ())[0]]
         )
@@ -280,7 +280,7 @@ def config_map(config: dict[str, Any], annotations: dict[str, str] | None = None
 
 def edit(cluster: Cluster, plural: str, name: str, patch: dict[str, Any]) -> None:
     """A merge patch by an administrator: drift for the reconciler to repair."""
-    [resource] = [r for r in RESOURCES if r.plural == plural]
+    [resource] = [r for r in RESOURCES if r.plural == plural and not r.off_by_default]
     content_type = "application/merge-patch+json"
     cluster.sandbox.call(lambda sb: sb.store.patch(resource, "", name, content_type, patch))
 

@@ -53,6 +53,7 @@ from volcano_guard_sandbox.apiserver.matching import (
     should_call,
 )
 from volcano_guard_sandbox.apiserver.store import ApiError
+from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 
 log = logging.getLogger("volcano_guard_sandbox.apiserver.admission")
 REVIEW_VERSION = "admission.k8s.io/v1"
@@ -112,8 +113,11 @@ class _Endpoint:
 class Dispatcher:
     """Calls the registered webhooks for one sandbox; owns one HTTP client session."""
 
-    def __init__(self, endpoints: ServiceEndpoints | None = None) -> None:
+    def __init__(
+        self, endpoints: ServiceEndpoints | None = None, version: KubernetesVersion = DEFAULT
+    ) -> None:
         self._endpoints = endpoints or ServiceEndpoints()
+        self._version = version  # whose CEL environment runs the webhooks' matchConditions
         self._session: aiohttp.ClientSession | None = None
         self._contexts: dict[str, ssl.SSLContext] = {}
 
@@ -184,7 +188,7 @@ class Dispatcher:
 
     def _should_call(self, hook: Mapping[str, Any], attributes: Attributes) -> bool:
         try:
-            call = should_call(hook, attributes)
+            call = should_call(hook, attributes, self._version)
         except ConditionError as exc:  # webhook.go ShouldCallHook: NewForbidden
             raise forbidden(attributes, str(exc)) from None
         if call and attributes.dry_run and hook.get("sideEffects") not in SIDE_EFFECT_FREE:

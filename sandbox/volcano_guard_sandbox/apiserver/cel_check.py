@@ -41,7 +41,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import cel_types, kubernetes_cel
+from volcano_guard_sandbox.apiserver import cel_types, versions
 
 BOOL = ("bool",)
 STRING = ("string",)
@@ -67,6 +67,7 @@ _RESERVED = frozenset(
 )
 
 VariableKinds = tuple[tuple[str, Any], ...]
+KUBERNETES_1_30 = versions.KubernetesVersion(30)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,10 @@ class Declarations:
     params: bool = False
     authorizer: bool = False
     variables: VariableKinds | None = None
+    # The CEL environment version a new expression is compiled in: the sandbox passes the one of
+    # the release it plays; by default 1.30's (1.29), which this module's docstring and the
+    # conformance tables are held to.
+    cel_version: tuple[int, int] = KUBERNETES_1_30.cel_for_new_expressions
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,9 @@ def _environment(declarations: Declarations) -> cel.Env:
     if declarations.variables is not None:
         variables["variables"] = cel.Type(cel_types.VARIABLES_TYPE)
         fields = dict(declarations.variables)
-    return kubernetes_cel.environment(variables, pool=cel_types.pool(fields))
+    return versions.cel_environment(
+        variables, declarations.cel_version, pool=cel_types.pool(fields)
+    )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -252,33 +259,41 @@ def is_cel_identifier(name: str) -> bool:
     return bool(_IDENTIFIER.fullmatch(name)) and name not in _RESERVED
 
 
-def policy_errors(spec: Mapping[str, Any]) -> list[str]:
+def policy_errors(
+    spec: Mapping[str, Any], cel_version: tuple[int, int] = Declarations.cel_version
+) -> list[str]:
     """validation.go validateValidatingAdmissionPolicySpec, its CEL part: every expression
     refused, as `FIELD: Invalid value: "EXPRESSION": DETAIL`, and every variable name that is not
-    a CEL identifier."""
+    a CEL identifier; compiled in the CEL environment of cel_version."""
     params = bool(spec.get("paramKind"))
     errors = _field_errors(
-        spec, "matchConditions", "expression", Declarations(params, True), BOOL
+        spec, "matchConditions", "expression", Declarations(params, True, None, cel_version), BOOL
     )  # the stateless compiler: no `variables`
-    declared, name_errors = _variables(spec.get("variables") or (), params)
+    declared, name_errors = _variables(spec.get("variables") or (), params, cel_version)
     errors += name_errors
     errors += _field_errors(
-        spec, "validations", "expression", Declarations(params, True, declared), BOOL
+        spec, "validations", "expression", Declarations(params, True, declared, cel_version), BOOL
     )
     errors += _field_errors(
-        spec, "validations", "messageExpression", Declarations(params, False, declared), STRING
+        spec,
+        "validations",
+        "messageExpression",
+        Declarations(params, False, declared, cel_version),
+        STRING,
     )
     errors += _field_errors(
         spec,
         "auditAnnotations",
         "valueExpression",
-        Declarations(params, True, declared),
+        Declarations(params, True, declared, cel_version),
         STRING_OR_NULL,
     )
     return errors
 
 
-def _variables(declared: Any, params: bool) -> tuple[VariableKinds | None, list[str]]:
+def _variables(
+    declared: Any, params: bool, cel_version: tuple[int, int]
+) -> tuple[VariableKinds | None, list[str]]:
     """composition.go CompileAndStoreVariable in order: each variable sees those before it, typed
     by its output type (dyn when it does not compile)."""
     if not declared:
@@ -296,7 +311,8 @@ def _variables(declared: Any, params: bool) -> tuple[VariableKinds | None, list[
             )
         checked = Checked()
         if expression.strip():
-            checked = check(expression, Declarations(params, True, tuple(kinds.items())), ANY)
+            before = Declarations(params, True, tuple(kinds.items()), cel_version)
+            checked = check(expression, before, ANY)
             if checked.error:
                 errors.append(
                     f"spec.variables[{index}].expression: Invalid value: "
@@ -328,7 +344,10 @@ def _field_errors(
     return errors
 
 
-def match_condition_error(expression: str) -> str:
+def match_condition_error(
+    expression: str, cel_version: tuple[int, int] = Declarations.cel_version
+) -> str:
     """validation.go validateMatchConditionsExpression for a webhook: no params, an authorizer,
-    a bool. The detail, "" when admitted."""
-    return check(expression.strip(), Declarations(params=False, authorizer=True), BOOL).error
+    a bool, in the CEL environment of cel_version. The detail, "" when admitted."""
+    declarations = Declarations(params=False, authorizer=True, cel_version=cel_version)
+    return check(expression.strip(), declarations, BOOL).error

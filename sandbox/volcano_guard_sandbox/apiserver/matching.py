@@ -16,7 +16,8 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import cel_check, kubernetes_cel
+from volcano_guard_sandbox.apiserver import cel_check, versions
+from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 
 NAMESPACES = ("", "namespaces")  # (group, resource) of Namespace objects: cluster-scoped
 
@@ -119,7 +120,9 @@ def exempt(attributes: Attributes) -> bool:
     )
 
 
-def should_call(webhook: Mapping[str, Any], attributes: Attributes) -> bool:
+def should_call(
+    webhook: Mapping[str, Any], attributes: Attributes, version: KubernetesVersion = DEFAULT
+) -> bool:
     """Whether the apiserver sends the request to this webhook. ConditionError when a
     matchCondition fails to evaluate and failurePolicy is Fail (the apiserver then refuses the
     request, 403); with Ignore such a webhook is skipped."""
@@ -129,7 +132,7 @@ def should_call(webhook: Mapping[str, Any], attributes: Attributes) -> bool:
         return False
     if not any(rule_matches(rule, attributes) for rule in webhook.get("rules") or ()):
         return False
-    return conditions_match(webhook, attributes)
+    return conditions_match(webhook, attributes, version)
 
 
 def rule_matches(rule: Mapping[str, Any], attributes: Attributes) -> bool:
@@ -212,7 +215,9 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return labels if isinstance(labels, Mapping) else {}
 
 
-def conditions_match(webhook: Mapping[str, Any], attributes: Attributes) -> bool:
+def conditions_match(
+    webhook: Mapping[str, Any], attributes: Attributes, version: KubernetesVersion = DEFAULT
+) -> bool:
     """matchconditions/matcher.go Match for a webhook: any condition false -> skip; else any
     error -> per failurePolicy (Fail: ConditionError; Ignore: skip); else call."""
     conditions = webhook.get("matchConditions") or ()
@@ -224,7 +229,8 @@ def conditions_match(webhook: Mapping[str, Any], attributes: Attributes) -> bool
         "request": cel_request(attributes),
         "namespaceObject": None,  # declared for webhooks too (compile.go), bound to null
     }
-    matches, errors = evaluate_conditions(conditions, _program, variables)
+    compiled = functools.partial(_program, version=version.cel_for_stored_expressions)
+    matches, errors = evaluate_conditions(conditions, compiled, variables)
     if not matches:
         return False
     if errors and webhook.get("failurePolicy", "Fail") == "Fail":
@@ -276,19 +282,24 @@ def cel_request(attributes: Attributes) -> dict[str, Any]:
 
 
 # The apiserver's variables for webhook matchConditions, as dynamic values, in its base
-# environment (the Kubernetes libraries kubernetes_cel implements).
-_ENVIRONMENT = kubernetes_cel.environment(
-    {name: cel.Type.DYN for name in ("object", "oldObject", "request", "namespaceObject")}
-)
+# environment (the Kubernetes libraries kubernetes_cel implements) of a version.
+_VARIABLES = {name: cel.Type.DYN for name in ("object", "oldObject", "request", "namespaceObject")}
 
 
 @functools.lru_cache(maxsize=256)
-def _program(expression: str) -> cel.Expression:
+def _program(expression: str, version: tuple[int, int]) -> cel.Expression:
     """The compiled expression; RuntimeError naming the syntax error if it does not compile."""
-    return _ENVIRONMENT.compile(expression)
+    return _environment(version).compile(expression)
 
 
-def configuration_errors(configuration: Mapping[str, Any]) -> list[str]:
+@functools.cache
+def _environment(cel_version: tuple[int, int]) -> cel.Env:
+    return versions.cel_environment(_VARIABLES, cel_version)
+
+
+def configuration_errors(
+    configuration: Mapping[str, Any], version: KubernetesVersion = DEFAULT
+) -> list[str]:
     """What the apiserver's validation refuses in a webhook configuration that would change how
     the sandbox matches: label selector operators and matchConditions that 1.30 refuses on
     write, with their types (cel_check)."""
@@ -306,7 +317,9 @@ def configuration_errors(configuration: Mapping[str, Any]) -> list[str]:
                     )
         for position, condition in enumerate(webhook.get("matchConditions") or ()):
             expression = str(condition.get("expression", ""))
-            if error := cel_check.match_condition_error(expression):
+            if error := cel_check.match_condition_error(
+                expression, version.cel_for_new_expressions
+            ):
                 errors.append(
                     f"webhooks[{index}].matchConditions[{position}].expression: "
                     f"Invalid value: {json.dumps(expression)}: {error}"

@@ -15,7 +15,8 @@ from typing import Any
 from aiohttp import web
 
 from volcano_guard.base.status import status_response
-from volcano_guard_sandbox.apiserver.resources import ResourceType, group_versions
+from volcano_guard_sandbox.apiserver.resources import ResourceType
+from volcano_guard_sandbox.apiserver.versions import VERSION_KEY, KubernetesVersion
 
 _FIELD_VALIDATION = {
     "name": "fieldValidation",
@@ -53,10 +54,10 @@ def _operation(resource: ResourceType, action: str) -> dict[str, Any]:
 
 
 @cache
-def build_document(group: str, version: str) -> dict[str, Any]:
+def build_document(group: str, version: str, played: KubernetesVersion) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     schemas: dict[str, Any] = {}
-    for resource in group_versions()[(group, version)]:
+    for resource in played.group_versions()[(group, version)]:
         base = resource.prefix()
         scope = f"{base}/namespaces/{{namespace}}" if resource.namespaced else base
         collection, item = f"{scope}/{resource.plural}", f"{scope}/{resource.plural}/{{name}}"
@@ -87,18 +88,20 @@ def _hash(document: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32].upper()
 
 
-async def index(_: web.Request) -> web.Response:
+async def index(request: web.Request) -> web.Response:
     paths = {}
-    for group, version in group_versions():
+    played = request.app[VERSION_KEY]
+    for group, version in played.group_versions():
         key = _key(group, version)
-        digest = _hash(build_document(group, version))
+        digest = _hash(build_document(group, version, played))
         paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest}"}
     return web.json_response({"paths": paths})
 
 
 async def document(request: web.Request) -> web.Response:
     path = request.match_info["path"]
-    for group, version in group_versions():
+    played = request.app[VERSION_KEY]
+    for group, version in played.group_versions():
         if _key(group, version) == path:
-            return web.json_response(build_document(group, version))
+            return web.json_response(build_document(group, version, played))
     return status_response(404, f"no OpenAPI document for {path}")

@@ -39,6 +39,7 @@ from volcano_guard_sandbox.apiserver.matching import (
 )
 from volcano_guard_sandbox.apiserver.policy_validation import PolicyInputs, validate
 from volcano_guard_sandbox.apiserver.store import ApiError
+from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 
 ADMISSION = "admissionregistration.k8s.io"
 EXCLUDED = frozenset(
@@ -82,6 +83,7 @@ def dispatch(
     params: ParamLookup,
     namespace_object: Mapping[str, Any] | None,
     record: Record,
+    version: KubernetesVersion = DEFAULT,
 ) -> None:
     """Apply every bound policy to the request; ApiError for the first denial."""
     if (attributes.group, attributes.resource) in EXCLUDED:
@@ -93,7 +95,13 @@ def dispatch(
     for policy in sorted(policies, key=_name):  # Go walks a map; the sandbox walks by name
         if _name(policy) in by_policy:
             denials += _apply(
-                policy, by_policy[_name(policy)], attributes, params, namespace_object, record
+                policy,
+                by_policy[_name(policy)],
+                attributes,
+                params,
+                namespace_object,
+                record,
+                version,
             )
     if denials:
         raise _refusal(attributes, denials[0])
@@ -106,6 +114,7 @@ def _apply(
     params: ParamLookup,
     namespace_object: Mapping[str, Any] | None,
     record: Record,
+    version: KubernetesVersion,
 ) -> list[_Denial]:
     spec, name = _spec(policy), _name(policy)
     fail = spec.get("failurePolicy", "Fail") != "Ignore"
@@ -147,7 +156,7 @@ def _apply(
                 param,
                 namespace_object,
             )
-            result = validate(spec, inputs)
+            result = validate(spec, inputs, version)
             denials += _act(result.decisions, policy, binding, record)
             for annotation in result.audit_annotations:
                 if annotation.action == "publish":

@@ -18,14 +18,15 @@ when the policy is written (cel_check), so a misspelt variable or field is refus
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import cel_check, kubernetes_cel
+from volcano_guard_sandbox.apiserver import cel_check, versions
 from volcano_guard_sandbox.apiserver.matching import evaluate, evaluate_conditions
+from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 
 # k8s.io/apiserver pkg/apis/cel/config.go MaxEvaluatedMessageExpressionSizeBytes.
 MAX_MESSAGE_BYTES = 5 * 1024
@@ -81,69 +82,86 @@ class PolicyInputs:
 
 
 _VARIABLES = ("object", "oldObject", "request", "namespaceObject", "variables")
-_ENVIRONMENT = kubernetes_cel.environment({name: cel.Type.DYN for name in (*_VARIABLES, "params")})
+_Compiled = Callable[[str], cel.Expression]  # an expression -> its program, in one environment
+
+
+@functools.cache
+def _environment(cel_version: tuple[int, int]) -> cel.Env:
+    names = (*_VARIABLES, "params")
+    return versions.cel_environment({name: cel.Type.DYN for name in names}, cel_version)
 
 
 @functools.lru_cache(maxsize=512)
-def program(expression: str) -> cel.Expression:
-    """The compiled expression; RuntimeError naming the problem if it does not compile."""
-    return _ENVIRONMENT.compile(expression)
+def program(expression: str, version: KubernetesVersion = DEFAULT) -> cel.Expression:
+    """The compiled expression, as a stored one runs; RuntimeError naming the problem if it
+    does not compile."""
+    return _environment(version.cel_for_stored_expressions).compile(expression)
 
 
-def compile_errors(spec: Mapping[str, Any]) -> list[str]:
-    """Every expression of the policy that kube-apiserver 1.30 refuses on write, with its types
-    (cel_check): `FIELD: Invalid value: "EXPRESSION": compilation failed: ...`."""
-    return cel_check.policy_errors(spec)
+def compile_errors(spec: Mapping[str, Any], version: KubernetesVersion = DEFAULT) -> list[str]:
+    """Every expression of the policy that kube-apiserver refuses on write, with its types
+    (cel_check), in the CEL environment a new expression has at version:
+    `FIELD: Invalid value: "EXPRESSION": compilation failed: ...`."""
+    return cel_check.policy_errors(spec, version.cel_for_new_expressions)
 
 
-def validate(spec: Mapping[str, Any], inputs: PolicyInputs) -> ValidateResult:
+def validate(
+    spec: Mapping[str, Any], inputs: PolicyInputs, version: KubernetesVersion = DEFAULT
+) -> ValidateResult:
     """validator.go Validate: the decisions and audit annotations of policy spec for inputs."""
     fail = spec.get("failurePolicy", "Fail") != "Ignore"
     data = inputs.variables()
-    matches, errors = evaluate_conditions(spec.get("matchConditions") or (), program, data)
+    compiled = functools.partial(program, version=version)
+    matches, errors = evaluate_conditions(spec.get("matchConditions") or (), compiled, data)
     if not matches:
         return ValidateResult()
     if errors:
         return ValidateResult((_error(fail, "; ".join(errors)),))
-    data["variables"] = _variables(spec.get("variables") or (), data)
+    data["variables"] = _variables(spec.get("variables") or (), data, compiled)
     decisions = tuple(
-        _decide(validation, data, fail) for validation in spec.get("validations") or ()
+        _decide(validation, data, fail, compiled) for validation in spec.get("validations") or ()
     )
     annotations = tuple(
-        _annotate(annotation, data, fail) for annotation in spec.get("auditAnnotations") or ()
+        _annotate(annotation, data, fail, compiled)
+        for annotation in spec.get("auditAnnotations") or ()
     )
     return ValidateResult(decisions, annotations)
 
 
-def _variables(declared: Any, data: dict[str, Any]) -> dict[str, Any]:
+def _variables(declared: Any, data: dict[str, Any], compiled: _Compiled) -> dict[str, Any]:
     """Each variable in order, seeing those before it. One that fails to evaluate is left out:
     an expression that reads it then fails, as the apiserver's lazy variables fail it."""
     variables: dict[str, Any] = {}
     for variable in declared:
         value, error = evaluate(
-            program, str(variable.get("expression", "")), {**data, "variables": variables}
+            compiled, str(variable.get("expression", "")), {**data, "variables": variables}
         )
         if not error:
             variables[str(variable.get("name", ""))] = value
     return variables
 
 
-def _decide(validation: Mapping[str, Any], data: Mapping[str, Any], fail: bool) -> PolicyDecision:
+def _decide(
+    validation: Mapping[str, Any], data: Mapping[str, Any], fail: bool, compiled: _Compiled
+) -> PolicyDecision:
     expression = str(validation.get("expression", ""))
-    outcome, error = evaluate(program, expression, data)
+    outcome, error = evaluate(compiled, expression, data)
     if error:
         return _error(fail, error)
     if outcome is True:
         return PolicyDecision("admit", "admit")
     return PolicyDecision(
-        "deny", "deny", _message(validation, data), str(validation.get("reason") or REASON_INVALID)
+        "deny",
+        "deny",
+        _message(validation, data, compiled),
+        str(validation.get("reason") or REASON_INVALID),
     )
 
 
-def _message(validation: Mapping[str, Any], data: Mapping[str, Any]) -> str:
+def _message(validation: Mapping[str, Any], data: Mapping[str, Any], compiled: _Compiled) -> str:
     message = ""
     if expression := validation.get("messageExpression"):
-        value, error = evaluate(program, str(expression), data)
+        value, error = evaluate(compiled, str(expression), data)
         if not error and isinstance(value, str):
             message = value.strip()
             if len(message.encode()) > MAX_MESSAGE_BYTES or "\n" in message:
@@ -154,11 +172,11 @@ def _message(validation: Mapping[str, Any], data: Mapping[str, Any]) -> str:
 
 
 def _annotate(
-    annotation: Mapping[str, Any], data: Mapping[str, Any], fail: bool
+    annotation: Mapping[str, Any], data: Mapping[str, Any], fail: bool, compiled: _Compiled
 ) -> AuditAnnotation:
     key = str(annotation.get("key", ""))
     expression = str(annotation.get("valueExpression", ""))
-    value, error = evaluate(program, expression, data)
+    value, error = evaluate(compiled, expression, data)
     if error:
         return AuditAnnotation(key, "error" if fail else "exclude", error=error)
     if value is None or (isinstance(value, str) and not value.strip()):

@@ -34,6 +34,12 @@ class ResourceType:
     create_only: bool = False  # bindings: a verb, not stored objects
     # The object's top-level fields besides apiVersion, kind and metadata (fieldValidation).
     fields: tuple[str, ...] = ("spec", "status")
+    # The Kubernetes minors (1.x) whose API server serves this group version of the kind:
+    # from served_from, until removed_in (0: not removed); an alpha or beta one off by default
+    # only when --runtime-config turns its group version on (versions.py: what changes).
+    served_from: int = 0
+    removed_in: int = 0
+    off_by_default: bool = False
 
     @property
     def verbs(self) -> tuple[str, ...]:
@@ -55,6 +61,42 @@ class ResourceType:
 
     def prefix(self) -> str:
         return group_version_path(self.group, self.version)
+
+
+def _prerelease(
+    version: str, plural: str, kind: str, introduced: int, removed: int
+) -> ResourceType:
+    """An alpha or beta admission kind: served only where --runtime-config turns it on."""
+    return ResourceType(
+        ADMISSION,
+        version,
+        plural,
+        kind,
+        False,
+        strategic_merge=True,
+        fields=("spec", "status") if kind == "ValidatingAdmissionPolicy" else ("spec",),
+        status_subresource=kind == "ValidatingAdmissionPolicy",
+        served_from=introduced,
+        removed_in=removed,
+        off_by_default=True,
+    )
+
+
+# k8s.io/api admissionregistration: each kind's `introduced` tag, and the release
+# zz_generated.prerelease-lifecycle.go's APILifecycleRemoved says it is no longer served in.
+PRERELEASE: tuple[ResourceType, ...] = tuple(
+    _prerelease(version, plural, kind, introduced, removed)
+    for version, policy, introduced, removed in (
+        ("v1alpha1", "ValidatingAdmissionPolicy", 26, 32),
+        ("v1beta1", "ValidatingAdmissionPolicy", 28, 34),
+        ("v1alpha1", "MutatingAdmissionPolicy", 32, 38),
+        ("v1beta1", "MutatingAdmissionPolicy", 34, 40),
+    )
+    for plural, kind in (
+        (f"{policy.lower()[:-1]}ies", policy),
+        (f"{policy.lower()}bindings", f"{policy}Binding"),
+    )
+)
 
 
 RESOURCES: tuple[ResourceType, ...] = (
@@ -150,6 +192,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         False,
         status_subresource=True,
         strategic_merge=True,
+        served_from=30,
     ),
     ResourceType(
         ADMISSION,
@@ -159,6 +202,29 @@ RESOURCES: tuple[ResourceType, ...] = (
         False,
         strategic_merge=True,
         fields=("spec",),
+        served_from=30,
+    ),
+    # Mutating admission policies: stored and served where the version plays them (v1 from
+    # 1.36; v1alpha1 and v1beta1 before it are off by default), not yet applied to writes.
+    ResourceType(
+        ADMISSION,
+        "v1",
+        "mutatingadmissionpolicies",
+        "MutatingAdmissionPolicy",
+        False,
+        strategic_merge=True,
+        fields=("spec",),
+        served_from=36,
+    ),
+    ResourceType(
+        ADMISSION,
+        "v1",
+        "mutatingadmissionpolicybindings",
+        "MutatingAdmissionPolicyBinding",
+        False,
+        strategic_merge=True,
+        fields=("spec",),
+        served_from=36,
     ),
     # The reconciler records a refused config and repaired drift as Events on its ConfigMap.
     ResourceType(
@@ -347,19 +413,25 @@ RESOURCES: tuple[ResourceType, ...] = (
         ("cpolr",),
         fields=_REPORT_FIELDS,
     ),
+    # Last: a search by plural alone finds the kind served by default first.
+    *PRERELEASE,
 )
 
 
-def group_versions() -> dict[tuple[str, str], list[ResourceType]]:
+def group_versions(
+    resources: tuple[ResourceType, ...] = RESOURCES,
+) -> dict[tuple[str, str], list[ResourceType]]:
     """(group, version) -> its resource types, in a stable order."""
     out: dict[tuple[str, str], list[ResourceType]] = {}
-    for resource in RESOURCES:
+    for resource in resources:
         out.setdefault((resource.group, resource.version), []).append(resource)
     return out
 
 
-def find(group: str, version: str, plural: str) -> ResourceType | None:
-    for resource in RESOURCES:
+def find(
+    group: str, version: str, plural: str, resources: tuple[ResourceType, ...] = RESOURCES
+) -> ResourceType | None:
+    for resource in resources:
         if (resource.group, resource.version, resource.plural) == (group, version, plural):
             return resource
     return None

@@ -13,6 +13,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,7 +22,7 @@ from aiohttp import web
 from volcano_guard.base.files import FileProblem, read_text, yaml_documents
 from volcano_guard.base.listen import Listen, start_site
 from volcano_guard_sandbox.apiserver.faults import FaultRule, Faults, Stats
-from volcano_guard_sandbox.apiserver.resources import RESOURCES, ResourceType, served
+from volcano_guard_sandbox.apiserver.resources import ResourceType, served
 from volcano_guard_sandbox.apiserver.server import (
     FAULTS_KEY,
     STATS_KEY,
@@ -30,6 +31,7 @@ from volcano_guard_sandbox.apiserver.server import (
     create_app,
 )
 from volcano_guard_sandbox.apiserver.store import Store, Stored
+from volcano_guard_sandbox.apiserver.versions import DEFAULT, VERSION_KEY, KubernetesVersion
 
 T = TypeVar("T")
 
@@ -48,12 +50,16 @@ class Sandbox:
     def stats(self) -> Stats:
         return self.app[STATS_KEY]
 
+    @property
+    def kubernetes_version(self) -> KubernetesVersion:
+        return self.app[VERSION_KEY]
+
     def set_faults(self, *rules: FaultRule) -> None:
         self.app[FAULTS_KEY].rules = rules
 
     def seed(self, objects: Iterable[dict[str, Any]]) -> list[Stored]:
         """Create objects (namespaces they name are created first when missing)."""
-        return seed(self.store, objects)
+        return seed(self.store, objects, self.kubernetes_version)
 
 
 @asynccontextmanager
@@ -65,9 +71,12 @@ async def running(
     faults: Faults | None = None,
     event_window: int = 10_000,
     tls: ssl.SSLContext | None = None,
+    kubernetes_version: KubernetesVersion | None = None,
 ) -> AsyncIterator[Sandbox]:
     """Serve a fresh sandbox inside the block; port 0 picks a free one. With tls it serves
-    HTTPS, which kubectl needs to send a bearer token (it sends none over plain HTTP)."""
+    HTTPS, which kubectl needs to send a bearer token (it sends none over plain HTTP).
+    kubernetes_version, when given, is the version played (else the settings')."""
+    settings = with_version(settings, kubernetes_version)
     app = create_app(Store(event_window), faults, settings)
     # handler_cancellation: a client that leaves ends its watch at once, as kube-apiserver's
     # request context does.
@@ -94,8 +103,10 @@ class SandboxThread:
         settings: SandboxSettings | None = None,
         event_window: int = 10_000,
         tls: ssl.SSLContext | None = None,
+        kubernetes_version: KubernetesVersion | None = None,
     ) -> None:
-        self._host, self._port, self._settings = host, port, settings
+        self._host, self._port = host, port
+        self._settings = with_version(settings, kubernetes_version)
         self._event_window, self._tls = event_window, tls
         self._loop = asyncio.new_event_loop()
         self._started: Future[Sandbox] = Future()
@@ -154,19 +165,31 @@ class SandboxThread:
         self.call(lambda sandbox: sandbox.set_faults(*rules))
 
 
-def resource_for(obj: dict[str, Any]) -> ResourceType:
+def with_version(
+    settings: SandboxSettings | None, kubernetes_version: KubernetesVersion | None
+) -> SandboxSettings:
+    """settings (or the defaults) playing kubernetes_version, when one is given."""
+    settings = settings or SandboxSettings()
+    if kubernetes_version is None:
+        return settings
+    return replace(settings, kubernetes_version=kubernetes_version)
+
+
+def resource_for(obj: dict[str, Any], played: KubernetesVersion = DEFAULT) -> ResourceType:
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
-    for resource in RESOURCES:
+    for resource in played.resources:
         if (resource.api_version, resource.kind) == (api_version, kind):
             return resource
-    raise ValueError(f"the sandbox does not serve {kind} ({api_version})")
+    raise ValueError(f"the sandbox does not serve {kind} ({api_version}) at Kubernetes {played}")
 
 
-def seed(store: Store, objects: Iterable[dict[str, Any]]) -> list[Stored]:
+def seed(
+    store: Store, objects: Iterable[dict[str, Any]], played: KubernetesVersion = DEFAULT
+) -> list[Stored]:
     namespaces = served("", "v1", "namespaces")
     created = []
     for obj in objects:
-        resource = resource_for(obj)
+        resource = resource_for(obj, played)
         namespace = ""
         if resource.namespaced:
             namespace = (obj.get("metadata") or {}).get("namespace") or "default"

@@ -29,7 +29,7 @@ from volcano_guard_sandbox.apiserver.authn import Authenticator
 from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
 from volcano_guard_sandbox.apiserver.faults import FaultRule, Faults, Stats
 from volcano_guard_sandbox.apiserver.matching import User
-from volcano_guard_sandbox.apiserver.resources import RESOURCES, ResourceType, find, group_versions
+from volcano_guard_sandbox.apiserver.resources import ResourceType
 from volcano_guard_sandbox.apiserver.selectors import (
     SelectorError,
     parse_field_selector,
@@ -44,6 +44,7 @@ from volcano_guard_sandbox.apiserver.store import (
     Stored,
     encode_event,
 )
+from volcano_guard_sandbox.apiserver.versions import DEFAULT, VERSION_KEY, KubernetesVersion
 
 log = logging.getLogger("volcano_guard_sandbox.apiserver")
 STORE_KEY = web.AppKey("store", Store)
@@ -54,7 +55,6 @@ DISPATCHER_KEY = web.AppKey("dispatcher", Dispatcher)
 USER_KEY = web.RequestKey("user", User)
 SETTINGS_KEY: web.AppKey[SandboxSettings] = web.AppKey("settings")
 MAX_BODY = 3 * 1024 * 1024  # the apiserver's request size limit for etcd-bound objects
-KUBERNETES_VERSION = ("1", "32")
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
@@ -82,6 +82,8 @@ class SandboxSettings:
     services: ServiceEndpoints = field(default_factory=ServiceEndpoints)
     tokens: Mapping[str, User] | None = None  # bearer token -> user; None: everyone is admin
     audit_events: int = 1000  # the most recent writes /sandbox/audit keeps
+    # The Kubernetes version played: discovery, the kinds served, the CEL environment.
+    kubernetes_version: KubernetesVersion = DEFAULT
 
 
 @dataclass(frozen=True)
@@ -112,8 +114,9 @@ def create_app(
     app[FAULTS_KEY] = faults or Faults()
     app[STATS_KEY] = Stats()
     app[SETTINGS_KEY] = settings
+    app[VERSION_KEY] = settings.kubernetes_version
     app[AUTHENTICATOR_KEY] = Authenticator(settings.tokens)
-    app[DISPATCHER_KEY] = Dispatcher(settings.services)
+    app[DISPATCHER_KEY] = Dispatcher(settings.services, settings.kubernetes_version)
     app[AUDIT_KEY] = AuditLog(settings.audit_events)
     app.router.add_get("/version", _version)
     app.router.add_get("/api", _api_versions)
@@ -162,13 +165,18 @@ async def _authenticate(request: web.Request, handler: Any) -> web.StreamRespons
 # -- discovery ------------------------------------------------------------------------------
 
 
-async def _version(_: web.Request) -> web.Response:
-    major, minor = KUBERNETES_VERSION
+def kubernetes_version(request: web.Request) -> KubernetesVersion:
+    """The version the sandbox serving request plays."""
+    return request.app[VERSION_KEY]
+
+
+async def _version(request: web.Request) -> web.Response:
+    played = kubernetes_version(request)
     return web.json_response(
         {
-            "major": major,
-            "minor": minor,
-            "gitVersion": f"v{major}.{minor}.0",
+            "major": "1",
+            "minor": str(played.minor),
+            "gitVersion": played.git_version,
             "gitCommit": "volcano-guard-sandbox",
             "gitTreeState": "clean",
             "buildDate": "2026-01-01T00:00:00Z",
@@ -195,12 +203,11 @@ async def _api_versions(request: web.Request) -> web.Response:
     )
 
 
-async def _api_groups(_: web.Request) -> web.Response:
+async def _api_groups(request: web.Request) -> web.Response:
     groups = []
-    for group, version in group_versions():
-        if group:
-            entry = {"groupVersion": f"{group}/{version}", "version": version}
-            groups.append({"name": group, "versions": [entry], "preferredVersion": entry})
+    for group, versions in kubernetes_version(request).groups().items():
+        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        groups.append({"name": group, "versions": entries, "preferredVersion": entries[0]})
     return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 
 
@@ -209,7 +216,7 @@ async def _resource_list(request: web.Request) -> web.Response:
     version = request.match_info["version"]
     if not group and request.path.startswith("/apis/"):
         raise web.HTTPNotFound()
-    resources = group_versions().get((group, version))
+    resources = kubernetes_version(request).group_versions().get((group, version))
     if resources is None:
         return _error(ApiError(404, "NotFound", "the server could not find the requested resource"))
     entries: list[dict[str, Any]] = []
@@ -261,7 +268,7 @@ async def _resource_list(request: web.Request) -> web.Response:
 async def _stats(request: web.Request) -> web.Response:
     store = request.app[STORE_KEY]
     body = request.app[STATS_KEY].as_dict()
-    body["objects"] = {r.plural: store.count(r) for r in RESOURCES}
+    body["objects"] = {r.plural: store.count(r) for r in kubernetes_version(request).resources}
     body["resourceVersion"] = str(store.resource_version)
     body["openWatches"] = store.open_watches
     return web.json_response(body)
@@ -330,11 +337,16 @@ def parse_request_info(request: web.Request) -> RequestInfo:
     if watch_path:
         parts = parts[1:]
     namespace = ""
-    if len(parts) >= 3 and parts[0] == "namespaces" and _namespaced(group, version, parts[2]):
+    played = kubernetes_version(request)
+    if (
+        len(parts) >= 3
+        and parts[0] == "namespaces"
+        and _namespaced(played, group, version, parts[2])
+    ):
         namespace, parts = parts[1], parts[2:]
     if not parts or len(parts) > 3:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
-    resource = find(group, version, parts[0])
+    resource = played.find(group, version, parts[0])
     if resource is None:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     name = parts[1] if len(parts) > 1 else ""
@@ -352,8 +364,8 @@ def parse_request_info(request: web.Request) -> RequestInfo:
     return RequestInfo(verb, resource, namespace, name, subresource)
 
 
-def _namespaced(group: str, version: str, plural: str) -> bool:
-    resource = find(group, version, plural)
+def _namespaced(played: KubernetesVersion, group: str, version: str, plural: str) -> bool:
+    resource = played.find(group, version, plural)
     return resource is not None and resource.namespaced
 
 
@@ -405,6 +417,7 @@ async def _dispatch(request: web.Request, info: RequestInfo) -> web.StreamRespon
         request.query,
         manager=apply.manager_of(request.query, request.headers.get("User-Agent", "")),
         dry_run=dry_run,
+        kubernetes_version=kubernetes_version(request),
     )
     try:
         response = await _write(request, info, write)

@@ -23,7 +23,7 @@ from volcano_guard_sandbox.apiserver import apply, immutable, pod_validation, po
 from volcano_guard_sandbox.apiserver.admission import Dispatcher, Record
 from volcano_guard_sandbox.apiserver.matching import Attributes, User, configuration_errors
 from volcano_guard_sandbox.apiserver.policy_validation import compile_errors
-from volcano_guard_sandbox.apiserver.resources import ADMISSION, RESOURCES, ResourceType, served
+from volcano_guard_sandbox.apiserver.resources import ADMISSION, ResourceType, served
 from volcano_guard_sandbox.apiserver.store import (
     APPLY_PATCH,
     ApiError,
@@ -33,6 +33,7 @@ from volcano_guard_sandbox.apiserver.store import (
     default,
     invalid_fields,
 )
+from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 
 MAX_ATTEMPTS = 5
 NAMESPACES = served("", "v1", "namespaces")
@@ -64,6 +65,7 @@ class Write:
     manager: str = "unknown"  # the fieldManager of managedFields
     dry_run: bool = False  # dryRun=All: admitted and answered as if stored, nothing stored
     created: bool = False  # an apply that created its object (201)
+    kubernetes_version: KubernetesVersion = DEFAULT  # the kinds and CEL environment played
 
     def attributes(
         self,
@@ -141,13 +143,14 @@ class Write:
             self.params,
             self._namespace_object(attributes),
             self.record,
+            self.kubernetes_version,
         )
         await self.dispatcher.validate(attributes, self.configurations(VALIDATING), self.record)
 
     def params(self, api_version: str, kind: str) -> policies.ParamSource | None:
         """Where a binding's params are: objects of a paramKind the sandbox serves."""
         group, _, version = api_version.rpartition("/")
-        for resource in RESOURCES:
+        for resource in self.kubernetes_version.resources:
             if (resource.group, resource.version, resource.kind) == (group, version, kind):
                 return policies.ParamSource(
                     resource.namespaced, functools.partial(self._objects, resource)
@@ -177,7 +180,7 @@ async def create(write: Write, body: Any) -> Stored:
     write.name = str(obj["metadata"].get("name") or "")
     obj = await write.mutate(write.attributes("CREATE", obj, None, options)) or obj
     obj = store.prepare_create(resource, namespace, obj)
-    _check_valid(resource, obj)
+    _check_valid(resource, obj, write.kubernetes_version)
     await write.validate(write.attributes("CREATE", obj, None, options))
     write.name = obj["metadata"]["name"]
     if write.dry_run:
@@ -316,7 +319,7 @@ async def _update(write: Write, read: Any, applying: bool = False) -> Stored:
         new = store.prepare_update(resource, namespace, name, current, obj, write.subresource)
         if not applying:
             apply.record_update(old, new, write.manager, resource.strategic_merge)
-        _check_valid(resource, new)
+        _check_valid(resource, new, write.kubernetes_version)
         immutable.check_update(resource, new, old)
         if resource is PODS and not write.subresource:
             _check_pod_update(new, old)
@@ -349,7 +352,7 @@ def _check_pod_update(new: dict[str, Any], old: dict[str, Any]) -> None:
         raise invalid_fields(PODS, new["metadata"].get("name", ""), errors)
 
 
-def _check_valid(resource: ResourceType, obj: dict[str, Any]) -> None:
+def _check_valid(resource: ResourceType, obj: dict[str, Any], version: KubernetesVersion) -> None:
     """What the resource's own validation refuses (422), after the mutating webhooks and
     before the validating plugins: a pod's negative quantities and requests above limits; a
     webhook configuration the sandbox could not match by, or an admission policy whose
@@ -360,9 +363,9 @@ def _check_valid(resource: ResourceType, obj: dict[str, Any]) -> None:
             raise invalid_fields(resource, obj["metadata"].get("name", ""), pod_errors)
         return
     if resource in (MUTATING, VALIDATING):
-        errors = configuration_errors(obj)
+        errors = configuration_errors(obj, version)
     elif resource is POLICIES:
-        errors = compile_errors(obj.get("spec") or {})
+        errors = compile_errors(obj.get("spec") or {}, version)
     elif resource is BINDINGS:
         errors = policies.binding_errors(obj.get("spec") or {})
     else:

@@ -1,0 +1,45 @@
+"""The guard installed as docs/install.md says (`kubectl apply -k deploy/base`) into the sandbox
+playing the oldest and the newest Kubernetes release the guard supports, its reconciler run as
+its Deployment says: where discovery serves ValidatingAdmissionPolicies, the reconciler installs
+the in-server policies and their bindings."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.conftest import REPO
+from volcano_guard.webhook.config import config_from_dict
+from volcano_guard.webhook.manifests import BINDING, POLICY, admission_objects
+from volcano_guard_sandbox.apiserver.versions import KubernetesVersion
+from volcano_guard_sandbox.installed import NAMESPACE, RECONCILER, installed_sandbox, wait_until
+
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"}}
+
+
+@pytest.mark.slow  # the reconciler as a process: about 5 s each
+@pytest.mark.parametrize("minor", [30, 36])
+def test_the_installed_reconciler_makes_the_in_server_policies_at_the_version(tmp_path, minor):
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed (.ci/run installs it)")
+    played = KubernetesVersion(minor)
+    wanted = admission_objects(config_from_dict({}), NAMESPACE, policies_served=True)
+    in_server = sorted(o.name for o in wanted if o.kind in (POLICY, BINDING))
+    with installed_sandbox(
+        tmp_path / "cluster", REPO / "deploy" / "base", [NODE], kubernetes_version=played
+    ) as cluster:
+        assert f"v1.{minor}.0" in cluster.kubectl("version").stdout
+        reconciler = cluster.start(RECONCILER)
+
+        def installed() -> list[str]:
+            kinds = "validatingadmissionpolicies,validatingadmissionpolicybindings"
+            listed = cluster.get(
+                kinds, "-l", "app.kubernetes.io/managed-by=volcano-guard-reconciler"
+            )
+            return sorted(item["metadata"]["name"] for item in listed["items"])
+
+        took = wait_until(
+            lambda: installed() == in_server, "the in-server policies", pod=reconciler
+        )
+        print(f"1.{minor}: {len(in_server)} policies and bindings in {took:.1f}s")
