@@ -232,11 +232,6 @@ LISTS_NOT_CEL = {
     "emptyIntList.sum()",
     "emptyDoubleList.sum()",
     "([0] + emptyList).min()",
-    # indexOf/lastIndexOf are not offered (kubernetes_cel says why)
-    "[1, 2, 2, 3].indexOf(2)",
-    "['a', 'b', 'b', 'c'].lastIndexOf('b')",
-    "[1.0].indexOf(1.1)",
-    "[].indexOf('string')",
 }
 
 
