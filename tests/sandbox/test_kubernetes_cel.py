@@ -276,8 +276,8 @@ def test_the_regex_examples_are_those_regex_go_documents():
     [
         ("'a1b22c333'.findAll('[0-9]+', 2)", ["1", "22"]),
         ("'aaa'.findAll('a*?')", ["", "", "", ""]),  # empty matches, none abutting a match
-        ("'x'.find('(?=x)')", ERROR),  # RE2 has no look-around
-        ("'x'.find('(')", ERROR),
+        ("'x'.find(dyn('(?=x)'))", ERROR),  # RE2 has no look-around
+        ("'x'.find(dyn('('))", ERROR),  # a pattern known only when evaluated
         ("'hello'.charAt(4)", "o"),  # the strings extension, version 2
         ("'hello hello hello'.split(' ', 2)", ["hello", "hello hello"]),
         ("['a', 'b'].join('-')", "a-b"),
@@ -288,6 +288,14 @@ def test_the_regex_examples_are_those_regex_go_documents():
 )
 def test_regex_strings_and_lists_beyond_the_examples(expression, expected):
     assert evaluated(expression) == expected
+
+
+@pytest.mark.parametrize(
+    "expression", ["'x'.find('(?=x)')", "'x'.findAll('(', 1)", "'x'.find(r'a++')"]
+)
+def test_a_constant_pattern_go_refuses_is_refused_when_written(expression):
+    with pytest.raises(RuntimeError, match="program instantiation failed: error parsing regexp"):
+        environment({}).compile(expression)
 
 
 def test_a_strings_function_newer_than_1_30_does_not_compile():

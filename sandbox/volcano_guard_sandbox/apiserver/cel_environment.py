@@ -41,6 +41,7 @@ from volcano_guard_sandbox.apiserver.kubernetes_cel import (
     POOL,
     QUANTITY_OVERLOADS,
     REGEX_OVERLOADS,
+    compile_regex,
 )
 
 Version = tuple[int, int]
@@ -111,6 +112,13 @@ LIBRARIES = (
         (1, 34),
         names=("lists.range", "slice", "flatten", "distinct", "reverse", "sort", "sortBy"),
     ),
+)
+
+
+# The first argument of find/findAll or the second of matches, when it is a string literal.
+_STRING_LITERAL = r"""r?(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")"""
+_PATTERN_LITERAL = re.compile(
+    rf"""(?:\.(find|findAll|matches)\(\s*|\b(matches)\([^,()]*,\s*)({_STRING_LITERAL})\s*[,)]"""
 )
 
 
@@ -374,7 +382,26 @@ class KubernetesEnvironment:
             checked = self.checker.compile(expression)
         except RuntimeError as exc:
             raise RuntimeError(refusal(str(exc), self.version)) from None
+        self._check_regex_literals(expression)
         return self.runtime.deserialize(checked.serialize())
+
+    def _check_regex_literals(self, expression: str) -> None:
+        """A constant pattern of `find`, `findAll` or `matches` that Go's regexp refuses: the
+        API server builds the program when a policy is written (admission/plugin/cel
+        compile.go CompileCELExpression), and regex.go's OptimizeRegex compiles constant
+        patterns then, so it refuses the policy; base.go's cel.ValidateRegexLiterals (1.29)
+        refuses a `matches` one when the expression is checked."""
+        for member, function, literal in _PATTERN_LITERAL.findall(expression):
+            pattern = self.runtime.compile(literal).eval(data={}).value()
+            if not isinstance(pattern, str):
+                continue
+            try:
+                compile_regex(pattern)
+            except ValueError as exc:
+                reason = str(exc).removeprefix("Illegal regex: ")
+                if "matches" in (member, function):  # cel.ValidateRegexLiterals (1.29)'s words
+                    raise RuntimeError(f"invalid matches argument: {reason}") from None
+                raise RuntimeError(f"program instantiation failed: {reason}") from None
 
     def Activation(self, *args: Any, **kwargs: Any) -> cel.Activation:  # cel.Env's name
         return self.runtime.Activation(*args, **kwargs)

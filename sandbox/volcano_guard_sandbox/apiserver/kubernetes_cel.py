@@ -379,7 +379,13 @@ LISTS_OVERLOADS = (
 
 # -- k8s.regex ----------------------------------------------------------------------------------
 
-_NOT_RE2 = re.compile(r"\\(?:[1-9]|g<)|\(\?(?:=|!|<=|<!)")  # back-references, look-arounds
+# Back-references, look-arounds, atomic groups and possessive quantifiers: Python's, not RE2's.
+_NOT_RE2 = re.compile(r"\\(?:[1-9]|g<)|\(\?(?:=|!|<=|<!|>)|(?<!\\)[*+?}]\+")
+
+
+def compile_regex(pattern: str) -> re.Pattern[str]:
+    """The pattern as Go's regexp (RE2 syntax) would take it; ValueError in its words if not."""
+    return _regex(pattern)
 
 
 def _regex(pattern: str) -> re.Pattern[str]:
