@@ -286,9 +286,9 @@ def valid_and_errors(block: str) -> tuple[list[str], dict[str, str]]:
     return valid, errors
 
 
-# The sandbox's runtime sees a list's values, not its declared type: an empty list of durations
-# sums to the int 0, where cel-go's `list(duration).sum()` gives duration('0') (a list of dyn
-# gives 0 in both: `dyn([]).sum() == 0`).
+# `self` is dynamic here, where the CRD's schema types it: an empty list of dyn sums to the int 0
+# in both (`dyn([]).sum() == 0`); typed `list(duration)`, it is duration('0') in both (pinned by
+# test_an_empty_typed_list_sums_to_its_types_zero).
 KNOWN_DIFFERENCES = {"self.emptyDurations.sum() == duration('0')": ("value", False)}
 # The block's error rules that fail when evaluated (the others are refused when written).
 EVALUATION_ERRORS = {
@@ -547,3 +547,14 @@ def test_the_lists_library_declares_lists_go_overloads():
     expected |= {f"list_{t}_{f}_{t}" for t in comparable for f in ("min", "max")}
     expected |= set(re.findall(r'MemberOverload\("(list_a_\w+)"', source))
     assert {overload[1] for overload in LISTS_OVERLOADS} == expected
+
+
+@pytest.mark.parametrize(
+    ("element", "zero"),
+    [("DURATION", "duration('0')"), ("DOUBLE", "0.0"), ("INT", "0"), ("UINT", "0u")],
+)
+def test_an_empty_typed_list_sums_to_its_types_zero(element, zero):
+    """lists.go zeroValuesOfSummableTypes: the checker's overload picks the zero."""
+    env = environment({"items": cel.Type.List(getattr(cel.Type, element))})
+    value = env.compile(f"items.sum() == {zero}").eval(data={"items": []})
+    assert value.value() is True

@@ -33,10 +33,12 @@ from typing import Any
 import yaml
 from cel_expr_python import cel
 
+from volcano_guard_sandbox.apiserver.cel_checked import rename_calls
 from volcano_guard_sandbox.apiserver.cel_sets import SETS_OVERLOADS
 from volcano_guard_sandbox.apiserver.cel_strings import STRINGS_OVERLOADS
 from volcano_guard_sandbox.apiserver.cel_urls import URL_OVERLOADS
 from volcano_guard_sandbox.apiserver.kubernetes_cel import (
+    LISTS_DISPATCH,
     LISTS_OVERLOADS,
     POOL,
     QUANTITY_OVERLOADS,
@@ -297,19 +299,35 @@ def _runtime_type(kind: cel.Type) -> cel.Type:
     return kind
 
 
-def _runtime_extension(name: str, overloads: Overloads) -> cel.CelExtension:
-    """One runtime overload a function and argument kinds; the overloads it stands for share
-    one implementation (lists.go's per-type overloads do: the same Go function each)."""
+def _runtime_extension(name: str, overloads: Overloads) -> tuple[cel.CelExtension, dict[str, str]]:
+    """One runtime overload a function and argument kinds: the implementation the overloads
+    it stands for share (lists.go's per-type overloads mostly call one Go function), else the
+    library's dispatching one (LISTS_DISPATCH: `sum`, whose zero depends on the type). Each
+    overload of such a group also gets a runtime function of its own, `<function>@<overload
+    id>`, to which `compile` renames the calls the checker resolved to that overload alone;
+    returned with the extension, by overload id."""
     groups: dict[tuple[str, bool, tuple[str, ...]], list[Any]] = {}
     for overload in overloads:
         function, _, parameters, _, member, _ = overload
         kinds = tuple(_runtime_type(p).name() for p in parameters)
         groups.setdefault((function, member, kinds), []).append(overload)
     by_name: dict[str, list[cel.Overload]] = {}
+    renamed: dict[str, str] = {}
     for (function, member, _), grouped in groups.items():
-        implementations = {id(o[5]) for o in grouped}
-        assert len(implementations) == 1, f"{function}: one implementation a kind"
         _, overload_id, parameters, result, _, implementation = grouped[0]
+        if len({id(o[5]) for o in grouped}) > 1:
+            implementation = LISTS_DISPATCH[function]
+            for _, typed_id, typed_parameters, _, _, typed in grouped:
+                renamed[typed_id] = f"{function}@{typed_id}"
+                by_name[renamed[typed_id]] = [
+                    cel.Overload(
+                        typed_id,
+                        cel.Type.DYN,
+                        [_runtime_type(p) for p in typed_parameters],
+                        is_member=member,
+                        impl=typed,
+                    )
+                ]
         results = {o[3].name() for o in grouped}
         runtime_result = result if len(results) == 1 else cel.Type.DYN
         if re.fullmatch(r"[A-Z]", runtime_result.name()):
@@ -324,9 +342,8 @@ def _runtime_extension(name: str, overloads: Overloads) -> cel.CelExtension:
                 impl=implementation,
             )
         )
-    return cel.CelExtension(
-        name, [cel.FunctionDecl(function, declared) for function, declared in by_name.items()]
-    )
+    declarations = [cel.FunctionDecl(function, declared) for function, declared in by_name.items()]
+    return cel.CelExtension(name, declarations), renamed
 
 
 def implementations(version: Version = OLDEST) -> dict[str, Callable[..., Any]]:
@@ -358,7 +375,7 @@ class KubernetesEnvironment:
             for lib in libraries
             if lib.overloads is not None and lib not in dispatched
         ]
-        runtime = _runtime_extension(
+        runtime, self._renamed = _runtime_extension(
             "kubernetes.dispatched", [o for lib in dispatched for o in lib.overloads or ()]
         )
         self.checker = cel.NewEnv(
@@ -383,7 +400,7 @@ class KubernetesEnvironment:
         except RuntimeError as exc:
             raise RuntimeError(refusal(str(exc), self.version)) from None
         self._check_regex_literals(expression)
-        return self.runtime.deserialize(checked.serialize())
+        return self.runtime.deserialize(rename_calls(checked.serialize(), self._renamed))
 
     def _check_regex_literals(self, expression: str) -> None:
         """A constant pattern of `find`, `findAll` or `matches` that Go's regexp refuses: the

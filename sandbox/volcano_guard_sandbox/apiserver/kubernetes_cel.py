@@ -294,6 +294,29 @@ def list_sum(items: list[Any]) -> Any:
     return sum(items)
 
 
+# lists.go zeroValuesOfSummableTypes (a uint is an int in Python).
+_ZEROS: dict[str, Any] = {
+    "int": 0,
+    "uint": 0,
+    "double": 0.0,
+    "duration": datetime.timedelta(0),
+}
+
+
+def _typed_sum(zero: Any) -> Any:
+    """The sum of one summable type, from its zero: what the overload of that type returns for
+    an empty list. CEL's C++ runtime calls list_sum (one function for every list kind)."""
+
+    def typed_sum(items: list[Any]) -> Any:
+        return list_sum(items) if items else _as_cel(zero)
+
+    return typed_sum
+
+
+# The one function CEL's C++ runtime calls for a function whose per-type overloads differ.
+LISTS_DISPATCH = {"sum": list_sum}
+
+
 def _extreme(items: list[Any], name: str, pick: Any) -> Any:
     if not items:
         raise ValueError(f"{name} called on empty list")
@@ -321,6 +344,7 @@ def list_last_index_of(items: list[Any], value: Any) -> int:
 def _typed_overloads() -> tuple[tuple[str, str, tuple[cel.Type, ...], cel.Type, bool, Any], ...]:
     """listsLibraryDecls: one overload an element type, with lists.go's overload ids."""
     overloads: list[tuple[str, str, tuple[cel.Type, ...], cel.Type, bool, Any]] = []
+    sums = {name: _typed_sum(zero) for name, zero in _ZEROS.items()}
     for name in _COMPARABLE:
         element = _CEL_TYPES[name]
         overloads.append(
@@ -336,7 +360,7 @@ def _typed_overloads() -> tuple[tuple[str, str, tuple[cel.Type, ...], cel.Type, 
     for name in _SUMMABLE:
         element = _CEL_TYPES[name]
         overloads.append(
-            ("sum", f"list_{name}_sum_{name}", (cel.Type.List(element),), element, True, list_sum)
+            ("sum", f"list_{name}_sum_{name}", (cel.Type.List(element),), element, True, sums[name])
         )
     for function, implementation in (("max", list_max), ("min", list_min)):
         for name in _COMPARABLE:
