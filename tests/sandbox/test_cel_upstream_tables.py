@@ -558,3 +558,24 @@ def test_an_empty_typed_list_sums_to_its_types_zero(element, zero):
     env = environment({"items": cel.Type.List(getattr(cel.Type, element))})
     value = env.compile(f"items.sum() == {zero}").eval(data={"items": []})
     assert value.value() is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "words"),
+    [
+        ("duration('1x') > duration('1s')", "invalid duration argument"),
+        (
+            "timestamp('yesterday') < timestamp('2000-01-01T00:00:00Z')",
+            "invalid timestamp argument",
+        ),
+        ("'a'.matches('x++')", "invalid matches argument"),
+        ("matches('a', '(')", "program instantiation failed: error parsing regexp"),
+    ],
+)
+def test_a_literal_base_go_validates_is_refused_when_written(expression, words):
+    """base.go 1.29: cel.ValidateDurationLiterals, ValidateTimestampLiterals and
+    ValidateRegexLiterals (a member `matches`); a global `matches` is refused when the
+    program is built, as compile.go builds it on write."""
+    kind, text = outcome(expression)
+    assert kind == "refused" and words in text, text
+    assert outcome("duration('1h') > duration('1s')") == ("value", True)

@@ -123,6 +123,8 @@ _PATTERN_LITERAL = re.compile(
     rf"""(?:\.(find|findAll|matches)\(\s*|\b(matches)\([^,()]*,\s*)({_STRING_LITERAL})\s*[,)]"""
 )
 
+_TIME_LITERAL = re.compile(rf"(?<![.\w])(duration|timestamp)\(\s*({_STRING_LITERAL})\s*\)")
+
 
 def _check_version(version: Version) -> None:
     if not OLDEST <= version <= NEWEST:
@@ -400,7 +402,16 @@ class KubernetesEnvironment:
         except RuntimeError as exc:
             raise RuntimeError(refusal(str(exc), self.version)) from None
         self._check_regex_literals(expression)
+        self._check_time_literals(expression)
         return self.runtime.deserialize(rename_calls(checked.serialize(), self._renamed))
+
+    def _check_time_literals(self, expression: str) -> None:
+        """cel.ValidateDurationLiterals and ValidateTimestampLiterals (base.go, 1.29): a
+        `duration()` or `timestamp()` of a string literal that does not convert is refused."""
+        for function, literal in _TIME_LITERAL.findall(expression):
+            value = self.runtime.compile(f"{function}({literal})").eval(data={})
+            if value.type() == cel.Type.ERROR:
+                raise RuntimeError(f"invalid {function} argument: {function}({literal})")
 
     def _check_regex_literals(self, expression: str) -> None:
         """A constant pattern of `find`, `findAll` or `matches` that Go's regexp refuses: the
@@ -408,7 +419,7 @@ class KubernetesEnvironment:
         compile.go CompileCELExpression), and regex.go's OptimizeRegex compiles constant
         patterns then, so it refuses the policy; base.go's cel.ValidateRegexLiterals (1.29)
         refuses a `matches` one when the expression is checked."""
-        for member, function, literal in _PATTERN_LITERAL.findall(expression):
+        for member, _global, literal in _PATTERN_LITERAL.findall(expression):
             pattern = self.runtime.compile(literal).eval(data={}).value()
             if not isinstance(pattern, str):
                 continue
@@ -416,7 +427,7 @@ class KubernetesEnvironment:
                 compile_regex(pattern)
             except ValueError as exc:
                 reason = str(exc).removeprefix("Illegal regex: ")
-                if "matches" in (member, function):  # cel.ValidateRegexLiterals (1.29)'s words
+                if member == "matches":  # cel.ValidateRegexLiterals (1.29)'s words
                     raise RuntimeError(f"invalid matches argument: {reason}") from None
                 raise RuntimeError(f"program instantiation failed: {reason}") from None
 
