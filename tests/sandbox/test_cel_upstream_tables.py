@@ -579,3 +579,19 @@ def test_a_literal_base_go_validates_is_refused_when_written(expression, words):
     kind, text = outcome(expression)
     assert kind == "refused" and words in text, text
     assert outcome("duration('1h') > duration('1s')") == ("value", True)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # x/text's printer: a negative exponent with a superscript minus, two digits at least
+        ("'%e'.format([-0.00012])", "-1.200000\u202f\u00d7\u202f10\u207b\u2070\u2074"),
+        # cel-go's "%<precision>e" is a width: padded to 20 runes, six digits still
+        ("'%.20e'.format([1052.03])", "     1.052030\u202f\u00d7\u202f10\u2070\u00b3"),
+        ("'%.2f'.format([-1234567.891])", "-1,234,567.89"),  # en_US groups thousands
+        ("'%s'.format([1234567.0])", "1.234567e+06"),  # Go's %g
+        ("'%s'.format([[double('inf'), b'\\xff']])", '["+Inf", b"\\xff"]'),
+    ],
+)
+def test_format_prints_numbers_as_cel_go_and_x_text_print_them(expression, expected):
+    assert outcome(expression) == ("value", expected)

@@ -405,15 +405,17 @@ def _format_fixed(value: Any, precision: int | None) -> str:
 
 
 def _format_scientific(value: Any, precision: int | None) -> str:
-    del precision  # cel-go prints "%<precision>e": a width, not a precision
+    """cel-go prints "%<precision>e" (default 6): a width, not a precision, so six fraction
+    digits always, padded with spaces on the left to that many runes (x/text's printer)."""
     number = _float_argument(value, "scientific")
-    special = _special(number)
-    if special is not None:
-        return special
-    mantissa, _, exponent = f"{number:.{DEFAULT_PRECISION}e}".partition("e")
-    power = int(exponent)
-    superscript = ("-" if power < 0 else "") + f"{abs(power):02d}"
-    return f"{mantissa}\u202f\u00d7\u202f10{superscript.translate(_SUPERSCRIPT)}"
+    text = _special(number)
+    if text is None:
+        mantissa, _, exponent = f"{number:.{DEFAULT_PRECISION}e}".partition("e")
+        power = int(exponent)
+        superscript = ("-" if power < 0 else "") + f"{abs(power):02d}"
+        text = f"{mantissa}\u202f\u00d7\u202f10{superscript.translate(_SUPERSCRIPT)}"
+    width = DEFAULT_PRECISION if precision is None else precision
+    return text.rjust(width)
 
 
 def _format_binary(value: Any) -> str:
