@@ -44,6 +44,7 @@ from volcano_guard_sandbox.apiserver.kubernetes_cel import (
     QUANTITY_OVERLOADS,
     REGEX_OVERLOADS,
     compile_regex,
+    extension,
 )
 
 Version = tuple[int, int]
@@ -273,20 +274,6 @@ def _checker_config(libraries: Sequence[Library]) -> cel.EnvConfig:
     return cel.NewEnvConfigFromYaml(yaml.safe_dump(config, sort_keys=False))
 
 
-def _extension(name: str, overloads: Overloads) -> cel.CelExtension:
-    """Overloads as declared, with their implementations (no overload shares argument kinds)."""
-    by_name: dict[str, list[cel.Overload]] = {}
-    for function, overload_id, parameters, result, member, implementation in overloads:
-        by_name.setdefault(function, []).append(
-            cel.Overload(
-                overload_id, result, list(parameters), is_member=member, impl=implementation
-            )
-        )
-    return cel.CelExtension(
-        name, [cel.FunctionDecl(function, declared) for function, declared in by_name.items()]
-    )
-
-
 # -- implementations for the runtime -------------------------------------------------------------
 
 
@@ -373,7 +360,7 @@ class KubernetesEnvironment:
         self.libraries = libraries
         dispatched = _dispatched(libraries)
         plain = [
-            _extension(lib.name, lib.overloads)
+            extension(lib.name, lib.overloads)
             for lib in libraries
             if lib.overloads is not None and lib not in dispatched
         ]

@@ -211,10 +211,11 @@ QUANTITY_OVERLOADS: tuple[tuple[str, str, tuple[cel.Type, ...], cel.Type, bool, 
 
 def quantity_library() -> cel.CelExtension:
     """The k8s.quantity library as a cel-expr-python extension."""
-    return _library("k8s.quantity", QUANTITY_OVERLOADS)
+    return extension("k8s.quantity", QUANTITY_OVERLOADS)
 
 
-def _library(name: str, overloads: Any) -> cel.CelExtension:
+def extension(name: str, overloads: Any) -> cel.CelExtension:
+    """Overloads as declared, with their implementations (when no two share argument kinds)."""
     by_name: dict[str, list[cel.Overload]] = {}
     for function, overload_id, parameters, result, member, implementation in overloads:
         by_name.setdefault(function, []).append(
