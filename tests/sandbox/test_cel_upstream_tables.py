@@ -554,10 +554,17 @@ def test_the_lists_library_declares_lists_go_overloads():
     [("DURATION", "duration('0')"), ("DOUBLE", "0.0"), ("INT", "0"), ("UINT", "0u")],
 )
 def test_an_empty_typed_list_sums_to_its_types_zero(element, zero):
-    """lists.go zeroValuesOfSummableTypes: the checker's overload picks the zero."""
+    """lists.go zeroValuesOfSummableTypes: the checker's overload picks the zero, of its type."""
     env = environment({"items": cel.Type.List(getattr(cel.Type, element))})
-    value = env.compile(f"items.sum() == {zero}").eval(data={"items": []})
-    assert value.value() is True
+    expression = f"items.sum() == {zero} && type(items.sum()) == type({zero})"
+    assert env.compile(expression).eval(data={"items": []}).value() is True
+
+
+def test_a_list_of_uints_sums_and_compares_to_a_uint():
+    """A uint reaches the sandbox's Python as an int; the typed overloads give a uint back."""
+    expression = "type([1u, 2u].sum()) == uint && type([1u, 5u].max()) == uint"
+    assert outcome(expression) == ("value", True)
+    assert outcome("[1u, 5u].min() == 1u") == ("value", True)
 
 
 @pytest.mark.parametrize(

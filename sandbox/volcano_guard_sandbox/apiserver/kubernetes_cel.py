@@ -46,6 +46,7 @@ from google.protobuf import (
     duration_pb2,
     message_factory,
     timestamp_pb2,
+    wrappers_pb2,
 )
 
 from volcano_guard.base.quantity import EXACT, QuantityError, parse_quantity
@@ -304,18 +305,23 @@ _ZEROS: dict[str, Any] = {
 }
 
 
-def _typed_sum(zero: Any) -> Any:
+def _typed_sum(name: str) -> Any:
     """The sum of one summable type, from its zero: what the overload of that type returns for
     an empty list. CEL's C++ runtime calls list_sum (one function for every list kind)."""
 
     def typed_sum(items: list[Any]) -> Any:
-        return list_sum(items) if items else _as_cel(zero)
+        return _typed(name, list_sum(items) if items else _as_cel(_ZEROS[name]))
 
     return typed_sum
 
 
-# The one function CEL's C++ runtime calls for a function whose per-type overloads differ.
-LISTS_DISPATCH = {"sum": list_sum}
+def _typed(name: str, value: Any) -> Any:
+    """A uint result as a uint: a Python int would reach CEL as an int."""
+    return wrappers_pb2.UInt64Value(value=value) if name == "uint" else value
+
+
+def _typed_extreme(name: str, pick: Any) -> Any:
+    return lambda items: _typed(name, pick(items))
 
 
 def _extreme(items: list[Any], name: str, pick: Any) -> Any:
@@ -332,6 +338,10 @@ def list_max(items: list[Any]) -> Any:
     return _extreme(items, "max", max)
 
 
+# The one function CEL's C++ runtime calls for a function whose per-type overloads differ.
+LISTS_DISPATCH = {"sum": list_sum, "min": list_min, "max": list_max}
+
+
 def list_index_of(items: list[Any], value: Any) -> int:
     """lists.go indexOf: the first element equal to value (CEL equality), else -1."""
     return next((i for i, item in enumerate(items) if cel_equal(item, value)), -1)
@@ -345,7 +355,7 @@ def list_last_index_of(items: list[Any], value: Any) -> int:
 def _typed_overloads() -> tuple[tuple[str, str, tuple[cel.Type, ...], cel.Type, bool, Any], ...]:
     """listsLibraryDecls: one overload an element type, with lists.go's overload ids."""
     overloads: list[tuple[str, str, tuple[cel.Type, ...], cel.Type, bool, Any]] = []
-    sums = {name: _typed_sum(zero) for name, zero in _ZEROS.items()}
+    sums = {name: _typed_sum(name) for name in _ZEROS}
     for name in _COMPARABLE:
         element = _CEL_TYPES[name]
         overloads.append(
@@ -373,7 +383,7 @@ def _typed_overloads() -> tuple[tuple[str, str, tuple[cel.Type, ...], cel.Type, 
                     (cel.Type.List(element),),
                     element,
                     True,
-                    implementation,
+                    _typed_extreme(name, implementation) if name == "uint" else implementation,
                 )
             )
     return tuple(overloads)
