@@ -301,3 +301,13 @@ def test_a_constant_pattern_go_refuses_is_refused_when_written(expression):
 def test_a_strings_function_newer_than_1_30_does_not_compile():
     with pytest.raises(RuntimeError, match="undeclared reference to 'reverse'"):
         environment({}).compile("'abc'.reverse()")  # strings version 3 (1.32)
+
+
+def test_an_extension_passed_to_the_environment_reaches_checker_and_runtime():
+    """environment(..., extensions=[...]) is how another library joins both of its CEL
+    environments: cel-go's optionals (base.go 1.28, cel.OptionalTypes) check and run."""
+    from cel_expr_python.ext.ext_optional import ExtOptional
+
+    env = environment({"object": cel.Type.DYN}, extensions=[ExtOptional()])
+    program = env.compile("object.?spec.?replicas.orValue(1) == 1 && [1u].sum() == 1u")
+    assert program.eval(data={"object": {"spec": {}}}).value() is True
