@@ -118,9 +118,6 @@ def check(expression: str, declarations: Declarations, returns: tuple[str, ...])
             return Checked(NOT_MODELLED_AUTHORIZER)
         return Checked(f"compilation failed: {exc}")
     tree = cel_types.checked(program.serialize())
-    issues = list(literal_issues(tree))
-    if issues:
-        return Checked("compilation failed: " + "\n".join(issues))
     output = tree.type_map[tree.expr.id]
     if returns and cel_types.format_type(output) not in returns:
         wanted = returns[0] if len(returns) == 1 else f"one of [{' '.join(returns)}]"
@@ -224,12 +221,19 @@ _LITERAL_CHECKS = {
     "duration": "duration(s)",
     "timestamp": "timestamp(s)",
 }
-_LITERAL_ENVIRONMENT = cel.NewEnv(variables={"s": cel.Type.STRING})
+_LITERAL_ENVIRONMENT = cel.NewEnv(variables={"s": cel.Type.STRING, "i": cel.Type.INT})
+# evalCall evaluates a literal of any kind: a timestamp may also be given in seconds.
+_INT_LITERAL_CHECKS: dict[str, str] = {"timestamp": "timestamp(i)"}
 
 
 @functools.lru_cache(maxsize=256)
-def _literal_fails(function: str, literal: str) -> bool:
-    value = _LITERAL_ENVIRONMENT.compile(_LITERAL_CHECKS[function]).eval(data={"s": literal})
+def _literal_fails(function: str, literal: str | int) -> bool:
+    data: dict[str, str | int]
+    if isinstance(literal, int):
+        expression, data = _INT_LITERAL_CHECKS[function], {"i": literal}
+    else:
+        expression, data = _LITERAL_CHECKS[function], {"s": literal}
+    value = _LITERAL_ENVIRONMENT.compile(expression).eval(data=data)
     return value.type() == cel.Type.ERROR
 
 
@@ -238,9 +242,14 @@ def _bad_literal(tree: Any, node: Any) -> Iterator[str]:
     if not args or _kind(args[0]) != "const_expr":
         return
     constant = args[0].const_expr
-    if constant.WhichOneof("constant_kind") != "string_value":
+    kind = constant.WhichOneof("constant_kind")
+    if kind == "int64_value" and node.call_expr.function in _INT_LITERAL_CHECKS:
+        literal: str | int = constant.int64_value
+    elif kind == "string_value":
+        literal = constant.string_value
+    else:
         return
-    if _literal_fails(node.call_expr.function, constant.string_value):
+    if _literal_fails(node.call_expr.function, literal):
         yield _issue(tree, args[0].id, f"invalid {node.call_expr.function} argument")
 
 

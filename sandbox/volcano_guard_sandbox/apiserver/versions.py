@@ -157,7 +157,5 @@ def cel_environment(
     pool: descriptor_pool.DescriptorPool = kubernetes_cel.POOL,
 ) -> cel.Env:
     """The one place the sandbox makes an admission expression's CEL environment for a version:
-    the base environment of kubernetes_cel, whose libraries do not yet depend on the version
-    (cel_version is where they will: kubernetes_cel.environment(..., version=cel_version))."""
-    del cel_version  # not yet used: kubernetes_cel.environment takes no version today
-    return kubernetes_cel.environment(variables, pool=pool)
+    the base environment of kubernetes_cel with the libraries that version offers."""
+    return kubernetes_cel.environment(variables, version=cel_version, pool=pool)
