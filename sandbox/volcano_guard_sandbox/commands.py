@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import ssl
 import sys
@@ -18,7 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from volcano_guard.base.errors import CommandError
-from volcano_guard.cli import Parser, run_server
+from volcano_guard.cli import EXIT_BROKEN_PIPE, Parser, run_server
 
 if TYPE_CHECKING:
     from volcano_guard_sandbox.apiserver.versions import KubernetesVersion
@@ -217,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # the reader left (`| head`): stop quietly, as volcano-guard does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 # Each command's parser, by name: the reference's checks read their flags.
