@@ -1,0 +1,220 @@
+"""The sandbox counts CEL cost as kube-apiserver 1.30 does: the actual costs Kubernetes pins in
+its own tests (k8s.io/apiserver pkg/cel/library/cost_test.go, the runtime cost of each case; and
+apiextensions-apiserver's celcoststability_test.go), the per-call limit with cel-go's error, the
+per-evaluation and matchConditions budgets with the API server's, and no iteration cap: a valid
+Volcano Job cel-cpp alone gives up on is admitted with the guard's policies."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from cel_expr_python import cel
+
+from tests.upstream import upstream_file
+from volcano_guard_sandbox.apiserver import cel_eval
+from volcano_guard_sandbox.apiserver.kubernetes_cel import environment
+
+APISERVER_1_30 = "v0.30.14"
+COST_TEST = "pkg/cel/library/cost_test.go"
+_ENV = environment({"self": cel.Type.DYN})
+
+
+def cost_of(expression: str, data: dict[str, Any] | None = None, optimize: bool = True) -> Any:
+    """The Outcome (value, error, cost), or None when the sandbox does not model it."""
+    try:
+        serialized = _ENV.compile(expression).serialize()
+        return cel_eval.run(cel_eval.plan(serialized, optimize), data or {})
+    except (RuntimeError, cel_eval.NotModelled):
+        return None
+
+
+def go_string(literal: str) -> str:
+    if literal.startswith("`"):
+        return literal[1:-1]
+    return bytes(literal[1:-1], "utf-8").decode("unicode_escape").encode("latin-1").decode()
+
+
+def library_cost_cases() -> list[tuple[str, int]]:
+    """(expression, expected runtime cost) for every case of cost_test.go that names both: the
+    `expr:`/`expectRuntimeCost:` tables and the list tables (a literal and its operations)."""
+    source = upstream_file("kubernetes-apiserver", APISERVER_1_30, COST_TEST)
+    literals = dict(re.findall(r'^\t(\w+Literal)\s+= ((?:"[^"\n]*"(?: \+\s*)?)+)', source, re.M))
+    constants = {
+        name: "".join(go_string(part) for part in re.findall(r'"[^"\n]*"', value))
+        for name, value in literals.items()
+    }
+    cases = [
+        (go_string(expr), int(cost))
+        for expr, cost in re.findall(
+            r'expr:\s+("(?:[^"\\\n]|\\.)*"|`[^`]*`),.*?expectRuntimeCost:\s+(\d+)', source, re.S
+        )
+    ]
+    for block in re.findall(
+        r"opts: \[\]string\{(.*?)\},\s*(?://[^\n]*\n\s*)?costs: (.*?)\n\t\t\},", source, re.S
+    ):
+        operations = [go_string(o) for o in re.findall(r'"[^"]*"', block[0])]
+        for literal, param, cost in re.findall(
+            r"comparableLiteral:\s+(\w+),(?:\s*param:\s+(\"[^\"]*\"),)?"
+            r".*?expectedRuntimeCost: (\d+)",
+            block[1],
+            re.S,
+        ):
+            for operation in operations:
+                operation = operation % go_string(param) if "%s" in operation else operation
+                cases.append((constants[literal] + operation, int(cost)))
+    return cases
+
+
+def test_the_actual_costs_kubernetes_pins_are_the_sandboxs():
+    cases = library_cost_cases()
+    assert len(cases) > 90
+    agree, differ, not_modelled = [], [], []
+    for expression, expected in cases:
+        outcome = cost_of(expression, optimize=False)  # testCost's program: no OptOptimize
+        if outcome is None:
+            not_modelled.append(expression)
+        elif outcome.cost == expected:
+            agree.append(expression)
+        else:
+            differ.append((expression, expected, outcome.cost, outcome.error))
+    print(
+        f"cost_test.go: {len(agree)} agree, {len(differ)} differ, {len(not_modelled)} not modelled"
+    )
+    assert differ == []
+    assert len(agree) >= 30
+
+
+APIEXTENSIONS_1_30 = "v0.30.14"
+COST_STABILITY = "pkg/apiserver/schema/cel/celcoststability_test.go"
+# The schema types whose values are plain JSON in CEL, and what CEL makes of a number in them.
+PLAIN_SCHEMAS = {
+    "integerType": int,
+    "int32Type": int,
+    "int64Type": int,
+    "numberType": float,
+    "floatType": float,
+    "doubleType": float,
+    "stringType": str,
+    "booleanType": bool,
+    "listType(&integerType)": list,
+}
+GO_CONSTANTS = {
+    "math.MaxInt64": 2**63 - 1,
+    "math.MaxInt32": 2**31 - 1,
+    "math.MaxFloat64": 1.7976931348623157e308,
+    "math.MaxFloat32": 3.4028234663852886e38,
+}
+
+
+def go_arguments(text: str) -> list[str]:
+    """Top-level comma-separated arguments of a Go call."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += (char in "({[") - (char in ")}]")
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return [*parts, current.strip()] if current.strip() else parts
+
+
+def go_value(text: str) -> Any:
+    if text in GO_CONSTANTS:
+        return GO_CONSTANTS[text]
+    if text in ("true", "false"):
+        return text == "true"
+    if text.startswith('"'):
+        return go_string(text)
+    if match := re.fullmatch(r"(?:int64|float64)\((.*)\)", text):
+        return go_value(match.group(1))
+    if match := re.fullmatch(r"\[\]interface\{\}\{(.*)\}", text):
+        return [go_value(item) for item in go_arguments(match.group(1))]
+    return float(text) if "." in text else int(text)
+
+
+def go_text(text: str) -> str:
+    """A Go string expression: a literal, or fmt.Sprintf of a %d or %f and a constant."""
+    if match := re.fullmatch(r'fmt\.Sprintf\("%([df])", (.*)\)', text):
+        value = go_value(match.group(2))
+        return str(value) if match.group(1) == "d" else f"{value:f}"
+    return go_string(text)
+
+
+def stability_cases() -> list[tuple[str, dict[str, Any], int]]:
+    """(expression, self, actual cost) of TestCelCostStability's cases whose object is plain
+    JSON (objs(...) of numbers, strings, booleans, lists of integers with plain schemas)."""
+    source = upstream_file("kubernetes-apiextensions-apiserver", APIEXTENSIONS_1_30, COST_STABILITY)
+    runtime = source.split("func TestCelEstimatedCostStability")[0]
+    cases = []
+    for block in runtime.split("{name: ")[1:]:
+        obj = re.search(r"obj:\s+objs\((.*)\),\n", block)
+        schema = re.search(r"schema:\s+schemas\((.*)\),\n", block)
+        if not obj or not schema:
+            continue
+        kinds = go_arguments(schema.group(1))
+        if any(kind not in PLAIN_SCHEMAS for kind in kinds):
+            continue
+        values = [go_value(v) for v in go_arguments(obj.group(1))]
+        self_value = {
+            f"val{i + 1}": PLAIN_SCHEMAS[kind](value) if PLAIN_SCHEMAS[kind] is float else value
+            for i, (kind, value) in enumerate(zip(kinds, values, strict=True))
+        }
+        for expression, cost in re.findall(
+            r'^\t+("(?:[^"\\\n]|\\.)*"|`[^`]*`|ValsEqualThemselvesAndDataLiteral\(.*\)):\s+(\d+),',
+            block,
+            re.M,
+        ):
+            if expression.startswith("ValsEqual"):
+                arguments = expression[len("ValsEqualThemselvesAndDataLiteral(") : -1]
+                left, right, literal = (go_text(a) for a in go_arguments(arguments))
+                expression = f"{left} == {literal} && {literal} == {left} && {left} == {right}"
+            else:
+                expression = go_string(expression)
+            cases.append((expression, self_value, int(cost)))
+    return cases
+
+
+def test_the_costs_apiextensions_pins_for_plain_objects_are_the_sandboxs():
+    cases = stability_cases()
+    assert len(cases) > 30
+    agree, differ, not_modelled = [], [], []
+    for expression, self_value, expected in cases:
+        outcome = cost_of(expression, {"self": self_value})
+        if outcome is None:
+            not_modelled.append(expression)
+        elif outcome.cost == expected:
+            agree.append(expression)
+        else:
+            differ.append((expression, expected, outcome.cost, outcome.error))
+    print(f"celcoststability: {len(agree)} agree, {len(differ)} differ, {len(not_modelled)} other")
+    assert differ == []
+
+
+def cpp_value(expression: str, data: dict[str, Any]) -> Any:
+    """What cel-cpp alone gives: the plain value, or "error"."""
+    value = _ENV.compile(expression).eval(data=data)
+    return "error" if value.type() == cel.Type.ERROR else value.plain_value()
+
+
+def costed_value(expression: str, data: dict[str, Any]) -> Any:
+    outcome = cost_of(expression, data)
+    assert outcome is not None, f"not modelled: {expression}"
+    return "error" if outcome.error else outcome.value
+
+
+def test_the_evaluator_gives_cel_cpps_values_for_the_library_tests_expressions():
+    from tests.sandbox import test_kubernetes_cel as library_tests
+
+    expressions = [e for e, _ in library_tests.LISTS_EXAMPLES + library_tests.REGEX_EXAMPLES]
+    expressions += [e for e, _ in library_tests.documented_examples()]
+    compiling = []
+    for expression in expressions:
+        try:
+            _ENV.compile(expression)
+        except RuntimeError:
+            continue
+        compiling.append(expression)
+        assert costed_value(expression, {}) == cpp_value(expression, {}), expression
+    assert len(compiling) >= 25
