@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from cel_expr_python import cel
 
 from tests.upstream import upstream_file
-from volcano_guard_sandbox.apiserver import cel_eval
+from volcano_guard_sandbox.apiserver import cel_cost, cel_eval, matching, policy_validation
 from volcano_guard_sandbox.apiserver.kubernetes_cel import environment
 
 APISERVER_1_30 = "v0.30.14"
@@ -194,7 +195,10 @@ def test_the_costs_apiextensions_pins_for_plain_objects_are_the_sandboxs():
 
 def cpp_value(expression: str, data: dict[str, Any]) -> Any:
     """What cel-cpp alone gives: the plain value, or "error"."""
-    value = _ENV.compile(expression).eval(data=data)
+    try:
+        value = _ENV.compile(expression).eval(data=data)
+    except RuntimeError:  # its iteration cap
+        return "error"
     return "error" if value.type() == cel.Type.ERROR else value.plain_value()
 
 
@@ -218,3 +222,64 @@ def test_the_evaluator_gives_cel_cpps_values_for_the_library_tests_expressions()
         compiling.append(expression)
         assert costed_value(expression, {}) == cpp_value(expression, {}), expression
     assert len(compiling) >= 25
+
+
+# A string and a regex whose match costs 951,000 (cel-go: ceil((1 + 9,500) x 0.1) x
+# ceil(4,000 x 0.25)): under the per-call limit of 1,000,000, eleven of them over the
+# evaluation's 10,000,000 and three over the matchConditions' 2,500,000.
+COSTLY = {"s": "a" * 9500, "r": "x" * 4000}
+COSTLY_MATCH = "!object.s.matches(object.r)"
+
+
+def test_a_comprehension_past_cel_cpps_10000_iterations_is_evaluated_within_the_cost_limit():
+    items = {"items": list(range(20_000))}
+    expression = "object.items.all(x, x >= 0)"
+    assert cpp_value(expression.replace("object", "self"), {"self": items}) == "error"
+    result = policy_validation.validate(
+        {"validations": [{"expression": expression}]}, policy_validation.PolicyInputs(items)
+    )
+    assert result.decisions == (policy_validation.PolicyDecision("admit", "admit"),)
+
+
+def test_one_expression_over_the_per_call_limit_errors_as_cel_go_cancels_it():
+    expression = "(object.s + object.s).matches(object.r)"  # 1,901 x 1,000
+    outcome = cost_of(expression.replace("object", "self"), {"self": COSTLY})
+    assert outcome.error == cel_cost.COST_LIMIT_EXCEEDED
+    result = policy_validation.validate(
+        {"validations": [{"expression": expression}]}, policy_validation.PolicyInputs(COSTLY)
+    )
+    (decision,) = result.decisions
+    assert (decision.action, decision.evaluation) == ("deny", "error")
+    assert decision.message == (
+        f"expression '{expression}' resulted in error: operation cancelled: actual cost limit"
+        " exceeded"
+    )
+
+
+def test_validations_past_the_evaluations_budget_fail_as_the_api_server_fails_them():
+    spec = {"validations": [{"expression": COSTLY_MATCH}] * 10}
+    inputs = policy_validation.PolicyInputs(COSTLY)
+    assert all(d.action == "admit" for d in policy_validation.validate(spec, inputs).decisions)
+    spec = {"validations": [{"expression": COSTLY_MATCH}] * 11, "failurePolicy": "Fail"}
+    assert policy_validation.validate(spec, inputs).decisions == (
+        policy_validation.PolicyDecision("deny", "error", cel_cost.OUT_OF_BUDGET),
+    )
+
+
+def test_match_conditions_share_their_own_smaller_budget():
+    conditions = [{"name": f"c{i}", "expression": COSTLY_MATCH} for i in range(3)]
+    variables = {"object": COSTLY, "oldObject": None, "request": {}}
+    assert matching.evaluate_conditions(conditions[:2], policy_validation.program, variables) == (
+        True,
+        [],
+    )
+    assert matching.evaluate_conditions(conditions, policy_validation.program, variables) == (
+        True,
+        [cel_cost.OUT_OF_BUDGET],
+    )
+    webhook = {"failurePolicy": "Fail", "matchConditions": conditions}
+    attributes = matching.Attributes(
+        "CREATE", "", "v1", "pods", ("", "v1", "Pod"), "ns", "p", matching.User("u"), object=COSTLY
+    )
+    with pytest.raises(matching.ConditionError, match="running out of cost budget"):
+        matching.conditions_match(webhook, attributes)

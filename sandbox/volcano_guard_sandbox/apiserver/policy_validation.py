@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import kubernetes_cel
+from volcano_guard_sandbox.apiserver import cel_cost, cel_eval, kubernetes_cel
 from volcano_guard_sandbox.apiserver.matching import evaluate, evaluate_conditions
 
 # k8s.io/apiserver pkg/apis/cel/config.go MaxEvaluatedMessageExpressionSizeBytes.
@@ -128,27 +128,53 @@ def validate(spec: Mapping[str, Any], inputs: PolicyInputs) -> ValidateResult:
         return ValidateResult()
     if errors:
         return ValidateResult((_error(fail, "; ".join(errors)),))
-    data["variables"] = _variables(spec.get("variables") or (), data)
-    decisions = tuple(
-        _decide(validation, data, fail) for validation in spec.get("validations") or ()
-    )
+    values, costs, reads = _variables(spec.get("variables") or (), data)
+    # filter.go: the validations share one budget, the messages what it leaves; each filter
+    # charges a variable once, when it is first read.
+    with cel_cost.budget(cel_cost.RUNTIME_BUDGET) as budget:
+        data["variables"] = cel_eval.LazyVariables(values, costs, reads)
+        decisions = tuple(
+            _decide(validation, data, fail) for validation in spec.get("validations") or ()
+        )
+    if budget.exhausted:
+        return ValidateResult((_error(fail, cel_cost.OUT_OF_BUDGET),))
+    with cel_cost.budget(budget.remaining) as messages:
+        data["variables"] = cel_eval.LazyVariables(values, costs, reads)
+        decisions = tuple(
+            _with_message(validation, decision, data)
+            for validation, decision in zip(spec.get("validations") or (), decisions, strict=True)
+        )
+    if messages.exhausted:
+        failed = f"failed messageExpression: {cel_cost.OUT_OF_BUDGET}"
+        return ValidateResult(tuple(_error(fail, failed) for _ in decisions))
+    data["variables"] = dict(values)
     annotations = tuple(
         _annotate(annotation, data, fail) for annotation in spec.get("auditAnnotations") or ()
     )
     return ValidateResult(decisions, annotations)
 
 
-def _variables(declared: Any, data: dict[str, Any]) -> dict[str, Any]:
-    """Each variable in order, seeing those before it. One that fails to evaluate is left out:
-    an expression that reads it then fails, as the apiserver's lazy variables fail it."""
+_Variables = tuple[dict[str, Any], dict[str, int], dict[str, set[str]]]
+
+
+def _variables(declared: Any, data: dict[str, Any]) -> _Variables:
+    """Each variable in order, seeing those before it; its own cost and the variables it reads.
+    One that fails to evaluate is left out: an expression that reads it then fails, as the
+    apiserver's lazy variables fail it."""
     variables: dict[str, Any] = {}
+    costs: dict[str, int] = {}
+    reads: dict[str, set[str]] = {}
     for variable in declared:
-        value, error = evaluate(
-            program, str(variable.get("expression", "")), {**data, "variables": variables}
-        )
+        name = str(variable.get("name", ""))
+        lazy = cel_eval.LazyVariables(variables, costs, reads)
+        with cel_cost.budget(2**63) as measured:
+            value, error = evaluate(
+                program, str(variable.get("expression", "")), {**data, "variables": lazy}
+            )
+        costs[name], reads[name] = measured.spent - lazy.total, set(lazy.charged)
         if not error:
-            variables[str(variable.get("name", ""))] = value
-    return variables
+            variables[name] = value
+    return variables, costs, reads
 
 
 def _decide(validation: Mapping[str, Any], data: Mapping[str, Any], fail: bool) -> PolicyDecision:
@@ -158,9 +184,15 @@ def _decide(validation: Mapping[str, Any], data: Mapping[str, Any], fail: bool) 
         return _error(fail, error)
     if outcome is True:
         return PolicyDecision("admit", "admit")
-    return PolicyDecision(
-        "deny", "deny", _message(validation, data), str(validation.get("reason") or REASON_INVALID)
-    )
+    return PolicyDecision("deny", "deny", "", str(validation.get("reason") or REASON_INVALID))
+
+
+def _with_message(
+    validation: Mapping[str, Any], decision: PolicyDecision, data: Mapping[str, Any]
+) -> PolicyDecision:
+    if decision.evaluation != "deny":
+        return decision
+    return PolicyDecision("deny", "deny", _message(validation, data), decision.reason)
 
 
 def _message(validation: Mapping[str, Any], data: Mapping[str, Any]) -> str:
