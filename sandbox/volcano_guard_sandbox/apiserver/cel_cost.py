@@ -116,6 +116,26 @@ def call_cost(function: str, overload: str, args: list[Any], result: Any) -> int
     library = _library_cost(function, overload, args, result)
     if library is not None:
         return library
+    return _standard_cost(overload, args)
+
+
+_LIBRARY_FUNCTIONS = {
+    *("isSorted", "sum", "max", "min", "indexOf", "lastIndexOf", "url", "lowerAscii"),
+    *("upperAscii", "substring", "trim", "quantity", "isQuantity", "cidr", "isIP", "isCIDR"),
+    *("replace", "split", "join", "find", "findAll", "sign", "asInteger", "isInteger"),
+    *("asApproximateFloat", "isGreaterThan", "isLessThan", "compareTo", "add", "sub"),
+}
+
+
+def cost_function(function: str) -> Any:
+    """call_cost for one function, chosen once: (overload, args, result) -> cost."""
+    if function in _LIBRARY_FUNCTIONS:
+        return lambda overload, args, result: call_cost(function, overload, args, result)
+    return lambda overload, args, result: _standard_cost(overload, args)
+
+
+def _standard_cost(overload: str, args: list[Any]) -> int:
+    """cel-go's defaults (runtimecost.go costCall's switch)."""
     if overload in _TRAVERSE_FIRST:
         return _scaled(size(args[0]))
     if overload == "in_list":

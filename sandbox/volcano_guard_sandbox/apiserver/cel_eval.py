@@ -102,6 +102,8 @@ def _is_number(value: Any) -> bool:
 
 def equal(a: Any, b: Any) -> bool:
     """CEL heterogeneous equality: numbers across types, else same kind and equal."""
+    if type(a) is type(b) and type(a) in _SCALARS:
+        return bool(a == b)
     if _is_number(a) and _is_number(b):
         return bool(a == b)
     if isinstance(a, bool) or isinstance(b, bool):
@@ -115,6 +117,9 @@ def equal(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     return bool(a == b)
+
+
+_SCALARS = {str, int, float, bool, bytes, type(None)}
 
 
 def _get(mapping: Mapping[Any, Any], key: Any) -> Any:
@@ -378,7 +383,9 @@ class Planner:
 
         def resolve(run: Run, act: Activation, head: bool) -> Any:
             if head:
-                run.charge(1)
+                run.cost += 1  # Run.charge, inlined on this hot path
+                if run.cost > run.limit:
+                    run.charge(0)
             if name in act:
                 return act[name]
             return CelError(f"no such attribute(s): {name}")
@@ -420,9 +427,13 @@ class Planner:
 
         def resolve(run: Run, act: Activation, head: bool) -> Any:
             value = operand(run, act, head)
-            if isinstance(value, CelError):
+            if value.__class__ is CelError:
                 return value
-            run.charge(1)
+            run.cost += 1  # Run.charge, inlined on this hot path
+            if run.cost > run.limit:
+                run.charge(0)
+            if value.__class__ is dict:
+                return value[field] if field in value else CelError(f"no such key: {field}")
             return _field(value, field)
 
         return _attr(resolve)
@@ -624,8 +635,12 @@ def _index_value(value: Any, key: Any) -> Any:
             return CelError(f"index out of bounds: {key}")
         return value[key]
     if isinstance(value, dict):
-        if isinstance(value, LazyVariables) and isinstance(key, str) and key in value:
-            value.read(key)
+        if isinstance(key, str):  # JSON objects: string keys only
+            if key not in value:
+                return CelError(f"no such key: {key}")
+            if isinstance(value, LazyVariables):
+                value.read(key)
+            return value[key]
         for candidate, item in value.items():
             if equal(candidate, key):
                 return item
@@ -704,6 +719,8 @@ def _in_any(element: Any, container: Any) -> tuple[Any, str]:
     if isinstance(container, list):
         return any(equal(element, item) for item in container), "in_list"
     if isinstance(container, dict):
+        if isinstance(element, str):
+            return element in container, "in_map"
         return any(equal(element, key) for key in container), "in_map"
     return _no_overload("@in", [element, container]), "in"
 
@@ -780,22 +797,25 @@ def _strict_call(
     planned: list[Node],
 ) -> Node:
     variadic = len(planned) > 2
+    cost = cel_cost.cost_function(function)
 
     def evaluate(run: Run, act: Activation) -> Any:
         values = []
+        error = None
         for node in planned:
             value = node.evaluate(run, act)
-            if variadic and isinstance(value, CelError):
-                return value  # evalVarArgs stops here, before the call is charged
+            if value.__class__ is CelError:
+                if variadic:
+                    return value  # evalVarArgs stops here, before the call is charged
+                error = error or value
             values.append(value)
-        errors = [v for v in values if isinstance(v, CelError)]
-        if errors:
-            run.charge(cel_cost.call_cost(function, "", values, None))
-            return errors[0]
+        if error is not None:
+            run.charge(cost("", values, None))
+            return error
         result, overload = implementation(*values)
         if result is _NOT_HERE:
             raise NotModelled(f"{function} of {[_type_name(v) for v in values]}")
-        run.charge(cel_cost.call_cost(function, overload, values, result))
+        run.charge(cost(overload, values, result))
         return result
 
     return Node(evaluate, "call")
