@@ -18,7 +18,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.policy_cost import volcano_job
+from bench.policy_cost import largest_job, volcano_job
 from tests.conftest import REPO
 from tests.upstream import volcano_file, volcano_manifest
 from volcano_guard.base.informer import static_snapshot
@@ -757,3 +757,19 @@ def test_the_sandbox_counts_the_cost_of_every_expression_of_the_policies(name):
             for item in spec.get(field_name) or ():
                 expression = item[key]
                 assert cel_eval.plan_of(policy_validation.program, expression), expression
+
+
+@pytest.mark.slow
+def test_the_largest_job_etcd_stores_is_over_the_per_call_limit_in_the_guards_policy():
+    """The Job of bench.policy_cost: 14,095 containers in 1.5 MiB. The resource-requests
+    policy's containersOverLimit variable costs 1,142,980 there, over kube-apiserver's per-call
+    limit of 1,000,000: 1.30 cancels it and the policy (failurePolicy Fail) refuses the valid
+    Job; the sandbox refuses it with 1.30's words. Kept as the figure's proof: when the policy
+    gets cheaper this test says so."""
+    allowed, message, _ = in_server_verdict(config_of("default"), largest_job(), "alice", ())
+    assert not allowed
+    assert message == (
+        "expression 'size(variables.containersOverLimit) == 0' resulted in error: composited "
+        'variable "containersOverLimit" fails to evaluate: operation cancelled: actual cost '
+        "limit exceeded"
+    )

@@ -66,6 +66,9 @@ Eval = Callable[[Run, Activation], Any]
 Resolve = Callable[[Run, Activation, bool], Any]  # bool: charge the attribute's head
 
 
+VARIABLE_FAILED = "composited variable"
+
+
 class LazyVariables(dict[str, Any]):
     """`variables`, whose first read in a filter charges that variable's cost to the filter
     (composition.go: each filter has its own composition context)."""
@@ -75,13 +78,22 @@ class LazyVariables(dict[str, Any]):
         values: Mapping[str, Any],
         costs: Mapping[str, int],
         reads: Mapping[str, set[str]] | None = None,
+        errors: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(values)
         self.costs = costs  # each variable's own cost
         self.reads = reads or {}  # the variables each one reads: charged with it, once
+        self.errors = errors or {}  # why each variable that failed failed
         self.charged: set[str] = set()
         self.pending = 0
         self.total = 0
+
+    def failed(self, name: str) -> CelError | None:
+        """composition.go's error for a variable that failed to evaluate, charged as read."""
+        if name not in self.errors:
+            return None
+        self.read(name)
+        return CelError(f'{VARIABLE_FAILED} "{name}" fails to evaluate: {self.errors[name]}')
 
     def read(self, name: str) -> None:
         if name not in self.charged:
@@ -613,7 +625,7 @@ def _attr(resolve: Resolve) -> Node:
 def _field(value: Any, field: str) -> Any:
     if isinstance(value, LazyVariables):
         if field not in value:
-            return CelError(f"no such key: {field}")
+            return value.failed(field) or CelError(f"no such key: {field}")
         value.read(field)
         return value[field]
     if isinstance(value, dict):
@@ -637,7 +649,8 @@ def _index_value(value: Any, key: Any) -> Any:
     if isinstance(value, dict):
         if isinstance(key, str):  # JSON objects: string keys only
             if key not in value:
-                return CelError(f"no such key: {key}")
+                failed = value.failed(key) if isinstance(value, LazyVariables) else None
+                return failed or CelError(f"no such key: {key}")
             if isinstance(value, LazyVariables):
                 value.read(key)
             return value[key]

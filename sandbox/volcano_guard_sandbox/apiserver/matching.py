@@ -267,9 +267,11 @@ def evaluate(
     outcome = cel_eval.evaluate_costed(program, expression, variables)
     if outcome is not None and not outcome.error:
         return outcome.value, ""
-    if outcome is not None and outcome.error in (COST_LIMIT_EXCEEDED, OUT_OF_BUDGET):
-        if outcome.error == OUT_OF_BUDGET:
-            return None, OUT_OF_BUDGET
+    if outcome is not None and outcome.error == OUT_OF_BUDGET:
+        return None, OUT_OF_BUDGET
+    if outcome is not None and (
+        outcome.error == COST_LIMIT_EXCEEDED or outcome.error.startswith(cel_eval.VARIABLE_FAILED)
+    ):
         return None, f"expression '{expression}' resulted in error: {outcome.error}"
     value = compiled.eval(data=_plain(variables))
     if value.type() == cel.Type.ERROR:

@@ -128,18 +128,18 @@ def validate(spec: Mapping[str, Any], inputs: PolicyInputs) -> ValidateResult:
         return ValidateResult()
     if errors:
         return ValidateResult((_error(fail, "; ".join(errors)),))
-    values, costs, reads = _variables(spec.get("variables") or (), data)
+    values, costs, reads, variable_errors = _variables(spec.get("variables") or (), data)
     # filter.go: the validations share one budget, the messages what it leaves; each filter
     # charges a variable once, when it is first read.
     with cel_cost.budget(cel_cost.RUNTIME_BUDGET) as budget:
-        data["variables"] = cel_eval.LazyVariables(values, costs, reads)
+        data["variables"] = cel_eval.LazyVariables(values, costs, reads, variable_errors)
         decisions = tuple(
             _decide(validation, data, fail) for validation in spec.get("validations") or ()
         )
     if budget.exhausted:
         return ValidateResult((_error(fail, cel_cost.OUT_OF_BUDGET),))
     with cel_cost.budget(budget.remaining) as messages:
-        data["variables"] = cel_eval.LazyVariables(values, costs, reads)
+        data["variables"] = cel_eval.LazyVariables(values, costs, reads, variable_errors)
         decisions = tuple(
             _with_message(validation, decision, data)
             for validation, decision in zip(spec.get("validations") or (), decisions, strict=True)
@@ -154,7 +154,7 @@ def validate(spec: Mapping[str, Any], inputs: PolicyInputs) -> ValidateResult:
     return ValidateResult(decisions, annotations)
 
 
-_Variables = tuple[dict[str, Any], dict[str, int], dict[str, set[str]]]
+_Variables = tuple[dict[str, Any], dict[str, int], dict[str, set[str]], dict[str, str]]
 
 
 def _variables(declared: Any, data: dict[str, Any]) -> _Variables:
@@ -164,17 +164,20 @@ def _variables(declared: Any, data: dict[str, Any]) -> _Variables:
     variables: dict[str, Any] = {}
     costs: dict[str, int] = {}
     reads: dict[str, set[str]] = {}
+    errors: dict[str, str] = {}
     for variable in declared:
         name = str(variable.get("name", ""))
-        lazy = cel_eval.LazyVariables(variables, costs, reads)
+        lazy = cel_eval.LazyVariables(variables, costs, reads, errors)
         with cel_cost.budget(2**63) as measured:
             value, error = evaluate(
                 program, str(variable.get("expression", "")), {**data, "variables": lazy}
             )
         costs[name], reads[name] = measured.spent - lazy.total, set(lazy.charged)
-        if not error:
+        if error:
+            errors[name] = error.partition(" resulted in error: ")[2] or error
+        else:
             variables[name] = value
-    return variables, costs, reads
+    return variables, costs, reads, errors
 
 
 def _decide(validation: Mapping[str, Any], data: Mapping[str, Any], fail: bool) -> PolicyDecision:
