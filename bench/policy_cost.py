@@ -100,7 +100,7 @@ def _cost(expression: str, data: Mapping[str, Any], found: PolicyCost) -> int:
     node = cel_eval.plan_of(policy_validation.program, expression)
     assert node is not None, f"not modelled: {expression}"
     outcome = cel_eval.run(node, dict(data), limit=2**63)
-    found.costliest = max(found.costliest, (outcome.cost, expression[:60]))
+    found.costliest = max(found.costliest, (outcome.cost, expression[:40] + "..."))
     return outcome.cost
 
 
@@ -120,7 +120,7 @@ def policy_cost(spec: Mapping[str, Any], data: dict[str, Any]) -> PolicyCost:
         outcome = cel_eval.run(node, {**data, "variables": lazy}, limit=2**63)
         costs[variable["name"]] = outcome.cost
         reads[variable["name"]] = set(lazy.charged)
-        found.costliest = max(found.costliest, (outcome.cost, variable["name"]))
+        found.costliest = max(found.costliest, (outcome.cost, f"variable {variable['name']}"))
         if not outcome.error:
             values[variable["name"]] = outcome.value
     validations = spec.get("validations") or ()
@@ -131,22 +131,25 @@ def policy_cost(spec: Mapping[str, Any], data: dict[str, Any]) -> PolicyCost:
     return found
 
 
-def _headroom(cost: int, limit: int) -> str:
-    return f"{cost:>12,} {limit / cost if cost else float('inf'):>9,.1f}x"
+def _against(cost: int, limit: int) -> str:
+    headroom = f"{limit / cost:,.1f}x" if cost else "-"
+    return f"{cost:>12,} of {limit:>10,}  headroom {headroom}"
 
 
 def report(title: str, rows: Iterable[tuple[str, PolicyCost]]) -> None:
     print(title)
-    print(
-        f"  {'policy':<34}{'matchConditions':>12} {'headroom':>9} {'validations':>12} "
-        f"{'headroom':>9} {'messages':>12} {'costliest expression':>22} {'headroom':>9}"
-    )
     for name, found in rows:
-        print(
-            f"  {name:<34}{_headroom(found.match_conditions, cel_cost.MATCH_CONDITIONS_BUDGET)} "
-            f"{_headroom(found.validations, cel_cost.RUNTIME_BUDGET)} {found.messages:>12,} "
-            f"{_headroom(found.costliest[0], cel_cost.PER_CALL_LIMIT):>32}   {found.costliest[1]}"
-        )
+        print(f"  {name}")
+        print(f"    matchConditions {_against(found.match_conditions, MATCH_BUDGET)}")
+        if found.validations or found.messages:
+            left = cel_cost.RUNTIME_BUDGET - found.validations
+            print(f"    validations     {_against(found.validations, cel_cost.RUNTIME_BUDGET)}")
+            print(f"    messages        {_against(found.messages, left)}")
+        cost, expression = found.costliest
+        print(f"    costliest call  {_against(cost, cel_cost.PER_CALL_LIMIT)}  ({expression})")
+
+
+MATCH_BUDGET = cel_cost.MATCH_CONDITIONS_BUDGET
 
 
 def request_of(obj: Mapping[str, Any], resource: str, group: str, version: str) -> dict[str, Any]:
@@ -182,7 +185,7 @@ def webhook_condition_costs(config: Config, data: dict[str, Any]) -> list[tuple[
     for configuration in webhook_configurations(config):
         for webhook in configuration.get("webhooks") or ():
             spec = {"matchConditions": webhook.get("matchConditions") or ()}
-            rows.append((f"webhook {webhook['name']}"[:34], policy_cost(spec, data)))
+            rows.append((f"webhook {webhook['name']}", policy_cost(spec, data)))
     return rows
 
 
