@@ -278,3 +278,18 @@ def test_match_conditions_share_their_own_smaller_budget():
     )
     with pytest.raises(matching.ConditionError, match="running out of cost budget"):
         matching.conditions_match(webhook, attributes)
+
+
+def test_audit_annotations_have_a_budget_of_their_own():
+    annotation = {"key": "k", "valueExpression": f"{COSTLY_MATCH} ? 'costly' : 'cheap'"}
+    spec = {
+        "validations": [{"expression": COSTLY_MATCH}] * 10,
+        "auditAnnotations": [annotation] * 10,
+    }
+    inputs = policy_validation.PolicyInputs(COSTLY)
+    result = policy_validation.validate(spec, inputs)
+    assert [a.value for a in result.audit_annotations] == ["costly"] * 10
+    spec["auditAnnotations"] = [annotation] * 11
+    assert policy_validation.validate(spec, inputs).decisions == (
+        policy_validation.PolicyDecision("deny", "error", cel_cost.OUT_OF_BUDGET),
+    )

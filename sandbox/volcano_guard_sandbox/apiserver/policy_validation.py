@@ -147,10 +147,13 @@ def validate(spec: Mapping[str, Any], inputs: PolicyInputs) -> ValidateResult:
     if messages.exhausted:
         failed = f"failed messageExpression: {cel_cost.OUT_OF_BUDGET}"
         return ValidateResult(tuple(_error(fail, failed) for _ in decisions))
-    data["variables"] = dict(values)
-    annotations = tuple(
-        _annotate(annotation, data, fail) for annotation in spec.get("auditAnnotations") or ()
-    )
+    with cel_cost.budget(cel_cost.RUNTIME_BUDGET) as audit:  # validator.go: a budget of its own
+        data["variables"] = cel_eval.LazyVariables(values, costs, reads, variable_errors)
+        annotations = tuple(
+            _annotate(annotation, data, fail) for annotation in spec.get("auditAnnotations") or ()
+        )
+    if audit.exhausted:
+        return ValidateResult((_error(fail, cel_cost.OUT_OF_BUDGET),))
     return ValidateResult(decisions, annotations)
 
 
