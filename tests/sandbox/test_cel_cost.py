@@ -293,3 +293,13 @@ def test_audit_annotations_have_a_budget_of_their_own():
     assert policy_validation.validate(spec, inputs).decisions == (
         policy_validation.PolicyDecision("deny", "error", cel_cost.OUT_OF_BUDGET),
     )
+
+
+def test_a_false_match_condition_still_spends_the_budget_of_those_after_it():
+    conditions = [{"name": "no", "expression": "false"}]
+    conditions += [{"name": f"c{i}", "expression": COSTLY_MATCH} for i in range(3)]
+    variables = {"object": COSTLY, "oldObject": None, "request": {}}
+    assert matching.evaluate_conditions(conditions, policy_validation.program, variables) == (
+        True,
+        [cel_cost.OUT_OF_BUDGET],
+    )

@@ -237,20 +237,24 @@ def evaluate_conditions(
     variables: Mapping[str, Any],
 ) -> tuple[bool, list[str]]:
     """matchconditions/matcher.go Match: (False, ...) when a condition is false, whatever the
-    others did; else (True, the errors)."""
-    errors: list[str] = []
-    with cel_cost.budget(cel_cost.MATCH_CONDITIONS_BUDGET):  # matcher.go: one budget for all
+    others did; else (True, the errors). Every condition is evaluated first, against one budget
+    (filter.go ForInput), whose exhaustion fails them all."""
+    results = []
+    with cel_cost.budget(cel_cost.MATCH_CONDITIONS_BUDGET):
         for condition in conditions:
-            name, expression = condition.get("name", ""), str(condition.get("expression", ""))
+            expression = str(condition.get("expression", ""))
             value, error = evaluate(program, expression, variables)
-            if error == OUT_OF_BUDGET:  # filter.go: the whole filter fails
+            if error == OUT_OF_BUDGET:
                 return True, [error]
-            if error:
-                errors.append(error)
-            elif not isinstance(value, bool):
-                errors.append(f"matchCondition {name!r} did not evaluate to a bool: {value}")
-            elif not value:
-                return False, errors
+            results.append((condition.get("name", ""), value, error))
+    errors: list[str] = []
+    for name, value, error in results:
+        if error:
+            errors.append(error)
+        elif not isinstance(value, bool):
+            errors.append(f"matchCondition {name!r} did not evaluate to a bool: {value}")
+        elif not value:
+            return False, errors
     return True, errors
 
 
