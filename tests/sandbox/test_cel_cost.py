@@ -148,6 +148,43 @@ def go_text(text: str) -> str:
     return go_string(text)
 
 
+_GO_SCALAR = re.compile(r'"(?:[^"\\\n]|\\.)*"|-?\d+(?:\.\d+)?|true|false|nil')
+_GO_LISTS = (("map[string]interface{}{", dict), ("[]interface{}{", list))
+
+
+def go_literal(text: str, position: int) -> tuple[Any, int]:
+    """(value, where it ends) of a Go literal of maps, slices, strings, numbers, bools, nil;
+    ValueError on anything else."""
+    position = len(text) - len(text[position:].lstrip())
+    for prefix, kind in _GO_LISTS:
+        if text.startswith(prefix, position):
+            return _go_composite(text, position + len(prefix), kind)
+    token = _GO_SCALAR.match(text, position)
+    if token is None:
+        raise ValueError(text[position : position + 20])
+    value = token.group()
+    scalars = {"true": True, "false": False, "nil": None}
+    if value in scalars:
+        return scalars[value], token.end()
+    if value.startswith('"'):
+        return go_string(value), token.end()
+    return (float(value) if "." in value else int(value)), token.end()
+
+
+def _go_composite(text: str, position: int, kind: type) -> tuple[Any, int]:
+    items: Any = kind()
+    while True:
+        position = len(text) - len(text[position:].lstrip(" \t\n,"))
+        if text[position] == "}":
+            return items, position + 1
+        value, position = go_literal(text, position)
+        if kind is dict:
+            position = text.index(":", position) + 1
+            items[value], position = go_literal(text, position)
+        else:
+            items.append(value)
+
+
 def stability_cases() -> list[tuple[str, dict[str, Any], int]]:
     """(expression, self, actual cost) of TestCelCostStability's cases whose object is plain
     JSON (objs(...) of numbers, strings, booleans, lists of integers with plain schemas)."""
@@ -158,6 +195,7 @@ def stability_cases() -> list[tuple[str, dict[str, Any], int]]:
         obj = re.search(r"obj:\s+objs\((.*)\),\n", block)
         schema = re.search(r"schema:\s+schemas\((.*)\),\n", block)
         if not obj or not schema:
+            cases += _literal_object_cases(block)
             continue
         kinds = go_arguments(schema.group(1))
         if any(kind not in PLAIN_SCHEMAS for kind in kinds):
@@ -182,9 +220,26 @@ def stability_cases() -> list[tuple[str, dict[str, Any], int]]:
     return cases
 
 
+def _literal_object_cases(block: str) -> list[tuple[str, dict[str, Any], int]]:
+    """The cases of a block whose object is a Go literal (`obj: map[string]interface{}{...}`),
+    evaluated as the JSON it is (the schema only types it)."""
+    start = block.find("obj: map[string]interface{}{")
+    if start < 0:
+        return []
+    try:
+        obj, _ = go_literal(block, start + len("obj:"))
+    except (ValueError, IndexError):
+        return []
+    expected = block.split("expectCost", 1)[1]
+    return [
+        (go_string(expression), obj, int(cost))
+        for expression, cost in re.findall(r'^\t+("(?:[^"\\\n]|\\.)*"):\s+(\d+),', expected, re.M)
+    ]
+
+
 def test_the_costs_apiextensions_pins_for_plain_objects_are_the_sandboxs():
     cases = stability_cases()
-    assert len(cases) > 30
+    assert len(cases) > 200
     assert compared([(e, {"self": obj}, cost) for e, obj, cost in cases]) == []
 
 
