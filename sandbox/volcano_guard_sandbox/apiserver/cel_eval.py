@@ -346,6 +346,9 @@ LIBRARY = _library_functions()
 
 @dataclass(frozen=True)
 class Node:
+    """One planned expression: how to evaluate it and, for an attribute, how to resolve it
+    with or without its head's cost (a branch of `?:` is resolved raw)."""
+
     evaluate: Eval
     kind: str  # "attr" (resolve set), "const" (value set) or "call"
     resolve: Resolve | None = None
@@ -353,6 +356,9 @@ class Node:
 
 
 class Planner:
+    """Builds the plan cel-go's planner builds for one checked AST (interpreter/planner.go),
+    each node a closure that evaluates and charges its cost."""
+
     def __init__(self, references: Mapping[int, Reference], optimize: bool) -> None:
         self.references = references
         self.optimize = optimize

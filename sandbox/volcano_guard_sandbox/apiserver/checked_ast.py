@@ -3,7 +3,7 @@
 cel-cpp (cel-expr-python) parses and type-checks; `Expression.serialize()` gives the result as an
 Any-wrapped `cel.expr.CheckedExpr`. This module declares the few messages of that proto the
 sandbox's cost-tracking evaluator reads (cel/expr/checked.proto and syntax.proto, field numbers as
-published; the type map and source info are not read) and turns one into tuples.
+published; the type map and source info are not read) and decodes one.
 """
 
 from __future__ import annotations
