@@ -18,6 +18,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.policy_cost import largest_job, volcano_job
 from tests.conftest import REPO
 from tests.upstream import volcano_file, volcano_manifest
 from volcano_guard.base.informer import static_snapshot
@@ -34,7 +35,7 @@ from volcano_guard.webhook.review import (
     GroupVersionResource,
     UserInfo,
 )
-from volcano_guard_sandbox.apiserver import pod_validation
+from volcano_guard_sandbox.apiserver import cel_eval, pod_validation, policy_validation
 from volcano_guard_sandbox.apiserver import policies as plugin
 from volcano_guard_sandbox.apiserver.admission import Record
 from volcano_guard_sandbox.apiserver.matching import Attributes, User
@@ -728,3 +729,47 @@ def webhook_verdict_for(
     return evaluate(
         "validate", request, PolicyContext(config, {NODES: static_snapshot(labels)})
     ).decision.allowed
+
+
+def test_a_valid_volcano_job_past_cel_cpps_iteration_cap_is_admitted_as_1_30_admits_it():
+    """34 tasks of 100 containers, each with cpu and memory requests under its limits: a
+    variable of the resource-requests policy iterates 10,234 times, past cel-cpp's cap of
+    10,000, which denied it; kube-apiserver 1.30 has no cap, and its cost (bench.policy_cost)
+    is within every limit."""
+    job = volcano_job(tasks=34, containers=100)
+    assert in_server_verdict(config_of("default"), job, "alice", ()) == (True, "", [])
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_the_sandbox_counts_the_cost_of_every_expression_of_the_policies(name):
+    """No expression of the guard's policies falls back to cel-cpp, whose evaluation counts no
+    cost and stops at 10,000 iterations."""
+    for policy in admission_policies(config_of(name)):
+        if policy["kind"] != "ValidatingAdmissionPolicy":
+            continue
+        spec = policy["spec"]
+        for field_name, key in (
+            ("matchConditions", "expression"),
+            ("variables", "expression"),
+            ("validations", "expression"),
+            ("validations", "messageExpression"),
+        ):
+            for item in spec.get(field_name) or ():
+                expression = item[key]
+                assert cel_eval.plan_of(policy_validation.program, expression), expression
+
+
+@pytest.mark.slow
+def test_the_largest_job_etcd_stores_is_over_the_per_call_limit_in_the_guards_policy():
+    """The Job of bench.policy_cost: 14,095 containers in 1.5 MiB. The resource-requests
+    policy's containersOverLimit variable costs 1,142,980 there, over kube-apiserver's per-call
+    limit of 1,000,000: 1.30 cancels it and the policy (failurePolicy Fail) refuses the valid
+    Job; the sandbox refuses it with 1.30's words. Kept as the figure's proof: when the policy
+    gets cheaper this test says so."""
+    allowed, message, _ = in_server_verdict(config_of("default"), largest_job(), "alice", ())
+    assert not allowed
+    assert message == (
+        "expression 'size(variables.containersOverLimit) == 0' resulted in error: composited "
+        'variable "containersOverLimit" fails to evaluate: operation cancelled: actual cost '
+        "limit exceeded"
+    )

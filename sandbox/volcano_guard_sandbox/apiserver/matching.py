@@ -16,7 +16,8 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import cel_check, versions
+from volcano_guard_sandbox.apiserver import cel_check, cel_cost, cel_eval, versions
+from volcano_guard_sandbox.apiserver.cel_cost import COST_LIMIT_EXCEEDED, OUT_OF_BUDGET
 from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 
 NAMESPACES = ("", "namespaces")  # (group, resource) of Namespace objects: cluster-scoped
@@ -244,11 +245,18 @@ def evaluate_conditions(
     variables: Mapping[str, Any],
 ) -> tuple[bool, list[str]]:
     """matchconditions/matcher.go Match: (False, ...) when a condition is false, whatever the
-    others did; else (True, the errors)."""
+    others did; else (True, the errors). Every condition is evaluated first, against one budget
+    (filter.go ForInput), whose exhaustion fails them all."""
+    results = []
+    with cel_cost.budget(cel_cost.MATCH_CONDITIONS_BUDGET):
+        for condition in conditions:
+            expression = str(condition.get("expression", ""))
+            value, error = evaluate(program, expression, variables)
+            if error == OUT_OF_BUDGET:
+                return True, [error]
+            results.append((condition.get("name", ""), value, error))
     errors: list[str] = []
-    for condition in conditions:
-        name, expression = condition.get("name", ""), str(condition.get("expression", ""))
-        value, error = evaluate(program, expression, variables)
+    for name, value, error in results:
         if error:
             errors.append(error)
         elif not isinstance(value, bool):
@@ -261,15 +269,34 @@ def evaluate_conditions(
 def evaluate(
     program: Callable[[str], cel.Expression], expression: str, variables: Mapping[str, Any]
 ) -> tuple[Any, str]:
-    """(expression's plain value, "") or (None, what went wrong), evaluated by CEL's C++
-    runtime (cel-expr-python), as conformant as the apiserver's cel-go."""
+    """(expression's plain value, "") or (None, what went wrong). cel_eval evaluates cel-cpp's
+    checked AST with cel-go's cost limits (no iteration cap); what it does not model, and the
+    words of an evaluation error, come from CEL's C++ runtime (cel-expr-python)."""
     try:
-        value = program(expression).eval(data=dict(variables))
+        compiled = program(expression)
     except RuntimeError as exc:  # does not compile: refused when the configuration is written
         return None, f"expression '{expression}' does not compile: {exc}"
+    outcome = cel_eval.evaluate_costed(program, expression, variables)
+    if outcome is not None and not outcome.error:
+        return outcome.value, ""
+    if outcome is not None and outcome.error == OUT_OF_BUDGET:
+        return None, OUT_OF_BUDGET
+    if outcome is not None and (
+        outcome.error == COST_LIMIT_EXCEEDED or outcome.error.startswith(cel_eval.VARIABLE_FAILED)
+    ):
+        return None, f"expression '{expression}' resulted in error: {outcome.error}"
+    value = compiled.eval(data=_plain(variables))
     if value.type() == cel.Type.ERROR:
         return None, f"expression '{expression}' resulted in error: {value.value()}"
     return value.plain_value(), ""
+
+
+def _plain(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """The variables as cel-cpp takes them (a LazyVariables as the dict it is)."""
+    return {
+        key: dict(value) if isinstance(value, cel_eval.LazyVariables) else value
+        for key, value in variables.items()
+    }
 
 
 def cel_request(attributes: Attributes) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import cel_check, versions
+from volcano_guard_sandbox.apiserver import cel_check, cel_cost, cel_eval, versions
 from volcano_guard_sandbox.apiserver.matching import evaluate, evaluate_conditions
 from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 
@@ -117,28 +117,61 @@ def validate(
         return ValidateResult()
     if errors:
         return ValidateResult((_error(fail, "; ".join(errors)),))
-    data["variables"] = _variables(spec.get("variables") or (), data, compiled)
-    decisions = tuple(
-        _decide(validation, data, fail, compiled) for validation in spec.get("validations") or ()
-    )
-    annotations = tuple(
-        _annotate(annotation, data, fail, compiled)
-        for annotation in spec.get("auditAnnotations") or ()
-    )
+    values, costs, reads, variable_errors = _variables(spec.get("variables") or (), data, compiled)
+    # filter.go: the validations share one budget, the messages what it leaves; each filter
+    # charges a variable once, when it is first read.
+    with cel_cost.budget(cel_cost.RUNTIME_BUDGET) as budget:
+        data["variables"] = cel_eval.LazyVariables(values, costs, reads, variable_errors)
+        decisions = tuple(
+            _decide(validation, data, fail, compiled)
+            for validation in spec.get("validations") or ()
+        )
+    if budget.exhausted:
+        return ValidateResult((_error(fail, cel_cost.OUT_OF_BUDGET),))
+    with cel_cost.budget(budget.remaining) as messages:
+        data["variables"] = cel_eval.LazyVariables(values, costs, reads, variable_errors)
+        decisions = tuple(
+            _with_message(validation, decision, data, compiled)
+            for validation, decision in zip(spec.get("validations") or (), decisions, strict=True)
+        )
+    if messages.exhausted:
+        failed = f"failed messageExpression: {cel_cost.OUT_OF_BUDGET}"
+        return ValidateResult(tuple(_error(fail, failed) for _ in decisions))
+    with cel_cost.budget(cel_cost.RUNTIME_BUDGET) as audit:  # validator.go: a budget of its own
+        data["variables"] = cel_eval.LazyVariables(values, costs, reads, variable_errors)
+        annotations = tuple(
+            _annotate(annotation, data, fail, compiled)
+            for annotation in spec.get("auditAnnotations") or ()
+        )
+    if audit.exhausted:
+        return ValidateResult((_error(fail, cel_cost.OUT_OF_BUDGET),))
     return ValidateResult(decisions, annotations)
 
 
-def _variables(declared: Any, data: dict[str, Any], compiled: _Compiled) -> dict[str, Any]:
-    """Each variable in order, seeing those before it. One that fails to evaluate is left out:
-    an expression that reads it then fails, as the apiserver's lazy variables fail it."""
+_Variables = tuple[dict[str, Any], dict[str, int], dict[str, set[str]], dict[str, str]]
+
+
+def _variables(declared: Any, data: dict[str, Any], compiled: _Compiled) -> _Variables:
+    """Each variable in order, seeing those before it; its own cost and the variables it reads.
+    One that fails to evaluate is left out: an expression that reads it then fails, as the
+    apiserver's lazy variables fail it."""
     variables: dict[str, Any] = {}
+    costs: dict[str, int] = {}
+    reads: dict[str, set[str]] = {}
+    errors: dict[str, str] = {}
     for variable in declared:
-        value, error = evaluate(
-            compiled, str(variable.get("expression", "")), {**data, "variables": variables}
-        )
-        if not error:
-            variables[str(variable.get("name", ""))] = value
-    return variables
+        name = str(variable.get("name", ""))
+        lazy = cel_eval.LazyVariables(variables, costs, reads, errors)
+        with cel_cost.budget(2**63) as measured:
+            value, error = evaluate(
+                compiled, str(variable.get("expression", "")), {**data, "variables": lazy}
+            )
+        costs[name], reads[name] = measured.spent - lazy.total, set(lazy.charged)
+        if error:
+            errors[name] = error.partition(" resulted in error: ")[2] or error
+        else:
+            variables[name] = value
+    return variables, costs, reads, errors
 
 
 def _decide(
@@ -150,12 +183,18 @@ def _decide(
         return _error(fail, error)
     if outcome is True:
         return PolicyDecision("admit", "admit")
-    return PolicyDecision(
-        "deny",
-        "deny",
-        _message(validation, data, compiled),
-        str(validation.get("reason") or REASON_INVALID),
-    )
+    return PolicyDecision("deny", "deny", "", str(validation.get("reason") or REASON_INVALID))
+
+
+def _with_message(
+    validation: Mapping[str, Any],
+    decision: PolicyDecision,
+    data: Mapping[str, Any],
+    compiled: _Compiled,
+) -> PolicyDecision:
+    if decision.evaluation != "deny":
+        return decision
+    return PolicyDecision("deny", "deny", _message(validation, data, compiled), decision.reason)
 
 
 def _message(validation: Mapping[str, Any], data: Mapping[str, Any], compiled: _Compiled) -> str:
