@@ -32,20 +32,27 @@ _PLUGIN = "pkg/admission/plugin/"
 # Cases each reader finds today (a floor), and the most it may leave unparsed: the tables not
 # read yet count every case unparsed (docs/decisions/sandbox.md says why).
 MIN_CASES = {
+    _PLUGIN + "cel/filter_test.go": 27,
     _PLUGIN + "webhook/predicates/rules/rules_test.go": 76,
     _PLUGIN + "webhook/matchconditions/matcher_test.go": 15,
     _PLUGIN + "policy/validating/validator_test.go": 34,
-    _PLUGIN + "webhook/generic/webhook_test.go": 0,
-    _PLUGIN + "policy/matching/matching_test.go": 0,
+    _PLUGIN + "webhook/generic/webhook_test.go": 16,
+    _PLUGIN + "policy/matching/matching_test.go": 24,
     _PLUGIN + "policy/validating/admission_test.go": 0,
 }
 MAX_UNPARSED = {
-    _PLUGIN + "webhook/generic/webhook_test.go": 16,
-    _PLUGIN + "policy/matching/matching_test.go": 24,
     _PLUGIN + "policy/validating/admission_test.go": 19,
 }
-# Cases the sandbox answers unlike 1.30, by id, with why; none today.
-KNOWN_FAILURES: dict[str, str] = {}
+# Cases the sandbox answers unlike 1.30, by id, with why.
+KNOWN_FAILURES: dict[str, str] = dict.fromkeys(
+    [
+        "matching_test.go:TestMatcher/erroring namespace selector on otherwise matching rule errors",
+        "matching_test.go:TestMatcher/erroring object selector on otherwise matching rule errors",
+    ],
+    "a selector with an invalid label value ('bad value'): Go fails to parse it at admission "
+    "and the policy errors; the sandbox matches by it as written, and does not refuse it when "
+    "a policy or binding is written either (it validates no policy selector)",
+)
 
 
 @functools.cache
@@ -74,7 +81,7 @@ def test_every_admission_case_passes_or_is_not_modelled_or_a_known_failure():
         if r.verdict == "failed" and r.id not in KNOWN_FAILURES
     ]
     assert not unexpected, "\n".join(unexpected)
-    assert sum(r.verdict == "passed" for r in results) >= 119
+    assert sum(r.verdict == "passed" for r in results) >= 160
 
 
 def test_no_known_admission_failure_passes_or_is_gone():
@@ -93,7 +100,7 @@ def test_conformance_command_prints_the_admission_tables_after_the_cel_ones(caps
     rows = lines[start + 2 : start + 2 + len(ADMISSION_SOURCES)]
     assert [row.split()[0] for row in rows] == [source.file for source in ADMISSION_SOURCES]
     total = lines[start + 2 + len(ADMISSION_SOURCES)].split()
-    assert total[0] == "total" and int(total[1]) >= 119 and int(total[2]) == len(KNOWN_FAILURES)
+    assert total[0] == "total" and int(total[1]) >= 160 and int(total[2]) == len(KNOWN_FAILURES)
 
 
 # The readers and the runner on tables of their own: no upstream source needed.

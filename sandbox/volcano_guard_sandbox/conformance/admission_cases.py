@@ -86,6 +86,8 @@ _ADMISSION_CONSTANTS: Mapping[str, Any] = {
     **{f"{p}.NamespacedScope": "Namespaced" for p in ("adreg", "v1")},
     **{f"{p}.AllScopes": "*" for p in ("adreg", "v1")},
     **{f"{p}.Fail": "Fail" for p in ("adreg", "v1")},
+    **{f"{p}.Exact": "Exact" for p in ("adreg", "v1")},
+    **{f"{p}.Equivalent": "Equivalent" for p in ("adreg", "v1")},
     **{f"{p}.Ignore": "Ignore" for p in ("adreg", "v1")},
     **{f"metav1.StatusReason{r}": r for r in ("Forbidden", "Unauthorized", "Invalid")},
     "ActionAdmit": "admit",
@@ -303,7 +305,11 @@ def read_validate(file: str, source: str) -> AdmissionExtraction:
 
 
 def _struct_rows(
-    out: AdmissionExtraction, source: str, function: str, variable: str
+    out: AdmissionExtraction,
+    source: str,
+    function: str,
+    variable: str,
+    helpers: Mapping[str, Callable[..., Any]] | None = None,
 ) -> Iterable[tuple[int, dict[str, Node], dict[str, Any]]]:
     """(index, fields, their values) of each element of function's `[]struct{...}` table; an
     element that cannot be read is counted unparsed."""
@@ -312,13 +318,242 @@ def _struct_rows(
     if span is None or table is None:
         out.unparsed.append(Unparsed(function, "*", f"no table {variable} in {function}"))
         return
-    values = GoObjects(golang.local_values(source, span))
+    values = GoObjects(golang.local_values(source, span), helpers)
     for index, element in enumerate(table.elements):
         try:
             fields = golang.fields(source, element)
             yield index, fields, {key: values(node) for key, node in fields.items()}
         except (golang.GoSyntaxError, golang.UnknownValue, KeyError) as exc:
             out.unparsed.append(Unparsed(function, f"[{index}]", str(exc)))
+
+
+# -- policy/matching/matching_test.go ------------------------------------------------------------
+
+
+def _attributes_record(
+    obj: Any,
+    old: Any,
+    kind: Mapping[str, str],
+    namespace: str,
+    name: str,
+    resource: Mapping[str, str],
+    subresource: str,
+    operation: str,
+    *_: Any,
+) -> dict[str, Any]:
+    """admission.NewAttributesRecord(object, oldObject, gvk, namespace, name, gvr, subresource,
+    operation, options, dryRun, userInfo), as rules_test's helpers give attributes."""
+    return {
+        "group": resource["group"],
+        "version": resource["version"],
+        "resource": resource["resource"],
+        "subresource": subresource,
+        "name": name,
+        "operation": operation,
+        "kind": kind["kind"],
+        "kind group": kind["group"],
+        "kind version": kind["version"],
+        "namespace": namespace,
+        "object": None if obj is None else {},
+        "oldObject": None if old is None else {},
+    }
+
+
+_RECORD_HELPERS: Mapping[str, Callable[..., Any]] = {
+    "gvr": lambda g, v, r: {"group": g, "version": v, "resource": r},
+    "gvk": lambda g, v, k: {"group": g, "version": v, "kind": k},
+    "admission.NewAttributesRecord": _attributes_record,
+}
+
+
+def _matching_needs(criteria: Mapping[str, Any]) -> set[str]:
+    """What a matchResources or a webhook needs that the sandbox does not model."""
+    needs = set()
+    if criteria.get("MatchPolicy") == "Equivalent":
+        needs.add("equivalent resources")
+    if not {"NamespaceSelector", "ObjectSelector"} <= set(criteria):
+        needs.add("nil selector")
+    return needs
+
+
+def read_policy_matcher(file: str, source: str) -> AdmissionExtraction:
+    """TestMatcher: whether a policy's matchResources (selectors, resourceRules with
+    resourceNames, excludeResourceRules, matchPolicy) match the attributes, or the error."""
+    out, function = AdmissionExtraction(file), "TestMatcher"
+    for index, _, case in _struct_rows(out, source, function, "testcases", _RECORD_HELPERS):
+        criteria = case.get("criteria") or {}
+        needs = _matching_needs(criteria)
+        expected = {"matches": bool(case.get("expectMatches")), "error": case.get("expectErr")}
+        inputs = {"criteria": criteria, "attributes": case.get("attrs") or {}}
+        name = case.get("name", f"[{index}]")
+        out.add(
+            AdmissionCase(
+                file, function, name, "match resources", inputs, expected, frozenset(needs)
+            )
+        )
+    return out
+
+
+# -- webhook/generic/webhook_test.go -------------------------------------------------------------
+
+
+def read_should_call(file: str, source: str) -> AdmissionExtraction:
+    """TestShouldCallHook: whether a webhook is called for the attributes (selectors, rules,
+    matchPolicy, and matchConditions whose result a fake gives: matchResult or matchError)."""
+    out, function = AdmissionExtraction(file), "TestShouldCallHook"
+    for index, _, case in _struct_rows(out, source, function, "testcases", _RECORD_HELPERS):
+        webhook = case.get("webhook") or {}
+        needs = _matching_needs(webhook)
+        expected = {"call": bool(case.get("expectCall")), "error": case.get("expectErr", "")}
+        inputs = {
+            "webhook": webhook,
+            "attributes": case.get("attrs") or {},
+            "match result": bool(case.get("matchResult")),
+            "match error": case.get("matchError"),
+        }
+        name = case.get("name", f"[{index}]")
+        out.add(
+            AdmissionCase(file, function, name, "should call", inputs, expected, frozenset(needs))
+        )
+    return out
+
+
+# -- plugin/cel/filter_test.go TestFilter ---------------------------------------------------------
+
+# Go field names whose JSON name is not the field's with its first letter lowered.
+_JSON_NAMES = {"ObjectMeta": "metadata", "IP": "ip", "UID": "uid", "APIVersion": "apiVersion"}
+_INLINE = ("TypeMeta",)  # embedded: its fields are the object's own
+
+
+def go_json(value: Any) -> Any:
+    """A Go API object read by GoObjects as the JSON the API serves (what CEL sees)."""
+    if isinstance(value, list):
+        return [go_json(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if "__type__" not in value:
+        return {key: go_json(item) for key, item in value.items()}
+    if value["__type__"].endswith("Unstructured"):
+        return go_json(value.get("Object") or {})
+    found: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == "__type__":
+            continue
+        if key in _INLINE:
+            found |= go_json(item)
+        else:
+            found[_JSON_NAMES.get(key, key[:1].lower() + key[1:])] = go_json(item)
+    return found
+
+
+_FILTER_CONSTANTS = {"corev1.FinalizerKubernetes": "kubernetes", "corev1.NamespaceActive": "Active"}
+
+
+def _endpoints(name: str | None) -> dict[str, Any]:
+    endpoints: dict[str, Any] = {"subsets": [{"addresses": [{"ip": "127.0.0.0"}]}]}
+    if name:
+        endpoints["metadata"] = {"name": name}
+    return endpoints
+
+
+def _valid_attribute(obj: Any, is_delete: bool) -> dict[str, Any]:
+    """filter_test.go newValidAttribute: a CREATE of default/foo of no kind, its object an
+    Endpoints unless given; for a delete, only an old Endpoints (the operation stays CREATE)."""
+    obj, old = (
+        (None, _endpoints(None)) if is_delete else (go_json(obj) or _endpoints("endpoints1"), None)
+    )
+    return {
+        "operation": "CREATE",
+        "namespace": "default",
+        "name": "foo",
+        "object": obj,
+        "oldObject": old,
+    }
+
+
+def _endpoint_attributes(operation: str, subresource: str) -> Callable[[], dict[str, Any]]:
+    """filter_test.go endpointCreateAttributes and endpointStatusUpdateAttributes."""
+
+    def build() -> dict[str, Any]:
+        obj = {"kind": "Endpoints", "apiVersion": "v1", **_endpoints("endpoints1")}
+        return {
+            "operation": operation,
+            "group": "",
+            "version": "v1",
+            "resource": "endpoints",
+            "subresource": subresource,
+            "kind": "Endpoints",
+            "namespace": "default",
+            "name": "endpoints1",
+            "object": obj,
+            "oldObject": obj if operation == "UPDATE" else None,
+        }
+
+    return build
+
+
+def _block_locals(source: str, span: tuple[int, int]) -> dict[str, Node]:
+    """`name := <composite over many lines>` and `var name *T` (nil) of a function body."""
+    found: dict[str, Node] = {}
+    for match in re.finditer(r"^\t(\w+) := ", source[span[0] : span[1]], re.M):
+        start = span[0] + match.end()
+        try:
+            parser = golang.Parser(source, golang.tokens(source, start, span[1]))
+            found[match.group(1)] = parser.expression()
+        except golang.GoSyntaxError:
+            continue
+    for match in re.finditer(r"^\tvar (\w+) \*", source[span[0] : span[1]], re.M):
+        found[match.group(1)] = golang.Literal(None)
+    return found
+
+
+class _FilterValues(GoObjects):
+    def name(self, dotted: str) -> Any:
+        if dotted in _FILTER_CONSTANTS:
+            return _FILTER_CONSTANTS[dotted]
+        return super().name(dotted)
+
+
+def read_filter_cases(file: str, source: str) -> AdmissionExtraction:
+    """TestFilter: each validation's expression evaluated against the attributes, params and
+    namespace object: its result (a bool) or an error containing the expected words."""
+    out, function = AdmissionExtraction(file), "TestFilter"
+    span = golang.function_body(source, function)
+    table = golang.table(source, span, "cases") if span else None
+    if span is None or table is None:
+        out.unparsed.append(Unparsed(function, "*", "no table cases in TestFilter"))
+        return out
+    helpers: dict[str, Callable[..., Any]] = {
+        "newValidAttribute": _valid_attribute,
+        "endpointCreateAttributes": _endpoint_attributes("CREATE", ""),
+        "endpointStatusUpdateAttributes": _endpoint_attributes("UPDATE", "status"),
+        "runtime.Object": lambda value: value,
+    }
+    values = _FilterValues(_block_locals(source, span), helpers)
+    for index, element in enumerate(table.elements):
+        try:
+            fields = golang.fields(source, element)
+            # An authorizer is a Go fake (its value is never read): only whether there is one.
+            case = {key: values(node) for key, node in fields.items() if key != "authorizer"}
+        except (golang.GoSyntaxError, golang.UnknownValue, KeyError) as exc:
+            out.unparsed.append(Unparsed(function, f"[{index}]", str(exc)))
+            continue
+        needs = set()
+        if "authorizer" in fields:
+            needs.add("authorizer")
+        if case.get("testPerCallLimit"):
+            needs.add("cost limit")
+        inputs = {
+            "expressions": [v.get("Expression", "") for v in case.get("validations") or []],
+            "attributes": case.get("attributes") or {},
+            "params": go_json(case.get("params")),
+            "has params": bool(case.get("hasParamKind")),
+            "namespace": go_json(case.get("namespaceObject")),
+        }
+        name = case.get("name", f"[{index}]")
+        expected = case.get("results") or []
+        out.add(AdmissionCase(file, function, name, "filter", inputs, expected, frozenset(needs)))
+    return out
 
 
 # -- tables not read yet -------------------------------------------------------------------------
@@ -368,25 +603,16 @@ def not_read_functions(why: str) -> Callable[[str, str], AdmissionExtraction]:
 
 
 ADMISSION_SOURCES: Sequence[AdmissionSource] = (
+    AdmissionSource(_PLUGIN + "cel/filter_test.go", read_filter_cases),
     AdmissionSource(_PLUGIN + "webhook/predicates/rules/rules_test.go", read_rules),
     AdmissionSource(_PLUGIN + "webhook/matchconditions/matcher_test.go", read_match_conditions),
     AdmissionSource(
         _PLUGIN + "webhook/generic/webhook_test.go",
-        not_read(
-            "TestShouldCallHook",
-            "testcases",
-            "not read yet: webhook configurations built by Go helpers, with equivalent-"
-            "resource conversion through a Go scheme",
-        ),
+        read_should_call,
     ),
     AdmissionSource(
         _PLUGIN + "policy/matching/matching_test.go",
-        not_read(
-            "TestMatcher",
-            "testcases",
-            "not read yet: matchResources with equivalent-resource conversion through a Go "
-            "scheme and fake namespace listers",
-        ),
+        read_policy_matcher,
     ),
     AdmissionSource(
         _PLUGIN + "policy/validating/validator_test.go",

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from volcano_guard_sandbox.apiserver import matching, policy_validation
-from volcano_guard_sandbox.conformance import golang
+from volcano_guard_sandbox.apiserver import admission, matching, policies, policy_validation
+from volcano_guard_sandbox.conformance import golang, sandbox_cel
 from volcano_guard_sandbox.conformance.admission_cases import (
     ADMISSION_SOURCES,
     AdmissionCase,
@@ -22,12 +22,19 @@ from volcano_guard_sandbox.conformance.admission_cases import (
     GoError,
     extract_admission,
 )
-from volcano_guard_sandbox.conformance.runner import FileReport, Result
+from volcano_guard_sandbox.conformance.runner import FileReport, Result, error_matches
 
 # What the sandbox does not model, by the need a case carries, and why.
 ADMISSION_NOT_MODELLED: Mapping[str, str] = {
     "filter error": "a CEL filter that fails as a whole before any expression is evaluated "
     "(a Go fake's ForInput error): the sandbox's expressions fail one by one",
+    "equivalent resources": "matchPolicy Equivalent across API versions of one resource: the "
+    "sandbox serves one version of each resource, so there is no equivalent to match",
+    "nil selector": "a nil namespace or object selector (Go's labels.Nothing), which the API "
+    "never stores: it defaults both to {}, as the sandbox reads them",
+    "authorizer": "authorizer checks: the sandbox has no authorizer to ask (refused when a "
+    "policy that uses one is written)",
+    "cost limit": "a per-call cost limit of 1: the sandbox tracks no CEL cost",
     "cost budget": "a fake filter's cost of 1 a call against a budget of 1: the sandbox "
     "tracks no CEL cost",
 }
@@ -70,11 +77,13 @@ def sandbox_attributes(go: Mapping[str, Any]) -> matching.Attributes:
         group=group,
         version=version,
         resource=go.get("resource", ""),
-        kind=(group, version, go.get("kind", "")),
+        kind=(go.get("kind group", group), go.get("kind version", version), go.get("kind", "")),
         namespace=go.get("namespace", ""),
         name=go.get("name", ""),
         user=matching.User(""),
         subresource=go.get("subresource", ""),
+        object=go.get("object"),
+        old_object=go.get("oldObject"),
     )
 
 
@@ -220,10 +229,177 @@ def _annotation_matches(expected: tuple[str, str, str], got: tuple[str, str, str
     return expected[:2] == got[:2] and expected[2] in got[2] and bool(expected[2]) == bool(got[2])
 
 
+def sandbox_rule_of(named: Mapping[str, Any]) -> dict[str, Any]:
+    """A NamedRuleWithOperations as the API's JSON; Go's nil lists match nothing, its nil scope
+    everything."""
+    with_operations = named.get("RuleWithOperations") or {}
+    rule = with_operations.get("Rule") or {}
+    converted = {
+        "operations": with_operations.get("Operations") or [],
+        "apiGroups": rule.get("APIGroups") or [],
+        "apiVersions": rule.get("APIVersions") or [],
+        "resources": rule.get("Resources") or [],
+        "resourceNames": named.get("ResourceNames") or [],
+    }
+    if rule.get("Scope"):
+        converted["scope"] = rule["Scope"]
+    return converted
+
+
+def sandbox_selector(selector: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if selector is None:
+        return None
+    return {
+        "matchLabels": selector.get("MatchLabels") or {},
+        "matchExpressions": [
+            {"key": e.get("Key"), "operator": e.get("Operator"), "values": e.get("Values") or []}
+            for e in selector.get("MatchExpressions") or []
+        ],
+    }
+
+
+def sandbox_match_resources(criteria: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "namespaceSelector": sandbox_selector(criteria.get("NamespaceSelector")),
+        "objectSelector": sandbox_selector(criteria.get("ObjectSelector")),
+        "resourceRules": [sandbox_rule_of(r) for r in criteria.get("ResourceRules") or []],
+        "excludeResourceRules": [
+            sandbox_rule_of(r) for r in criteria.get("ExcludeResourceRules") or []
+        ],
+        "matchPolicy": criteria.get("MatchPolicy") or "Exact",
+    }
+
+
+def _match_resources(case: AdmissionCase) -> tuple[bool, str, str]:
+    """matching.go Matches (the matched kind and resource are the request's: the sandbox never
+    converts, so only whether it matches is compared). An expected error (a selector Go cannot
+    parse) the sandbox's matching never raises: such a case fails."""
+    resources = sandbox_match_resources(case.inputs["criteria"])
+    matched = policies.matches(resources, sandbox_attributes(case.inputs["attributes"]))
+    if error := case.expected["error"]:
+        return False, f"error: {error}", f"{_matched(matched)} by {resources}"
+    expected = case.expected["matches"]
+    return matched is expected, _matched(expected), f"{_matched(matched)} by {resources}"
+
+
+def sandbox_webhook(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The ValidatingWebhook as the API's JSON; its matchConditions, if any, become one
+    condition that evaluates as the fake matcher answers (matchResult, or matchError)."""
+    go = inputs["webhook"]
+    webhook: dict[str, Any] = {
+        "namespaceSelector": sandbox_selector(go.get("NamespaceSelector")),
+        "objectSelector": sandbox_selector(go.get("ObjectSelector")),
+        "rules": [sandbox_rule_of({"RuleWithOperations": rule}) for rule in go.get("Rules") or []],
+        "matchPolicy": go.get("MatchPolicy") or "Exact",
+    }
+    if conditions := go.get("MatchConditions"):
+        error = inputs.get("match error")
+        result = {"Error": error} if error else {"EvalResult": inputs["match result"]}
+        name = conditions[0].get("Name", "")
+        webhook["matchConditions"] = [{"name": name, "expression": condition_expression(result)}]
+    return webhook
+
+
+def _should_call(case: AdmissionCase) -> tuple[bool, str, str]:
+    """webhook.go ShouldCallHook. A matchCondition's error is refused as the API refuses it
+    (admission.forbidden): the words before the cause must be upstream's, and the cause must
+    name the fake's error."""
+    webhook = sandbox_webhook(case.inputs)
+    attributes = sandbox_attributes(case.inputs["attributes"])
+    expected_error = case.expected["error"]
+    try:
+        called = matching.should_call(webhook, attributes)
+    except matching.ConditionError as exc:
+        refusal = admission.forbidden(attributes, str(exc)).message
+        prefix, _, cause = expected_error.partition(" is forbidden: ")
+        passed = bool(expected_error) and refusal.startswith(f"{prefix} is forbidden: ")
+        return passed and cause in refusal, f"error: {expected_error}", f"error: {refusal}"
+    expected = "called" if case.expected["call"] else "not called"
+    got = "called" if called else "not called"
+    if expected_error:
+        return False, f"error: {expected_error}", got
+    return called is case.expected["call"], expected, f"{got} by {webhook}"
+
+
+def _namespace_object(namespace: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """filter.go CreateNamespaceObject: the namespace's status, spec and the metadata fields it
+    copies (not managedFields, not ownerReferences)."""
+    if namespace is None:
+        return None
+    metadata = namespace.get("metadata") or {}
+    kept = {key: value for key, value in metadata.items() if key in _NAMESPACE_METADATA}
+    return {"metadata": kept, "spec": namespace.get("spec"), "status": namespace.get("status")}
+
+
+_NAMESPACE_METADATA = frozenset(
+    [
+        "name",
+        "generateName",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "finalizers",
+    ]
+)
+
+
+def _filter(case: AdmissionCase) -> tuple[bool, str, str]:
+    """filter.go ForInput: each expression compiled as a policy's is when written (refused:
+    an error, as the filter reports a compilation error per expression), else evaluated in the
+    sandbox's policy environment; a bool result or an error containing upstream's words (a
+    compilation error: any refusal on write; else by reason, runner.error_matches)."""
+    attributes = sandbox_attributes(case.inputs["attributes"])
+    variables = {
+        "object": attributes.object,
+        "oldObject": attributes.old_object,
+        "request": matching.cel_request(attributes),
+        "namespaceObject": _namespace_object(case.inputs["namespace"]),
+        "variables": {},
+    }
+    if case.inputs["has params"]:
+        variables["params"] = case.inputs["params"]
+    got: list[tuple[str, Any]] = []
+    for expression in case.inputs["expressions"]:
+        refused = sandbox_cel.policy_compile_error(expression, case.inputs["has params"], False)
+        if refused:
+            got.append(("compile error", refused))
+            continue
+        value, error = matching.evaluate(policy_validation.program, expression, variables)
+        got.append(("error", error) if error else ("value", value))
+    expected = [_expected_result(result) for result in case.expected]
+    passed = len(got) == len(expected) and all(map(_result_matches, expected, got))
+    return passed, str(expected), str(got)
+
+
+def _expected_result(result: Mapping[str, Any]) -> tuple[str, Any]:
+    error = result.get("Error")
+    if isinstance(error, GoError):
+        return "error", error.text
+    return "value", result.get("EvalResult")
+
+
+def _result_matches(expected: tuple[str, Any], got: tuple[str, Any]) -> bool:
+    kind, value = expected
+    if kind == "value":
+        return got == ("value", value)
+    if "compil" in value:
+        return got[0] == "compile error"
+    return got[0] != "value" and error_matches(value, False, got[1])
+
+
 RUNS: Mapping[str, Callable[[AdmissionCase], tuple[bool, str, str]]] = {
     "rule part": _rule_part,
     "match conditions": _match_conditions,
     "validate": _validate,
+    "match resources": _match_resources,
+    "should call": _should_call,
+    "filter": _filter,
 }
 
 

@@ -542,8 +542,7 @@ def read_compile(file: str, source: str) -> Extraction:
 
 def read_filter(file: str, source: str) -> Extraction:
     """TestCompile: each condition compiles unless errorExpressions names it. TestFilter's
-    cases evaluate against Go admission attributes and objects this reader cannot build: they
-    are counted as unparsed."""
+    cases evaluate against admission attributes and objects: admission_cases reads them."""
     out, values, function = Extraction(file), Values(), "TestCompile"
     for index, fields in _table(out, source, function, "cases"):
         if fields is None:
@@ -567,12 +566,6 @@ def read_filter(file: str, source: str) -> Extraction:
             )
             out.add(
                 Case(file, function, f"{group}/{expression}", expression, expected, policy=True)
-            )
-    for index, fields in _table(out, source, "TestFilter", "cases"):
-        if fields is not None:
-            name = _string(values, fields.get("name"), f"[{index}]")
-            out.unparsed.append(
-                Unparsed("TestFilter", name, "evaluates against Go admission attributes")
             )
     return out
 
