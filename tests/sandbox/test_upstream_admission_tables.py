@@ -22,6 +22,7 @@ from volcano_guard_sandbox.conformance.admission_cases import (
     AdmissionExtraction,
     AdmissionSource,
     extract_admission,
+    read_filter_cases,
     read_rules,
     read_validate,
 )
@@ -208,4 +209,76 @@ def test_a_validator_table_runs_as_policies_whose_expressions_stand_for_the_fake
         "message too long": "passed",
         "denied as the fake's expression": "passed",
         "wrongly expected to admit": "failed",
+    }
+
+
+_FILTER = """
+func TestFilter(t *testing.T) {
+	configMapParams := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "foo",
+		},
+		Data: map[string]string{"fakeString": "fake"},
+	}
+	nsObject := &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: "test", Labels: map[string]string{"env": "test"}},
+		Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive},
+	}
+	cases := []struct {
+		name string
+	}{
+		{
+			name: "params and the deleted object",
+			validations: []ExpressionAccessor{
+				&condition{Expression: "params.data.fakeString == 'fake' && object == null"},
+				&condition{Expression: "oldObject.x == 100"},
+			},
+			attributes: newValidAttribute(nil, true),
+			results: []EvaluationResult{
+				{EvalResult: celtypes.True},
+				{Error: errors.New("expression 'oldObject.x == 100' resulted in error")},
+			},
+			hasParamKind: true,
+			params:       configMapParams,
+		},
+		{
+			name: "the namespace object as CreateNamespaceObject copies it",
+			validations: []ExpressionAccessor{
+				&condition{Expression: "namespaceObject.status.phase == 'Active' && namespaceObject.metadata.labels.env == 'test'"},
+				&condition{Expression: "size(namespaceObject.metadata.managedFields) == 1"},
+			},
+			attributes: newValidAttribute(nil, false),
+			results: []EvaluationResult{
+				{EvalResult: celtypes.True},
+				{Error: errors.New("undefined field 'managedFields'")},
+			},
+			namespaceObject: nsObject,
+		},
+		{
+			name: "wrongly expected false",
+			validations: []ExpressionAccessor{&condition{Expression: "request.operation == 'CREATE'"}},
+			attributes: newValidAttribute(nil, false),
+			results: []EvaluationResult{{EvalResult: celtypes.False}},
+		},
+		{
+			name: "an authorizer, not modelled",
+			validations: []ExpressionAccessor{&condition{Expression: "authorizer.path('/healthz').check('get').allowed()"}},
+			attributes: newValidAttribute(nil, false),
+			results: []EvaluationResult{{EvalResult: celtypes.True}},
+			authorizer: denyAll,
+		},
+	}
+}
+"""
+
+
+def test_a_filter_table_evaluates_each_expression_against_go_built_attributes():
+    extraction = read_filter_cases("filter_test.go", _FILTER)
+    assert not extraction.unparsed
+    verdicts = {case.name: run_case(case).verdict for case in extraction.cases}
+    assert verdicts == {
+        "params and the deleted object": "passed",
+        "the namespace object as CreateNamespaceObject copies it": "passed",
+        "wrongly expected false": "failed",
+        "an authorizer, not modelled": "not modelled",
     }

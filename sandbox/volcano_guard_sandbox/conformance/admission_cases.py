@@ -249,23 +249,7 @@ def read_match_conditions(file: str, source: str) -> AdmissionExtraction:
     """TestMatch: a matcher over a fake filter's evaluations (true, false or an error each);
     whether it matches, or the error it reports, by the failure policy."""
     out, function = AdmissionExtraction(file), "TestMatch"
-    span = golang.function_body(source, function)
-    if span is None:
-        out.unparsed.append(Unparsed(function, "*", "func TestMatch is not in the file"))
-        return out
-    values = GoObjects(golang.local_values(source, span))
-    table = golang.table(source, span, "cases")
-    if table is None:
-        out.unparsed.append(Unparsed(function, "*", "no table cases"))
-        return out
-    for index, element in enumerate(table.elements):
-        try:
-            fields = golang.fields(source, element)
-            name = values(fields["name"])
-            case = {key: values(fields[key]) for key in fields if key != "name"}
-        except (golang.GoSyntaxError, golang.UnknownValue, KeyError) as exc:
-            out.unparsed.append(Unparsed(function, f"[{index}]", str(exc)))
-            continue
+    for index, _, case in _struct_rows(out, source, function, "cases"):
         needs = frozenset({"filter error"} if case.get("throwError") else ())
         expected = {
             "matches": bool(case.get("shouldMatch")),
@@ -276,6 +260,7 @@ def read_match_conditions(file: str, source: str) -> AdmissionExtraction:
             "evaluations": case.get("evaluations") or [],
             "failurePolicy": case.get("failPolicy"),
         }
+        name = case.get("name", f"[{index}]")
         out.add(AdmissionCase(file, function, name, "match conditions", inputs, expected, needs))
     return out
 
@@ -288,8 +273,7 @@ def read_validate(file: str, source: str) -> AdmissionExtraction:
     annotations: each result true, false, a string, null or an error) and a fake matcher; its
     decisions (action, a message containing the expected one, reason) and audit annotations."""
     out, function = AdmissionExtraction(file), "TestValidate"
-    for index, fields, case in _struct_rows(out, source, function, "cases"):
-        del fields
+    for index, _, case in _struct_rows(out, source, function, "cases"):
         needs = set()
         if case.get("throwError"):
             needs.add("filter error")
@@ -309,22 +293,34 @@ def _struct_rows(
     source: str,
     function: str,
     variable: str,
-    helpers: Mapping[str, Callable[..., Any]] | None = None,
+    values: Callable[[tuple[int, int]], Values] | None = None,
+    skip: frozenset[str] = frozenset(),
 ) -> Iterable[tuple[int, dict[str, Node], dict[str, Any]]]:
-    """(index, fields, their values) of each element of function's `[]struct{...}` table; an
-    element that cannot be read is counted unparsed."""
+    """(index, fields, their values) of each element of function's `[]struct{...}` table, the
+    fields in skip left unread; an element that cannot be read is counted unparsed. values
+    makes the reader of the function's span (GoObjects over its one-line locals by default)."""
     span = golang.function_body(source, function)
     table = golang.table(source, span, variable) if span else None
     if span is None or table is None:
         out.unparsed.append(Unparsed(function, "*", f"no table {variable} in {function}"))
         return
-    values = GoObjects(golang.local_values(source, span), helpers)
+    read = values(span) if values else GoObjects(golang.local_values(source, span))
     for index, element in enumerate(table.elements):
         try:
             fields = golang.fields(source, element)
-            yield index, fields, {key: values(node) for key, node in fields.items()}
+            yield (
+                index,
+                fields,
+                {key: read(node) for key, node in fields.items() if key not in skip},
+            )
         except (golang.GoSyntaxError, golang.UnknownValue, KeyError) as exc:
             out.unparsed.append(Unparsed(function, f"[{index}]", str(exc)))
+
+
+def _with_helpers(
+    source: str, helpers: Mapping[str, Callable[..., Any]]
+) -> Callable[[tuple[int, int]], Values]:
+    return lambda span: GoObjects(golang.local_values(source, span), helpers)
 
 
 # -- policy/matching/matching_test.go ------------------------------------------------------------
@@ -380,7 +376,9 @@ def read_policy_matcher(file: str, source: str) -> AdmissionExtraction:
     """TestMatcher: whether a policy's matchResources (selectors, resourceRules with
     resourceNames, excludeResourceRules, matchPolicy) match the attributes, or the error."""
     out, function = AdmissionExtraction(file), "TestMatcher"
-    for index, _, case in _struct_rows(out, source, function, "testcases", _RECORD_HELPERS):
+    for index, _, case in _struct_rows(
+        out, source, function, "testcases", _with_helpers(source, _RECORD_HELPERS)
+    ):
         criteria = case.get("criteria") or {}
         needs = _matching_needs(criteria)
         expected = {"matches": bool(case.get("expectMatches")), "error": case.get("expectErr")}
@@ -401,7 +399,9 @@ def read_should_call(file: str, source: str) -> AdmissionExtraction:
     """TestShouldCallHook: whether a webhook is called for the attributes (selectors, rules,
     matchPolicy, and matchConditions whose result a fake gives: matchResult or matchError)."""
     out, function = AdmissionExtraction(file), "TestShouldCallHook"
-    for index, _, case in _struct_rows(out, source, function, "testcases", _RECORD_HELPERS):
+    for index, _, case in _struct_rows(
+        out, source, function, "testcases", _with_helpers(source, _RECORD_HELPERS)
+    ):
         webhook = case.get("webhook") or {}
         needs = _matching_needs(webhook)
         expected = {"call": bool(case.get("expectCall")), "error": case.get("expectErr", "")}
@@ -518,26 +518,21 @@ def read_filter_cases(file: str, source: str) -> AdmissionExtraction:
     """TestFilter: each validation's expression evaluated against the attributes, params and
     namespace object: its result (a bool) or an error containing the expected words."""
     out, function = AdmissionExtraction(file), "TestFilter"
-    span = golang.function_body(source, function)
-    table = golang.table(source, span, "cases") if span else None
-    if span is None or table is None:
-        out.unparsed.append(Unparsed(function, "*", "no table cases in TestFilter"))
-        return out
     helpers: dict[str, Callable[..., Any]] = {
         "newValidAttribute": _valid_attribute,
         "endpointCreateAttributes": _endpoint_attributes("CREATE", ""),
         "endpointStatusUpdateAttributes": _endpoint_attributes("UPDATE", "status"),
         "runtime.Object": lambda value: value,
     }
-    values = _FilterValues(_block_locals(source, span), helpers)
-    for index, element in enumerate(table.elements):
-        try:
-            fields = golang.fields(source, element)
-            # An authorizer is a Go fake (its value is never read): only whether there is one.
-            case = {key: values(node) for key, node in fields.items() if key != "authorizer"}
-        except (golang.GoSyntaxError, golang.UnknownValue, KeyError) as exc:
-            out.unparsed.append(Unparsed(function, f"[{index}]", str(exc)))
-            continue
+    # An authorizer is a Go fake (its value is never read): only whether there is one.
+    for index, fields, case in _struct_rows(
+        out,
+        source,
+        function,
+        "cases",
+        lambda span: _FilterValues(_block_locals(source, span), helpers),
+        skip=frozenset({"authorizer"}),
+    ):
         needs = set()
         if "authorizer" in fields:
             needs.add("authorizer")
@@ -557,36 +552,6 @@ def read_filter_cases(file: str, source: str) -> AdmissionExtraction:
 
 
 # -- tables not read yet -------------------------------------------------------------------------
-
-
-def not_read(function: str, variable: str, why: str) -> Callable[[str, str], AdmissionExtraction]:
-    """A table this reader does not run yet: each of its cases counted unparsed, with why."""
-
-    def read(file: str, source: str) -> AdmissionExtraction:
-        out, values = AdmissionExtraction(file), Values()
-        span = golang.function_body(source, function)
-        table = golang.table(source, span, variable) if span else None
-        if table is None:
-            out.unparsed.append(Unparsed(function, "*", f"no table {variable} in {function}"))
-            return out
-        for index, element in enumerate(table.elements):
-            try:
-                name = _string_field(values, golang.fields(source, element), index)
-            except (golang.GoSyntaxError, golang.UnknownValue):
-                name = f"[{index}]"
-            out.unparsed.append(Unparsed(function, name, why))
-        return out
-
-    return read
-
-
-def _string_field(values: Values, fields: Mapping[str, Node], index: int) -> str:
-    for key in ("name", "description"):
-        if key in fields:
-            value = values(fields[key])
-            if isinstance(value, str):
-                return value
-    return f"[{index}]"
 
 
 def not_read_functions(why: str) -> Callable[[str, str], AdmissionExtraction]:
