@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_guard_sandbox.conformance import golang
-from volcano_guard_sandbox.conformance.cases import Unparsed
+from volcano_guard_sandbox.conformance.cases import Unparsed, uniquely_named
 from volcano_guard_sandbox.conformance.golang import Node, Values
 
 _APISERVER, _REVISION = "kubernetes-apiserver", "v0.30.14"
@@ -47,12 +47,7 @@ class AdmissionExtraction:
     unparsed: list[Unparsed] = field(default_factory=list)
 
     def add(self, case: AdmissionCase) -> None:
-        taken = {c.id for c in self.cases}
-        unique, count = case, 0
-        while unique.id in taken:
-            count += 1
-            unique = replace(case, name=f"{case.name}#{count:02d}")
-        self.cases.append(unique)
+        self.cases.append(uniquely_named(case, {c.id for c in self.cases}))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from volcano_guard_sandbox.apiserver import admission, matching, policies, policy_validation
-from volcano_guard_sandbox.conformance import golang, sandbox_cel
+from volcano_guard_sandbox.apiserver.store import OBJECT_META_FIELDS
+from volcano_guard_sandbox.conformance import golang, runner, sandbox_cel
 from volcano_guard_sandbox.conformance.admission_cases import (
     ADMISSION_SOURCES,
     AdmissionCase,
@@ -331,22 +332,8 @@ def _namespace_object(namespace: Mapping[str, Any] | None) -> dict[str, Any] | N
     return {"metadata": kept, "spec": namespace.get("spec"), "status": namespace.get("status")}
 
 
-_NAMESPACE_METADATA = frozenset(
-    [
-        "name",
-        "generateName",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "labels",
-        "annotations",
-        "finalizers",
-    ]
-)
+# CreateNamespaceObject copies every metadata field but these.
+_NAMESPACE_METADATA = OBJECT_META_FIELDS - {"ownerReferences", "managedFields", "selfLink"}
 
 
 def _filter(case: AdmissionCase) -> tuple[bool, str, str]:
@@ -422,12 +409,7 @@ def run_case(case: AdmissionCase) -> Result:
 
 
 def run_extraction(extraction: AdmissionExtraction) -> FileReport:
-    results = [run_case(case) for case in extraction.cases]
-    results += [
-        Result(extraction.file, f"{u.function}/{u.name}", "unparsed", category=u.why)
-        for u in extraction.unparsed
-    ]
-    return FileReport(extraction.file, tuple(results))
+    return runner.run_extraction(extraction, run_case)
 
 
 def run_admission_folder(
