@@ -176,8 +176,9 @@ def conformance_parser(prog: str = "volcano-guard-sandbox conformance") -> argpa
     parser = Parser(
         prog=prog,
         description="Run the CEL cases of Kubernetes' and cel-go's own test tables in the "
-        "sandbox's 1.30 policy environment; print per upstream file the cases passed, failed, "
-        "not modelled and unparsed.",
+        "sandbox's 1.30 policy environment, then the admission plugin's (webhook rules and "
+        "matchConditions, the policy validator) against the sandbox's admission; print per "
+        "upstream file the cases passed, failed, not modelled and unparsed.",
     )
     parser.add_argument(
         "upstream", metavar="UPSTREAM_DIR", help="a folder of <project>/<revision>/<path> files"
@@ -188,18 +189,23 @@ def conformance_parser(prog: str = "volcano-guard-sandbox conformance") -> argpa
 
 def conformance(prog: str, argv: Sequence[str]) -> int:
     args = conformance_parser(prog).parse_args(argv)
+    from volcano_guard_sandbox.conformance.admission_runner import run_admission_folder
     from volcano_guard_sandbox.conformance.runner import failures, run_folder, summary
 
     folder = Path(args.upstream)
     if not folder.is_dir():
         raise CommandError(f"{args.upstream}: not a folder")
     try:
-        reports = run_folder(folder)
+        reports, admission = run_folder(folder), run_admission_folder(folder)
     except OSError as exc:
         raise CommandError(f"{args.upstream} lacks {exc.filename}") from None
     print("\n".join(summary(reports)))
     if args.failures:
         print("\n".join(failures(reports)))
+    print("\nadmission plugin tables:")
+    print("\n".join(summary(admission)))
+    if args.failures:
+        print("\n".join(failures(admission)))
     return 0
 
 

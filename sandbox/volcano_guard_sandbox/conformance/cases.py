@@ -17,7 +17,7 @@ import datetime
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from volcano_guard_sandbox.conformance import golang
 from volcano_guard_sandbox.conformance.golang import Node, Values
@@ -68,13 +68,29 @@ class Extraction:
     unparsed: list[Unparsed] = field(default_factory=list)
 
     def add(self, case: Case) -> None:
-        """A case, its name made unique as Go's t.Run makes it (`name#01`)."""
-        taken = {c.id for c in self.cases}
-        unique, count = case, 0
-        while unique.id in taken:
-            count += 1
-            unique = replace(case, name=f"{case.name}#{count:02d}")
-        self.cases.append(unique)
+        self.cases.append(uniquely_named(case, {c.id for c in self.cases}))
+
+
+class NamedCase(Protocol):
+    """A case of a table: named as Go's t.Run names it, identified by file, test and name."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def id(self) -> str: ...
+
+
+NamedCaseT = TypeVar("NamedCaseT", bound=NamedCase)
+
+
+def uniquely_named(case: NamedCaseT, taken: set[str]) -> NamedCaseT:
+    """case, its name made unique as Go's t.Run makes it (`name#01`)."""
+    unique, count = case, 0
+    while unique.id in taken:
+        count += 1
+        unique = replace(case, name=f"{case.name}#{count:02d}")  # type: ignore[type-var]
+    return unique
 
 
 @dataclass(frozen=True)
@@ -542,8 +558,7 @@ def read_compile(file: str, source: str) -> Extraction:
 
 def read_filter(file: str, source: str) -> Extraction:
     """TestCompile: each condition compiles unless errorExpressions names it. TestFilter's
-    cases evaluate against Go admission attributes and objects this reader cannot build: they
-    are counted as unparsed."""
+    cases evaluate against admission attributes and objects: admission_cases reads them."""
     out, values, function = Extraction(file), Values(), "TestCompile"
     for index, fields in _table(out, source, function, "cases"):
         if fields is None:
@@ -567,12 +582,6 @@ def read_filter(file: str, source: str) -> Extraction:
             )
             out.add(
                 Case(file, function, f"{group}/{expression}", expression, expected, policy=True)
-            )
-    for index, fields in _table(out, source, "TestFilter", "cases"):
-        if fields is not None:
-            name = _string(values, fields.get("name"), f"[{index}]")
-            out.unparsed.append(
-                Unparsed("TestFilter", name, "evaluates against Go admission attributes")
             )
     return out
 

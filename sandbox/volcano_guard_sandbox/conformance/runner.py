@@ -12,17 +12,23 @@ import datetime
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from volcano_guard.base.quantity import QuantityError, parse_quantity
 from volcano_guard_sandbox.conformance import golang, sandbox_cel
-from volcano_guard_sandbox.conformance.cases import SOURCES, Case, Extraction, Source, extract
+from volcano_guard_sandbox.conformance.cases import (
+    SOURCES,
+    Case,
+    Source,
+    Unparsed,
+    extract,
+)
 
 Verdict = Literal["passed", "failed", "not modelled", "unparsed"]
 MIXED_LITERAL = "cel-go test environment: mixed literals"
@@ -367,8 +373,22 @@ class FileReport:
         return sum(1 for r in self.results if r.verdict == verdict)
 
 
-def run_extraction(extraction: Extraction) -> FileReport:
-    results = [run_case(case) for case in extraction.cases]
+class Extracted(Protocol):
+    """A file's cases and what its reader could not parse (cases.Extraction, or another
+    reader's, with the run_case that runs its cases)."""
+
+    @property
+    def file(self) -> str: ...
+
+    @property
+    def cases(self) -> Sequence[Any]: ...
+
+    @property
+    def unparsed(self) -> Sequence[Unparsed]: ...
+
+
+def run_extraction(extraction: Extracted, run: Callable[[Any], Result] | None = None) -> FileReport:
+    results = [(run or run_case)(case) for case in extraction.cases]
     results += [
         Result(extraction.file, f"{u.function}/{u.name}", "unparsed", category=u.why)
         for u in extraction.unparsed
