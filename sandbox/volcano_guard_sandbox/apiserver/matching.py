@@ -230,7 +230,7 @@ def conditions_match(
         "request": cel_request(attributes),
         "namespaceObject": None,  # declared for webhooks too (compile.go), bound to null
     }
-    compiled = functools.partial(_program, version=version.cel_for_stored_expressions)
+    compiled = _compiled_in(version.cel_for_stored_expressions)
     matches, errors = evaluate_conditions(conditions, compiled, variables)
     if not matches:
         return False
@@ -317,6 +317,12 @@ _VARIABLES = {name: cel.Type.DYN for name in ("object", "oldObject", "request", 
 def _program(expression: str, version: tuple[int, int]) -> cel.Expression:
     """The compiled expression; RuntimeError naming the syntax error if it does not compile."""
     return _environment(version).compile(expression)
+
+
+@functools.cache
+def _compiled_in(cel_version: tuple[int, int]) -> Callable[[str], cel.Expression]:
+    """One callable a version: the evaluator caches its plans by (callable, expression)."""
+    return functools.partial(_program, version=cel_version)
 
 
 @functools.cache

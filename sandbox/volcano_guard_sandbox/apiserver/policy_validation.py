@@ -98,6 +98,12 @@ def program(expression: str, version: KubernetesVersion = DEFAULT) -> cel.Expres
     return _environment(version.cel_for_stored_expressions).compile(expression)
 
 
+@functools.cache
+def _compiled_in(version: KubernetesVersion) -> _Compiled:
+    """One callable a version: the evaluator caches its plans by (callable, expression)."""
+    return functools.partial(program, version=version)
+
+
 def compile_errors(spec: Mapping[str, Any], version: KubernetesVersion = DEFAULT) -> list[str]:
     """Every expression of the policy that kube-apiserver refuses on write, with its types
     (cel_check), in the CEL environment a new expression has at version:
@@ -111,7 +117,7 @@ def validate(
     """validator.go Validate: the decisions and audit annotations of policy spec for inputs."""
     fail = spec.get("failurePolicy", "Fail") != "Ignore"
     data = inputs.variables()
-    compiled = functools.partial(program, version=version)
+    compiled = _compiled_in(version)
     matches, errors = evaluate_conditions(spec.get("matchConditions") or (), compiled, data)
     if not matches:
         return ValidateResult()
