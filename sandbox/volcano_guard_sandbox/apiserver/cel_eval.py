@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from cel_expr_python import cel
-from google.protobuf import duration_pb2, timestamp_pb2
 
 from volcano_guard_sandbox.apiserver import cel_cost, kubernetes_cel
 from volcano_guard_sandbox.apiserver.checked_ast import Reference, constant, decode
@@ -784,14 +783,8 @@ def _cpp_call(
 
 def _to_cpp(value: Any) -> Any:
     """A value as cel-cpp takes it: durations and timestamps as their protobuf messages."""
-    if isinstance(value, datetime.timedelta):
-        duration = duration_pb2.Duration()
-        duration.FromTimedelta(value)
-        return duration
-    if isinstance(value, datetime.datetime):
-        timestamp = timestamp_pb2.Timestamp()
-        timestamp.FromDatetime(value)
-        return timestamp
+    if isinstance(value, datetime.timedelta | datetime.datetime):
+        return kubernetes_cel.as_cel(value)
     if isinstance(value, list):
         return [_to_cpp(item) for item in value]
     if isinstance(value, dict):

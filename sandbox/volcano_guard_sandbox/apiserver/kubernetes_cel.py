@@ -263,7 +263,7 @@ def _ordered(items: list[Any], name: str) -> list[Any]:
     return items
 
 
-def _as_cel(value: Any) -> Any:
+def as_cel(value: Any) -> Any:
     """A result CEL's runtime takes as what it is: durations and timestamps as their protobuf
     well-known types (a Python function declared to return dyn cannot return a timedelta)."""
     if isinstance(value, datetime.timedelta):
@@ -290,7 +290,7 @@ def list_sum(items: list[Any]) -> Any:
     the list's declared type, so an empty list sums to the int 0 (which equals 0u and 0.0, but
     not duration('0'), as cel-go's typed zero does)."""
     if items and all(isinstance(i, datetime.timedelta) for i in items):
-        return _as_cel(sum(items, datetime.timedelta(0)))
+        return as_cel(sum(items, datetime.timedelta(0)))
     if any(_kind(i) != "number" for i in items):
         raise ValueError("no such overload: sum of a list that is not of numbers or durations")
     return sum(items)
@@ -310,7 +310,7 @@ def _typed_sum(name: str) -> Any:
     an empty list. CEL's C++ runtime calls list_sum (one function for every list kind)."""
 
     def typed_sum(items: list[Any]) -> Any:
-        return _typed(name, list_sum(items) if items else _as_cel(_ZEROS[name]))
+        return _typed(name, list_sum(items) if items else as_cel(_ZEROS[name]))
 
     return typed_sum
 
@@ -327,7 +327,7 @@ def _typed_extreme(name: str, pick: Any) -> Any:
 def _extreme(items: list[Any], name: str, pick: Any) -> Any:
     if not items:
         raise ValueError(f"{name} called on empty list")
-    return _as_cel(pick(_ordered(items, name)))
+    return as_cel(pick(_ordered(items, name)))
 
 
 def list_min(items: list[Any]) -> Any:

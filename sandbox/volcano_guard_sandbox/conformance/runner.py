@@ -18,9 +18,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from google.protobuf import duration_pb2, timestamp_pb2
-
 from volcano_guard.base.quantity import QuantityError, parse_quantity
+from volcano_guard_sandbox.apiserver import kubernetes_cel
 from volcano_guard_sandbox.conformance import golang, sandbox_cel
 from volcano_guard_sandbox.conformance.cases import (
     SOURCES,
@@ -189,14 +188,8 @@ def _variables(variables: Mapping[str, Any]) -> dict[str, Any]:
     def plain(value: Any) -> Any:
         if isinstance(value, golang.Unsigned):
             return value.value
-        if isinstance(value, datetime.datetime):  # the binding takes the protobuf types
-            timestamp = timestamp_pb2.Timestamp()
-            timestamp.FromDatetime(value)
-            return timestamp
-        if isinstance(value, datetime.timedelta):
-            duration = duration_pb2.Duration()
-            duration.FromTimedelta(value)
-            return duration
+        if isinstance(value, datetime.datetime | datetime.timedelta):
+            return kubernetes_cel.as_cel(value)  # the binding takes the protobuf types
         if isinstance(value, list):
             return [plain(item) for item in value]
         if isinstance(value, dict):
