@@ -31,7 +31,7 @@ from typing import Any
 from cel_expr_python import cel
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from volcano_guard_sandbox.apiserver import cel_cost, kubernetes_cel
+from volcano_guard_sandbox.apiserver import cel_cost, cel_go_semantics, kubernetes_cel
 from volcano_guard_sandbox.apiserver.checked_ast import Reference, constant, decode
 
 
@@ -319,6 +319,10 @@ STANDARD: dict[str, Callable[..., tuple[Any, str]]] = {
     "endsWith": _string_method("ends_with_string", str.endswith),
     "contains": _string_method("contains_string", lambda a, b: b in a),
     "matches": _string_method("matches_string", _matches),
+    cel_go_semantics.GET_MILLISECONDS: lambda value: (
+        cel_go_semantics.get_milliseconds(value),
+        "duration_to_milliseconds",
+    ),
 }
 _CONVERSIONS = {
     *("bool", "bytes", "double", "duration", "dyn", "int", "string", "timestamp", "type", "uint")
