@@ -56,6 +56,12 @@ NOT_MODELLED_AUTHORIZER = (
 # cel-cpp names an undeclared variable with what is selected from it: 'authorizer.requestResource'.
 _UNDECLARED_AUTHORIZER = re.compile(r"undeclared reference to 'authorizer[.']")
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# The most variables of a policy the sandbox compiles: each sees those before it through a
+# protobuf type of its own, a CEL environment built per variable (tens of milliseconds), so
+# a policy of tens of thousands of them would hold a write for minutes. 1.30 sets no bound.
+MAX_VARIABLES = 100
+
 # validation.go isCELIdentifier: a variable's name.
 _IDENTIFIER = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*")
 _RESERVED = frozenset(
@@ -111,6 +117,13 @@ def _environment(declarations: Declarations) -> cel.Env:
 @functools.lru_cache(maxsize=1024)
 def check(expression: str, declarations: Declarations, returns: tuple[str, ...]) -> Checked:
     """compile.go CompileCELExpression: parse, check, validate the AST, then the output type."""
+    if (surrogate := _LONE_SURROGATE.search(expression)) is not None:
+        # cel-cpp takes UTF-8 only (its binding raises TypeError); the API's JSON decoding
+        # turns these into U+FFFD, so only a caller that skips it gets here.
+        return Checked(
+            f"compilation failed: a lone UTF-16 surrogate at offset {surrogate.start()} "
+            "is not a character"
+        )
     try:
         program = _environment(declarations).compile(expression)
     except RuntimeError as exc:
@@ -307,6 +320,11 @@ def _variables(
     by its output type (dyn when it does not compile)."""
     if not declared:
         return None, []
+    if len(declared) > MAX_VARIABLES:
+        return None, [
+            f"spec.variables: Too many: {len(declared)}: the sandbox compiles at most "
+            f"{MAX_VARIABLES} variables a policy (each is a CEL environment of its own)"
+        ]
     errors: list[str] = []
     kinds: dict[str, Any] = {}
     for index, variable in enumerate(declared):
