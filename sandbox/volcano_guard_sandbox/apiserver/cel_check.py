@@ -53,6 +53,13 @@ NOT_MODELLED_AUTHORIZER = (
     "(kube-apiserver's `authorizer` variable and its library)"
 )
 
+# 1.30 keeps a variable's optional value (typed dyn); cel-expr-python cannot hand one to Python,
+# where the sandbox holds each variable's value between expressions.
+NOT_MODELLED_OPTIONAL_VALUE = (
+    "compilation failed: the sandbox does not model a variable holding an optional value "
+    "(cel-expr-python cannot return one to Python): unwrap it (orValue, value) in the variable"
+)
+
 # cel-cpp names an undeclared variable with what is selected from it: 'authorizer.requestResource'.
 _UNDECLARED_AUTHORIZER = re.compile(r"undeclared reference to 'authorizer[.']")
 
@@ -135,6 +142,8 @@ def check(expression: str, declarations: Declarations, returns: tuple[str, ...])
     if returns and cel_types.format_type(output) not in returns:
         wanted = returns[0] if len(returns) == 1 else f"one of [{' '.join(returns)}]"
         return Checked(f"must evaluate to {wanted}")
+    if "optional_type" in cel_types.format_type(output):
+        return Checked(NOT_MODELLED_OPTIONAL_VALUE)
     return Checked("", cel_types.field_kind(output))
 
 
