@@ -50,19 +50,10 @@ RENAMED = {
 def runtime_extension() -> cel.CelExtension:
     """The renamed functions, for the runtime environment."""
     overloads = [
-        cel.Overload(
-            "duration_to_milliseconds",
-            cel.Type.INT,
-            [cel.Type.DURATION],
-            is_member=True,
-            impl=duration_milliseconds,
-        ),
-        cel.Overload(
-            "timestamp_to_milliseconds",
-            cel.Type.INT,
-            [cel.Type.TIMESTAMP],
-            is_member=True,
-            impl=timestamp_milliseconds,
-        ),
+        cel.Overload(overload_id, cel.Type.INT, [kind], is_member=True, impl=implementation)
+        for overload_id, kind, implementation in (
+            ("duration_to_milliseconds", cel.Type.DURATION, duration_milliseconds),
+            ("timestamp_to_milliseconds", cel.Type.TIMESTAMP, timestamp_milliseconds),
+        )
     ]
     return cel.CelExtension("cel-go semantics", [cel.FunctionDecl(GET_MILLISECONDS, overloads)])
