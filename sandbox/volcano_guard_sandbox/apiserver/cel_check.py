@@ -297,7 +297,8 @@ def policy_errors(
     refused, as `FIELD: Invalid value: "EXPRESSION": DETAIL`, and every variable name that is not
     a CEL identifier; compiled in the CEL environment of cel_version."""
     params = bool(spec.get("paramKind"))
-    errors = _field_errors(
+    errors = too_many_match_conditions(spec.get("matchConditions"), "spec.matchConditions")
+    errors += _field_errors(
         spec, "matchConditions", "expression", Declarations(params, True, None, cel_version), BOOL
     )  # the stateless compiler: no `variables`
     declared, name_errors = _variables(spec.get("variables") or (), params, cel_version)
@@ -378,6 +379,16 @@ def _field_errors(
                 f"{json.dumps(str(expression))}: {checked.error}"
             )
     return errors
+
+
+MAX_MATCH_CONDITIONS = 64  # admissionregistration/v1 types.go: "a maximum of 64 match conditions"
+
+
+def too_many_match_conditions(conditions: Any, path: str) -> list[str]:
+    """validation.go's field.TooMany for more than 64 matchConditions (policies and webhooks)."""
+    if isinstance(conditions, list) and len(conditions) > MAX_MATCH_CONDITIONS:
+        return [f"{path}: Too many: {len(conditions)}: must have at most 64 items"]
+    return []
 
 
 def match_condition_error(

@@ -345,6 +345,9 @@ def configuration_errors(
                         f"webhooks[{index}].{selector}.matchExpressions.operator: "
                         f"Unsupported value: {expression.get('operator')!r}"
                     )
+        errors += cel_check.too_many_match_conditions(
+            webhook.get("matchConditions"), f"webhooks[{index}].matchConditions"
+        )
         for position, condition in enumerate(webhook.get("matchConditions") or ()):
             expression = str(condition.get("expression", ""))
             if error := cel_check.match_condition_error(
