@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.upstream import upstream_file
+from volcano_guard_sandbox.apiserver import matching, policy_validation
 from volcano_guard_sandbox.apiserver.policy_validation import (
     MAX_MESSAGE_BYTES,
     AuditAnnotation,
@@ -175,3 +176,19 @@ def test_the_transcribed_rules_are_still_the_apiservers():
         "AuditAnnotationActionExclude",
     ):
         assert fact in source, fact
+
+
+def test_more_than_64_match_conditions_are_refused_as_1_30_refuses_them():
+    """admissionregistration/v1 types.go: "There are a maximum of 64 match conditions
+    allowed", for a policy and for each webhook (field.TooMany)."""
+    types = upstream_file("kubernetes-api", "v0.30.14", "admissionregistration/v1/types.go")
+    assert types.count("There are a maximum of 64 match conditions allowed.") == 3
+    conditions = [{"name": f"c{i}", "expression": "true"} for i in range(65)]
+    assert policy_validation.compile_errors({"matchConditions": conditions}) == [
+        "spec.matchConditions: Too many: 65: must have at most 64 items"
+    ]
+    assert policy_validation.compile_errors({"matchConditions": conditions[:64]}) == []
+    hook = {"webhooks": [{"matchConditions": conditions}]}
+    assert matching.configuration_errors(hook) == [
+        "webhooks[0].matchConditions: Too many: 65: must have at most 64 items"
+    ]

@@ -53,8 +53,21 @@ NOT_MODELLED_AUTHORIZER = (
     "(kube-apiserver's `authorizer` variable and its library)"
 )
 
+# 1.30 keeps a variable's optional value (typed dyn); cel-expr-python cannot hand one to Python,
+# where the sandbox holds each variable's value between expressions.
+NOT_MODELLED_OPTIONAL_VALUE = (
+    "compilation failed: the sandbox does not model a variable holding an optional value "
+    "(cel-expr-python cannot return one to Python): unwrap it (orValue, value) in the variable"
+)
+
 # cel-cpp names an undeclared variable with what is selected from it: 'authorizer.requestResource'.
 _UNDECLARED_AUTHORIZER = re.compile(r"undeclared reference to 'authorizer[.']")
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# The most variables of a policy the sandbox compiles: each sees those before it through a
+# protobuf type of its own, a CEL environment built per variable (tens of milliseconds), so
+# a policy of tens of thousands of them would hold a write for minutes. 1.30 sets no bound.
+MAX_VARIABLES = 100
 
 # validation.go isCELIdentifier: a variable's name.
 _IDENTIFIER = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*")
@@ -111,6 +124,13 @@ def _environment(declarations: Declarations) -> cel.Env:
 @functools.lru_cache(maxsize=1024)
 def check(expression: str, declarations: Declarations, returns: tuple[str, ...]) -> Checked:
     """compile.go CompileCELExpression: parse, check, validate the AST, then the output type."""
+    if (surrogate := _LONE_SURROGATE.search(expression)) is not None:
+        # cel-cpp takes UTF-8 only (its binding raises TypeError); the API's JSON decoding
+        # turns these into U+FFFD, so only a caller that skips it gets here.
+        return Checked(
+            f"compilation failed: a lone UTF-16 surrogate at offset {surrogate.start()} "
+            "is not a character"
+        )
     try:
         program = _environment(declarations).compile(expression)
     except RuntimeError as exc:
@@ -122,6 +142,8 @@ def check(expression: str, declarations: Declarations, returns: tuple[str, ...])
     if returns and cel_types.format_type(output) not in returns:
         wanted = returns[0] if len(returns) == 1 else f"one of [{' '.join(returns)}]"
         return Checked(f"must evaluate to {wanted}")
+    if "optional_type" in cel_types.format_type(output):
+        return Checked(NOT_MODELLED_OPTIONAL_VALUE)
     return Checked("", cel_types.field_kind(output))
 
 
@@ -275,7 +297,8 @@ def policy_errors(
     refused, as `FIELD: Invalid value: "EXPRESSION": DETAIL`, and every variable name that is not
     a CEL identifier; compiled in the CEL environment of cel_version."""
     params = bool(spec.get("paramKind"))
-    errors = _field_errors(
+    errors = too_many_match_conditions(spec.get("matchConditions"), "spec.matchConditions")
+    errors += _field_errors(
         spec, "matchConditions", "expression", Declarations(params, True, None, cel_version), BOOL
     )  # the stateless compiler: no `variables`
     declared, name_errors = _variables(spec.get("variables") or (), params, cel_version)
@@ -307,6 +330,11 @@ def _variables(
     by its output type (dyn when it does not compile)."""
     if not declared:
         return None, []
+    if len(declared) > MAX_VARIABLES:
+        return None, [
+            f"spec.variables: Too many: {len(declared)}: the sandbox compiles at most "
+            f"{MAX_VARIABLES} variables a policy (each is a CEL environment of its own)"
+        ]
     errors: list[str] = []
     kinds: dict[str, Any] = {}
     for index, variable in enumerate(declared):
@@ -351,6 +379,16 @@ def _field_errors(
                 f"{json.dumps(str(expression))}: {checked.error}"
             )
     return errors
+
+
+MAX_MATCH_CONDITIONS = 64  # admissionregistration/v1 types.go: "a maximum of 64 match conditions"
+
+
+def too_many_match_conditions(conditions: Any, path: str) -> list[str]:
+    """validation.go's field.TooMany for more than 64 matchConditions (policies and webhooks)."""
+    if isinstance(conditions, list) and len(conditions) > MAX_MATCH_CONDITIONS:
+        return [f"{path}: Too many: {len(conditions)}: must have at most 64 items"]
+    return []
 
 
 def match_condition_error(

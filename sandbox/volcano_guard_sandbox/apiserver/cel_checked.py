@@ -105,8 +105,9 @@ def _children(node: Any) -> Iterator[Any]:
 
 
 def rename_calls(serialized: bytes, renamed: Mapping[str, str]) -> bytes:
-    """The serialized (Any-wrapped) CheckedExpr with each call resolved to exactly one overload
-    in `renamed` (overload id -> runtime function name) calling that function instead."""
+    """The serialized (Any-wrapped) CheckedExpr with each call resolved only to overloads in
+    `renamed` (overload id -> runtime function name), all of one name, calling that function
+    instead."""
     if not any(overload.encode() in serialized for overload in renamed):
         return serialized
     wrapper = any_pb2.Any()
@@ -119,8 +120,9 @@ def rename_calls(serialized: bytes, renamed: Mapping[str, str]) -> bytes:
         overloads: list[str] = []
         if node.id in checked.reference_map:
             overloads = list(checked.reference_map[node.id].overload_id)
-        if node.HasField("call_expr") and len(overloads) == 1 and overloads[0] in renamed:
-            node.call_expr.function = renamed[overloads[0]]
+        names = {renamed.get(overload) for overload in overloads}
+        if node.HasField("call_expr") and len(names) == 1 and None not in names:
+            node.call_expr.function = names.pop() or ""
         stack.extend(_children(node))
     wrapper.value = checked.SerializeToString()
     return wrapper.SerializeToString()

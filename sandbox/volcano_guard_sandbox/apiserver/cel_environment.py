@@ -35,6 +35,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext.ext_optional import ExtOptional
 from google.protobuf import descriptor_pool
 
+from volcano_guard_sandbox.apiserver import cel_go_semantics
 from volcano_guard_sandbox.apiserver.cel_check import literal_issues
 from volcano_guard_sandbox.apiserver.cel_checked import rename_calls
 from volcano_guard_sandbox.apiserver.cel_sets import SETS_OVERLOADS
@@ -383,10 +384,11 @@ class KubernetesEnvironment:
             variables=dict(variables),
             extensions=[*plain, *extensions],
         )
+        self._renamed |= cel_go_semantics.RENAMED
         self.runtime = cel.NewEnv(
             pool,
             variables=dict(variables),
-            extensions=[*plain, runtime, *extensions],
+            extensions=[*plain, runtime, cel_go_semantics.runtime_extension(), *extensions],
         )
 
     def compile(self, expression: str, disable_check: bool = False) -> cel.Expression:

@@ -30,7 +30,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import cel_cost, kubernetes_cel
+from volcano_guard_sandbox.apiserver import cel_cost, cel_go_semantics, kubernetes_cel
 from volcano_guard_sandbox.apiserver.checked_ast import Reference, constant, decode
 
 
@@ -318,6 +318,10 @@ STANDARD: dict[str, Callable[..., tuple[Any, str]]] = {
     "endsWith": _string_method("ends_with_string", str.endswith),
     "contains": _string_method("contains_string", lambda a, b: b in a),
     "matches": _string_method("matches_string", _matches),
+    cel_go_semantics.GET_MILLISECONDS: lambda value: (
+        cel_go_semantics.get_milliseconds(value),
+        "duration_to_milliseconds",
+    ),
 }
 _CONVERSIONS = {
     *("bool", "bytes", "double", "duration", "dyn", "int", "string", "timestamp", "type", "uint")
@@ -572,7 +576,11 @@ class Planner:
         if any(entry.optional_entry for entry in create.entries):
             raise NotModelled("optional map entries")
         pairs = [(self.plan(e.map_key), self.plan(e.value)) for e in create.entries]
-        if self.optimize and all(k.kind == v.kind == "const" for k, v in pairs):
+        if (
+            self.optimize
+            and all(k.kind == v.kind == "const" for k, v in pairs)
+            and not any(_bad_key(k.value) for k, _ in pairs)
+        ):
             return _const({k.value: v.value for k, v in pairs})
 
         def evaluate(run: Run, act: Activation) -> Any:
@@ -580,10 +588,12 @@ class Planner:
             error = None
             for key_node, value_node in pairs:
                 key, value = key_node.evaluate(run, act), value_node.evaluate(run, act)
-                for item in (key, value):
+                for item in (key, value, _bad_key(key)):
                     if isinstance(item, CelError) and error is None:
                         error = item
-                if error is None and any(equal(key, k) for k in result):
+                if error is not None:
+                    continue
+                if any(equal(key, k) for k in result):
                     error = CelError(f"Failed with repeated key: {key}")
                 result[key] = value
             run.charge(cel_cost.MAP_CREATE)
@@ -617,6 +627,14 @@ class Planner:
             return result.evaluate(run, scope)
 
         return Node(evaluate, "call")
+
+
+def _bad_key(key: Any) -> CelError | None:
+    """A list or a map as a map key (a dyn one passes the checker): CEL keys are scalars, and
+    Python cannot hash these."""
+    if isinstance(key, list | dict):
+        return CelError(f"unsupported key type: {_type_name(key)}")
+    return None
 
 
 def _const(value: Any) -> Node:

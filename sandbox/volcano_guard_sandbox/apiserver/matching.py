@@ -286,9 +286,12 @@ def evaluate(
     ):
         return None, f"expression '{expression}' resulted in error: {outcome.error}"
     value = compiled.eval(data=_plain(variables))
-    if value.type() == cel.Type.ERROR:
-        return None, f"expression '{expression}' resulted in error: {value.value()}"
-    return value.plain_value(), ""
+    try:
+        if value.type() == cel.Type.ERROR:
+            return None, f"expression '{expression}' resulted in error: {value.value()}"
+        return value.plain_value(), ""
+    except TypeError:  # an optional value, which the binding cannot hand to Python
+        return None, f"expression '{expression}' resulted in a value the sandbox cannot hold"
 
 
 def _plain(variables: Mapping[str, Any]) -> dict[str, Any]:
@@ -348,6 +351,9 @@ def configuration_errors(
                         f"webhooks[{index}].{selector}.matchExpressions.operator: "
                         f"Unsupported value: {expression.get('operator')!r}"
                     )
+        errors += cel_check.too_many_match_conditions(
+            webhook.get("matchConditions"), f"webhooks[{index}].matchConditions"
+        )
         for position, condition in enumerate(webhook.get("matchConditions") or ()):
             expression = str(condition.get("expression", ""))
             if error := cel_check.match_condition_error(

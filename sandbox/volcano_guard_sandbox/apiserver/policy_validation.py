@@ -112,9 +112,14 @@ def compile_errors(spec: Mapping[str, Any], version: KubernetesVersion = DEFAULT
 
 
 def validate(
-    spec: Mapping[str, Any], inputs: PolicyInputs, version: KubernetesVersion = DEFAULT
+    spec: Mapping[str, Any],
+    inputs: PolicyInputs,
+    version: KubernetesVersion = DEFAULT,
+    budget_total: int = cel_cost.RUNTIME_BUDGET,
 ) -> ValidateResult:
-    """validator.go Validate: the decisions and audit annotations of policy spec for inputs."""
+    """validator.go Validate: the decisions and audit annotations of policy spec for inputs,
+    the validations and their messages sharing a budget of budget_total (its runtimeCELCostBudget
+    argument)."""
     fail = spec.get("failurePolicy", "Fail") != "Ignore"
     data = inputs.variables()
     compiled = _compiled_in(version)
@@ -126,7 +131,7 @@ def validate(
     values, costs, reads, variable_errors = _variables(spec.get("variables") or (), data, compiled)
     # filter.go: the validations share one budget, the messages what it leaves; each filter
     # charges a variable once, when it is first read.
-    with cel_cost.budget(cel_cost.RUNTIME_BUDGET) as budget:
+    with cel_cost.budget(budget_total) as budget:
         data["variables"] = cel_eval.LazyVariables(values, costs, reads, variable_errors)
         decisions = tuple(
             _decide(validation, data, fail, compiled)

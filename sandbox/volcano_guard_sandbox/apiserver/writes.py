@@ -19,7 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from volcano_guard_sandbox.apiserver import apply, immutable, pod_validation, policies
+from volcano_guard_sandbox.apiserver import (
+    admission_shapes,
+    apply,
+    immutable,
+    pod_validation,
+    policies,
+)
 from volcano_guard_sandbox.apiserver.admission import Dispatcher, Record
 from volcano_guard_sandbox.apiserver.matching import Attributes, User, configuration_errors
 from volcano_guard_sandbox.apiserver.policy_validation import compile_errors
@@ -339,8 +345,12 @@ async def _update(write: Write, read: Any, applying: bool = False) -> Stored:
 
 
 def _check_decodes(resource: ResourceType, obj: dict[str, Any]) -> None:
-    """A pod whose quantities do not parse is a bad request (400), before any admission."""
-    error = pod_validation.decode_error(obj) if resource is PODS else None
+    """A pod whose quantities do not parse, or an admission configuration or policy with a
+    field of the wrong JSON type, is a bad request (400), before any admission."""
+    if resource is PODS:
+        error = pod_validation.decode_error(obj)
+    else:
+        error = admission_shapes.decode_error(resource.kind, obj)
     if error:
         raise ApiError(400, "BadRequest", error)
 

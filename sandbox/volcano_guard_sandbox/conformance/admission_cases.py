@@ -272,8 +272,6 @@ def read_validate(file: str, source: str) -> AdmissionExtraction:
         needs = set()
         if case.get("throwError"):
             needs.add("filter error")
-        if case.get("costBudget") or ANY_STRING in str(case.get("messageEvaluations")):
-            needs.add("cost budget")
         name = case.pop("name", f"[{index}]")
         expected = {
             "decisions": case.pop("policyDecision", None) or [],
@@ -531,14 +529,13 @@ def read_filter_cases(file: str, source: str) -> AdmissionExtraction:
         needs = set()
         if "authorizer" in fields:
             needs.add("authorizer")
-        if case.get("testPerCallLimit"):
-            needs.add("cost limit")
         inputs = {
             "expressions": [v.get("Expression", "") for v in case.get("validations") or []],
             "attributes": case.get("attributes") or {},
             "params": go_json(case.get("params")),
             "has params": bool(case.get("hasParamKind")),
             "namespace": go_json(case.get("namespaceObject")),
+            "per call limit": case.get("testPerCallLimit") or 0,
         }
         name = case.get("name", f"[{index}]")
         expected = case.get("results") or []

@@ -3,7 +3,9 @@ passed, failed, not modelled or unparsed, reported as runner.py reports the CEL 
 
 A case built on a Go fake is run on what the fake stands for: a fake filter's evaluation
 result true, false or an error is a matchCondition whose expression is `true`, `false`, or
-fails at run time naming the fake's error (`{'a': true}['test error']`).
+fails at run time naming the fake's error (`{'a': true}['test error']`). Where the case gives
+a cost budget, the fake costs 1 (validator_test.go fakeCelFilter): its expression is one of
+cost 1 (`!true`, `'a' + ''`), against the sandbox's cost tracking.
 """
 
 from __future__ import annotations
@@ -12,11 +14,19 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from volcano_guard_sandbox.apiserver import admission, matching, policies, policy_validation
+from volcano_guard_sandbox.apiserver import (
+    admission,
+    cel_cost,
+    cel_eval,
+    matching,
+    policies,
+    policy_validation,
+)
 from volcano_guard_sandbox.apiserver.store import OBJECT_META_FIELDS
 from volcano_guard_sandbox.conformance import golang, runner, sandbox_cel
 from volcano_guard_sandbox.conformance.admission_cases import (
     ADMISSION_SOURCES,
+    ANY_STRING,
     AdmissionCase,
     AdmissionExtraction,
     AdmissionSource,
@@ -35,9 +45,6 @@ ADMISSION_NOT_MODELLED: Mapping[str, str] = {
     "never stores: it defaults both to {}, as the sandbox reads them",
     "authorizer": "authorizer checks: the sandbox has no authorizer to ask (refused when a "
     "policy that uses one is written)",
-    "cost limit": "a per-call cost limit of 1: the sandbox tracks no CEL cost",
-    "cost budget": "a fake filter's cost of 1 a call against a budget of 1: the sandbox "
-    "tracks no CEL cost",
 }
 
 # Go's wildcard rule, whose other parts the test of one part leaves open.
@@ -159,8 +166,9 @@ def validate_spec(inputs: Mapping[str, Any]) -> dict[str, Any]:
             {"name": "placeholder", "expression": condition_expression(result)}
         ]
     messages = inputs.get("messageEvaluations") or []
+    costed = bool(inputs.get("costBudget"))
     spec["validations"] = [
-        _validation(evaluation, messages[index] if index < len(messages) else {})
+        _validation(evaluation, messages[index] if index < len(messages) else {}, costed)
         for index, evaluation in enumerate(inputs.get("evaluations") or [])
     ]
     spec["auditAnnotations"] = [
@@ -173,15 +181,29 @@ def validate_spec(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def _validation(evaluation: Mapping[str, Any], message: Mapping[str, Any]) -> dict[str, Any]:
+def costing_one(expression: str) -> str:
+    """An expression of the same value costing 1 (a bool's negated negation, a string's
+    concatenation: cel_cost), for a fake filter that costs 1; a string whose value the case
+    says does not matter (ANY_STRING) becomes a short one."""
+    if expression in ("true", "false"):
+        return "!" + ("false" if expression == "true" else "true")
+    if expression == golang.quote(ANY_STRING):
+        return "'a' + ''"
+    raise ValueError(f"no expression of cost 1 for {expression}")
+
+
+def _validation(
+    evaluation: Mapping[str, Any], message: Mapping[str, Any], costed: bool = False
+) -> dict[str, Any]:
     accessor = evaluation.get("ExpressionAccessor") or {}
-    validation: dict[str, Any] = {"expression": condition_expression(evaluation)}
+    written = costing_one if costed else str
+    validation: dict[str, Any] = {"expression": written(condition_expression(evaluation))}
     if accessor.get("Message"):
         validation["message"] = accessor["Message"]
     if accessor.get("Reason"):
         validation["reason"] = accessor["Reason"]
     if "EvalResult" in message or "Error" in message:  # `{}`: no messageExpression
-        validation["messageExpression"] = condition_expression(message)
+        validation["messageExpression"] = written(condition_expression(message))
     return validation
 
 
@@ -190,7 +212,8 @@ def _validate(case: AdmissionCase) -> tuple[bool, str, str]:
     strings.Contains), where the fake's `failed expression: <Expression>` names the expression
     that stands for it; an audit annotation's error must contain the fake's words."""
     spec = validate_spec(case.inputs)
-    result = policy_validation.validate(spec, policy_validation.PolicyInputs())
+    budget = case.inputs.get("costBudget") or cel_cost.RUNTIME_BUDGET
+    result = policy_validation.validate(spec, policy_validation.PolicyInputs(), budget_total=budget)
     expected_decisions = [
         _expected_decision(decision, case.inputs.get("evaluations") or [], index, spec)
         for index, decision in enumerate(case.expected["decisions"])
@@ -357,11 +380,25 @@ def _filter(case: AdmissionCase) -> tuple[bool, str, str]:
         if refused:
             got.append(("compile error", refused))
             continue
-        value, error = matching.evaluate(policy_validation.program, expression, variables)
+        value, error = _evaluate(expression, variables, case.inputs["per call limit"])
         got.append(("error", error) if error else ("value", value))
     expected = [_expected_result(result) for result in case.expected]
     passed = len(got) == len(expected) and all(map(_result_matches, expected, got))
     return passed, str(expected), str(got)
+
+
+def _evaluate(
+    expression: str, variables: Mapping[str, Any], per_call_limit: int
+) -> tuple[Any, str]:
+    """The expression's value or error, under the case's per-call cost limit (celgo.CostLimit)
+    when it sets one: then by the sandbox's evaluator that counts cost (cel_eval)."""
+    if not per_call_limit:
+        return matching.evaluate(policy_validation.program, expression, variables)
+    node = cel_eval.plan_of(policy_validation.program, expression)
+    if node is None:
+        return None, "not modelled by the sandbox's cost-counting evaluator"
+    outcome = cel_eval.run(node, dict(variables), per_call_limit)
+    return outcome.value, outcome.error
 
 
 def _expected_result(result: Mapping[str, Any]) -> tuple[str, Any]:

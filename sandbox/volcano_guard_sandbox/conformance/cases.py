@@ -413,6 +413,8 @@ def _read_group(
                 needs.add("crd:property names escaped (__dash__, ...)")
             if expected is not None and re.search(_TYPE_ERROR, expected.message):
                 needs.add("crd:typed self (a policy's object is dynamic when compiled)")
+            if expression in _STATICALLY_TYPED_ANSWERS:
+                needs.add(f"crd:typed self ({_STATICALLY_TYPED_ANSWERS[expression]})")
         out.add(
             Case(
                 out.file,
@@ -429,6 +431,11 @@ def _read_group(
 # Errors that come of self's schema type; others (an invalid regex literal) are the
 # environment's, and hold for a policy's expressions too.
 _TYPE_ERROR = r"no matching overload|undefined field|expected type|no such field"
+# Rules whose value comes of self's schema type: the checker picks the overload by it.
+_STATICALLY_TYPED_ANSWERS = {
+    "self.emptyDurations.sum() == duration('0')": "an empty list's sum is the zero of the "
+    "element type its schema declares (lists.go sum_duration); untyped, it is int 0",
+}
 
 Schema = tuple[Any, ...]
 _PRIMITIVES = {
