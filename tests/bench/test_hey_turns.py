@@ -59,6 +59,7 @@ def switches(arrivals: Arrivals) -> int:
     return sum(1 for (_, a), (_, b) in itertools.pairwise(arrivals) if a != b)
 
 
+@pytest.mark.slow  # a load run of the bench harness
 def test_servers_take_turns_and_each_answer_is_counted(hey: str, tmp_path: Path) -> None:
     body = tmp_path / "body.json"
     body.write_text('{"a": 1}')

@@ -130,6 +130,7 @@ def test_an_install_run_again_changes_nothing():
     assert (cluster.cas, cluster.cert, cluster.bundles) == before
 
 
+@pytest.mark.slow  # a year simulated: a soak
 def test_a_year_of_renewals_and_rotations_never_serves_an_untrusted_certificate():
     """Hourly runs for a year; the webhook picks up each new certificate 2 hours late (a slow
     kubelet), and at every hour what it serves is trusted by every caBundle."""

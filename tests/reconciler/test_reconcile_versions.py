@@ -17,6 +17,7 @@ from volcano_guard_sandbox.apiserver.runner import SandboxThread
 from volcano_guard_sandbox.apiserver.versions import KubernetesVersion
 
 
+@pytest.mark.slow  # 4 s each; test_reconcile.py's first pass runs in the default suite
 @pytest.mark.parametrize("minor", [30, 36])
 def test_a_first_pass_installs_the_in_server_policies_where_they_are_served(minor):
     with SandboxThread(kubernetes_version=KubernetesVersion(minor)) as cluster:

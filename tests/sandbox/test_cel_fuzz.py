@@ -167,7 +167,7 @@ def _check_evaluates(expressions: list[str], obj: Any, params: Any) -> None:
 
 
 _QUICK = settings(
-    max_examples=40,
+    max_examples=15,
     derandomize=True,
     deadline=None,
     database=None,

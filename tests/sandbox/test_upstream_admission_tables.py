@@ -91,6 +91,7 @@ def test_no_known_admission_failure_passes_or_is_gone():
     assert not stale, "no longer failing, take them out of KNOWN_FAILURES:\n" + "\n".join(stale)
 
 
+@pytest.mark.slow  # runs every table again (3 s); the CEL part's command test is quick
 def test_conformance_command_prints_the_admission_tables_after_the_cel_ones(capsys):
     root = upstream_root()
     if root is None:

@@ -95,6 +95,7 @@ async def test_reads_and_other_writes_pass_through_unchanged(make_env):
     assert status == 409 and conflict["reason"] == "Conflict"
 
 
+@pytest.mark.slow  # a storm
 async def test_a_thousand_stale_puts_become_a_handful_of_writes_with_the_final_value(make_env):
     env = await make_env()
     _, base, _ = await env.via("GET", f"{Q}/q1")  # the sidecar now knows this version
@@ -166,6 +167,7 @@ async def test_uid_guard_never_writes_onto_a_recreated_object(make_env):
     assert env.sandbox.stats.conflicts.get("queues/status", 0) == 1
 
 
+@pytest.mark.slow  # a fault run
 async def test_backoff_under_injected_503_and_429_then_the_final_value_lands(make_env):
     env = await make_env(flush_interval=0.05)
     _, base, _ = await env.via("GET", f"{Q}/q1")
@@ -277,6 +279,7 @@ async def test_watch_events_stream_through_one_by_one(make_env):
         assert (second["type"], second["object"]["metadata"]["name"]) == ("ADDED", "q9")
 
 
+@pytest.mark.slow  # a stress run
 async def test_many_writers_on_many_objects_converge_exactly(make_env):
     env = await make_env(flush_interval=0.05, max_upstream_qps=500)
     names = [f"s{i}" for i in range(40)]

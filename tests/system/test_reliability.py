@@ -50,6 +50,7 @@ def without_node_cache():
     )
 
 
+@pytest.mark.slow  # a fault run
 async def test_pending_writes_survive_an_api_server_outage_and_converge_after_it():
     async with sandbox_running() as sandbox:
         sandbox.seed(
@@ -216,6 +217,7 @@ async def _eventually(check, seconds: float) -> bool:
     return False
 
 
+@pytest.mark.slow  # a fault run
 @pytest.mark.parametrize("fail_closed", [True, False])
 async def test_webhook_turns_unready_while_the_api_server_is_gone_and_decisions_follow_fail_closed(
     certs, fail_closed
@@ -398,6 +400,7 @@ async def test_a_tls_1_1_client_is_refused_and_the_same_client_on_tls_1_2_is_ser
         writer.close()
 
 
+@pytest.mark.slow  # a fault run under load
 async def test_a_certificate_swap_under_load_fails_no_request(tmp_path):
     made = generate(SERVICE, NAMESPACE, tmp_path, days=365)  # the CA stays; the leaf renews
     tls = server_context(made.cert_file, made.key_file)

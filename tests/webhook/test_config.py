@@ -222,7 +222,7 @@ def _config_shaped(struct: type = Config) -> st.SearchStrategy:
     return st.fixed_dictionaries({}, optional=fields) | strangers | anything
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(_config_shaped())
 def test_any_input_is_a_config_or_a_config_error_naming_a_key(data):
     try:

@@ -128,6 +128,7 @@ def test_every_worker_follows_a_managed_node_selectors_change_and_keeps_it_past_
         proc.wait(20)
 
 
+@pytest.mark.slow  # a stress run
 def test_a_reviews_stream_sees_no_error_or_denial_while_the_config_is_rewritten(
     cluster, certs, tmp_path
 ):

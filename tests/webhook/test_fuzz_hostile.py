@@ -201,7 +201,7 @@ def assert_answered(server: SyncWebhook, path: str, body: bytes) -> None:
 
 
 FUZZ = settings(
-    max_examples=500,
+    max_examples=250,
     deadline=None,
     suppress_health_check=[
         HealthCheck.function_scoped_fixture,

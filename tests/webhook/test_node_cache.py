@@ -94,6 +94,7 @@ def test_a_410_on_rewatch_makes_it_list_again(informer, cluster):
     assert wait_until(lambda: informer.snapshot.items["web-1"].get("after") == "relist")
 
 
+@pytest.mark.slow  # a stress run
 def test_decisions_see_consistent_snapshots_under_a_thousand_node_events_a_second(
     informer, cluster
 ):

@@ -106,7 +106,8 @@ NAMES = st.sampled_from(["a", "b", "cc", "d", "ee", "f", "gg", "h"])
 STATES = st.dictionaries(NAMES, st.sampled_from([MANAGED, UNMANAGED]), max_size=8)
 
 
-@settings(max_examples=15, deadline=None)  # each example runs the real policy: ~0.3 s
+@pytest.mark.slow  # a race searched for: 15 histories through the real policy, ~0.3 s each
+@settings(max_examples=15, deadline=None)
 @given(history=st.lists(STATES, min_size=1, max_size=4))
 def test_no_moment_between_writes_admits_what_both_states_refuse(history):
     """Each write applied alone, as the API server sees them one at a time: a pinned pod is

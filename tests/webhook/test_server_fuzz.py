@@ -57,7 +57,7 @@ def assert_answered(server, path, body: bytes) -> None:
 
 
 FUZZ = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=75, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 
 
