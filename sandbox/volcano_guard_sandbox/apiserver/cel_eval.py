@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cel_expr_python import cel
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from volcano_guard_sandbox.apiserver import cel_cost, cel_go_semantics, kubernetes_cel
 from volcano_guard_sandbox.apiserver.checked_ast import Reference, constant, decode
@@ -111,8 +112,22 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _native(value: Any) -> Any:
+    """A well-known protobuf value (as cel-cpp hands or takes it) as the Python value this
+    evaluator computes with: durations, timestamps, and bytes rather than a bytearray."""
+    if isinstance(value, duration_pb2.Duration):
+        return value.ToTimedelta()
+    if isinstance(value, timestamp_pb2.Timestamp):
+        return value.ToDatetime(tzinfo=datetime.UTC)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
 def equal(a: Any, b: Any) -> bool:
     """CEL heterogeneous equality: numbers across types, else same kind and equal."""
+    if isinstance(a, _WELL_KNOWN) or isinstance(b, _WELL_KNOWN):
+        a, b = _native(a), _native(b)
     if type(a) is type(b) and type(a) in _SCALARS:
         return bool(a == b)
     if _is_number(a) and _is_number(b):
@@ -131,6 +146,7 @@ def equal(a: Any, b: Any) -> bool:
 
 
 _SCALARS = {str, int, float, bool, bytes, type(None)}
+_WELL_KNOWN = (duration_pb2.Duration, timestamp_pb2.Timestamp, bytearray)
 
 
 def _get(mapping: Mapping[Any, Any], key: Any) -> Any:
@@ -151,6 +167,7 @@ class CelType:
 
 
 _TYPE_NAMES = {"bool", "bytes", "double", "int", "uint", "string", "list", "map", "null_type"}
+_TYPE_NAMES |= {"google.protobuf.Duration", "google.protobuf.Timestamp"}
 
 
 def _int(value: int) -> Any:
@@ -160,6 +177,7 @@ def _int(value: int) -> Any:
 def _type_name(value: Any) -> str:
     if value is None:
         return "null_type"
+    value = _native(value)
     for kind, name in (
         (bool, "bool"),
         (int, "int"),
@@ -168,6 +186,8 @@ def _type_name(value: Any) -> str:
         (bytes, "bytes"),
         (list, "list"),
         (dict, "map"),
+        (datetime.timedelta, "google.protobuf.Duration"),
+        (datetime.datetime, "google.protobuf.Timestamp"),
     ):
         if isinstance(value, kind):
             return name
@@ -715,7 +735,8 @@ def _equality(negate: bool, planned: list[Node]) -> Node:
         for value in (a, b):
             if isinstance(value, CelError):
                 return value
-        if hasattr(a, "DESCRIPTOR") or hasattr(b, "DESCRIPTOR"):
+        a, b = _native(a), _native(b)
+        if hasattr(a, "DESCRIPTOR") or hasattr(b, "DESCRIPTOR"):  # a Quantity
             return (a != b) if negate else (a == b)
         return equal(a, b) is not negate
 
@@ -817,6 +838,11 @@ _CPP_ENVIRONMENT = kubernetes_cel.environment({f"a{i}": cel.Type.DYN for i in ra
 
 
 def _library_call(implementation: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """A library's Python function, given what cel-cpp's runtime would give it: well-known
+    protobuf values as Python's (a list's elements too)."""
+    args = tuple(
+        [_native(item) for item in arg] if isinstance(arg, list) else _native(arg) for arg in args
+    )
     try:
         return implementation(*args)
     except (ValueError, TypeError, ArithmeticError) as exc:

@@ -17,6 +17,7 @@ import datetime
 from typing import Any
 
 from cel_expr_python import cel
+from google.protobuf import duration_pb2, timestamp_pb2
 
 GET_MILLISECONDS = "getMilliseconds@cel-go"
 
@@ -34,7 +35,12 @@ def timestamp_milliseconds(timestamp: datetime.datetime) -> int:
 
 
 def get_milliseconds(value: Any) -> int:
-    """getMilliseconds of a duration or a timestamp (a call the checker could not narrow)."""
+    """getMilliseconds of a duration or a timestamp (a call the checker could not narrow), as
+    Python values or as their protobuf well-known types (what cel-cpp hands back)."""
+    if isinstance(value, duration_pb2.Duration):
+        value = value.ToTimedelta()
+    elif isinstance(value, timestamp_pb2.Timestamp):
+        value = value.ToDatetime()
     if isinstance(value, datetime.timedelta):
         return duration_milliseconds(value)
     return timestamp_milliseconds(value)
