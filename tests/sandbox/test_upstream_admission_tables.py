@@ -45,15 +45,7 @@ MAX_UNPARSED = {
     _PLUGIN + "policy/validating/admission_test.go": 19,
 }
 # Cases the sandbox answers unlike 1.30, by id, with why.
-KNOWN_FAILURES: dict[str, str] = dict.fromkeys(
-    [
-        "matching_test.go:TestMatcher/erroring namespace selector on otherwise matching rule errors",
-        "matching_test.go:TestMatcher/erroring object selector on otherwise matching rule errors",
-    ],
-    "a selector with an invalid label value ('bad value'): Go fails to parse it at admission "
-    "and the policy errors; the sandbox matches by it as written, and does not refuse it when "
-    "a policy or binding is written either (it validates no policy selector)",
-)
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import cel_check, cel_cost, cel_eval, versions
+from volcano_guard_sandbox.apiserver import cel_check, cel_cost, cel_eval, label_selectors, versions
 from volcano_guard_sandbox.apiserver.cel_cost import COST_LIMIT_EXCEEDED, OUT_OF_BUDGET
 from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 
@@ -337,20 +337,14 @@ def configuration_errors(
     configuration: Mapping[str, Any], version: KubernetesVersion = DEFAULT
 ) -> list[str]:
     """What the apiserver's validation refuses in a webhook configuration that would change how
-    the sandbox matches: label selector operators and matchConditions that 1.30 refuses on
-    write, with their types (cel_check)."""
+    the sandbox matches: label selectors (label_selectors) and matchConditions that 1.30
+    refuses on write, with their types (cel_check)."""
     errors: list[str] = []
     for index, webhook in enumerate(configuration.get("webhooks") or ()):
         if not isinstance(webhook, Mapping):
             errors.append(f"webhooks[{index}]: must be an object")
             continue
-        for selector in ("namespaceSelector", "objectSelector"):
-            for expression in (webhook.get(selector) or {}).get("matchExpressions") or ():
-                if expression.get("operator") not in ("In", "NotIn", "Exists", "DoesNotExist"):
-                    errors.append(
-                        f"webhooks[{index}].{selector}.matchExpressions.operator: "
-                        f"Unsupported value: {expression.get('operator')!r}"
-                    )
+        errors += label_selectors.webhook_errors(webhook, f"webhooks[{index}]")
         errors += cel_check.too_many_match_conditions(
             webhook.get("matchConditions"), f"webhooks[{index}].matchConditions"
         )

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from volcano_guard_sandbox.apiserver import label_selectors
 from volcano_guard_sandbox.apiserver.admission import Record, forbidden
 from volcano_guard_sandbox.apiserver.matching import (
     Attributes,
@@ -278,7 +279,7 @@ def binding_errors(spec: Mapping[str, Any]) -> list[str]:
     """What the API's validation refuses in a binding that changes how it applies
     (ValidateValidatingAdmissionPolicyBinding): a policyName, validationActions that are
     Deny, Warn or Audit, each once, not Deny with Warn; a paramRef by name or by selector, with
-    its parameterNotFoundAction."""
+    its parameterNotFoundAction; valid label selectors (label_selectors)."""
     errors = []
     if not spec.get("policyName"):
         errors.append("spec.policyName: Required value")
@@ -309,7 +310,7 @@ def binding_errors(spec: Mapping[str, Any]) -> list[str]:
             errors.append("spec.paramRef: Invalid value: one of name or selector must be set")
         if ref.get("parameterNotFoundAction") not in ("Allow", "Deny"):
             errors.append("spec.paramRef.parameterNotFoundAction: Required value")
-    return errors
+    return errors + label_selectors.binding_errors(spec)
 
 
 def _refusal(attributes: Attributes, denial: _Denial) -> ApiError:

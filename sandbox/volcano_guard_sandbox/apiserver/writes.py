@@ -23,6 +23,7 @@ from volcano_guard_sandbox.apiserver import (
     admission_shapes,
     apply,
     immutable,
+    label_selectors,
     pod_validation,
     policies,
 )
@@ -375,7 +376,8 @@ def _check_valid(resource: ResourceType, obj: dict[str, Any], version: Kubernete
     if resource in (MUTATING, VALIDATING):
         errors = configuration_errors(obj, version)
     elif resource is POLICIES:
-        errors = compile_errors(obj.get("spec") or {}, version)
+        spec = obj.get("spec") or {}
+        errors = compile_errors(spec, version) + label_selectors.policy_errors(spec)
     elif resource is BINDINGS:
         errors = policies.binding_errors(obj.get("spec") or {})
     else:

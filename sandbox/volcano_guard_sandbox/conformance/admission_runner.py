@@ -18,6 +18,7 @@ from volcano_guard_sandbox.apiserver import (
     admission,
     cel_cost,
     cel_eval,
+    label_selectors,
     matching,
     policies,
     policy_validation,
@@ -296,11 +297,17 @@ def sandbox_match_resources(criteria: Mapping[str, Any]) -> dict[str, Any]:
 
 def _match_resources(case: AdmissionCase) -> tuple[bool, str, str]:
     """matching.go Matches (the matched kind and resource are the request's: the sandbox never
-    converts, so only whether it matches is compared). An expected error (a selector Go cannot
-    parse) the sandbox's matching never raises: such a case fails."""
+    converts, so only whether it matches is compared). An expected error is a selector Go cannot
+    parse at admission; kube-apiserver refuses such a selector when the policy is written
+    (validateMatchResources), so the case passes if the sandbox refuses it on write too, with
+    upstream's words in its refusal."""
     resources = sandbox_match_resources(case.inputs["criteria"])
-    matched = policies.matches(resources, sandbox_attributes(case.inputs["attributes"]))
     if error := case.expected["error"]:
+        refusal = "; ".join(label_selectors.policy_errors({"matchConstraints": resources}))
+        if refusal:
+            return error in refusal, f"error: {error}", f"refused when written: {refusal}"
+    matched = policies.matches(resources, sandbox_attributes(case.inputs["attributes"]))
+    if error:
         return False, f"error: {error}", f"{_matched(matched)} by {resources}"
     expected = case.expected["matches"]
     return matched is expected, _matched(expected), f"{_matched(matched)} by {resources}"
