@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from volcano_guard_sandbox.apiserver import matching, policy_validation
+from volcano_guard_sandbox.apiserver import kubernetes_cel, matching, policy_validation
 
 # Pieces of CEL the sandbox's libraries, parser and checker take apart: odd format verbs,
 # regexes, URLs and quantities, deep nesting, unicode.
@@ -206,3 +206,11 @@ def test_many_admitted_expressions_on_many_objects_are_decided_never_raise(
     expressions, obj, params
 ):
     _check_evaluates(expressions, obj, params)
+
+
+def test_a_list_of_optionals_is_an_error_value_not_an_exception():
+    """cel-expr-python raises SystemError (not TypeError) handing back a list holding an
+    optional; found by the slow fuzz as `[optional.none()]`."""
+    compiled = kubernetes_cel.environment({}).compile
+    value, error = matching.evaluate(compiled, "[optional.none()]", {})
+    assert value is None and "cannot hold" in error

@@ -814,7 +814,7 @@ def _cpp_call(
             if value.type() == cel.Type.ERROR:
                 return CelError(str(value.value())), overload
             return value.plain_value(), overload
-        except TypeError:  # a value the binding cannot hand to Python, such as an optional
+        except (TypeError, SystemError):  # a value the binding cannot hand to Python (an optional)
             raise NotModelled(f"function {function}'s value") from None
 
     return apply

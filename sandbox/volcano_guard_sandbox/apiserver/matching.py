@@ -290,7 +290,8 @@ def evaluate(
         if value.type() == cel.Type.ERROR:
             return None, f"expression '{expression}' resulted in error: {value.value()}"
         return value.plain_value(), ""
-    except TypeError:  # an optional value, which the binding cannot hand to Python
+    except (TypeError, SystemError):  # an optional (in a list too), which the binding cannot
+        # hand to Python: pybind11 raises TypeError, or SystemError from inside a container
         return None, f"expression '{expression}' resulted in a value the sandbox cannot hold"
 
 
