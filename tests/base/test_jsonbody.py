@@ -49,6 +49,7 @@ _JSON = st.recursive(
 )
 
 
+@pytest.mark.slow  # a fuzz run, 400 documents
 @settings(max_examples=400, deadline=None)
 @given(document=_JSON, ensure_ascii=st.booleans())
 def test_byte_level_depth_matches_the_decoded_tree(document, ensure_ascii):

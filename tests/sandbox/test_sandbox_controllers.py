@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from tests.conftest import REPO
 from tests.sandbox.test_sandbox_apply import DEPLOYMENT, JOB
 
@@ -53,6 +55,7 @@ def test_a_jobs_pod_carries_its_selector_and_goes_with_it(kubectl):
     assert kubectl("-n", "team-a", "get", "pods", "-l", selector, "-o", "name").stdout == ""
 
 
+@pytest.mark.slow  # the whole install deleted through kubectl, 4 s
 def test_delete_k_of_deploy_base_exits_0_and_leaves_nothing(kubectl):
     kubectl("apply", "-k", BASE)
     result = kubectl("delete", "-k", BASE, check=False)

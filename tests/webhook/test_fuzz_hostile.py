@@ -211,12 +211,14 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow  # an attack fuzz run
 @FUZZ
 @given(body=mangled_reviews(), path=st.sampled_from(["/validate", "/mutate"]))
 def test_mangled_reviews_never_get_a_5xx(server, body, path):
     assert_answered(server, path, encode(body, ensure_ascii=False))
 
 
+@pytest.mark.slow  # an attack fuzz run
 @FUZZ
 @given(body=mangled_reviews(), cut=st.integers(0, 200), noise=st.binary(min_size=1, max_size=8))
 def test_mangled_bytes_never_get_a_5xx(server, body, cut, noise):

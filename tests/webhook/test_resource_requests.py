@@ -422,6 +422,7 @@ CONFIGS = st.sampled_from(
 )
 
 
+@pytest.mark.slow  # an attack fuzz run
 @settings(max_examples=500, deadline=None)
 @given(spec=pod_specs(), operation=st.sampled_from(["CREATE", "CREATE", "UPDATE"]), config=CONFIGS)
 def test_hostile_pod_specs_get_a_verdict_or_a_shape_error_never_a_crash(spec, operation, config):

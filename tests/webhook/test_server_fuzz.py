@@ -67,6 +67,7 @@ def test_arbitrary_json_never_gets_a_5xx(server, document, path):
     assert_answered(server, path, json.dumps(document).encode())
 
 
+@pytest.mark.slow  # an attack fuzz run
 @FUZZ
 @given(
     spec=pod_fields,
@@ -85,6 +86,7 @@ def test_arbitrary_objects_inside_a_valid_review_never_get_a_5xx(server, spec, k
     assert_answered(server, path, json.dumps(review(obj)).encode())
 
 
+@pytest.mark.slow  # an attack fuzz run
 @FUZZ
 @given(
     request=st.dictionaries(
