@@ -15,6 +15,7 @@ from cel_expr_python import cel
 from tests.upstream import upstream_file
 from volcano_guard_sandbox.apiserver import cel_cost, cel_eval, matching, policy_validation
 from volcano_guard_sandbox.apiserver.kubernetes_cel import environment
+from volcano_guard_sandbox.conformance import golang
 
 APISERVER_1_30 = "v0.30.14"
 COST_TEST = "pkg/cel/library/cost_test.go"
@@ -30,10 +31,7 @@ def cost_of(expression: str, data: dict[str, Any] | None = None, optimize: bool 
         return None
 
 
-def go_string(literal: str) -> str:
-    if literal.startswith("`"):
-        return literal[1:-1]
-    return bytes(literal[1:-1], "utf-8").decode("unicode_escape").encode("latin-1").decode()
+go_string = golang.unquote  # one Go string literal's value
 
 
 def library_cost_cases() -> list[tuple[str, int]]:

@@ -28,6 +28,7 @@ from volcano_guard_sandbox.apiserver.cel_environment import (
     written_at,
 )
 from volcano_guard_sandbox.apiserver.kubernetes_cel import environment
+from volcano_guard_sandbox.conformance import golang
 
 CEL_GO, APISERVER, APIEXTENSIONS = "v0.17.8", "v0.30.14", "v0.30.14"
 ERROR = object()
@@ -50,30 +51,7 @@ def strings_test() -> str:
     return upstream_file("cel-go", CEL_GO, "ext/strings_test.go")
 
 
-def go_string(literal: str) -> str:
-    """The value of one Go string literal: `raw` or "interpreted"."""
-    if literal.startswith("`"):
-        return literal[1:-1]
-    body, out, position = literal[1:-1], [], 0
-    simple = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
-    while position < len(body):
-        character = body[position]
-        if character != "\\":
-            out.append(character)
-            position += 1
-            continue
-        escape = body[position + 1]
-        if escape in simple:
-            out.append(simple[escape])
-            position += 2
-        elif escape in "uU":
-            width = 4 if escape == "u" else 8
-            out.append(chr(int(body[position + 2 : position + 2 + width], 16)))
-            position += 2 + width
-        else:
-            out.append(escape)
-            position += 2
-    return "".join(out)
+go_string = golang.unquote  # one Go string literal's value
 
 
 GO_LITERAL = r'`[^`]*`|"(?:[^"\\\n]|\\.)*"'
