@@ -63,3 +63,11 @@ def test_a_well_known_type_name_is_a_type_to_the_cost_evaluator(expression):
     assert env.compile(expression).eval(data={}).value() is True
     outcome = cel_eval.evaluate_costed(env.compile, expression, {})
     assert outcome is not None and (outcome.value, outcome.error) == (True, "")
+
+
+@pytest.mark.parametrize("value", [None, "1s", 3, [1]])
+def test_get_milliseconds_of_what_is_neither_is_no_such_overload_not_a_crash(value):
+    """Found by the slow fuzz: `object.getMilliseconds()` with a null object raised."""
+    env = environment({"x": cel.Type.DYN})
+    outcome = cel_eval.evaluate_costed(env.compile, "x.getMilliseconds()", {"x": value})
+    assert outcome is not None and "no such overload" in outcome.error

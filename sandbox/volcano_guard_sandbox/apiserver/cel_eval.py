@@ -338,11 +338,19 @@ STANDARD: dict[str, Callable[..., tuple[Any, str]]] = {
     "endsWith": _string_method("ends_with_string", str.endswith),
     "contains": _string_method("contains_string", lambda a, b: b in a),
     "matches": _string_method("matches_string", _matches),
-    cel_go_semantics.GET_MILLISECONDS: lambda value: (
-        cel_go_semantics.get_milliseconds(value),
-        "duration_to_milliseconds",
-    ),
+    cel_go_semantics.GET_MILLISECONDS: lambda value: _get_milliseconds(value),
 }
+
+
+def _get_milliseconds(value: Any) -> tuple[Any, str]:
+    """cel-go's getMilliseconds of a duration or a timestamp; of anything else (a dyn that is
+    null, a string), no such overload, as either runtime answers."""
+    native = _native(value)
+    if not isinstance(native, datetime.timedelta | datetime.datetime):
+        return _no_overload("getMilliseconds", [value]), "duration_to_milliseconds"
+    return cel_go_semantics.get_milliseconds(native), "duration_to_milliseconds"
+
+
 _CONVERSIONS = {
     *("bool", "bytes", "double", "duration", "dyn", "int", "string", "timestamp", "type", "uint")
 }
