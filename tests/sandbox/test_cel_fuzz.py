@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from cel_expr_python import cel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -214,3 +215,10 @@ def test_a_list_of_optionals_is_an_error_value_not_an_exception():
     compiled = kubernetes_cel.environment({}).compile
     value, error = matching.evaluate(compiled, "[optional.none()]", {})
     assert value is None and "cannot hold" in error
+
+
+def test_a_quantity_as_a_map_key_is_an_error_value_not_an_exception():
+    """Found by the slow fuzz: `{quantity('1.5Gi'): object}` raised TypeError (unhashable)."""
+    compiled = kubernetes_cel.environment({"object": cel.Type.DYN}).compile
+    value, error = matching.evaluate(compiled, "{quantity('1.5Gi'): object}", {"object": None})
+    assert value is None and "key type" in error.lower()

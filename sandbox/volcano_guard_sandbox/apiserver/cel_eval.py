@@ -658,9 +658,9 @@ class Planner:
 
 
 def _bad_key(key: Any) -> CelError | None:
-    """A list or a map as a map key (a dyn one passes the checker): CEL keys are scalars, and
-    Python cannot hash these."""
-    if isinstance(key, list | dict):
+    """A map key that is not an int, uint, bool or string (a dyn one passes the checker): CEL
+    refuses it, and Python cannot hash some (lists, maps, a Quantity message)."""
+    if not isinstance(key, bool | int | str):
         return CelError(f"unsupported key type: {_type_name(key)}")
     return None
 
