@@ -135,6 +135,22 @@ class InServerCheck(NamedTuple):
     params_label: tuple[str, str] | None = None
 
 
+class InServerMutation(NamedTuple):
+    """A mutation a request alone decides, as a MutatingAdmissionPolicy runs it inside the API
+    server (webhook.admission_policies renders it where the cluster serves them): the requests it
+    applies to (rules, and a CEL condition over `object` and `request`), variables, and one
+    JSONPatch mutation: a CEL expression giving the list of `JSONPatch{op: ..., path: ...,
+    value: ...}` to apply (empty when there is nothing to change). `params_label` as for
+    InServerCheck."""
+
+    name: str
+    rules: tuple[Rule, ...]
+    condition: str
+    json_patch: str
+    variables: tuple[tuple[str, str], ...] = ()
+    params_label: tuple[str, str] | None = None
+
+
 def pods_rule(*operations: str) -> Rule:
     """The rule for core v1 pods (not their subresources) on these operations."""
     return Rule("", "v1", ("pods",), operations)
@@ -145,6 +161,10 @@ def no_scopes(config: Config) -> tuple[Scope, ...]:
 
 
 def no_checks(config: Config) -> tuple[InServerCheck, ...]:
+    return ()
+
+
+def no_mutations(config: Config) -> tuple[InServerMutation, ...]:
     return ()
 
 
@@ -168,6 +188,11 @@ class Policy:
     # returns any must return every deny its scopes exist for: with them installed, its
     # registrations fail open (webhook.registrations).
     in_server: Callable[[Config], tuple[InServerCheck, ...]] = no_checks
+    # Its patches that the API server can make alone, under this config (only in enforce mode:
+    # a policy in the API server cannot warn that it would patch). A policy that returns any
+    # must return every patch its mutating scopes exist for: where the cluster serves
+    # MutatingAdmissionPolicies, those scopes leave the registrations (webhook.registrations).
+    mutate_in_server: Callable[[Config], tuple[InServerMutation, ...]] = no_mutations
 
 
 # Per-policy outcome label, as counted in volcano_guard_admission_requests_total{decision}.
