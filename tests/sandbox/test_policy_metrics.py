@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -98,7 +99,18 @@ def test_the_webhook_request_counter_is_the_one_the_webhook_dispatchers_observe(
 
 
 @asynccontextmanager
-async def box_at(minor: int, certs: Any, scripted: ScriptedWebhook, tmp_path: Any):
+async def box_at(
+    minor: int, certs: Any, scripted: ScriptedWebhook, tmp_path: Any
+) -> AsyncIterator[Box]:
+    async with box_and_metrics_at(minor, certs, scripted, tmp_path) as (box, _):
+        yield box
+
+
+@asynccontextmanager
+async def box_and_metrics_at(
+    minor: int, certs: Any, scripted: ScriptedWebhook, tmp_path: Any
+) -> AsyncIterator[tuple[Box, PolicyMetrics]]:
+    """A sandbox playing 1.<minor> (webhook calls to scripted) and its PolicyMetrics."""
     tokens = tmp_path / "tokens.csv"
     tokens.write_text('admin,kubernetes-admin,0,"system:masters"\n')
     settings = SandboxSettings(
@@ -111,7 +123,8 @@ async def box_at(minor: int, certs: Any, scripted: ScriptedWebhook, tmp_path: An
         aiohttp.ClientSession(headers={"Authorization": "Bearer admin"}) as session,
     ):
         sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}])
-        yield Box(sandbox.url, session, base64.b64encode(certs.ca_file.read_bytes()).decode())
+        ca_bundle = base64.b64encode(certs.ca_file.read_bytes()).decode()
+        yield Box(sandbox.url, session, ca_bundle), sandbox.app[policy_metrics.METRICS_KEY]
 
 
 async def scrape(box: Box, token: str | None = "admin") -> tuple[int, str]:
