@@ -516,7 +516,11 @@ def test_the_in_server_policy_panel_reads_the_apiservers_own_metric():
     assert 'metricsSubsystem = "validating_admission_policy"' in source
     assert 'Name:           "check_total"' in source
     assert '[]string{"policy", "policy_binding", "enforcement_action", "state"}' in source
-    [query] = [q for q in dashboard_queries() if "apiserver_validating_admission_policy" in q]
+    [query] = [
+        q
+        for q in dashboard_queries()
+        if "apiserver_validating_admission_policy_check_total" in q and "enforcement_action)" in q
+    ]
     assert "apiserver_validating_admission_policy_check_total" in query
     assert "by (policy, enforcement_action)" in query and f'policy=~"{PREFIX}.*"' in query
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ import aiohttp
 
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard_sandbox.apiserver import policy_metrics
 from volcano_guard_sandbox.apiserver.endpoints import (
     Address,
     ServiceEndpoints,
@@ -256,15 +258,22 @@ class Dispatcher:
         timeout = hook.get("timeoutSeconds") or DEFAULT_TIMEOUT
         endpoint = self._endpoint(name, hook.get("clientConfig") or {})
         url = f"{endpoint.url}?timeout={timeout}s"
+        # admission metrics.go ObserveWebhook: a failed call is a 503, rejected unless Ignore
+        observe = functools.partial(
+            policy_metrics.record_webhook_call, name, mutating, attributes.operation
+        )
+        failed_closed = hook.get("failurePolicy", "Fail") != "Ignore"
         try:
             body = await self._post(url, endpoint, json.dumps(review).encode(), timeout)
         except CallError as exc:
+            observe(503, failed_closed)
             raise CallError(
                 f'failed calling webhook "{name}": failed to call webhook: Post "{url}": {exc}'
             ) from None
         try:
             response = _verified(body, uid, mutating)
         except CallError as exc:
+            observe(503, failed_closed)
             raise CallError(
                 f'failed calling webhook "{name}": received invalid webhook response: {exc}'
             ) from None
@@ -272,7 +281,10 @@ class Dispatcher:
             record.annotations[f"{name}/{key}"] = str(value)
         record.warnings.extend(str(warning) for warning in response.get("warnings") or ())
         if not response.get("allowed"):
-            raise _denied(name, response.get("status"), attributes)
+            refusal = _denied(name, response.get("status"), attributes)
+            observe(refusal.code, True)
+            raise refusal
+        observe(200, False)
         return response
 
     async def _post(self, url: str, endpoint: _Endpoint, body: bytes, timeout: float) -> bytes:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from volcano_guard_sandbox.apiserver import label_selectors
+from volcano_guard_sandbox.apiserver import label_selectors, policy_metrics
 from volcano_guard_sandbox.apiserver.admission import Record, forbidden
 from volcano_guard_sandbox.apiserver.matching import (
     Attributes,
@@ -157,7 +157,15 @@ def _apply(
                 param,
                 namespace_object,
             )
+            elapsed = policy_metrics.timer()
             result = validate(spec, inputs, version)
+            policy_metrics.record_validations(
+                name,
+                _name(binding),
+                _spec(binding).get("validationActions") or (),
+                result,
+                elapsed(),
+            )
             denials += _act(result.decisions, policy, binding, record)
             for annotation in result.audit_annotations:
                 if annotation.action == "publish":

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.status import status_body, status_response
-from volcano_guard_sandbox.apiserver import apply, openapi, protobuf, writes
+from volcano_guard_sandbox.apiserver import apply, openapi, policy_metrics, protobuf, writes
 from volcano_guard_sandbox.apiserver.admission import Dispatcher
 from volcano_guard_sandbox.apiserver.authn import Authenticator
 from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
@@ -109,7 +109,9 @@ def create_app(
     settings: SandboxSettings | None = None,
 ) -> web.Application:
     settings = settings or SandboxSettings()
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[_authenticate])
+    app = web.Application(
+        client_max_size=MAX_BODY, middlewares=[_authenticate, policy_metrics.bind]
+    )
     app[STORE_KEY] = store or Store()
     app[FAULTS_KEY] = faults or Faults()
     app[STATS_KEY] = Stats()
@@ -118,6 +120,7 @@ def create_app(
     app[AUTHENTICATOR_KEY] = Authenticator(settings.tokens)
     app[DISPATCHER_KEY] = Dispatcher(settings.services, settings.kubernetes_version)
     app[AUDIT_KEY] = AuditLog(settings.audit_events)
+    app[policy_metrics.METRICS_KEY] = policy_metrics.PolicyMetrics(settings.kubernetes_version)
     app.router.add_get("/version", _version)
     app.router.add_get("/api", _api_versions)
     app.router.add_get("/apis", _api_groups)
@@ -127,6 +130,7 @@ def create_app(
     app.router.add_get("/openapi/v3/{path:.+}", openapi.document)
     for probe in ("/healthz", "/readyz", "/livez"):
         app.router.add_get(probe, _ok)
+    app.router.add_get("/metrics", policy_metrics.serve)  # authenticated, as API paths are
     app.router.add_get("/sandbox/stats", _stats)
     app.router.add_get("/sandbox/audit", _audit)
     app.router.add_post("/sandbox/faults", _set_faults)
