@@ -285,7 +285,11 @@ def evaluate(
         outcome.error == COST_LIMIT_EXCEEDED or outcome.error.startswith(cel_eval.VARIABLE_FAILED)
     ):
         return None, f"expression '{expression}' resulted in error: {outcome.error}"
-    value = compiled.eval(data=_plain(variables))
+    try:
+        data = _plain(variables)
+    except cel_eval.NotModelled:
+        return None, f"expression '{expression}' reads a value the sandbox cannot hold"
+    value = compiled.eval(data=data)
     try:
         if value.type() == cel.Type.ERROR:
             return None, f"expression '{expression}' resulted in error: {value.value()}"
@@ -296,9 +300,10 @@ def evaluate(
 
 
 def _plain(variables: Mapping[str, Any]) -> dict[str, Any]:
-    """The variables as cel-cpp takes them (a LazyVariables as the dict it is)."""
+    """The variables as cel-cpp takes them (a LazyVariables as the dict it is, timestamps and
+    durations cel_eval computed as their protobuf messages)."""
     return {
-        key: dict(value) if isinstance(value, cel_eval.LazyVariables) else value
+        key: cel_eval.for_cpp(dict(value) if isinstance(value, cel_eval.LazyVariables) else value)
         for key, value in variables.items()
     }
 

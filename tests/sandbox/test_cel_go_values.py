@@ -1,0 +1,95 @@
+"""What cel-go keeps and cel-cpp loses, as a policy sees it: a timestamp's offset, Go's zero time
+for optional.ofNonZeroValue, and a map keyed both by 1 and by true (upstream's cases:
+validation_test.go conversions and optionals, cel-go ext/strings_test.go "map support (all key
+types)")."""
+
+from __future__ import annotations
+
+import pytest
+
+from volcano_guard_sandbox.apiserver import cel_eval, policy_validation
+from volcano_guard_sandbox.apiserver.matching import evaluate
+
+
+def _policy_admits(expression: str, variables: list[dict[str, str]] | None = None) -> str:
+    spec = {
+        "validations": [{"expression": expression}],
+        "variables": variables or [],
+        "failurePolicy": "Fail",
+    }
+    result = policy_validation.validate(spec, policy_validation.PolicyInputs({}))
+    (decision,) = result.decisions
+    return decision.action if decision.evaluation != "error" else decision.message
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "string(timestamp('2011-08-18T19:03:37.01+01:00')) == '2011-08-18T19:03:37.01+01:00'",
+        "string(timestamp('2011-08-18T19:03:37.10-05:30')) == '2011-08-18T19:03:37.1-05:30'",
+        "string(timestamp('2011-08-18T19:03:37+00:00')) == '2011-08-18T19:03:37Z'",
+        "string(timestamp('2011-08-18T23:30:00+01:00') + duration('1h'))"
+        " == '2011-08-19T00:30:00+01:00'",
+        "timestamp('2011-08-18T19:03:37+01:00') == timestamp('2011-08-18T18:03:37Z')",
+        "timestamp('2011-08-18T19:03:37+01:00').getHours() == 18",  # UTC without a zone
+        "'%s'.format([timestamp('2011-08-18T19:03:37+01:00')]) == '2011-08-18T19:03:37+01:00'",
+    ],
+)
+def test_a_timestamp_keeps_the_offset_it_was_written_with_as_cel_go(expression):
+    assert _policy_admits(expression) == "admit"
+
+
+def test_a_variable_holding_a_timestamp_reaches_cel_cpp_as_a_timestamp():
+    """An expression cel_eval leaves to cel-cpp (an optional select) reads a variable cel_eval
+    computed: the timestamp goes to the binding as its protobuf message, not a datetime."""
+    variables = [{"name": "t", "expression": "timestamp('2011-08-18T19:03:37+01:00')"}]
+    expression = "{'a': variables.t}.?a.hasValue() && variables.t.getHours() == 18"
+    assert _policy_admits(expression, variables) == "admit"
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ("optional.ofNonZeroValue(timestamp('0001-01-01T00:00:00Z')) == optional.none()", True),
+        ("optional.ofNonZeroValue(timestamp('0001-01-01T01:00:00+01:00')).hasValue()", False),
+        ("optional.ofNonZeroValue(timestamp('1970-01-01T00:00:00Z')).hasValue()", True),
+        ("optional.ofNonZeroValue(duration('0s')) == optional.none()", True),
+        ("optional.ofNonZeroValue([]).orValue([1]) == [1]", True),
+        ("optional.of(2).or(optional.of(3)).value()", 2),
+        ("optional.none().or(optional.of(3)).value()", 3),
+        ("optional.of(0) != optional.none()", True),
+    ],
+)
+def test_optionals_are_evaluated_with_cel_gos_zero_values_and_cost(expression, value):
+    outcome = cel_eval.evaluate_costed(policy_validation.program, expression, {})
+    assert outcome is not None, "left to cel-cpp, which counts no cost"
+    assert (outcome.value, outcome.error) == (value, "")
+    assert evaluate(policy_validation.program, expression, {}) == (value, "")
+
+
+def test_the_value_of_an_empty_optional_is_cel_gos_error():
+    expression = "optional.none().value() == 1"
+    outcome = cel_eval.evaluate_costed(policy_validation.program, expression, {})
+    assert outcome is not None and outcome.error == "optional.none() dereference"
+    value, error = evaluate(policy_validation.program, expression, {})
+    assert value is None and error.endswith("optional.none() dereference")
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ("'%s'.format([{1: 'a', true: 'b'}])", '{1:"a", true:"b"}'),
+        (
+            "'%s'.format([{true: 'b', 1: 'a', 0: 'c', false: 'd'}])",
+            '{0:"c", 1:"a", false:"d", true:"b"}',
+        ),
+        ("'%s'.format([{1: object.a, true: object.b}])", '{1:"x", true:"y"}'),  # not constant
+    ],
+)
+def test_a_map_keyed_by_1_and_true_holds_two_entries_as_in_cel_go(expression, value):
+    """base.go's homogeneous-literal check exempts format's arguments, where such a map can be
+    written; Python's dict would take 1 and true as one key."""
+    variables = {"object": {"a": "x", "b": "y"}}
+    outcome = cel_eval.evaluate_costed(policy_validation.program, expression, variables)
+    assert outcome is not None and (outcome.value, outcome.error) == (value, "")
+    assert evaluate(policy_validation.program, expression, variables) == (value, "")
