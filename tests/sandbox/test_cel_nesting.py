@@ -13,6 +13,7 @@ import pytest
 from volcano_guard_sandbox.apiserver import policy_validation
 from volcano_guard_sandbox.apiserver.cel_environment import PARSER_DEPTH
 from volcano_guard_sandbox.apiserver.runner import running
+from volcano_guard_sandbox.conformance import plugin_scenarios
 
 NOT_MODELLED = (
     f"compilation failed: the sandbox does not model expressions nested deeper than {PARSER_DEPTH}"
@@ -44,24 +45,7 @@ def test_an_expression_nested_past_the_sandboxs_depth_is_refused_as_not_modelled
 
 
 async def test_a_policy_nested_past_the_sandboxs_depth_is_a_422_saying_so_over_http():
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "deep"},
-        "spec": {
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["configmaps"],
-                    }
-                ]
-            },
-            "validations": [{"expression": _sum(40)}],
-        },
-    }
+    policy = plugin_scenarios.policy("deep", [{"expression": _sum(40)}], param_kind=None)
     path = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
     async with running() as served, aiohttp.ClientSession() as session:
         response = await session.post(served.url + path, data=json.dumps(policy))

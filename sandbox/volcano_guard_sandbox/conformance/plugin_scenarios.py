@@ -253,20 +253,20 @@ def reconfigure_binding() -> None:
     denied_with(cluster.dispatch(FAKE_PARAMS), "Denied")
 
 
-def remove_definition() -> None:
+def _stops_applying_once_deleted(removed: Mapping[str, Any]) -> None:
     cluster = Cluster()
     cluster.update(FAKE_PARAMS, policy(), binding(param_ref=DENY_REF))
     denied_with(cluster.dispatch(FAKE_PARAMS), "Denied")
-    cluster.delete(policy())
+    cluster.delete(removed)
     admitted(cluster.dispatch(FAKE_PARAMS))
+
+
+def remove_definition() -> None:
+    _stops_applying_once_deleted(policy())
 
 
 def remove_binding() -> None:
-    cluster = Cluster()
-    cluster.update(FAKE_PARAMS, policy(), binding(param_ref=DENY_REF))
-    denied_with(cluster.dispatch(FAKE_PARAMS), "Denied")
-    cluster.delete(binding())
-    admitted(cluster.dispatch(FAKE_PARAMS))
+    _stops_applying_once_deleted(binding())
 
 
 def invalid_param_source_gvk() -> None:
