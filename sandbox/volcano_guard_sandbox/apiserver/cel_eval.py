@@ -367,6 +367,16 @@ def _of_non_zero(value: Any) -> Optional:
     return cel_go_values.NONE if cel_go_values.is_zero(_native(value)) else Optional(value)
 
 
+def _keeping_zone(call: Callable[..., tuple[Any, str]]) -> Callable[..., tuple[Any, str]]:
+    def in_zone(*args: Any) -> tuple[Any, str]:
+        value, overload = call(*args)
+        if not isinstance(value, datetime.datetime):
+            return value, overload
+        return cel_go_values.in_zone(value, cel_go_values.zone_of(args)), overload
+
+    return in_zone
+
+
 def _optional_member(value: Any, overload: str) -> tuple[Any, str]:
     if not isinstance(value, Optional):
         return _NOT_HERE, overload
@@ -595,24 +605,16 @@ class Planner:
             raise NotModelled(f"operator {function}")
         by_cpp = _cpp_call(function, member, arity, overloads)
         standard = STANDARD.get(function)
-
-        def either(*args: Any) -> tuple[Any, str]:
-            result = (_NOT_HERE, "") if standard is None else standard(*args)
-            return by_cpp(*args) if result[0] is _NOT_HERE else result
-
-        if standard is None and function not in _ZONE_KEEPING:
+        if function in _ZONE_KEEPING:  # cel-cpp's timestamps are UTC: put them in cel-go's zone
+            by_cpp = _keeping_zone(by_cpp)
+        if standard is None:
             return by_cpp
 
-        if function not in _ZONE_KEEPING:
-            return either
+        def either(*args: Any) -> tuple[Any, str]:
+            result = standard(*args)
+            return by_cpp(*args) if result[0] is _NOT_HERE else result
 
-        def in_zone(*args: Any) -> tuple[Any, str]:
-            value, overload = either(*args)
-            if not isinstance(value, datetime.datetime):
-                return value, overload
-            return cel_go_values.in_zone(value, cel_go_values.zone_of(args)), overload
-
-        return in_zone
+        return either
 
     def _index(self, planned: list[Node]) -> Node:
         operand = self._as_attribute(planned[0])
@@ -723,8 +725,8 @@ class Planner:
                 return CelError(f"got '{_type_name(items)}', expected iterable type")
             scope = dict(act)
             scope[accu_var] = accu_init.evaluate(run, act)
-            for item in list(items):
-                scope[iter_var] = _key(item)
+            for item in list(items) if items.__class__ is list else [_key(k) for k in items]:
+                scope[iter_var] = item
                 test = condition.evaluate(run, scope)
                 if isinstance(test, bool) and not test:
                     break

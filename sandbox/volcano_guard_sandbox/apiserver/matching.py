@@ -285,11 +285,14 @@ def evaluate(
         outcome.error == COST_LIMIT_EXCEEDED or outcome.error.startswith(cel_eval.VARIABLE_FAILED)
     ):
         return None, f"expression '{expression}' resulted in error: {outcome.error}"
-    try:
-        data = _plain(variables)
-    except cel_eval.NotModelled:
-        return None, f"expression '{expression}' reads a value the sandbox cannot hold"
-    value = compiled.eval(data=data)
+    value = compiled.eval(data=_plain(variables))
+    if value.type() == cel.Type.ERROR and _NON_CEL_VALUE in str(value.value()):
+        # A value cel_eval computed (a timestamp, a duration) where the binding takes protobuf
+        # messages: converted only now, since walking every object costs each evaluation.
+        try:
+            value = compiled.eval(data=cel_eval.for_cpp(_plain(variables)))
+        except cel_eval.NotModelled:
+            return None, f"expression '{expression}' reads a value the sandbox cannot hold"
     try:
         if value.type() == cel.Type.ERROR:
             return None, f"expression '{expression}' resulted in error: {value.value()}"
@@ -299,11 +302,13 @@ def evaluate(
         return None, f"expression '{expression}' resulted in a value the sandbox cannot hold"
 
 
+_NON_CEL_VALUE = "Non-CEL value type"  # the binding's error for a value it cannot take
+
+
 def _plain(variables: Mapping[str, Any]) -> dict[str, Any]:
-    """The variables as cel-cpp takes them (a LazyVariables as the dict it is, timestamps and
-    durations cel_eval computed as their protobuf messages)."""
+    """The variables as cel-cpp takes them (a LazyVariables as the dict it is)."""
     return {
-        key: cel_eval.for_cpp(dict(value) if isinstance(value, cel_eval.LazyVariables) else value)
+        key: dict(value) if isinstance(value, cel_eval.LazyVariables) else value
         for key, value in variables.items()
     }
 
