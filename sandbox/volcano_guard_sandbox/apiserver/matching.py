@@ -286,17 +286,16 @@ def evaluate(
     ):
         return None, f"expression '{expression}' resulted in error: {outcome.error}"
     value = compiled.eval(data=_plain(variables))
-    if value.type() == cel.Type.ERROR and _NON_CEL_VALUE in str(value.value()):
-        # A value cel_eval computed (a timestamp, a duration) where the binding takes protobuf
-        # messages: converted only now, since walking every object costs each evaluation.
-        try:
-            value = compiled.eval(data=cel_eval.for_cpp(_plain(variables)))
-        except cel_eval.NotModelled:
-            return None, f"expression '{expression}' reads a value the sandbox cannot hold"
     try:
+        if value.type() == cel.Type.ERROR and _NON_CEL_VALUE in str(value.value()):
+            # A value cel_eval computed (a timestamp, a duration) where the binding takes
+            # protobuf messages: converted only now, as walking every object costs each time.
+            value = compiled.eval(data=cel_eval.for_cpp(_plain(variables)))
         if value.type() == cel.Type.ERROR:
             return None, f"expression '{expression}' resulted in error: {value.value()}"
         return value.plain_value(), ""
+    except cel_eval.NotModelled:
+        return None, f"expression '{expression}' reads a value the sandbox cannot hold"
     except (TypeError, SystemError):  # an optional (in a list too), which the binding cannot
         # hand to Python: pybind11 raises TypeError, or SystemError from inside a container
         return None, f"expression '{expression}' resulted in a value the sandbox cannot hold"
