@@ -40,10 +40,11 @@ def test_a_timestamp_keeps_the_offset_it_was_written_with_as_cel_go(expression):
 
 
 def test_a_variable_holding_a_timestamp_reaches_cel_cpp_as_a_timestamp():
-    """An expression cel_eval leaves to cel-cpp (an optional select) reads a variable cel_eval
-    computed: the timestamp goes to the binding as its protobuf message, not a datetime."""
+    """An expression cel_eval leaves to cel-cpp (an optional list element) reads a variable
+    cel_eval computed: the timestamp goes to the binding as its protobuf message."""
     variables = [{"name": "t", "expression": "timestamp('2011-08-18T19:03:37+01:00')"}]
-    expression = "{'a': variables.t}.?a.hasValue() && variables.t.getHours() == 18"
+    expression = "size([?optional.of(variables.t)]) == 1 && variables.t.getHours() == 18"
+    assert cel_eval.plan_of(policy_validation.program, expression) is None  # left to cel-cpp
     assert _policy_admits(expression, variables) == "admit"
 
 
@@ -58,6 +59,9 @@ def test_a_variable_holding_a_timestamp_reaches_cel_cpp_as_a_timestamp():
         ("optional.of(2).or(optional.of(3)).value()", 2),
         ("optional.none().or(optional.of(3)).value()", 3),
         ("optional.of(0) != optional.none()", True),
+        ("{'a': 1}.?a == optional.of(1) && !{'a': 1}.?b.hasValue()", True),
+        ("[1, 2][?1].orValue(0) + [1][?5].orValue(0)", 2),
+        ("{'a': {'b': 1}}.?a.b.value() == 1 && !{'a': {'c': 1}}.?a.b.hasValue()", True),
     ],
 )
 def test_optionals_are_evaluated_with_cel_gos_zero_values_and_cost(expression, value):

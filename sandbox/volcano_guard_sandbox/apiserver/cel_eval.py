@@ -548,6 +548,8 @@ class Planner:
             value = operand(run, act, head)
             if value.__class__ is CelError:
                 return value
+            if value.__class__ is Optional:  # `a.?b.c`: c is looked up as optional too
+                return _optional_lookup(run, value, field, 1)
             run.cost += 1  # Run.charge, inlined on this hot path
             if run.cost > run.limit:
                 run.charge(0)
@@ -567,6 +569,9 @@ class Planner:
         self.makes_optionals |= function.startswith("optional.")
         if function == "_[_]":
             return self._index(planned)
+        if function in ("_?._", "_[?_]"):
+            self.makes_optionals = True
+            return self._optional_qualifier(planned)
         if function == "_?_:_":
             return self._conditional(planned)
         if function in ("_&&_", "_||_"):
@@ -626,10 +631,30 @@ class Planner:
             if isinstance(value, CelError):
                 return value
             key = index.evaluate(run, act)
+            if isinstance(value, Optional) and not isinstance(key, CelError):
+                return _optional_lookup(run, value, key, index_cost)
             run.charge(index_cost)
             if isinstance(key, CelError):
                 return key
             return _index_value(value, key)
+
+        return _attr(resolve)
+
+    def _optional_qualifier(self, planned: list[Node]) -> Node:
+        """`a.?b` and `a[?k]`: cel-go's optional qualifier, charged like a select or an index
+        when it finds something, and not at all when it does not (QualifyIfPresent)."""
+        operand = self._as_attribute(planned[0])
+        key_node = planned[1]
+        cost = 0 if key_node.kind == "attr" else 1
+
+        def resolve(run: Run, act: Activation, head: bool) -> Any:
+            value = operand(run, act, head)
+            if isinstance(value, CelError):
+                return value
+            key = key_node.evaluate(run, act)
+            if isinstance(key, CelError):
+                return key
+            return _optional_lookup(run, value, key, cost)
 
         return _attr(resolve)
 
@@ -790,6 +815,39 @@ def _index_value(value: Any, key: Any) -> Any:
                 return item
         return CelError(f"no such key: {key}")
     return CelError(f"no such overload: _[_]({_type_name(value)}, {_type_name(key)})")
+
+
+def _optional_lookup(run: Run, value: Any, key: Any, cost: int) -> Any:
+    """An optional qualifier on value (itself optional or not): optional.of what key finds
+    (charging cost), optional.none() if nothing."""
+    if isinstance(value, Optional):
+        if not value.has_value:
+            return cel_go_values.NONE
+        value = value.value
+    if isinstance(value, list):
+        if not isinstance(key, int) or isinstance(key, bool):
+            return CelError(f"unsupported index type '{_type_name(key)}' in list")
+        if not 0 <= key < len(value):
+            return cel_go_values.NONE
+        run.charge(cost)
+        return Optional(value[key])
+    if isinstance(value, dict):
+        if isinstance(key, str):
+            if key not in value:
+                failed = value.failed(key) if isinstance(value, LazyVariables) else None
+                return failed or cel_go_values.NONE
+            if isinstance(value, LazyVariables):
+                value.read(key)
+            run.charge(cost)
+            return Optional(value[key])
+        for candidate, item in value.items():
+            if equal(_key(candidate), key):
+                run.charge(cost)
+                return Optional(item)
+        return cel_go_values.NONE
+    if hasattr(value, "DESCRIPTOR"):
+        raise NotModelled("an optional qualifier on a message")
+    return CelError(f"no such overload: _[?_]({_type_name(value)}, {_type_name(key)})")
 
 
 def _logical(conjunction: bool, planned: list[Node]) -> Node:
