@@ -5,10 +5,14 @@ types)")."""
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from volcano_guard_sandbox.apiserver import cel_eval, policy_validation
 from volcano_guard_sandbox.apiserver.matching import evaluate
+
+ONE_HOUR_EAST = datetime.timezone(datetime.timedelta(hours=1))
 
 
 def _policy_admits(expression: str, variables: list[dict[str, str]] | None = None) -> str:
@@ -40,11 +44,13 @@ def test_a_timestamp_keeps_the_offset_it_was_written_with_as_cel_go(expression):
 
 
 def test_a_variable_holding_a_timestamp_reaches_cel_cpp_as_a_timestamp():
-    """An expression cel_eval leaves to cel-cpp (an optional list element) reads a variable
+    """An expression cel_eval leaves to cel-cpp (format of a type value) reads a variable
     cel_eval computed: the timestamp goes to the binding as its protobuf message."""
     variables = [{"name": "t", "expression": "timestamp('2011-08-18T19:03:37+01:00')"}]
-    expression = "size([?optional.of(variables.t)]) == 1 && variables.t.getHours() == 18"
-    assert cel_eval.plan_of(policy_validation.program, expression) is None  # left to cel-cpp
+    expression = "'%s'.format([type(variables.t)]) != '' && variables.t.getHours() == 18"
+    written = datetime.datetime(2011, 8, 18, 19, 3, 37, tzinfo=ONE_HOUR_EAST)
+    data = {"variables": cel_eval.LazyVariables({"t": written}, {})}
+    assert cel_eval.evaluate_costed(policy_validation.program, expression, data) is None
     assert _policy_admits(expression, variables) == "admit"
 
 
@@ -62,6 +68,8 @@ def test_a_variable_holding_a_timestamp_reaches_cel_cpp_as_a_timestamp():
         ("{'a': 1}.?a == optional.of(1) && !{'a': 1}.?b.hasValue()", True),
         ("[1, 2][?1].orValue(0) + [1][?5].orValue(0)", 2),
         ("{'a': {'b': 1}}.?a.b.value() == 1 && !{'a': {'c': 1}}.?a.b.hasValue()", True),
+        ("[?optional.none(), ?optional.of(2), 3] == [2, 3]", True),
+        ("{?'a': optional.none(), ?'b': optional.of(2), 'c': 3} == {'b': 2, 'c': 3}", True),
     ],
 )
 def test_optionals_are_evaluated_with_cel_gos_zero_values_and_cost(expression, value):
@@ -97,3 +105,37 @@ def test_a_map_keyed_by_1_and_true_holds_two_entries_as_in_cel_go(expression, va
     outcome = cel_eval.evaluate_costed(policy_validation.program, expression, variables)
     assert outcome is not None and (outcome.value, outcome.error) == (value, "")
     assert evaluate(policy_validation.program, expression, variables) == (value, "")
+
+
+def test_format_of_a_dyn_that_is_not_a_list_is_no_such_overload():
+    """Found by the slow fuzz as `'%s'.format(object)`: cel-go's format takes a traits.Lister."""
+    program, expression = policy_validation.program, "'%s'.format(object)"
+    outcome = cel_eval.evaluate_costed(program, expression, {"object": None})
+    assert outcome is not None and outcome.error.startswith("no such overload")
+    value, error = evaluate(program, expression, {"object": None})
+    assert value is None and "overload" in error.lower()
+
+
+def test_format_of_an_optional_is_cel_gos_error_not_a_crash():
+    """`'%s'.format([optional.none()])` handed to cel-cpp crashed the process (the slow fuzz,
+    a segfault): cel_eval formats it, as cel-go refuses it."""
+    expression = "'%s'.format([optional.none()]) == ''"
+    outcome = cel_eval.evaluate_costed(policy_validation.program, expression, {})
+    assert outcome is not None
+    assert outcome.error == (
+        "error during formatting: string clause can only be used on strings, bools, bytes, "
+        "ints, doubles, maps, lists, types, durations, and timestamps, was given optional_type"
+    )
+    value, error = evaluate(policy_validation.program, expression, {})  # not again in cel-cpp
+    assert value is None and error.endswith("was given optional_type")
+
+
+def test_a_match_condition_formatting_an_optional_is_decided_not_a_crash():
+    """On main this crashed the sandbox's process (a segfault in cel-expr-python, found by the
+    slow fuzz): a policy's matchCondition is evaluated on every matching request."""
+    condition = "'%s %d'.format([optional.none()]) == ''"
+    spec = {"validations": [], "matchConditions": [{"name": "c", "expression": condition}]}
+    for _ in range(50):  # the crash did not come on every call
+        result = policy_validation.validate(spec, policy_validation.PolicyInputs(object={}))
+    (decision,) = result.decisions
+    assert decision.evaluation == "error" and "optional_type" in decision.message

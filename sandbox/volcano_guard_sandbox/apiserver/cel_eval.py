@@ -388,9 +388,12 @@ def _optional_member(value: Any, overload: str) -> tuple[Any, str]:
 
 
 def _format(text: Any, arguments: Any) -> Any:
-    """cel-go's format, in Python (cel-cpp would merge a map's 1 and true keys on the way)."""
-    if _holds(arguments, (CelType, Optional)):
-        raise NotModelled("format of a type or an optional")
+    """cel-go's format, in Python: cel-cpp would merge a map's 1 and true keys on the way, and
+    handing it an optional crashes the binding (a segfault, found by the slow fuzz)."""
+    if not isinstance(text, str) or not isinstance(arguments, list):  # a dyn that is not
+        return _no_overload("format", [text, arguments])
+    if _holds(arguments, (CelType,)):
+        raise NotModelled("format of a type")
     try:
         return cel_strings.string_format(text, arguments)
     except cel_strings.CelError as exc:
@@ -450,7 +453,7 @@ class Node:
     with or without its head's cost (a branch of `?:` is resolved raw)."""
 
     evaluate: Eval
-    kind: str  # "attr" (resolve set), "const" (value set) or "call"
+    kind: str  # "attr" (resolve set), "const" (value set), "call" or OPTIONALS
     resolve: Resolve | None = None
     value: Any = None
 
@@ -684,10 +687,9 @@ class Planner:
         return _strict_call("@in", (), _in_any, planned)
 
     def _list(self, create: Any) -> Node:
-        if create.optional_indices:
-            raise NotModelled("optional list elements")
+        optional = set(create.optional_indices)  # `[?x]`: x's value if it has one
         elements = [self.plan(e) for e in create.elements]
-        if self.optimize and all(e.kind == "const" for e in elements):
+        if self.optimize and not optional and all(e.kind == "const" for e in elements):
             return _const([e.value for e in elements])
 
         def evaluate(run: Run, act: Activation) -> Any:
@@ -696,6 +698,8 @@ class Planner:
             for value in values:
                 if isinstance(value, CelError):
                     return value
+            if optional:
+                return _unwrapped(values, optional)
             return values
 
         return Node(evaluate, "call")
@@ -703,11 +707,11 @@ class Planner:
     def _map(self, create: Any) -> Node:
         if create.message_name:
             raise NotModelled("message creation")
-        if any(entry.optional_entry for entry in create.entries):
-            raise NotModelled("optional map entries")
+        optional = {i for i, entry in enumerate(create.entries) if entry.optional_entry}
         pairs = [(self.plan(e.map_key), self.plan(e.value)) for e in create.entries]
         if (
             self.optimize
+            and not optional
             and all(k.kind == v.kind == "const" for k, v in pairs)
             and not any(_bad_key(k.value) for k, _ in pairs)
         ):
@@ -719,8 +723,13 @@ class Planner:
         def evaluate(run: Run, act: Activation) -> Any:
             result: dict[Any, Any] = {}
             error = None
-            for key_node, value_node in pairs:
+            for index, (key_node, value_node) in enumerate(pairs):
                 key, value = key_node.evaluate(run, act), value_node.evaluate(run, act)
+                if index in optional:  # `{?k: v}`: the entry only if v has a value
+                    present = _unwrapped([value], {0})
+                    if present == []:
+                        continue
+                    value = present[0] if isinstance(present, list) else present
                 for item in (key, value, _bad_key(key)):
                     if isinstance(item, CelError) and error is None:
                         error = item
@@ -760,6 +769,19 @@ class Planner:
             return result.evaluate(run, scope)
 
         return Node(evaluate, "call")
+
+
+def _unwrapped(values: list[Any], optional: set[int]) -> Any:
+    """A list literal's optional elements: the value of each that has one (evalList)."""
+    out = []
+    for index, value in enumerate(values):
+        if index not in optional:
+            out.append(value)
+        elif not isinstance(value, Optional):
+            return CelError(f"cannot initialize optional entry from non-optional value {value}")
+        elif value.has_value:
+            out.append(value.value)
+    return out
 
 
 def _bad_key(key: Any) -> CelError | None:
@@ -1056,6 +1078,9 @@ class Outcome:
     value: Any
     error: str  # "" when the value is not an error
     cost: int
+    # An error of an expression with optionals: not to be evaluated again by cel-cpp for its
+    # words, as handing cel-cpp's runtime an optional can crash the binding.
+    final: bool = False
 
 
 @functools.lru_cache(maxsize=1024)
@@ -1078,7 +1103,10 @@ def _without_optionals(root: Node) -> Node:
             raise NotModelled("an optional value in the result")
         return value
 
-    return Node(evaluate, "call")
+    return Node(evaluate, OPTIONALS)
+
+
+OPTIONALS = "optionals"  # the kind of a plan that may make optionals
 
 
 def run(node: Node, variables: Activation, limit: int = cel_cost.PER_CALL_LIMIT) -> Outcome:
@@ -1091,7 +1119,7 @@ def run(node: Node, variables: Activation, limit: int = cel_cost.PER_CALL_LIMIT)
     except RecursionError:
         raise NotModelled("expression nested too deep") from None
     if isinstance(value, CelError):
-        return Outcome(None, value.message, tracker.cost)
+        return Outcome(None, value.message, tracker.cost, final=node.kind == OPTIONALS)
     return Outcome(value, "", tracker.cost)
 
 

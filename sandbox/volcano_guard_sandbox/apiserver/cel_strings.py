@@ -184,6 +184,8 @@ def _kind(value: Any) -> str:
         return "map"
     if isinstance(value, cel.Type):
         return "type"
+    if isinstance(value, cel_go_values.Optional):
+        return "optional_type"
     full_name = getattr(getattr(value, "DESCRIPTOR", None), "full_name", None)
     return str(full_name or type(value).__name__)
 
@@ -487,6 +489,8 @@ def _clause(text: str, position: int) -> tuple[int, Callable[[Any], str]]:
 
 def string_format(text: str, arguments: list[Any]) -> str:
     """interpreter.ParseFormatString with ext/strings.go's stringFormatter (locale en_US)."""
+    if not isinstance(arguments, list):  # a dyn argument that is not a list (traits.Lister)
+        raise CelError("no such overload")
     built, position, argument = [], 0, 0
     while position < len(text):
         if text[position] != "%":

@@ -282,7 +282,9 @@ def evaluate(
     if outcome is not None and outcome.error == OUT_OF_BUDGET:
         return None, OUT_OF_BUDGET
     if outcome is not None and (
-        outcome.error == COST_LIMIT_EXCEEDED or outcome.error.startswith(cel_eval.VARIABLE_FAILED)
+        outcome.error == COST_LIMIT_EXCEEDED
+        or outcome.error.startswith(cel_eval.VARIABLE_FAILED)
+        or outcome.final
     ):
         return None, f"expression '{expression}' resulted in error: {outcome.error}"
     value = compiled.eval(data=_plain(variables))
