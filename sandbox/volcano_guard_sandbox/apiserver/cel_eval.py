@@ -574,7 +574,7 @@ class Planner:
             return self._index(planned)
         if function in ("_?._", "_[?_]"):
             self.makes_optionals = True
-            return self._optional_qualifier(planned)
+            return self._index(planned, optional=True)
         if function == "_?_:_":
             return self._conditional(planned)
         if function in ("_&&_", "_||_"):
@@ -624,7 +624,10 @@ class Planner:
 
         return either
 
-    def _index(self, planned: list[Node]) -> Node:
+    def _index(self, planned: list[Node], optional: bool = False) -> Node:
+        """`a[k]`; with optional, `a.?b` or `a[?k]`: cel-go's optional qualifier, charged like a
+        select or an index when it finds something, not at all when it does not
+        (QualifyIfPresent). An index of an optional value is optional too."""
         operand = self._as_attribute(planned[0])
         index = planned[1]
         index_cost = 0 if index.kind == "attr" else 1
@@ -634,30 +637,13 @@ class Planner:
             if isinstance(value, CelError):
                 return value
             key = index.evaluate(run, act)
-            if isinstance(value, Optional) and not isinstance(key, CelError):
+            if (optional or isinstance(value, Optional)) and not isinstance(key, CelError):
                 return _optional_lookup(run, value, key, index_cost)
-            run.charge(index_cost)
+            if not optional:
+                run.charge(index_cost)
             if isinstance(key, CelError):
                 return key
             return _index_value(value, key)
-
-        return _attr(resolve)
-
-    def _optional_qualifier(self, planned: list[Node]) -> Node:
-        """`a.?b` and `a[?k]`: cel-go's optional qualifier, charged like a select or an index
-        when it finds something, and not at all when it does not (QualifyIfPresent)."""
-        operand = self._as_attribute(planned[0])
-        key_node = planned[1]
-        cost = 0 if key_node.kind == "attr" else 1
-
-        def resolve(run: Run, act: Activation, head: bool) -> Any:
-            value = operand(run, act, head)
-            if isinstance(value, CelError):
-                return value
-            key = key_node.evaluate(run, act)
-            if isinstance(key, CelError):
-                return key
-            return _optional_lookup(run, value, key, cost)
 
         return _attr(resolve)
 
