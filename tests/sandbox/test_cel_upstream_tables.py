@@ -152,7 +152,8 @@ AT_RUNTIME = {
     # ParseFormatString asks for the argument before it looks past the %.
     "compile-time syntax check (unexpected end of string)": ("error", "index 0 out of range"),
 }
-# cel-expr-python hands a map to Python as a dict, where the keys 1 and true are one key.
+# cel-expr-python hands a map to Python as a dict, where the keys 1 and true are one key: this
+# table holds cel-cpp's runtime; the evaluator a policy runs on keeps them (test_cel_go_values).
 NOT_MODELLED_FORMAT = {"map support (all key types)": "a map keyed by both 1 and true"}
 
 

@@ -8,7 +8,7 @@ today (MIN_CASES), so a reader that breaks cannot pass by finding nothing.
 """
 
 # The case ids below are upstream's own expressions, kept whole so a search finds them.
-# ruff: noqa: E501, RUF001
+# ruff: noqa: RUF001
 
 from __future__ import annotations
 
@@ -51,11 +51,7 @@ MIN_CASES = {
 # TestFilter's cases evaluate against admission attributes: test_upstream_admission_tables.
 MAX_UNPARSED: dict[str, int] = {}
 
-KNOWN_FAILURES: dict[str, str] = {
-    "validation_test.go:TestValidationExpressions/optionals/optional.ofNonZeroValue(timestamp('0001-01-01T00:00:00.000+00:00')) == optional.none()": "cel-go's zero timestamp is Go's zero time, year 1 (types/timestamp.go IsZeroValue: t.IsZero()); cel-cpp's ofNonZeroValue takes the Unix epoch as zero, and cel-expr-python cannot replace it: a Python function cannot return an optional value (INVALID_ARGUMENT: Non-CEL value type)",
-    "strings_test.go:TestStringFormat/map support (all key types)": "cel-expr-python hands a map to a Python function as a dict, where the CEL keys 1 and true are one key (1 == True in Python), so format sees two entries of three",
-    "validation_test.go:TestValidationExpressions/conversions/string(self.val11) == self.val10": "cel-go keeps the offset a timestamp was written with (types/string.go: time.Parse, timestampOf; string() formats t in its zone); cel-cpp holds a timestamp as an instant in UTC and cel-expr-python's values carry no offset, so string() gives the same instant in UTC (Z)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 @functools.cache

@@ -148,8 +148,21 @@ def offered(version: Version) -> tuple[Library, ...]:
     return tuple(lib for lib in LIBRARIES if lib.introduced <= version)
 
 
+# cel-expr-python 0.1.3 builds cel-cpp's parser with a recursion limit of 32 (both its ANTLR
+# listener and its AST builder) and exposes no setting, neither in NewEnv nor in the YAML config;
+# cel-go v0.17.8's parser allows 250 (parser.go maxRecursionDepth), which Kubernetes 1.30 keeps.
+PARSER_DEPTH = 32
+_TOO_DEEP = re.compile(r"Exceeded max recursion depth of \d+|Expression recursion limit exceeded")
+TOO_DEEP = (
+    f"the sandbox does not model expressions nested deeper than {PARSER_DEPTH} (its CEL parser's "
+    "limit, which cel-expr-python does not let it raise; Kubernetes 1.30 allows 250)"
+)
+
+
 def refusal(error: str, version: Version) -> str:
     """A compile error, saying so where it comes from a library the sandbox does not model."""
+    if _TOO_DEEP.search(error):
+        return f"{TOO_DEEP}: {error.splitlines()[0]}"
     quoted = set(re.findall(r"'([\w.]+)'", error))
     for library in LIBRARIES:
         if library.overloads is not None or not quoted & set(library.names):

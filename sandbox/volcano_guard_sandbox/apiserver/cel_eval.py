@@ -31,7 +31,13 @@ from typing import Any
 from cel_expr_python import cel
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from volcano_guard_sandbox.apiserver import cel_cost, cel_go_semantics, kubernetes_cel
+from volcano_guard_sandbox.apiserver import (
+    cel_cost,
+    cel_go_semantics,
+    cel_go_values,
+    cel_strings,
+    kubernetes_cel,
+)
 from volcano_guard_sandbox.apiserver.checked_ast import Reference, constant, decode
 
 
@@ -138,8 +144,11 @@ def equal(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return len(a) == len(b) and all(
-            any(equal(k, key) for key in b) and equal(v, _get(b, k)) for k, v in a.items()
+            any(equal(_key(k), _key(key)) for key in b) and equal(v, _get(b, _key(k)))
+            for k, v in a.items()
         )
+    if isinstance(a, Optional) and isinstance(b, Optional):
+        return a.has_value == b.has_value and (not a.has_value or equal(a.value, b.value))
     if type(a) is not type(b):
         return False
     return bool(a == b)
@@ -147,11 +156,13 @@ def equal(a: Any, b: Any) -> bool:
 
 _SCALARS = {str, int, float, bool, bytes, type(None)}
 _WELL_KNOWN = (duration_pb2.Duration, timestamp_pb2.Timestamp, bytearray)
+Optional = cel_go_values.Optional
+_key = cel_go_values.plain_key  # a dict key as the CEL value it is (a BoolKey's bool)
 
 
 def _get(mapping: Mapping[Any, Any], key: Any) -> Any:
     for candidate, value in mapping.items():
-        if equal(candidate, key):
+        if equal(_key(candidate), key):
             return value
     return None
 
@@ -188,6 +199,7 @@ def _type_name(value: Any) -> str:
         (dict, "map"),
         (datetime.timedelta, "google.protobuf.Duration"),
         (datetime.datetime, "google.protobuf.Timestamp"),
+        (Optional, "optional_type"),
     ):
         if isinstance(value, kind):
             return name
@@ -273,6 +285,8 @@ def _to_string(value: Any) -> tuple[Any, str]:
             return value.decode(), "bytes_to_string"
         except UnicodeDecodeError:
             return CelError("invalid UTF-8 in bytes, cannot convert to string"), "bytes_to_string"
+    if isinstance(value, datetime.datetime):  # in its own zone, as cel-go prints it
+        return cel_go_values.rfc3339_nano(value), "timestamp_to_string"
     return _NOT_HERE, "string"
 
 
@@ -339,7 +353,65 @@ STANDARD: dict[str, Callable[..., tuple[Any, str]]] = {
     "contains": _string_method("contains_string", lambda a, b: b in a),
     "matches": _string_method("matches_string", _matches),
     cel_go_semantics.GET_MILLISECONDS: lambda value: _get_milliseconds(value),
+    "optional.of": lambda value: (Optional(value), "optional_of"),
+    "optional.ofNonZeroValue": lambda value: (_of_non_zero(value), "optional_ofNonZeroValue"),
+    "optional.none": lambda: (cel_go_values.NONE, "optional_none"),
+    "hasValue": lambda value: _optional_member(value, "optional_hasValue"),
+    "value": lambda value: _optional_member(value, "optional_value"),
 }
+
+
+def _of_non_zero(value: Any) -> Optional:
+    if hasattr(value, "DESCRIPTOR"):  # a message's zero is its default: not modelled here
+        raise NotModelled("optional.ofNonZeroValue of a message")
+    return cel_go_values.NONE if cel_go_values.is_zero(_native(value)) else Optional(value)
+
+
+def _keeping_zone(call: Callable[..., tuple[Any, str]]) -> Callable[..., tuple[Any, str]]:
+    def in_zone(*args: Any) -> tuple[Any, str]:
+        value, overload = call(*args)
+        if not isinstance(value, datetime.datetime):
+            return value, overload
+        return cel_go_values.in_zone(value, cel_go_values.zone_of(args)), overload
+
+    return in_zone
+
+
+def _optional_member(value: Any, overload: str) -> tuple[Any, str]:
+    if not isinstance(value, Optional):
+        return _NOT_HERE, overload
+    if overload == "optional_hasValue":
+        return value.has_value, overload
+    if value.has_value:
+        return value.value, overload
+    return CelError("optional.none() dereference"), overload
+
+
+def _format(text: Any, arguments: Any) -> Any:
+    """cel-go's format, in Python: cel-cpp would merge a map's 1 and true keys on the way, and
+    handing it an optional crashes the binding (a segfault, found by the slow fuzz)."""
+    if not isinstance(text, str) or not isinstance(arguments, list):  # a dyn that is not
+        return _no_overload("format", [text, arguments])
+    if _holds(arguments, (CelType,)):
+        raise NotModelled("format of a type")
+    try:
+        return cel_strings.string_format(text, arguments)
+    except cel_strings.CelError as exc:
+        return CelError(str(exc))
+
+
+def _holds(value: Any, kinds: tuple[type, ...]) -> bool:
+    if isinstance(value, kinds):
+        return True
+    if isinstance(value, list):
+        return any(_holds(item, kinds) for item in value)
+    if isinstance(value, dict):
+        return any(_holds(item, kinds) for item in value.values())
+    return False
+
+
+# cel-go's timestamp keeps its zone through these (cel-cpp's is UTC): the result is put back in it.
+_ZONE_KEEPING = {"timestamp", "_+_", "_-_"}
 
 
 def _get_milliseconds(value: Any) -> tuple[Any, str]:
@@ -381,7 +453,7 @@ class Node:
     with or without its head's cost (a branch of `?:` is resolved raw)."""
 
     evaluate: Eval
-    kind: str  # "attr" (resolve set), "const" (value set) or "call"
+    kind: str  # "attr" (resolve set), "const" (value set), "call" or OPTIONALS
     resolve: Resolve | None = None
     value: Any = None
 
@@ -393,6 +465,7 @@ class Planner:
     def __init__(self, references: Mapping[int, Reference], optimize: bool) -> None:
         self.references = references
         self.optimize = optimize
+        self.makes_optionals = False
 
     def plan(self, expr: Any) -> Node:
         if expr.HasField("const_expr"):
@@ -478,6 +551,8 @@ class Planner:
             value = operand(run, act, head)
             if value.__class__ is CelError:
                 return value
+            if value.__class__ is Optional:  # `a.?b.c`: c is looked up as optional too
+                return _optional_lookup(run, value, field, 1)
             run.cost += 1  # Run.charge, inlined on this hot path
             if run.cost > run.limit:
                 run.charge(0)
@@ -494,8 +569,12 @@ class Planner:
         planned = [self.plan(arg) for arg in args]
         reference = self.references.get(expr.id)
         overloads = reference.overload_ids if reference else ()
+        self.makes_optionals |= function.startswith("optional.")
         if function == "_[_]":
             return self._index(planned)
+        if function in ("_?._", "_[?_]"):
+            self.makes_optionals = True
+            return self._index(planned, optional=True)
         if function == "_?_:_":
             return self._conditional(planned)
         if function in ("_&&_", "_||_"):
@@ -504,6 +583,8 @@ class Planner:
             return self._in(planned)
         if function in ("_==_", "_!=_"):
             return _equality(function == "_!=_", planned)
+        if overloads in (("optional_or_optional",), ("optional_orValue_value",)):
+            return _optional_or(function == "orValue", planned)
         if function in ("!_", "@not_strictly_false", "-_"):
             return _unary_builtin(function, planned[0])
         member = call.HasField("target")
@@ -526,10 +607,14 @@ class Planner:
         if len(overloads) == 1 and overloads[0] in LIBRARY:
             chosen = LIBRARY[overloads[0]]
             return lambda *args: (_library_call(chosen, args), overloads[0])
+        if overloads == ("string_format",):
+            return lambda *args: (_format(*args), "string_format")
         if function[0] in "_@!-" and function not in STANDARD:
             raise NotModelled(f"operator {function}")
         by_cpp = _cpp_call(function, member, arity, overloads)
         standard = STANDARD.get(function)
+        if function in _ZONE_KEEPING:  # cel-cpp's timestamps are UTC: put them in cel-go's zone
+            by_cpp = _keeping_zone(by_cpp)
         if standard is None:
             return by_cpp
 
@@ -539,7 +624,10 @@ class Planner:
 
         return either
 
-    def _index(self, planned: list[Node]) -> Node:
+    def _index(self, planned: list[Node], optional: bool = False) -> Node:
+        """`a[k]`; with optional, `a.?b` or `a[?k]`: cel-go's optional qualifier, charged like a
+        select or an index when it finds something, not at all when it does not
+        (QualifyIfPresent). An index of an optional value is optional too."""
         operand = self._as_attribute(planned[0])
         index = planned[1]
         index_cost = 0 if index.kind == "attr" else 1
@@ -549,7 +637,10 @@ class Planner:
             if isinstance(value, CelError):
                 return value
             key = index.evaluate(run, act)
-            run.charge(index_cost)
+            if (optional or isinstance(value, Optional)) and not isinstance(key, CelError):
+                return _optional_lookup(run, value, key, index_cost)
+            if not optional:
+                run.charge(index_cost)
             if isinstance(key, CelError):
                 return key
             return _index_value(value, key)
@@ -582,10 +673,9 @@ class Planner:
         return _strict_call("@in", (), _in_any, planned)
 
     def _list(self, create: Any) -> Node:
-        if create.optional_indices:
-            raise NotModelled("optional list elements")
+        optional = set(create.optional_indices)  # `[?x]`: x's value if it has one
         elements = [self.plan(e) for e in create.elements]
-        if self.optimize and all(e.kind == "const" for e in elements):
+        if self.optimize and not optional and all(e.kind == "const" for e in elements):
             return _const([e.value for e in elements])
 
         def evaluate(run: Run, act: Activation) -> Any:
@@ -594,6 +684,8 @@ class Planner:
             for value in values:
                 if isinstance(value, CelError):
                     return value
+            if optional:
+                return _unwrapped(values, optional)
             return values
 
         return Node(evaluate, "call")
@@ -601,29 +693,37 @@ class Planner:
     def _map(self, create: Any) -> Node:
         if create.message_name:
             raise NotModelled("message creation")
-        if any(entry.optional_entry for entry in create.entries):
-            raise NotModelled("optional map entries")
+        optional = {i for i, entry in enumerate(create.entries) if entry.optional_entry}
         pairs = [(self.plan(e.map_key), self.plan(e.value)) for e in create.entries]
         if (
             self.optimize
+            and not optional
             and all(k.kind == v.kind == "const" for k, v in pairs)
             and not any(_bad_key(k.value) for k, _ in pairs)
         ):
-            return _const({k.value: v.value for k, v in pairs})
+            constant_map: dict[Any, Any] = {}
+            for k, v in pairs:
+                cel_go_values.put(constant_map, k.value, v.value)
+            return _const(constant_map)
 
         def evaluate(run: Run, act: Activation) -> Any:
             result: dict[Any, Any] = {}
             error = None
-            for key_node, value_node in pairs:
+            for index, (key_node, value_node) in enumerate(pairs):
                 key, value = key_node.evaluate(run, act), value_node.evaluate(run, act)
+                if index in optional:  # `{?k: v}`: the entry only if v has a value
+                    present = _unwrapped([value], {0})
+                    if present == []:
+                        continue
+                    value = present[0] if isinstance(present, list) else present
                 for item in (key, value, _bad_key(key)):
                     if isinstance(item, CelError) and error is None:
                         error = item
                 if error is not None:
                     continue
-                if any(equal(key, k) for k in result):
+                if any(equal(key, _key(k)) for k in result):
                     error = CelError(f"Failed with repeated key: {key}")
-                result[key] = value
+                cel_go_values.put(result, key, value)
             run.charge(cel_cost.MAP_CREATE)
             return error if error is not None else result
 
@@ -645,7 +745,7 @@ class Planner:
                 return CelError(f"got '{_type_name(items)}', expected iterable type")
             scope = dict(act)
             scope[accu_var] = accu_init.evaluate(run, act)
-            for item in list(items):
+            for item in list(items) if items.__class__ is list else [_key(k) for k in items]:
                 scope[iter_var] = item
                 test = condition.evaluate(run, scope)
                 if isinstance(test, bool) and not test:
@@ -655,6 +755,19 @@ class Planner:
             return result.evaluate(run, scope)
 
         return Node(evaluate, "call")
+
+
+def _unwrapped(values: list[Any], optional: set[int]) -> Any:
+    """A list literal's optional elements: the value of each that has one (evalList)."""
+    out = []
+    for index, value in enumerate(values):
+        if index not in optional:
+            out.append(value)
+        elif not isinstance(value, Optional):
+            return CelError(f"cannot initialize optional entry from non-optional value {value}")
+        elif value.has_value:
+            out.append(value.value)
+    return out
 
 
 def _bad_key(key: Any) -> CelError | None:
@@ -706,10 +819,43 @@ def _index_value(value: Any, key: Any) -> Any:
                 value.read(key)
             return value[key]
         for candidate, item in value.items():
-            if equal(candidate, key):
+            if equal(_key(candidate), key):
                 return item
         return CelError(f"no such key: {key}")
     return CelError(f"no such overload: _[_]({_type_name(value)}, {_type_name(key)})")
+
+
+def _optional_lookup(run: Run, value: Any, key: Any, cost: int) -> Any:
+    """An optional qualifier on value (itself optional or not): optional.of what key finds
+    (charging cost), optional.none() if nothing."""
+    if isinstance(value, Optional):
+        if not value.has_value:
+            return cel_go_values.NONE
+        value = value.value
+    if isinstance(value, list):
+        if not isinstance(key, int) or isinstance(key, bool):
+            return CelError(f"unsupported index type '{_type_name(key)}' in list")
+        if not 0 <= key < len(value):
+            return cel_go_values.NONE
+        run.charge(cost)
+        return Optional(value[key])
+    if isinstance(value, dict):
+        if isinstance(key, str):
+            if key not in value:
+                failed = value.failed(key) if isinstance(value, LazyVariables) else None
+                return failed or cel_go_values.NONE
+            if isinstance(value, LazyVariables):
+                value.read(key)
+            run.charge(cost)
+            return Optional(value[key])
+        for candidate, item in value.items():
+            if equal(_key(candidate), key):
+                run.charge(cost)
+                return Optional(item)
+        return cel_go_values.NONE
+    if hasattr(value, "DESCRIPTOR"):
+        raise NotModelled("an optional qualifier on a message")
+    return CelError(f"no such overload: _[?_]({_type_name(value)}, {_type_name(key)})")
 
 
 def _logical(conjunction: bool, planned: list[Node]) -> Node:
@@ -770,6 +916,21 @@ def _unary_builtin(function: str, operand: Node) -> Node:
     return Node(evaluate, "call")
 
 
+def _optional_or(or_value: bool, planned: list[Node]) -> Node:
+    """cel-go's evalOptionalOr(Value): short-circuits, and costs nothing of its own."""
+    left, right = planned
+
+    def evaluate(run: Run, act: Activation) -> Any:
+        value = left.evaluate(run, act)
+        if not isinstance(value, Optional):
+            return value
+        if value.has_value:
+            return value.value if or_value else value
+        return right.evaluate(run, act)
+
+    return Node(evaluate, "call")
+
+
 def _set_membership(element: Node, members: list[Any]) -> Node:
     def evaluate(run: Run, act: Activation) -> Any:
         value = element.evaluate(run, act)
@@ -786,7 +947,7 @@ def _in_any(element: Any, container: Any) -> tuple[Any, str]:
     if isinstance(container, dict):
         if isinstance(element, str):
             return element in container, "in_map"
-        return any(equal(element, key) for key in container), "in_map"
+        return any(equal(element, _key(key)) for key in container), "in_map"
     return _no_overload("@in", [element, container]), "in"
 
 
@@ -828,6 +989,11 @@ def _cpp_call(
     return apply
 
 
+def for_cpp(value: Any) -> Any:
+    """A value this module computed, as cel-cpp takes it (NotModelled if it cannot)."""
+    return _to_cpp(value)
+
+
 def _to_cpp(value: Any) -> Any:
     """A value as cel-cpp takes it: durations and timestamps as their protobuf messages."""
     if isinstance(value, datetime.timedelta | datetime.datetime):
@@ -835,9 +1001,11 @@ def _to_cpp(value: Any) -> Any:
     if isinstance(value, list):
         return [_to_cpp(item) for item in value]
     if isinstance(value, dict):
+        if cel_go_values.has_bool_keys(value):  # cel-cpp's map would merge 1 and true
+            raise NotModelled("a map keyed by both 1 and true as an argument")
         return {key: _to_cpp(item) for key, item in value.items()}
-    if isinstance(value, CelType | CelError):
-        raise NotModelled("a type or error value as an argument")
+    if isinstance(value, CelType | CelError | Optional):
+        raise NotModelled("a type, error or optional value as an argument")
     return value
 
 
@@ -896,13 +1064,35 @@ class Outcome:
     value: Any
     error: str  # "" when the value is not an error
     cost: int
+    # An error of an expression with optionals: not to be evaluated again by cel-cpp for its
+    # words, as handing cel-cpp's runtime an optional can crash the binding.
+    final: bool = False
 
 
 @functools.lru_cache(maxsize=1024)
 def plan(serialized: bytes, optimize: bool = True) -> Node:
     """The evaluation plan of Expression.serialize(); NotModelled if outside this evaluator."""
     expr, references = decode(serialized)
-    return Planner(references, optimize).plan(expr)
+    planner = Planner(references, optimize)
+    root = planner.plan(expr)
+    return _without_optionals(root) if planner.makes_optionals else root
+
+
+def _without_optionals(root: Node) -> Node:
+    """A plan whose value may hold an optional: NotModelled if it does, since the caller takes
+    cel-cpp's values, and cel-cpp cannot hand one to Python (only checked here, when the
+    expression calls optional.*)."""
+
+    def evaluate(run: Run, act: Activation) -> Any:
+        value = root.evaluate(run, act)
+        if _holds(value, (Optional,)):
+            raise NotModelled("an optional value in the result")
+        return value
+
+    return Node(evaluate, OPTIONALS)
+
+
+OPTIONALS = "optionals"  # the kind of a plan that may make optionals
 
 
 def run(node: Node, variables: Activation, limit: int = cel_cost.PER_CALL_LIMIT) -> Outcome:
@@ -915,7 +1105,7 @@ def run(node: Node, variables: Activation, limit: int = cel_cost.PER_CALL_LIMIT)
     except RecursionError:
         raise NotModelled("expression nested too deep") from None
     if isinstance(value, CelError):
-        return Outcome(None, value.message, tracker.cost)
+        return Outcome(None, value.message, tracker.cost, final=node.kind == OPTIONALS)
     return Outcome(value, "", tracker.cost)
 
 

@@ -28,6 +28,8 @@ from typing import Any
 
 from cel_expr_python import cel
 
+from volcano_guard_sandbox.apiserver import cel_go_values
+
 _T = cel.Type
 _GO_SPACE = " \t\n\v\f\r\x85\xa0"
 
@@ -182,6 +184,8 @@ def _kind(value: Any) -> str:
         return "map"
     if isinstance(value, cel.Type):
         return "type"
+    if isinstance(value, cel_go_values.Optional):
+        return "optional_type"
     full_name = getattr(getattr(value, "DESCRIPTOR", None), "full_name", None)
     return str(full_name or type(value).__name__)
 
@@ -264,12 +268,8 @@ def _go_quote_bytes(data: bytes) -> str:
 
 
 def _timestamp_text(value: datetime.datetime) -> str:
-    """Go's time.RFC3339Nano in UTC: fraction digits without trailing zeros, Z."""
-    value = value.astimezone(datetime.UTC)
-    text = value.strftime("%Y-%m-%dT%H:%M:%S")
-    if value.microsecond:
-        text += "." + f"{value.microsecond:06d}".rstrip("0")
-    return text + "Z"
+    """Go's time.RFC3339Nano in the timestamp's own zone (cel-go's string of it)."""
+    return cel_go_values.rfc3339_nano(value)
 
 
 def _duration_text(value: datetime.timedelta) -> str:
@@ -352,7 +352,8 @@ def _format_list(items: list[Any]) -> str:
 
 def _format_map(mapping: dict[Any, Any]) -> str:
     pairs = []
-    for key, value in mapping.items():
+    for held, value in mapping.items():
+        key = cel_go_values.plain_key(held)
         if isinstance(key, str):
             key_text = _go_quote(key)
         elif isinstance(key, bool):
@@ -488,6 +489,8 @@ def _clause(text: str, position: int) -> tuple[int, Callable[[Any], str]]:
 
 def string_format(text: str, arguments: list[Any]) -> str:
     """interpreter.ParseFormatString with ext/strings.go's stringFormatter (locale en_US)."""
+    if not isinstance(arguments, list):  # a dyn argument that is not a list (traits.Lister)
+        raise CelError("no such overload")
     built, position, argument = [], 0, 0
     while position < len(text):
         if text[position] != "%":

@@ -282,17 +282,28 @@ def evaluate(
     if outcome is not None and outcome.error == OUT_OF_BUDGET:
         return None, OUT_OF_BUDGET
     if outcome is not None and (
-        outcome.error == COST_LIMIT_EXCEEDED or outcome.error.startswith(cel_eval.VARIABLE_FAILED)
+        outcome.error == COST_LIMIT_EXCEEDED
+        or outcome.error.startswith(cel_eval.VARIABLE_FAILED)
+        or outcome.final
     ):
         return None, f"expression '{expression}' resulted in error: {outcome.error}"
     value = compiled.eval(data=_plain(variables))
     try:
+        if value.type() == cel.Type.ERROR and _NON_CEL_VALUE in str(value.value()):
+            # A value cel_eval computed (a timestamp, a duration) where the binding takes
+            # protobuf messages: converted only now, as walking every object costs each time.
+            value = compiled.eval(data=cel_eval.for_cpp(_plain(variables)))
         if value.type() == cel.Type.ERROR:
             return None, f"expression '{expression}' resulted in error: {value.value()}"
         return value.plain_value(), ""
+    except cel_eval.NotModelled:
+        return None, f"expression '{expression}' reads a value the sandbox cannot hold"
     except (TypeError, SystemError):  # an optional (in a list too), which the binding cannot
         # hand to Python: pybind11 raises TypeError, or SystemError from inside a container
         return None, f"expression '{expression}' resulted in a value the sandbox cannot hold"
+
+
+_NON_CEL_VALUE = "Non-CEL value type"  # the binding's error for a value it cannot take
 
 
 def _plain(variables: Mapping[str, Any]) -> dict[str, Any]:

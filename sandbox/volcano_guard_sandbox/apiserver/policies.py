@@ -135,6 +135,8 @@ def _apply(
         )
     if not matches(constraints, attributes):
         return []
+    if unknown := _unknown_param_kind(spec.get("paramKind"), params):
+        return [_Denial(name, None, f"failed to configure policy: {unknown}")] if fail else []
     denials: list[_Denial] = []
     annotations: dict[str, list[str]] = {}
     for binding in sorted(bindings, key=_name):
@@ -178,6 +180,18 @@ def _apply(
     for key, values in annotations.items():
         record.annotations[f"{name}/{key}"] = ", ".join(values)
     return denials
+
+
+def _unknown_param_kind(param_kind: Any, params: ParamLookup) -> str:
+    """policy_source.go: a paramKind no API serves is the policy's configuration error (the
+    hook's), whatever its bindings; "" when it is served or there is none."""
+    if not isinstance(param_kind, Mapping):
+        return ""
+    api_version, kind = str(param_kind.get("apiVersion", "")), str(param_kind.get("kind", ""))
+    if params(api_version, kind) is not None:
+        return ""
+    group, _, version = api_version.rpartition("/")  # Go's GroupVersionKind.String()
+    return f"failed to find resource referenced by paramKind: '{group}/{version}, Kind={kind}'"
 
 
 def _act(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from volcano_guard_sandbox.conformance import golang
+from volcano_guard_sandbox.conformance import golang, plugin_scenarios
 from volcano_guard_sandbox.conformance.cases import Unparsed, uniquely_named
 from volcano_guard_sandbox.conformance.golang import Node, Values
 
@@ -559,6 +559,21 @@ def not_read_functions(why: str) -> Callable[[str, str], AdmissionExtraction]:
     return read
 
 
+def read_transcribed(file: str, source: str) -> AdmissionExtraction:
+    """admission_test.go drives the plugin through Go fakes, not a table: each Test function is
+    a case its transcription (plugin_scenarios) runs; one without a transcription is unparsed."""
+    out = AdmissionExtraction(file)
+    for match in re.finditer(r"^func (Test\w+)\(", source, re.M):
+        function = match.group(1)
+        scenario = plugin_scenarios.SCENARIOS.get(function)
+        if scenario is None:
+            out.unparsed.append(Unparsed(function, "*", "not transcribed (plugin_scenarios)"))
+            continue
+        needs = frozenset({scenario.need} - {""})
+        out.add(AdmissionCase(file, function, scenario.behaviour, "transcribed", {}, None, needs))
+    return out
+
+
 ADMISSION_SOURCES: Sequence[AdmissionSource] = (
     AdmissionSource(_PLUGIN + "cel/filter_test.go", read_filter_cases),
     AdmissionSource(_PLUGIN + "webhook/predicates/rules/rules_test.go", read_rules),
@@ -575,13 +590,7 @@ ADMISSION_SOURCES: Sequence[AdmissionSource] = (
         _PLUGIN + "policy/validating/validator_test.go",
         read_validate,
     ),
-    AdmissionSource(
-        _PLUGIN + "policy/validating/admission_test.go",
-        not_read_functions(
-            "not read yet: the plugin end to end on Go fakes (informers, a fake authorizer), "
-            "not a table"
-        ),
-    ),
+    AdmissionSource(_PLUGIN + "policy/validating/admission_test.go", read_transcribed),
 )
 
 

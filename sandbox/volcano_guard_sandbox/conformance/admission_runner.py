@@ -24,7 +24,7 @@ from volcano_guard_sandbox.apiserver import (
     policy_validation,
 )
 from volcano_guard_sandbox.apiserver.store import OBJECT_META_FIELDS
-from volcano_guard_sandbox.conformance import golang, runner, sandbox_cel
+from volcano_guard_sandbox.conformance import golang, plugin_scenarios, runner, sandbox_cel
 from volcano_guard_sandbox.conformance.admission_cases import (
     ADMISSION_SOURCES,
     ANY_STRING,
@@ -46,6 +46,7 @@ ADMISSION_NOT_MODELLED: Mapping[str, str] = {
     "never stores: it defaults both to {}, as the sandbox reads them",
     "authorizer": "authorizer checks: the sandbox has no authorizer to ask (refused when a "
     "policy that uses one is written)",
+    **plugin_scenarios.NOT_MODELLED,
 }
 
 # Go's wildcard rule, whose other parts the test of one part leaves open.
@@ -431,6 +432,7 @@ RUNS: Mapping[str, Callable[[AdmissionCase], tuple[bool, str, str]]] = {
     "match resources": _match_resources,
     "should call": _should_call,
     "filter": _filter,
+    "transcribed": lambda case: plugin_scenarios.verdict(case.function),
 }
 
 
