@@ -64,7 +64,7 @@ RETURN_TYPE = f"list({JSONPATCH})"  # json_patch.go JSONPatchCondition.ReturnTyp
 _ESCAPE_KEY = "string_jsonpatch_escapeKey_string"
 _DYN_VARIABLES = ("object", "oldObject", "request", "namespaceObject", "params", "variables")
 # An `Object` or `Object.<field path>` initializer (cel/mutation typeresolver.go).
-_OBJECT_INITIALIZER = re.compile(r"(?<![\w.])Object(?:\.\w+)*\s*\{")
+OBJECT_INITIALIZER = re.compile(r"(?<![\w.])Object(?:\.\w+)*\s*\{")
 NOT_MODELLED_OBJECT = (
     "the sandbox does not model Object{...} initializers (cel/mutation/dynamic object types: "
     "typed construction without the kind's schema); write the value as a map literal"
@@ -118,7 +118,7 @@ def expression_error(
 ) -> str:
     """Why a JSONPatch expression does not compile as written at version ("" if it does):
     compile.go's `compilation failed: ...`, or `must evaluate to list(JSONPatch) but got T`."""
-    if _OBJECT_INITIALIZER.search(expression):
+    if OBJECT_INITIALIZER.search(expression):
         return f"compilation failed: {NOT_MODELLED_OBJECT}"
     declarations = cel_check.Declarations(
         params, True, variables, version.cel_for_new_expressions, patch_types=True
@@ -152,7 +152,7 @@ def _environment(cel_version: tuple[int, int]) -> Any:
 def program(expression: str, version: KubernetesVersion = KUBERNETES_1_36) -> cel.Expression:
     """The compiled mutation expression, as a stored one runs (RuntimeError if it does not
     compile). Cached: a policy's expressions compile once, not per request."""
-    if _OBJECT_INITIALIZER.search(expression):
+    if OBJECT_INITIALIZER.search(expression):
         raise RuntimeError(NOT_MODELLED_OBJECT)
     return _environment(version.cel_for_stored_expressions).compile(expression)
 
