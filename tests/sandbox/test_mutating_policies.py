@@ -3,6 +3,8 @@ cel-go's costs, applied as evanphx/json-patch v4 applies it (mutating_policies).
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from volcano_guard_sandbox.apiserver import cel_cost
@@ -143,3 +145,20 @@ def test_json_patch_errors_name_what_failed(operation, error):
 def test_replace_of_a_missing_map_key_sets_it_as_v4_does():
     patched = apply_operations(POD, [{"op": "replace", "path": "/metadata/labels/y", "value": "2"}])
     assert patched["metadata"]["labels"] == {"x": "1", "y": "2"}
+
+
+def test_the_callers_object_is_never_changed_even_when_a_later_operation_fails():
+    original = copy.deepcopy(POD)
+    operations = [
+        {"op": "move", "from": "/spec/containers/0", "path": "/spec/containers/-"},
+        {"op": "add", "path": "/spec/containers/0/image", "value": "x"},
+        {"op": "remove", "path": "/metadata/labels/x"},
+    ]
+    patched = apply_operations(POD, operations)
+    assert patched["spec"]["containers"] == [{"name": "b", "image": "x"}, {"name": "a"}]
+    assert original == POD
+    with pytest.raises(MutationError):
+        apply_operations(POD, [*operations, {"op": "remove", "path": "/nope/x"}])
+    assert original == POD
+    untouched = apply_operations(POD, [{"op": "add", "path": "/metadata/labels/y", "value": "1"}])
+    assert untouched["spec"] is POD["spec"]  # what no operation reaches is shared, not copied

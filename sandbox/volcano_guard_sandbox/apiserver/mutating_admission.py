@@ -26,8 +26,9 @@ written (`not_modelled`), as is anything else the sandbox does not model.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -51,7 +52,7 @@ from volcano_guard_sandbox.apiserver.policies import (
 from volcano_guard_sandbox.apiserver.policy_validation import PolicyInputs, _compiled_in
 from volcano_guard_sandbox.apiserver.reinvocation import POLICY_PLUGIN, ReinvocationContext
 from volcano_guard_sandbox.apiserver.resources import ADMISSION, ResourceType
-from volcano_guard_sandbox.apiserver.store import ApiError
+from volcano_guard_sandbox.apiserver.store import ApiError, Stored
 from volcano_guard_sandbox.apiserver.versions import KubernetesVersion
 
 POLICY_KIND = "MutatingAdmissionPolicy"
@@ -89,6 +90,18 @@ class _PolicyError:
                 f"{self.message}"
             )
         return f'policy "{self.policy}" denied request: {self.message}'
+
+
+def stored(items: Iterable[Stored]) -> list[Mapping[str, Any]]:
+    """The stored policies or bindings, each decoded once for as long as it is unchanged (a
+    request reads them, never changes them): not per request."""
+    return [_decoded(item.raw) for item in items]
+
+
+@functools.lru_cache(maxsize=1024)
+def _decoded(raw: bytes) -> Mapping[str, Any]:
+    decoded: Mapping[str, Any] = json.loads(raw)
+    return decoded
 
 
 def served_kinds(version: KubernetesVersion) -> tuple[ResourceType, ResourceType] | None:

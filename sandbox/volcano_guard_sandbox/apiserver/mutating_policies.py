@@ -363,16 +363,36 @@ def apply_json_patch_expression(
 def apply_operations(document: Any, operations: Sequence[Mapping[str, Any]]) -> Any:
     """evanphx/json-patch v4 Patch.Apply to a copy of document; document itself when a test
     fails (json_patch.go: the patch must not be applied)."""
-    doc = copy.deepcopy(document)
-    holder = [doc]
+    doc = _Document(document)
     try:
         for operation in operations:
-            _APPLY.get(str(operation.get("op")), _unknown)(holder, operation)
+            _APPLY.get(str(operation.get("op")), _unknown)(doc, operation)
     except _TestFailed:
         return document
     except _PatchError as exc:
         raise MutationError(f"JSON Patch: {exc}") from None
-    return holder[0]
+    return doc.root
+
+
+class _Document:
+    """The document being patched, copied on write: each object or array on an operation's
+    path is copied (shallowly) the first time it is reached, so the caller's document is never
+    changed and what no operation reaches is shared, not copied (a pod create pays for the
+    containers a mutation touches, not for the whole pod)."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self._owned: set[int] = set()
+
+    def own(self, node: Any) -> Any:
+        if not isinstance(node, dict | list) or id(node) in self._owned:
+            return node
+        copied = dict(node) if isinstance(node, dict) else list(node)
+        self._owned.add(id(copied))
+        return copied
+
+    def replace_root(self, value: Any) -> None:
+        self.root = value
 
 
 # -- gopkg.in/evanphx/json-patch.v4 patch.go ----------------------------------------------------
@@ -395,23 +415,25 @@ def _decode_key(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
-def _find_object(holder: list[Any], path: str) -> tuple[Any, str] | None:
+def _find_object(doc: _Document, path: str) -> tuple[Any, str] | None:
     """findObject: the container of the path's last token (the part before the first `/` is
-    ignored, as v4 ignores it), or None when a step is missing, null or not a container."""
+    ignored, as v4 ignores it), or None when a step is missing, null or not a container. The
+    containers on the way are the document's own copies (_Document)."""
     split = path.split("/")
-    if len(split) < 2:
+    if len(split) < 2 or not isinstance(doc.root, dict | list):
         return None
-    node = holder[0]
+    node = doc.root = doc.own(doc.root)
     for part in split[1:-1]:
+        key = _decode_key(part)
         try:
-            found = _get(node, _decode_key(part))
+            found = _get(node, key)
         except _PatchError:
             return None
         if not isinstance(found, dict | list):
             return None
+        found = doc.own(found)
+        _set_in(node, key, found)
         node = found
-    if not isinstance(node, dict | list):
-        return None
     return node, _decode_key(split[-1])
 
 
@@ -478,9 +500,9 @@ def _path(operation: Mapping[str, Any], field: str = "path") -> str:
     return value
 
 
-def _add(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _add(doc: _Document, operation: Mapping[str, Any]) -> None:
     path = _path(operation)
-    found = _find_object(holder, path)
+    found = _find_object(doc, path)
     if found is None:
         raise _wrap(f'add operation does not apply: doc is missing path: "{path}"', _MISSING)
     try:
@@ -489,9 +511,9 @@ def _add(holder: list[Any], operation: Mapping[str, Any]) -> None:
         raise _wrap(f"error in add for path: '{path}'", str(exc)) from None
 
 
-def _remove(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _remove(doc: _Document, operation: Mapping[str, Any]) -> None:
     path = _path(operation)
-    found = _find_object(holder, path)
+    found = _find_object(doc, path)
     if found is None:
         raise _wrap(f'remove operation does not apply: doc is missing path: "{path}"', _MISSING)
     try:
@@ -500,15 +522,15 @@ def _remove(holder: list[Any], operation: Mapping[str, Any]) -> None:
         raise _wrap(f"error in remove for path: '{path}'", str(exc)) from None
 
 
-def _replace(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _replace(doc: _Document, operation: Mapping[str, Any]) -> None:
     path = _path(operation)
     value = copy.deepcopy(operation.get("value"))
     if path == "":
         if not isinstance(value, dict | list):
             raise _PatchError("replace operation value must be object or array")
-        holder[0] = value
+        doc.replace_root(value)
         return
-    found = _find_object(holder, path)
+    found = _find_object(doc, path)
     if found is None:
         raise _wrap(f"replace operation does not apply: doc is missing path: {path}", _MISSING)
     node, key = found
@@ -524,9 +546,9 @@ def _replace(holder: list[Any], operation: Mapping[str, Any]) -> None:
         raise _wrap(f"error in remove for path: '{path}'", str(exc)) from None
 
 
-def _move(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _move(doc: _Document, operation: Mapping[str, Any]) -> None:
     source = _path(operation, "from")
-    found = _find_object(holder, source)
+    found = _find_object(doc, source)
     if found is None:
         raise _wrap(f"move operation does not apply: doc is missing from path: {source}", _MISSING)
     node, key = found
@@ -536,7 +558,7 @@ def _move(holder: list[Any], operation: Mapping[str, Any]) -> None:
     except _PatchError as exc:
         raise _wrap(f"error in move for path: '{key}'", str(exc)) from None
     path = _path(operation)
-    target = _find_object(holder, path)
+    target = _find_object(doc, path)
     if target is None:
         raise _wrap(
             f"move operation does not apply: doc is missing destination path: {path}", _MISSING
@@ -547,9 +569,9 @@ def _move(holder: list[Any], operation: Mapping[str, Any]) -> None:
         raise _wrap(f"error in move for path: '{path}'", str(exc)) from None
 
 
-def _copy(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _copy(doc: _Document, operation: Mapping[str, Any]) -> None:
     source = _path(operation, "from")
-    found = _find_object(holder, source)
+    found = _find_object(doc, source)
     if found is None:
         raise _wrap(f"copy operation does not apply: doc is missing from path: {source}", _MISSING)
     try:
@@ -557,7 +579,7 @@ def _copy(holder: list[Any], operation: Mapping[str, Any]) -> None:
     except _PatchError as exc:
         raise _wrap(f"error in copy for from: '{source}'", str(exc)) from None
     path = _path(operation)
-    target = _find_object(holder, path)
+    target = _find_object(doc, path)
     if target is None:
         raise _wrap(
             f"copy operation does not apply: doc is missing destination path: {path}", _MISSING
@@ -568,14 +590,14 @@ def _copy(holder: list[Any], operation: Mapping[str, Any]) -> None:
         raise _wrap("error while adding value during copy", str(exc)) from None
 
 
-def _test(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _test(doc: _Document, operation: Mapping[str, Any]) -> None:
     path = _path(operation)
     expected = operation.get("value")
     if path == "":
-        if _same(holder[0], expected):
+        if _same(doc.root, expected):
             return
         raise _TestFailed(f"testing value {path} failed")
-    found = _find_object(holder, path)
+    found = _find_object(doc, path)
     if found is None:
         raise _wrap(f"test operation does not apply: is missing path: {path}", _MISSING)
     try:
@@ -600,11 +622,11 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a) == json.dumps(b)
 
 
-def _unknown(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _unknown(doc: _Document, operation: Mapping[str, Any]) -> None:
     raise _PatchError(f"Unexpected kind: {operation.get('op')}")
 
 
-_APPLY: dict[str, Callable[[list[Any], Mapping[str, Any]], None]] = {
+_APPLY: dict[str, Callable[[_Document, Mapping[str, Any]], None]] = {
     "add": _add,
     "remove": _remove,
     "replace": _replace,
