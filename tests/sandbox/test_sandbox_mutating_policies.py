@@ -32,6 +32,11 @@ POD_RULES = {
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
     ]
 }
+# Counts its runs in a label: x, then x+, x++...
+COUNT = (
+    '[JSONPatch{op: "add", path: "/metadata/labels/runs", value: '
+    "has(object.metadata.labels.runs) ? object.metadata.labels.runs + '+' : 'x'}]"
+)
 ADD_TEAM = '[JSONPatch{op: "add", path: "/metadata/labels/team", value: "from-policy"}]'
 
 
@@ -158,14 +163,9 @@ async def test_policies_run_before_mutating_webhooks_and_again_when_needed(box13
 
     scripted.answer = answer
     await box136.register("mutating", "labeller", box136.hook("m.example.com", path="/mutate"))
-    # Counts how often it runs: the label says how many times it saw no `hooked` label.
-    count = (
-        '[JSONPatch{op: "add", path: "/metadata/labels/runs", value: '
-        "has(object.metadata.labels.runs) ? object.metadata.labels.runs + '+' : 'x'}]"
-    )
     await install(
         box136,
-        policy("counter", count, reinvocationPolicy="IfNeeded"),
+        policy("counter", COUNT, reinvocationPolicy="IfNeeded"),
         binding("counter"),
     )
     status, created, _ = await box136.call("POST", PODS, pod("p1"))
@@ -175,6 +175,31 @@ async def test_policies_run_before_mutating_webhooks_and_again_when_needed(box13
     assert _labels(created) == {"runs": "x+", "hooked": "yes"}
 
 
+async def test_an_ifneeded_webhook_runs_again_after_a_reinvoked_policy_changes_the_object(
+    box136, scripted
+):
+    seen: list[dict[str, str]] = []
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        labels = request["object"]["metadata"].get("labels") or {}
+        seen.append(dict(labels))
+        return {"allowed": True} if "hooked" in labels else _webhook_patch("hooked", "yes")
+
+    scripted.answer = answer
+    hook = box136.hook("m.example.com", path="/mutate", reinvocationPolicy="IfNeeded")
+    await box136.register("mutating", "labeller", hook)
+    await install(
+        box136, policy("counter", COUNT, reinvocationPolicy="IfNeeded"), binding("counter")
+    )
+    assert _labels((await box136.call("POST", PODS, pod("p1")))[1]) == {
+        "runs": "x+",
+        "hooked": "yes",
+    }
+    # Second pass: the policy changed the object after the webhook's first call, so the
+    # webhook's context (the object differs from what it last left) calls it again.
+    assert seen == [{"runs": "x"}, {"runs": "x+", "hooked": "yes"}]
+
+
 async def test_a_never_policy_is_not_run_again(box136, scripted):
     scripted.answer = lambda request: (
         {"allowed": True}
@@ -182,11 +207,7 @@ async def test_a_never_policy_is_not_run_again(box136, scripted):
         else _webhook_patch("hooked", "yes")
     )
     await box136.register("mutating", "labeller", box136.hook("m.example.com", path="/mutate"))
-    count = (
-        '[JSONPatch{op: "add", path: "/metadata/labels/runs", value: '
-        "has(object.metadata.labels.runs) ? object.metadata.labels.runs + '+' : 'x'}]"
-    )
-    await install(box136, policy("counter", count), binding("counter"))
+    await install(box136, policy("counter", COUNT), binding("counter"))
     assert _labels((await box136.call("POST", PODS, pod("p1")))[1]) == {
         "runs": "x",
         "hooked": "yes",
@@ -258,9 +279,11 @@ async def test_at_1_35_the_beta_runs_when_runtime_config_turns_it_on():
 
 
 def test_kubernetes_client_writes_a_policy_and_a_pod_comes_back_mutated():
-    with SandboxThread(kubernetes_version=KubernetesVersion(36)) as sandbox:
+    with (
+        SandboxThread(kubernetes_version=KubernetesVersion(36)) as sandbox,
+        client.ApiClient(client.Configuration(host=sandbox.url)) as api,
+    ):
         sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}])
-        api = client.ApiClient(client.Configuration(host=sandbox.url))
         custom = client.CustomObjectsApi(api)
         group = "admissionregistration.k8s.io"
         custom.create_cluster_custom_object(group, "v1", "mutatingadmissionpolicies", policy())
