@@ -94,10 +94,36 @@ def test_an_expression_that_is_not_a_list_of_jsonpatch_is_refused_on_write():
     assert expression_error('[JSONPatch{op: "add", path: "/a"}]') == ""
 
 
-def test_object_initializers_are_refused_as_not_modelled():
-    assert "the sandbox does not model Object" in expression_error(
-        '[JSONPatch{op: "add", path: "/spec", value: Object.spec{replicas: 1}}]'
+def test_object_initializers_build_typed_values_of_any_field():
+    container = """[JSONPatch{op: "add", path: "/spec/containers/-",
+        value: Object.spec.containers{
+            name: "sidecar",
+            ports: [Object.spec.containers.ports{containerPort: 8080}],
+        }}]"""
+    assert expression_error(container) == ""
+    patched = _patched(container)
+    assert patched["spec"]["containers"][-1] == {
+        "name": "sidecar",
+        "ports": [{"containerPort": 8080}],
+    }
+
+
+def test_an_initializer_named_unlike_its_field_path_is_a_type_mismatch():
+    with pytest.raises(MutationError) as refused:
+        _patched(
+            '[JSONPatch{op: "add", path: "/spec/containers/-", value: Object.spec.containers{'
+            "ports: [Object.spec.containers.portsZ{containerPort: 1}]}}]"
+        )
+    assert str(refused.value) == (
+        'type mismatch: unexpected type name "Object.spec.containers.portsZ", expected '
+        '"Object.spec.containers.ports", which matches field name path from root Object type'
     )
+
+
+def test_a_compile_error_names_object_types_as_written():
+    error = expression_error('[JSONPatch{op: "add", path: "/a", value: Object.spec{a: 1}.b}]')
+    assert "undefined field 'b'" in error
+    assert "ObjectType" not in error
 
 
 def test_a_policy_spec_is_checked_with_its_variables_typed():

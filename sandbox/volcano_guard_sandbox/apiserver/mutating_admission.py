@@ -36,8 +36,6 @@ from volcano_guard_sandbox.apiserver import label_selectors
 from volcano_guard_sandbox.apiserver.admission import Record, forbidden
 from volcano_guard_sandbox.apiserver.matching import Attributes, cel_request, evaluate_conditions
 from volcano_guard_sandbox.apiserver.mutating_policies import (
-    NOT_MODELLED_OBJECT,
-    OBJECT_INITIALIZER,
     MutationError,
     apply_json_patch_expression,
     mutation_errors,
@@ -304,18 +302,13 @@ def _refusal(attributes: Attributes, errors: list[_PolicyError]) -> ApiError:
 
 def not_modelled(spec: Mapping[str, Any]) -> str:
     """Why the sandbox cannot run this policy as 1.36 would ("" if it can), a message starting
-    `the sandbox does not model`: an ApplyConfiguration mutation, or an Object{...} initializer
-    in a JSONPatch expression."""
+    `the sandbox does not model`: an ApplyConfiguration mutation."""
     for index, mutation in enumerate(spec.get("mutations") or ()):
         if not isinstance(mutation, Mapping):
             continue
         where = f" (spec.mutations[{index}])"
         if mutation.get("patchType") == "ApplyConfiguration" or "applyConfiguration" in mutation:
             return NOT_MODELLED_APPLY + where
-        patch = mutation.get("jsonPatch")
-        expression = patch.get("expression") if isinstance(patch, Mapping) else None
-        if isinstance(expression, str) and OBJECT_INITIALIZER.search(expression):
-            return NOT_MODELLED_OBJECT + where
     return ""
 
 

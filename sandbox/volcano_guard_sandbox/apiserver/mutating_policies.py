@@ -48,6 +48,7 @@ from volcano_guard_sandbox.apiserver import (
     cel_types,
     kubernetes_cel,
     matching,
+    object_types,
     versions,
 )
 from volcano_guard_sandbox.apiserver.checked_ast import decode
@@ -63,12 +64,6 @@ JSONPATCH = cel_types.JSONPATCH_TYPE
 RETURN_TYPE = f"list({JSONPATCH})"  # json_patch.go JSONPatchCondition.ReturnTypes
 _ESCAPE_KEY = "string_jsonpatch_escapeKey_string"
 _DYN_VARIABLES = ("object", "oldObject", "request", "namespaceObject", "params", "variables")
-# An `Object` or `Object.<field path>` initializer (cel/mutation typeresolver.go).
-OBJECT_INITIALIZER = re.compile(r"(?<![\w.])Object(?:\.\w+)*\s*\{")
-NOT_MODELLED_OBJECT = (
-    "the sandbox does not model Object{...} initializers (cel/mutation/dynamic object types: "
-    "typed construction without the kind's schema); write the value as a map literal"
-)
 # gopkg.in/evanphx/json-patch.v4 errors.go
 _MISSING = "missing value"
 _INVALID_INDEX = "invalid index referenced"
@@ -118,18 +113,32 @@ def expression_error(
 ) -> str:
     """Why a JSONPatch expression does not compile as written at version ("" if it does):
     compile.go's `compilation failed: ...`, or `must evaluate to list(JSONPatch) but got T`."""
-    if OBJECT_INITIALIZER.search(expression):
-        return f"compilation failed: {NOT_MODELLED_OBJECT}"
+    cel_version = version.cel_for_new_expressions
+    try:
+        expression, types = _with_object_types(expression, cel_version)
+    except RuntimeError as exc:  # does not parse: the checker says why, as for any other
+        types = b""
+        del exc
     declarations = cel_check.Declarations(
-        params, True, variables, version.cel_for_new_expressions, patch_types=True
+        params, True, variables, cel_version, patch_types=True, object_types=types
     )
     checked = cel_check.check(expression, declarations, cel_check.ANY)
     if checked.error:
-        return checked.error
-    output = _output_type(expression, declarations)
+        return object_types.originals(checked.error)
+    output = object_types.originals(_output_type(expression, declarations))
     if output != RETURN_TYPE:
         return f"must evaluate to {RETURN_TYPE} but got {output}"
     return ""
+
+
+def _with_object_types(expression: str, cel_version: tuple[int, int]) -> tuple[str, bytes]:
+    """The expression as the sandbox compiles it and the declarations of its Object types
+    (object_types), b"" when it has no initializer."""
+    if not object_types.INITIALIZER.search(expression):
+        return expression, b""
+    internal = object_types.rewritten(expression)
+    parsed = _environment(cel_version).compile(internal, disable_check=True).serialize()
+    return internal, object_types.declarations(parsed)
 
 
 def _output_type(expression: str, declarations: cel_check.Declarations) -> str:
@@ -137,13 +146,15 @@ def _output_type(expression: str, declarations: cel_check.Declarations) -> str:
     return cel_types.format_type(tree.type_map[tree.expr.id])
 
 
-@functools.cache
-def _environment(cel_version: tuple[int, int]) -> Any:
-    """A stored mutation's runtime environment: every variable dyn, with the patch types."""
+@functools.lru_cache(maxsize=128)
+def _environment(cel_version: tuple[int, int], types: bytes = b"") -> Any:
+    """A stored mutation's runtime environment: every variable dyn, with the patch types (and
+    an expression's Object types)."""
+    files = [object_types.file_descriptor(types)] if types else []
     return versions.cel_environment(
         {name: cel.Type.DYN for name in _DYN_VARIABLES},
         cel_version,
-        pool=cel_types.pool(None, patch_types=True),
+        pool=cel_types.pool(None, True, files),
         extensions=[kubernetes_cel.jsonpatch_library()],
     )
 
@@ -152,9 +163,9 @@ def _environment(cel_version: tuple[int, int]) -> Any:
 def program(expression: str, version: KubernetesVersion = KUBERNETES_1_36) -> cel.Expression:
     """The compiled mutation expression, as a stored one runs (RuntimeError if it does not
     compile). Cached: a policy's expressions compile once, not per request."""
-    if OBJECT_INITIALIZER.search(expression):
-        raise RuntimeError(NOT_MODELLED_OBJECT)
-    return _environment(version.cel_for_stored_expressions).compile(expression)
+    cel_version = version.cel_for_stored_expressions
+    internal, types = _with_object_types(expression, cel_version)
+    return _environment(cel_version, types).compile(internal)
 
 
 @functools.cache
@@ -175,6 +186,9 @@ class _Planner(cel_eval.Planner):
     cel-go's StructCreateBaseCost) and `jsonpatch.escapeKey`."""
 
     def _map(self, create: Any) -> cel_eval.Node:
+        type_name = object_types.original_name(create.message_name)
+        if type_name is not None:
+            return self._object(create, type_name)
         if create.message_name != JSONPATCH:
             return super()._map(create)
         fields = [(entry.field_key, self.plan(entry.value)) for entry in create.entries]
@@ -189,6 +203,22 @@ class _Planner(cel_eval.Planner):
                     result[name] = value
             run.charge(cel_cost.STRUCT_CREATE)
             return result
+
+        return cel_eval.Node(evaluate, "call")
+
+    def _object(self, create: Any, type_name: str) -> cel_eval.Node:
+        """An Object initializer: its set fields (dynamic/objects.go ObjectVal)."""
+        fields = [(entry.field_key, self.plan(entry.value)) for entry in create.entries]
+
+        def evaluate(run: cel_eval.Run, act: cel_eval.Activation) -> Any:
+            values = {}
+            for name, node in fields:
+                value = node.evaluate(run, act)
+                if isinstance(value, cel_eval.CelError):
+                    return value
+                values[name] = value
+            run.charge(cel_cost.STRUCT_CREATE)
+            return object_types.ObjectValue(type_name, values)
 
         return cel_eval.Node(evaluate, "call")
 
@@ -340,6 +370,8 @@ def _operation(item: Any) -> dict[str, Any]:
     if item.get("from"):
         operation["from"] = item["from"]
     if "value" in item and item["value"] is not None:
+        if mismatches := object_types.type_mismatches(item["value"]):
+            raise MutationError("type mismatch: " + "\n".join(mismatches))
         operation["value"] = to_json(item["value"])
     elif "value" in item:  # a null value: op.Val is a CEL null, marshalled as JSON null
         operation["value"] = None

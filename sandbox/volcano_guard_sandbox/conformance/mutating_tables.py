@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from volcano_guard_sandbox.apiserver.mutating_policies import (
-    OBJECT_INITIALIZER,
     MutationError,
     apply_json_patch_expression,
 )
@@ -54,8 +53,8 @@ _REVISION = "v0.36.3"
 MUTATING_NOT_MODELLED: Mapping[str, str] = {
     "apply configuration": "ApplyConfiguration mutations (structured-merge-diff of an Object{...} "
     "built without the kind's schema): refused when a policy is written",
-    "object initializer": "Object{...} initializers in a JSONPatch value (dynamic object types "
-    "without the kind's schema): refused when a policy is written",
+    "strict decoding": "the strict decoding of the patched object into its Go type (an "
+    "unknown field): the sandbox has no schema of the kinds' fields",
     "authorizer": "authorizer checks: the sandbox has no authorizer to ask (refused when a "
     "policy that uses one is written)",
 }
@@ -176,12 +175,14 @@ _POLICY_HELPERS: Mapping[str, Callable[..., Any]] = {
 }
 
 
-def _needs(expressions: Sequence[str], apply_configuration: bool) -> frozenset[str]:
+def _needs(
+    expressions: Sequence[str], apply_configuration: bool, case: Mapping[str, Any]
+) -> frozenset[str]:
     needs = set()
     if apply_configuration:
         needs.add("apply configuration")
-    if any(OBJECT_INITIALIZER.search(e) for e in expressions):
-        needs.add("object initializer")
+    if "strict decoding" in str(case.get("expectedErr") or ""):
+        needs.add("strict decoding")
     if any(re.search(r"\bauthorizer\b", e) for e in expressions):
         needs.add("authorizer")
     return frozenset(needs)
@@ -225,7 +226,7 @@ def read_json_patch(file: str, source: str) -> AdmissionExtraction:
                 "mutation",
                 inputs,
                 _expected(case),
-                _needs([expression], False),
+                _needs([expression], False, case),
             )
         )
     return out
@@ -265,7 +266,7 @@ def read_compilation(file: str, source: str) -> AdmissionExtraction:
                 "mutation",
                 inputs,
                 _expected(case),
-                _needs(expressions, apply),
+                _needs(expressions, apply, case),
             )
         )
     return out
