@@ -153,15 +153,20 @@ def _webhook_patch(label: str, value: str) -> dict[str, Any]:
     }
 
 
-async def test_policies_run_before_mutating_webhooks_and_again_when_needed(box136, scripted):
-    seen: list[dict[str, str]] = []
+def _hooking(seen: list[dict[str, str]]) -> Any:
+    """A webhook's answer: note the labels it is sent, add `hooked: yes` unless there."""
 
     def answer(request: dict[str, Any]) -> dict[str, Any]:
         labels = request["object"]["metadata"].get("labels") or {}
         seen.append(dict(labels))
         return {"allowed": True} if "hooked" in labels else _webhook_patch("hooked", "yes")
 
-    scripted.answer = answer
+    return answer
+
+
+async def test_policies_run_before_mutating_webhooks_and_again_when_needed(box136, scripted):
+    seen: list[dict[str, str]] = []
+    scripted.answer = _hooking(seen)
     await box136.register("mutating", "labeller", box136.hook("m.example.com", path="/mutate"))
     await install(
         box136,
@@ -179,13 +184,7 @@ async def test_an_ifneeded_webhook_runs_again_after_a_reinvoked_policy_changes_t
     box136, scripted
 ):
     seen: list[dict[str, str]] = []
-
-    def answer(request: dict[str, Any]) -> dict[str, Any]:
-        labels = request["object"]["metadata"].get("labels") or {}
-        seen.append(dict(labels))
-        return {"allowed": True} if "hooked" in labels else _webhook_patch("hooked", "yes")
-
-    scripted.answer = answer
+    scripted.answer = _hooking(seen)
     hook = box136.hook("m.example.com", path="/mutate", reinvocationPolicy="IfNeeded")
     await box136.register("mutating", "labeller", hook)
     await install(
@@ -201,11 +200,7 @@ async def test_an_ifneeded_webhook_runs_again_after_a_reinvoked_policy_changes_t
 
 
 async def test_a_never_policy_is_not_run_again(box136, scripted):
-    scripted.answer = lambda request: (
-        {"allowed": True}
-        if "hooked" in (request["object"]["metadata"].get("labels") or {})
-        else _webhook_patch("hooked", "yes")
-    )
+    scripted.answer = _hooking([])
     await box136.register("mutating", "labeller", box136.hook("m.example.com", path="/mutate"))
     await install(box136, policy("counter", COUNT), binding("counter"))
     assert _labels((await box136.call("POST", PODS, pod("p1")))[1]) == {

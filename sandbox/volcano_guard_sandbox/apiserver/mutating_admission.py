@@ -44,8 +44,11 @@ from volcano_guard_sandbox.apiserver.policies import (
     EXCLUDED,
     ConfigurationError,
     ParamLookup,
+    _name,
+    _spec,
     collect_params,
     matches,
+    param_ref_errors,
 )
 from volcano_guard_sandbox.apiserver.policy_validation import PolicyInputs, _compiled_in
 from volcano_guard_sandbox.apiserver.reinvocation import POLICY_PLUGIN, ReinvocationContext
@@ -377,13 +380,7 @@ def binding_errors(spec: Mapping[str, Any]) -> list[str]:
     errors = []
     if not spec.get("policyName"):
         errors.append("spec.policyName: Required value")
-    ref = spec.get("paramRef")
-    if isinstance(ref, Mapping):
-        if bool(ref.get("name")) == ("selector" in ref):
-            errors.append("spec.paramRef: Invalid value: one of name or selector must be set")
-        if ref.get("parameterNotFoundAction") not in ("Allow", "Deny"):
-            errors.append("spec.paramRef.parameterNotFoundAction: Required value")
-    return errors + label_selectors.binding_errors(spec)
+    return errors + param_ref_errors(spec) + label_selectors.binding_errors(spec)
 
 
 def check_write(kind: str, obj: Mapping[str, Any], version: KubernetesVersion) -> None:
@@ -405,13 +402,3 @@ def check_write(kind: str, obj: Mapping[str, Any], version: KubernetesVersion) -
 
 def _fails(policy: Mapping[str, Any]) -> bool:
     return _spec(policy).get("failurePolicy", "Fail") != "Ignore"
-
-
-def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = obj.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    metadata = obj.get("metadata")
-    return str(metadata.get("name", "")) if isinstance(metadata, Mapping) else ""

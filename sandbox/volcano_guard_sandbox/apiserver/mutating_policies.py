@@ -578,44 +578,48 @@ def _replace(doc: _Document, operation: Mapping[str, Any]) -> None:
         raise _wrap(f"error in remove for path: '{path}'", str(exc)) from None
 
 
-def _move(doc: _Document, operation: Mapping[str, Any]) -> None:
+def _taken(doc: _Document, operation: Mapping[str, Any], kind: str) -> tuple[Any, str]:
+    """The container and key of a move's or copy's `from`."""
     source = _path(operation, "from")
     found = _find_object(doc, source)
     if found is None:
-        raise _wrap(f"move operation does not apply: doc is missing from path: {source}", _MISSING)
-    node, key = found
+        raise _wrap(
+            f"{kind} operation does not apply: doc is missing from path: {source}", _MISSING
+        )
+    return found
+
+
+def _destination(doc: _Document, operation: Mapping[str, Any], kind: str) -> tuple[Any, str]:
+    path = _path(operation)
+    target = _find_object(doc, path)
+    if target is None:
+        raise _wrap(
+            f"{kind} operation does not apply: doc is missing destination path: {path}", _MISSING
+        )
+    return target
+
+
+def _move(doc: _Document, operation: Mapping[str, Any]) -> None:
+    node, key = _taken(doc, operation, "move")
     try:
         value = _get(node, key)
         _remove_from(node, key)
     except _PatchError as exc:
         raise _wrap(f"error in move for path: '{key}'", str(exc)) from None
-    path = _path(operation)
-    target = _find_object(doc, path)
-    if target is None:
-        raise _wrap(
-            f"move operation does not apply: doc is missing destination path: {path}", _MISSING
-        )
+    target = _destination(doc, operation, "move")
     try:
         _add_to(*target, value)
     except _PatchError as exc:
-        raise _wrap(f"error in move for path: '{path}'", str(exc)) from None
+        raise _wrap(f"error in move for path: '{operation['path']}'", str(exc)) from None
 
 
 def _copy(doc: _Document, operation: Mapping[str, Any]) -> None:
-    source = _path(operation, "from")
-    found = _find_object(doc, source)
-    if found is None:
-        raise _wrap(f"copy operation does not apply: doc is missing from path: {source}", _MISSING)
+    found = _taken(doc, operation, "copy")
     try:
         value = _get(*found)
     except _PatchError as exc:
-        raise _wrap(f"error in copy for from: '{source}'", str(exc)) from None
-    path = _path(operation)
-    target = _find_object(doc, path)
-    if target is None:
-        raise _wrap(
-            f"copy operation does not apply: doc is missing destination path: {path}", _MISSING
-        )
+        raise _wrap(f"error in copy for from: '{operation['from']}'", str(exc)) from None
+    target = _destination(doc, operation, "copy")
     try:
         _add_to(*target, copy.deepcopy(value))
     except _PatchError as exc:

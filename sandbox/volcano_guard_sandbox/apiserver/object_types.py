@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_factory, struct_pb2
+from google.protobuf import any_pb2, descriptor_pb2, struct_pb2
 
 from volcano_guard_sandbox.apiserver import checked_ast
 
@@ -79,28 +79,8 @@ def rewritten(expression: str) -> str:
 # -- the messages an expression's initializers need -----------------------------------------------
 
 
-def _parsed_expr_class() -> Any:
-    file = descriptor_pb2.FileDescriptorProto(name="sandbox_parsed_expr.proto", package="pe")
-    for name, fields in {**checked_ast._MESSAGES, "ParsedExpr": "expr 2 Expr"}.items():
-        message = file.message_type.add(name=name)
-        for declaration in fields.split(";"):
-            field_name, number, kind = declaration.split()
-            repeated = kind.endswith("*")
-            kind = kind.rstrip("*")
-            field = message.field.add(
-                name=field_name,
-                number=int(number),
-                type=checked_ast._SCALARS.get(kind, _F.TYPE_MESSAGE),
-                label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL,
-            )
-            if kind not in checked_ast._SCALARS:
-                field.type_name = f".pe.{kind}"
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("pe.ParsedExpr"))
-
-
-_ParsedExpr = _parsed_expr_class()
+# cel/expr/syntax.proto ParsedExpr: what an expression compiled unchecked serializes to.
+_ParsedExpr = checked_ast.message_class("ParsedExpr", {"ParsedExpr": "expr 2 Expr"}, "pe")
 
 
 def _nodes(expr: Any) -> Iterator[Any]:

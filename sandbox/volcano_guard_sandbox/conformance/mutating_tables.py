@@ -23,6 +23,7 @@ objects does not tell them apart for these fields.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -175,17 +176,31 @@ _POLICY_HELPERS: Mapping[str, Callable[..., Any]] = {
 }
 
 
-def _needs(
-    expressions: Sequence[str], apply_configuration: bool, case: Mapping[str, Any]
-) -> frozenset[str]:
+def _mutation_case(
+    file: str, function: str, index: int, case: Mapping[str, Any], policy: Mapping[str, Any]
+) -> AdmissionCase:
+    """A row: its policy's mutations applied to its object, with what it needs that the
+    sandbox does not model (ApplyConfiguration, an expected strict decoding error, the
+    authorizer)."""
+    mutations = policy["spec"]["mutations"]
     needs = set()
-    if apply_configuration:
+    if any(m["patchType"] == "ApplyConfiguration" for m in mutations):
         needs.add("apply configuration")
     if "strict decoding" in str(case.get("expectedErr") or ""):
         needs.add("strict decoding")
-    if any(re.search(r"\bauthorizer\b", e) for e in expressions):
+    if any(re.search(r"\bauthorizer\b", json.dumps(m)) for m in mutations):
         needs.add("authorizer")
-    return frozenset(needs)
+    inputs = {
+        "policy": policy,
+        "object": go_encoded(case.get("object")),
+        "oldObject": go_encoded(case.get("oldObject")),
+        "params": go_json(case.get("params")),
+        "namespace": go_json(case.get("namespace")),
+    }
+    name = case.get("name", f"[{index}]")
+    return AdmissionCase(
+        file, function, name, "mutation", inputs, _expected(case), frozenset(needs)
+    )
 
 
 def _expected(case: Mapping[str, Any]) -> Any:
@@ -205,30 +220,8 @@ def read_json_patch(file: str, source: str) -> AdmissionExtraction:
         "tests",
         lambda span: _MutatingValues(golang.local_values(source, span)),
     ):
-        expression = str(case.get("expression", ""))
-        inputs = {
-            "policy": {
-                "spec": {
-                    "mutations": [
-                        {"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}
-                    ]
-                }
-            },
-            "object": go_encoded(case.get("object")),
-            "oldObject": go_encoded(case.get("oldObject")),
-        }
-        name = case.get("name", f"[{index}]")
-        out.add(
-            AdmissionCase(
-                file,
-                function,
-                name,
-                "mutation",
-                inputs,
-                _expected(case),
-                _needs([expression], False, case),
-            )
-        )
+        policy = _jsonpatches(_policy(""), {"Expression": str(case.get("expression", ""))})
+        out.add(_mutation_case(file, function, index, case, policy))
     return out
 
 
@@ -244,31 +237,7 @@ def read_compilation(file: str, source: str) -> AdmissionExtraction:
         lambda span: _MutatingValues(golang.local_values(source, span), _POLICY_HELPERS),
     ):
         policy = case.get("policy") or _policy("")
-        mutations = policy["spec"]["mutations"]
-        expressions = [
-            (m.get("jsonPatch") or m.get("applyConfiguration") or {}).get("expression", "")
-            for m in mutations
-        ]
-        apply = any(m["patchType"] == "ApplyConfiguration" for m in mutations)
-        inputs = {
-            "policy": policy,
-            "object": go_encoded(case.get("object")),
-            "oldObject": go_encoded(case.get("oldObject")),
-            "params": go_json(case.get("params")),
-            "namespace": go_json(case.get("namespace")),
-        }
-        name = case.get("name", f"[{index}]")
-        out.add(
-            AdmissionCase(
-                file,
-                function,
-                name,
-                "mutation",
-                inputs,
-                _expected(case),
-                _needs(expressions, apply, case),
-            )
-        )
+        out.add(_mutation_case(file, function, index, case, policy))
     return out
 
 
