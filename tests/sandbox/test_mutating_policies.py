@@ -188,3 +188,13 @@ def test_the_callers_object_is_never_changed_even_when_a_later_operation_fails()
     assert original == POD
     untouched = apply_operations(POD, [{"op": "add", "path": "/metadata/labels/y", "value": "1"}])
     assert untouched["spec"] is POD["spec"]  # what no operation reaches is shared, not copied
+
+
+def test_objects_of_different_types_or_a_jsonpatch_and_a_map_are_not_equal():
+    operations = patch_operations(
+        '[JSONPatch{op: "add", path: "/a", value: ['
+        "dyn(Object.x{a: 1}) == dyn(Object.y{a: 1}), Object.x{a: 1} == Object.x{a: 1},"
+        ' dyn(JSONPatch{op: "add"}) == dyn({"op": "add"})]}]',
+        PolicyInputs(object=POD),
+    )
+    assert operations[0]["value"] == [False, True, False]

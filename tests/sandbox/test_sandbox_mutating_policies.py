@@ -144,6 +144,19 @@ async def test_a_mutation_that_fails_follows_the_failure_policy(box136, failure_
         )
 
 
+async def test_a_patch_that_leaves_no_object_is_an_internal_error_even_under_ignore(box136):
+    await install(
+        box136,
+        policy(
+            expression='[JSONPatch{op: "replace", path: "/metadata", value: "flat"}]',
+            failurePolicy="Ignore",
+        ),
+        binding(),
+    )
+    status, body, _ = await box136.call("POST", PODS, pod("p1"))
+    assert (status, body["reason"]) == (500, "InternalError"), body
+
+
 def _webhook_patch(label: str, value: str) -> dict[str, Any]:
     patch = [{"op": "add", "path": f"/metadata/labels/{label}", "value": value}]
     return {

@@ -245,6 +245,7 @@ def _dispatch(
                         _PolicyError(_name(policy), _name(binding), str(exc), "Invalid", fail)
                     )
                     continue
+                _check_decodes(obj)
                 defaults(obj)
                 dirty = True
             if obj != before:
@@ -281,6 +282,20 @@ def _mutate(
     return apply_json_patch_expression(
         str(patch.get("expression", "")), inputs, spec.get("variables") or (), version
     )
+
+
+def _check_decodes(obj: Any) -> None:
+    """json_patch.go decodes the patched JSON into the kind's type: one that is not an object,
+    or whose metadata is not, does not decode, an internal error whatever the failurePolicy
+    (the strict decoding of every other field is not modelled)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata", {}), dict):
+        raise ApiError(
+            500,
+            "InternalError",
+            "Internal error occurred: the patched object does not decode: it or its metadata "
+            "is not a JSON object",
+            {"causes": [{"message": "the patched object or its metadata is not a JSON object"}]},
+        )
 
 
 def _param_key(param: Any) -> tuple[str, str]:

@@ -180,6 +180,8 @@ class PatchValue(dict[str, Any]):
     """A JSONPatch value (jsonpatch.go JSONPatchVal): its set fields, by name. has() of op,
     path or from is true when non-empty, so an empty one is not kept."""
 
+    type_name = JSONPATCH  # equal only to a JSONPatch (cel_eval.equal)
+
 
 class _Planner(cel_eval.Planner):
     """cel_eval's planner with the patch types: `JSONPatch{...}` (a struct creation, 40 as
@@ -246,7 +248,7 @@ def _evaluate(
     try:
         compiled = program_of(expression)
     except RuntimeError as exc:
-        return None, f"compilation error: {exc}"
+        return None, f"compilation error: {object_types.originals(str(exc))}"
     node = _plan(program_of, expression)
     if node is None:  # outside cel_eval: cel-cpp evaluates it, uncosted
         return _evaluate_uncosted(compiled, expression, data)
