@@ -6,12 +6,14 @@ against the sandbox's plugin (apiserver/mutating_policies, mutating_admission).
 - compilation_test.go TestCompilation: a policy's mutations (helpers `policy`, `jsonPatches`,
   `applyConfigurations`, `mutations`, `variables`, `paramKind`) applied in order, with
   params, a namespace and the request;
+- reinvocationcontext_test.go: each test function's calls on a policyReinvokeContext, run on
+  reinvocation.PluginReinvocation in order, each assertion checked;
 - patch/smd_test.go TestApplyConfiguration: ApplyConfiguration, which the sandbox does not
   model (each case counted so);
-- the rest (dispatcher_test.go, plugin_test.go, reinvocationcontext_test.go,
-  typeconverter_test.go) run the plugin on Go fakes (informers, a REST mapper, OpenAPI type
-  converters) or test Go structs open-box: counted unparsed, with why; the sandbox's own tests
-  cover the same behaviour over HTTP (tests/sandbox/test_sandbox_mutating_policies.py).
+- the rest (dispatcher_test.go, plugin_test.go, typeconverter_test.go) run the plugin on Go
+  fakes (informers, a REST mapper, OpenAPI type converters): counted unparsed, with why; the
+  sandbox's own tests cover the same behaviour over HTTP
+  (tests/sandbox/test_sandbox_mutating_policies.py).
 
 A Go object is the JSON its encoding/json gives: a struct field is always there (omitempty does
 not drop a struct), so a Deployment has metadata, spec.template.metadata, spec.template.spec
@@ -34,6 +36,7 @@ from volcano_guard_sandbox.apiserver.mutating_policies import (
     apply_json_patch_expression,
 )
 from volcano_guard_sandbox.apiserver.policy_validation import PolicyInputs
+from volcano_guard_sandbox.apiserver.reinvocation import PluginReinvocation
 from volcano_guard_sandbox.conformance import golang, runner
 from volcano_guard_sandbox.conformance.admission_cases import (
     AdmissionCase,
@@ -259,6 +262,41 @@ def read_apply_configuration(file: str, source: str) -> AdmissionExtraction:
     return out
 
 
+# reinvocationcontext_test.go: policyReinvokeContext's methods, as reinvocation.py names them.
+_REINVOKE_METHODS = {
+    "SetLastPolicyInvocationOutput": "set_last_output",
+    "RequireReinvokingPreviouslyInvokedPlugins": "require_reinvoking_previously_invoked",
+    "AddReinvocablePolicyToPreviouslyInvoked": "add_previously_invoked",
+    "IsOutputChangedSinceLastPolicyInvocation": "output_changed",
+    "ShouldReinvoke": "should_reinvoke",
+}
+_REINVOKE_STEP = re.compile(r"^\t(?:assert\.(True|False)\(t, )?rc\.(\w+)\((\w*)\)\)?$", re.M)
+
+
+def read_reinvocation(file: str, source: str) -> AdmissionExtraction:
+    """Each test function: its calls on the context in order, an assertion's expected answer
+    with its call. A key and an object are their Go variable's literal (two objects are equal
+    when their literals are, as DeepEqual of these ConfigMaps)."""
+    out = AdmissionExtraction(file)
+    for match in re.finditer(r"^func (Test\w+)\(t \*testing\.T\) \{", source, re.M):
+        function = match.group(1)
+        span = golang.function_body(source, function)
+        if span is None:
+            continue
+        body = source[span[0] : span[1]]
+        literals = dict(re.findall(r"^\t(\w+) := (.+)$", body, re.M))
+        steps = []
+        for asserted, method, argument in _REINVOKE_STEP.findall(body):
+            if method not in _REINVOKE_METHODS:
+                out.unparsed.append(Unparsed(function, "*", f"unknown method {method}"))
+                break
+            value = literals.get(argument, argument) if argument else None
+            steps.append((_REINVOKE_METHODS[method], value, asserted or None))
+        else:
+            out.add(AdmissionCase(file, function, "steps", "reinvocation", {"steps": steps}, None))
+    return out
+
+
 MUTATING_SOURCES: Sequence[AdmissionSource] = (
     AdmissionSource(_MUTATING + "patch/json_patch_test.go", read_json_patch, revision=_REVISION),
     AdmissionSource(_MUTATING + "compilation_test.go", read_compilation, revision=_REVISION),
@@ -280,12 +318,7 @@ MUTATING_SOURCES: Sequence[AdmissionSource] = (
         revision=_REVISION,
     ),
     AdmissionSource(
-        _MUTATING + "reinvocationcontext_test.go",
-        not_read_functions(
-            "an open-box test of the Go reinvocation context; apiserver/reinvocation.py "
-            "transcribes it and the sandbox's HTTP tests cover it"
-        ),
-        revision=_REVISION,
+        _MUTATING + "reinvocationcontext_test.go", read_reinvocation, revision=_REVISION
     ),
     AdmissionSource(
         _MUTATING + "patch/typeconverter_test.go",
@@ -326,24 +359,41 @@ def _mutate(inputs: Mapping[str, Any]) -> tuple[str, Any]:
     return ("object", without_empty(obj))
 
 
+def _reinvoke(steps: Sequence[tuple[str, Any, str | None]]) -> tuple[bool, str, str]:
+    """The calls on a fresh policy context; each assertion's answer as expected."""
+    context = PluginReinvocation()
+    for number, (method, argument, asserted) in enumerate(steps):
+        answer = getattr(context, method)(*(() if argument is None else (argument,)))
+        if asserted is not None and answer is not (asserted == "True"):
+            return False, f"step {number} {method}: {asserted}", f"{answer}"
+    return True, "every assertion", "every assertion"
+
+
 def run_mutation_case(case: AdmissionCase) -> Result:
     base = {"file": case.file, "id": case.id, "expression": case.kind}
     if case.needs:
         reason = "; ".join(MUTATING_NOT_MODELLED[need] for need in sorted(case.needs))
         return Result(**base, verdict="not modelled", category=reason)
-    got = _mutate(case.inputs)
-    expected = case.expected
+    if case.kind == "reinvocation":
+        passed, expected, got = _reinvoke(case.inputs["steps"])
+    else:
+        passed, expected, got = _mutation(case)
+    return Result(
+        **base,
+        verdict="passed" if passed else "failed",
+        expected=expected,
+        got=got,
+        category="" if passed else case.kind,
+    )
+
+
+def _mutation(case: AdmissionCase) -> tuple[bool, str, str]:
+    expected, got = case.expected, _mutate(case.inputs)
     if expected[0] == "error":
         passed = got[0] == "error" and expected[1] in got[1]
     else:
         passed = got == expected
-    return Result(
-        **base,
-        verdict="passed" if passed else "failed",
-        expected=repr(expected),
-        got=repr(got),
-        category="" if passed else "mutation",
-    )
+    return passed, repr(expected), repr(got)
 
 
 def run_mutating_folder(
