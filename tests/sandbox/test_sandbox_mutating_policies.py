@@ -260,6 +260,14 @@ async def test_what_1_36_refuses_or_the_sandbox_does_not_model_is_refused_on_wri
     assert said in body["message"]
 
 
+async def test_a_field_of_the_wrong_json_type_is_a_bad_request(box136):
+    status, body, _ = await box136.call("POST", POLICIES, policy(matchConditions="yes"))
+    assert (status, body["reason"]) == (400, "BadRequest")
+    assert (
+        "cannot unmarshal string into field spec.matchConditions of type array" in (body["message"])
+    )
+
+
 @pytest.mark.parametrize("minor", [30, 35])
 async def test_before_1_36_the_kind_is_not_served(minor):
     async with (
