@@ -4,6 +4,7 @@ cel-go's costs, applied as evanphx/json-patch v4 applies it (mutating_policies).
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ POD = {
 }
 
 
-def _patched(expression: str, **inputs: object) -> object:
+def _patched(expression: str, **inputs: Any) -> Any:
     return apply_json_patch_expression(expression, PolicyInputs(object=POD, **inputs))
 
 
