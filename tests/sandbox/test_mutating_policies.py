@@ -11,6 +11,7 @@ import pytest
 from volcano_guard_sandbox.apiserver import cel_cost
 from volcano_guard_sandbox.apiserver.mutating_policies import (
     MutationError,
+    apply_configuration_expression,
     apply_json_patch_expression,
     apply_operations,
     expression_error,
@@ -199,3 +200,33 @@ def test_objects_of_different_types_or_a_jsonpatch_and_a_map_are_not_equal():
         PolicyInputs(object=POD),
     )
     assert operations[0]["value"] == [False, True, False]
+
+
+def test_an_apply_configuration_merges_keyed_lists_and_maps_into_the_object():
+    merged = apply_configuration_expression(
+        """Object{
+            metadata: Object.metadata{labels: {"y": "2"}},
+            spec: Object.spec{containers: [Object.spec.containers{name: "b", image: "i"}]}
+        }""",
+        PolicyInputs(object=POD),
+    )
+    assert merged["metadata"]["labels"] == {"x": "1", "y": "2"}
+    assert merged["spec"]["containers"] == [{"name": "a"}, {"name": "b", "image": "i"}]
+    assert POD["spec"]["containers"] == [{"name": "a"}, {"name": "b"}]
+
+
+def test_an_apply_configuration_may_not_set_an_atomic_list_or_selector():
+    with pytest.raises(MutationError) as refused:
+        apply_configuration_expression(
+            'Object{spec: Object.spec{tolerations: [{"key": "k"}]}}', PolicyInputs(object=POD)
+        )
+    assert str(refused.value) == (
+        "error applying patch: invalid ApplyConfiguration: may not mutate atomic arrays, maps "
+        "or structs: .spec.tolerations"
+    )
+
+
+def test_an_apply_configuration_must_be_an_object():
+    assert expression_error('"teapot"', returns="Object") == (
+        "must evaluate to Object but got string"
+    )

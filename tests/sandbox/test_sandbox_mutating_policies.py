@@ -101,6 +101,23 @@ async def test_a_pod_create_comes_back_mutated_by_a_bound_policy(box136):
     assert _labels(stored) == {"team": "from-policy"}
 
 
+async def test_an_apply_configuration_policy_merges_into_the_pod(box136):
+    apply_labels = policy(
+        mutations=[
+            {
+                "patchType": "ApplyConfiguration",
+                "applyConfiguration": {
+                    "expression": 'Object{metadata: Object.metadata{labels: {"team": "applied"}}}'
+                },
+            }
+        ]
+    )
+    await install(box136, apply_labels, binding())
+    status, created, _ = await box136.call("POST", PODS, pod("p1", app="x"))
+    assert status == 201, created
+    assert _labels(created) == {"app": "x", "team": "applied"}
+
+
 async def test_an_unbound_policy_mutates_nothing(box136):
     await install(box136, policy())
     assert _labels((await box136.call("POST", PODS, pod("p1")))[1]) == {}
@@ -231,14 +248,21 @@ async def test_a_never_policy_is_not_run_again(box136, scripted):
         ),
         (
             policy(
+                expression='[JSONPatch{op: "add", path: "/a", value: '
+                "authorizer.group('').resource('pods').check('create').allowed()}]"
+            ),
+            "the sandbox does not model authorizer checks",
+        ),
+        (
+            policy(
                 mutations=[
                     {
                         "patchType": "ApplyConfiguration",
-                        "applyConfiguration": {"expression": "Object{}"},
+                        "applyConfiguration": {"expression": "Object.spec{}"},
                     }
                 ]
             ),
-            "the sandbox does not model ApplyConfiguration mutations",
+            "must evaluate to Object but got Object.spec",
         ),
         (policy(mutations=[]), "spec.mutations: Required value"),
         (

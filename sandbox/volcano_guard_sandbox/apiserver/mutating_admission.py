@@ -20,8 +20,8 @@ Transcribed from k8s.io/apiserver v0.36.3 pkg/admission/plugin/policy:
   the first one's `policy 'P' with binding 'B' denied request: ...` as message, its reason
   (Invalid for evaluation errors, Forbidden for configuration errors), every one as a cause.
 
-Mutations are JSONPatch (mutating_policies); ApplyConfiguration is refused when the policy is
-written (`not_modelled`), as is anything else the sandbox does not model.
+Mutations are JSONPatch or ApplyConfiguration (mutating_policies; the latter merged on the
+sandbox's server-side apply schema, apply.py).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from volcano_guard_sandbox.apiserver.admission import Record, forbidden
 from volcano_guard_sandbox.apiserver.matching import Attributes, cel_request, evaluate_conditions
 from volcano_guard_sandbox.apiserver.mutating_policies import (
     MutationError,
+    apply_configuration_expression,
     apply_json_patch_expression,
     mutation_errors,
 )
@@ -61,11 +62,6 @@ BINDING_KIND = "MutatingAdmissionPolicyBinding"
 KINDS = (POLICY_KIND, BINDING_KIND)
 OPERATIONS = ("CREATE", "UPDATE", "CONNECT")
 PATCH_TYPES = ("ApplyConfiguration", "JSONPatch")
-NOT_MODELLED_APPLY = (
-    "the sandbox does not model ApplyConfiguration mutations (structured-merge-diff of an "
-    "Object{...} built without the kind's schema; patch/smd.go): write the mutation as a "
-    "JSONPatch"
-)
 
 
 @dataclass(frozen=True)
@@ -123,6 +119,7 @@ def admit(
     version: KubernetesVersion,
     reinvocation: ReinvocationContext,
     defaults: Callable[[dict[str, Any]], None] = lambda obj: None,
+    builtin: bool = True,
 ) -> dict[str, Any] | None:
     """One pass of the plugin: the object after every bound policy that applies mutated it;
     ApiError (403) for the errors the policies' failurePolicy keeps."""
@@ -135,7 +132,14 @@ def admit(
     obj = attributes.object
     if invocations:
         obj = _dispatch(
-            attributes, invocations, namespace_object, version, reinvocation, defaults, errors
+            attributes,
+            invocations,
+            namespace_object,
+            version,
+            reinvocation,
+            defaults,
+            errors,
+            builtin,
         )
     kept = [error for error in errors if error.fail]
     if kept:
@@ -208,6 +212,7 @@ def _dispatch(
     reinvocation: ReinvocationContext,
     defaults: Callable[[dict[str, Any]], None],
     errors: list[_PolicyError],
+    builtin: bool,
 ) -> dict[str, Any] | None:
     """dispatcher.go dispatchInvocations."""
     state = reinvocation.plugin(POLICY_PLUGIN)
@@ -239,7 +244,7 @@ def _dispatch(
                     continue
                 inputs = replace(inputs, object=obj)
                 try:
-                    obj = _mutate(mutation, spec, inputs, version)
+                    obj = _mutate(mutation, spec, inputs, version, builtin)
                 except MutationError as exc:
                     errors.append(
                         _PolicyError(_name(policy), _name(binding), str(exc), "Invalid", fail)
@@ -274,14 +279,18 @@ def _conditions(spec: Mapping[str, Any], inputs: PolicyInputs, version: Kubernet
 
 
 def _mutate(
-    mutation: Any, spec: Mapping[str, Any], inputs: PolicyInputs, version: KubernetesVersion
+    mutation: Any,
+    spec: Mapping[str, Any],
+    inputs: PolicyInputs,
+    version: KubernetesVersion,
+    builtin: bool,
 ) -> Any:
-    patch = mutation.get("jsonPatch") if isinstance(mutation, Mapping) else None
-    if not isinstance(patch, Mapping):  # refused when written; a stored one from elsewhere
-        raise MutationError(NOT_MODELLED_APPLY)
-    return apply_json_patch_expression(
-        str(patch.get("expression", "")), inputs, spec.get("variables") or (), version
-    )
+    variables = spec.get("variables") or ()
+    if mutation.get("patchType") == "ApplyConfiguration":
+        expression = str((mutation.get("applyConfiguration") or {}).get("expression", ""))
+        return apply_configuration_expression(expression, inputs, variables, version, builtin)
+    expression = str((mutation.get("jsonPatch") or {}).get("expression", ""))
+    return apply_json_patch_expression(expression, inputs, variables, version)
 
 
 def _check_decodes(obj: Any) -> None:
@@ -316,18 +325,6 @@ def _refusal(attributes: Attributes, errors: list[_PolicyError]) -> ApiError:
 
 
 # -- writes of the policies and bindings ----------------------------------------------------------
-
-
-def not_modelled(spec: Mapping[str, Any]) -> str:
-    """Why the sandbox cannot run this policy as 1.36 would ("" if it can), a message starting
-    `the sandbox does not model`: an ApplyConfiguration mutation."""
-    for index, mutation in enumerate(spec.get("mutations") or ()):
-        if not isinstance(mutation, Mapping):
-            continue
-        where = f" (spec.mutations[{index}])"
-        if mutation.get("patchType") == "ApplyConfiguration" or "applyConfiguration" in mutation:
-            return NOT_MODELLED_APPLY + where
-    return ""
 
 
 def policy_errors(spec: Mapping[str, Any], version: KubernetesVersion) -> list[str]:
@@ -367,16 +364,18 @@ def _mutation_errors(mutation: Any, path: str) -> list[str]:
             f"{path}.patchType: Unsupported value: {json.dumps(patch_type)}: supported values: "
             '"ApplyConfiguration", "JSONPatch"'
         ]
-    if patch_type == "JSONPatch":
-        patch = mutation.get("jsonPatch")
-        if "applyConfiguration" in mutation:
-            return [
-                f"{path}.applyConfiguration: Forbidden: must not be set when patchType is JSONPatch"
-            ]
-        if not isinstance(patch, Mapping):
-            return [f"{path}.jsonPatch: Required value"]
-        if not str(patch.get("expression") or "").strip():
-            return [f"{path}.jsonPatch.expression: Required value"]
+    field, other = (
+        ("jsonPatch", "applyConfiguration")
+        if patch_type == "JSONPatch"
+        else ("applyConfiguration", "jsonPatch")
+    )
+    if other in mutation:
+        return [f"{path}.{other}: Forbidden: must not be set when patchType is {patch_type}"]
+    patch = mutation.get(field)
+    if not isinstance(patch, Mapping):
+        return [f"{path}.{field}: Required value"]
+    if not str(patch.get("expression") or "").strip():
+        return [f"{path}.{field}.expression: Required value"]
     return []
 
 
@@ -399,13 +398,9 @@ def binding_errors(spec: Mapping[str, Any]) -> list[str]:
 
 
 def check_write(kind: str, obj: Mapping[str, Any], version: KubernetesVersion) -> None:
-    """The write of a MutatingAdmissionPolicy or its binding: 422 for what the API refuses, or
-    for what the sandbox does not model (that message first)."""
-    spec = _spec(obj)
-    refused = not_modelled(spec) if kind == POLICY_KIND else ""
-    name = _name(obj)
-    if refused:
-        raise ApiError(422, "Invalid", f'{refused}: {kind}.admissionregistration.k8s.io "{name}"')
+    """The write of a MutatingAdmissionPolicy or its binding: 422 for what the API refuses
+    (and what the sandbox does not model: the authorizer, whose compile error says so)."""
+    spec, name = _spec(obj), _name(obj)
     errors = policy_errors(spec, version) if kind == POLICY_KIND else binding_errors(spec)
     if errors:
         raise ApiError(

@@ -35,13 +35,14 @@ import functools
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from cel_expr_python import cel
 from google.protobuf import json_format
 
 from volcano_guard_sandbox.apiserver import (
+    apply,
     cel_check,
     cel_cost,
     cel_eval,
@@ -62,6 +63,7 @@ from volcano_guard_sandbox.apiserver.versions import KubernetesVersion
 KUBERNETES_1_36 = KubernetesVersion(36)
 JSONPATCH = cel_types.JSONPATCH_TYPE
 RETURN_TYPE = f"list({JSONPATCH})"  # json_patch.go JSONPatchCondition.ReturnTypes
+APPLY_RETURN_TYPE = object_types.OBJECT  # smd.go ApplyConfigurationCondition.ReturnTypes
 _ESCAPE_KEY = "string_jsonpatch_escapeKey_string"
 _DYN_VARIABLES = ("object", "oldObject", "request", "namespaceObject", "params", "variables")
 # gopkg.in/evanphx/json-patch.v4 errors.go
@@ -92,16 +94,22 @@ def mutation_errors(
         spec.get("variables") or (), params, version.cel_for_new_expressions
     )
     for index, mutation in enumerate(spec.get("mutations") or ()):
-        patch = mutation.get("jsonPatch") if isinstance(mutation, Mapping) else None
-        expression = patch.get("expression") if isinstance(patch, Mapping) else None
-        if not isinstance(expression, str) or not expression.strip():
+        if not isinstance(mutation, Mapping):
             continue
-        error = expression_error(expression, version, params, declared)
-        if error:
-            errors.append(
-                f"spec.mutations[{index}].jsonPatch.expression: Invalid value: "
-                f"{json.dumps(expression)}: {error}"
-            )
+        for field, returns in (
+            ("jsonPatch", RETURN_TYPE),
+            ("applyConfiguration", APPLY_RETURN_TYPE),
+        ):
+            patch = mutation.get(field)
+            expression = patch.get("expression") if isinstance(patch, Mapping) else None
+            if not isinstance(expression, str) or not expression.strip():
+                continue
+            error = expression_error(expression, version, params, declared, returns)
+            if error:
+                errors.append(
+                    f"spec.mutations[{index}].{field}.expression: Invalid value: "
+                    f"{json.dumps(expression)}: {error}"
+                )
     return errors
 
 
@@ -110,9 +118,11 @@ def expression_error(
     version: KubernetesVersion = KUBERNETES_1_36,
     params: bool = True,
     variables: cel_check.VariableKinds | None = None,
+    returns: str = RETURN_TYPE,
 ) -> str:
-    """Why a JSONPatch expression does not compile as written at version ("" if it does):
-    compile.go's `compilation failed: ...`, or `must evaluate to list(JSONPatch) but got T`."""
+    """Why a mutation's expression does not compile as written at version ("" if it does):
+    compile.go's `compilation failed: ...`, or `must evaluate to list(JSONPatch) but got T`
+    (returns: APPLY_RETURN_TYPE for an ApplyConfiguration's)."""
     cel_version = version.cel_for_new_expressions
     try:
         expression, types = _with_object_types(expression, cel_version)
@@ -126,8 +136,8 @@ def expression_error(
     if checked.error:
         return object_types.originals(checked.error)
     output = object_types.originals(_output_type(expression, declarations))
-    if output != RETURN_TYPE:
-        return f"must evaluate to {RETURN_TYPE} but got {output}"
+    if output != returns:
+        return f"must evaluate to {returns} but got {output}"
     return ""
 
 
@@ -346,6 +356,20 @@ def patch_operations(
     """The RFC 6902 operations a JSONPatch expression evaluates to for inputs, the policy's
     variables ({name, expression}, each seeing those before it) evaluated lazily against the
     mutation's own budget (budget_total). MutationError with upstream's message otherwise."""
+    result = _mutation_value(expression, inputs, variables, version, budget_total)
+    if not isinstance(result, list):
+        raise MutationError("type mismatch: JSONPatchType.expression should evaluate to array")
+    return [_operation(item) for item in result]
+
+
+def _mutation_value(
+    expression: str,
+    inputs: PolicyInputs,
+    variables: Sequence[Mapping[str, Any]],
+    version: KubernetesVersion,
+    budget_total: int,
+) -> Any:
+    """The value of a mutation's expression, its variables charged to its budget."""
     data = inputs.variables()
     values, costs, reads, failed = _variables(variables, data, _variable_programs(version))
     with cel_cost.budget(budget_total):
@@ -353,9 +377,57 @@ def patch_operations(
         result, error = _evaluate(_compiled_in(version), expression, data)
     if error:
         raise MutationError(error)
-    if not isinstance(result, list):
-        raise MutationError("type mismatch: JSONPatchType.expression should evaluate to array")
-    return [_operation(item) for item in result]
+    return result
+
+
+def apply_configuration_expression(
+    expression: str,
+    inputs: PolicyInputs,
+    variables: Sequence[Mapping[str, Any]] = (),
+    version: KubernetesVersion = KUBERNETES_1_36,
+    builtin: bool = True,
+    budget_total: int = cel_cost.RUNTIME_BUDGET,
+) -> Any:
+    """smd.go applyConfigPatcher.Patch: the expression's Object merged into a copy of
+    inputs.object as the sandbox's server-side apply merges (apply.merge: maps granular, the
+    built-in kinds' keyed lists by key, every other list atomic); a patch that sets an atomic
+    list or a LabelSelector is refused as upstream refuses an atomic one. builtin: the kind is
+    one of Kubernetes' (a custom resource's lists are all atomic: the sandbox keeps no
+    schema). MutationError with upstream's message otherwise."""
+    value = _mutation_value(expression, inputs, variables, version, budget_total)
+    if not isinstance(value, object_types.ObjectValue):
+        raise MutationError(
+            f"unsupported return type from ApplyConfiguration expression: {type(value).__name__}"
+        )
+    if mismatches := object_types.type_mismatches(value):
+        raise MutationError("type mismatch: " + "\n".join(mismatches))
+    patch = to_json(value)
+    if atomics := list(_atomics(patch, "", "", builtin)):
+        raise MutationError(
+            "error applying patch: invalid ApplyConfiguration: may not mutate atomic arrays, "
+            f"maps or structs: {', '.join(atomics)}"
+        )
+    return apply.merge(inputs.object, patch, "", builtin)
+
+
+_SELECTOR_FIELDS = frozenset({"matchLabels", "matchExpressions"})
+
+
+def _atomics(value: Any, path: str, field: str, builtin: bool) -> Iterator[str]:
+    """smd.go findAtomics, on the sandbox's schema: a list without keys (apply.LIST_KEYS) and a
+    metav1.LabelSelector (structType atomic) are atomic."""
+    if isinstance(value, dict):
+        if value and set(value) <= _SELECTOR_FIELDS and field.lower().endswith("selector"):
+            yield path
+            return
+        for key, item in value.items():
+            yield from _atomics(item, f"{path}.{key}", key, builtin)
+    elif isinstance(value, list):
+        if not builtin or field not in apply.LIST_KEYS:
+            yield path
+            return
+        for index, item in enumerate(value):
+            yield from _atomics(item, f"{path}[{index}]", "", builtin)
 
 
 @functools.cache

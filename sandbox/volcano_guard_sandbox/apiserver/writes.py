@@ -166,6 +166,7 @@ class Write:
                 self.kubernetes_version,
                 context,
                 defaults,
+                builtin=self.resource.strategic_merge,  # Kubernetes' own kind: its list keys
             )
             attributes = replace(attributes, object=obj)
         return await self.dispatcher.mutate(

@@ -8,8 +8,7 @@ against the sandbox's plugin (apiserver/mutating_policies, mutating_admission).
   params, a namespace and the request;
 - reinvocationcontext_test.go: each test function's calls on a policyReinvokeContext, run on
   reinvocation.PluginReinvocation in order, each assertion checked;
-- patch/smd_test.go TestApplyConfiguration: ApplyConfiguration, which the sandbox does not
-  model (each case counted so);
+- patch/smd_test.go TestApplyConfiguration: one ApplyConfiguration merged into a Deployment;
 - the rest (dispatcher_test.go, plugin_test.go, typeconverter_test.go) run the plugin on Go
   fakes (informers, a REST mapper, OpenAPI type converters): counted unparsed, with why; the
   sandbox's own tests cover the same behaviour over HTTP
@@ -32,8 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from volcano_guard_sandbox.apiserver.mutating_policies import (
+    KUBERNETES_1_36,
     MutationError,
+    apply_configuration_expression,
     apply_json_patch_expression,
+    mutation_errors,
 )
 from volcano_guard_sandbox.apiserver.policy_validation import PolicyInputs
 from volcano_guard_sandbox.apiserver.reinvocation import PluginReinvocation
@@ -55,10 +57,10 @@ _MUTATING = "pkg/admission/plugin/policy/mutating/"
 _REVISION = "v0.36.3"
 
 MUTATING_NOT_MODELLED: Mapping[str, str] = {
-    "apply configuration": "ApplyConfiguration mutations (structured-merge-diff of an Object{...} "
-    "built without the kind's schema): refused when a policy is written",
     "strict decoding": "the strict decoding of the patched object into its Go type (an "
     "unknown field): the sandbox has no schema of the kinds' fields",
+    "schema": "an ApplyConfiguration's field the kind's OpenAPI schema does not declare: the "
+    "sandbox has no schema of the kinds' fields",
     "authorizer": "authorizer checks: the sandbox has no authorizer to ask (refused when a "
     "policy that uses one is written)",
 }
@@ -88,8 +90,23 @@ def _merged(base: Any, over: Any) -> Any:
 def go_encoded(value: Any) -> Any:
     """A Go object read by GoObjects as encoding/json writes it (with its skeleton)."""
     if isinstance(value, dict) and value.get("__type__") in _GO_SKELETONS:
-        return _merged(_GO_SKELETONS[value["__type__"]], go_json(value))
-    return go_json(value)
+        return _quantities(_merged(_GO_SKELETONS[value["__type__"]], go_json(value)))
+    return _quantities(go_json(value))
+
+
+def _quantities(value: Any) -> Any:
+    """A resource.Quantity as the string it marshals to; a Volume's embedded VolumeSource
+    (`json:",inline"`) as the volume's own fields."""
+    if isinstance(value, golang.Quantity):
+        return value.text
+    if isinstance(value, dict):
+        inline = value.get("volumeSource")
+        if isinstance(inline, dict):
+            value = {**{k: v for k, v in value.items() if k != "volumeSource"}, **inline}
+        return {key: _quantities(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_quantities(item) for item in value]
+    return value
 
 
 def without_empty(value: Any) -> Any:
@@ -120,9 +137,14 @@ class _MutatingValues(GoObjects):
 
     def call(self, node: golang.Call) -> Any:
         name = node.function.dotted if isinstance(node.function, golang.Name) else ""
-        if name.startswith("ptr.To"):
+        if name.startswith("ptr.To") or name == "corev1.ResourceName":
             return self(node.arguments[0])
         return super().call(node)
+
+    def composite(self, node: golang.Composite) -> Any:
+        if node.type == "corev1.ResourceList":  # a map type: map[ResourceName]Quantity
+            return {self(key): self(value) for key, value in node.elements if key is not None}
+        return super().composite(node)
 
 
 def _policy(name: str) -> dict[str, Any]:
@@ -187,10 +209,10 @@ def _mutation_case(
     authorizer)."""
     mutations = policy["spec"]["mutations"]
     needs = set()
-    if any(m["patchType"] == "ApplyConfiguration" for m in mutations):
-        needs.add("apply configuration")
     if "strict decoding" in str(case.get("expectedErr") or ""):
         needs.add("strict decoding")
+    if "not declared in schema" in str(case.get("expectedErr") or ""):
+        needs.add("schema")
     if any(re.search(r"\bauthorizer\b", json.dumps(m)) for m in mutations):
         needs.add("authorizer")
     inputs = {
@@ -245,20 +267,18 @@ def read_compilation(file: str, source: str) -> AdmissionExtraction:
 
 
 def read_apply_configuration(file: str, source: str) -> AdmissionExtraction:
-    """TestApplyConfiguration: each case's name; every one needs ApplyConfiguration."""
+    """TestApplyConfiguration: expression, object, oldObject, expectedResult or expectedErr."""
     out, function = AdmissionExtraction(file), "TestApplyConfiguration"
-    span = golang.function_body(source, function)
-    if span is None:
-        out.unparsed.append(Unparsed(function, "*", f"no function {function}"))
-        return out
-    body = source[span[0] : span[1]]
-    for match in re.finditer(r"^\t\t\tname:\s+\"((?:[^\"\\]|\\.)*)\"", body, re.M):
-        needs = frozenset({"apply configuration"})
-        out.add(
-            AdmissionCase(
-                file, function, golang.unquote(f'"{match.group(1)}"'), "mutation", {}, None, needs
-            )
-        )
+    source = _without_type_arguments(source)
+    for index, _, case in _struct_rows(
+        out,
+        source,
+        function,
+        "tests",
+        lambda span: _MutatingValues(golang.local_values(source, span)),
+    ):
+        policy = _apply_configurations(_policy(""), str(case.get("expression", "")))
+        out.add(_mutation_case(file, function, index, case, policy))
     return out
 
 
@@ -346,14 +366,20 @@ def _mutate(inputs: Mapping[str, Any]) -> tuple[str, Any]:
         "operation": "CREATE",
         "namespace": ((namespace or {}).get("metadata") or {}).get("name", ""),
     }
-    obj = inputs["object"]
+    if errors := mutation_errors(spec, KUBERNETES_1_36):  # compile errors fail the patch
+        return ("error", "; ".join(errors))
+    obj, variables = inputs["object"], spec.get("variables") or ()
     try:
         for mutation in spec["mutations"]:
             patched = PolicyInputs(
                 obj, inputs.get("oldObject"), request, inputs.get("params"), namespace
             )
-            expression = mutation["jsonPatch"]["expression"]
-            obj = apply_json_patch_expression(expression, patched, spec.get("variables") or ())
+            if mutation["patchType"] == "ApplyConfiguration":
+                expression = mutation["applyConfiguration"]["expression"]
+                obj = apply_configuration_expression(expression, patched, variables)
+            else:
+                expression = mutation["jsonPatch"]["expression"]
+                obj = apply_json_patch_expression(expression, patched, variables)
     except MutationError as exc:
         return ("error", str(exc))
     return ("object", without_empty(obj))
