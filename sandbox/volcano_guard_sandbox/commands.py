@@ -178,8 +178,9 @@ def conformance_parser(prog: str = "volcano-guard-sandbox conformance") -> argpa
         description="Run the CEL cases of Kubernetes' and cel-go's own test tables in the "
         "sandbox's 1.30 policy environment, then the admission plugin's (webhook rules and "
         "matchConditions, the policy validator) against the sandbox's admission, then 1.36's "
-        "MutatingAdmissionPolicy tables (JSONPatch, compilation); print per "
-        "upstream file the cases passed, failed, not modelled and unparsed.",
+        "MutatingAdmissionPolicy tables (JSONPatch, ApplyConfiguration, compilation, "
+        "reinvocation); print per upstream file the cases passed, failed, not modelled and "
+        "unparsed.",
     )
     parser.add_argument(
         "upstream", metavar="UPSTREAM_DIR", help="a folder of <project>/<revision>/<path> files"
