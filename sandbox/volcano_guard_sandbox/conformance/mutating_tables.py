@@ -234,52 +234,54 @@ def _expected(case: Mapping[str, Any]) -> Any:
     return ("object", without_empty(go_encoded(case.get("expectedResult"))))
 
 
-def read_json_patch(file: str, source: str) -> AdmissionExtraction:
-    """TestJSONPatch: expression, object, expectedResult or expectedErr."""
-    out, function = AdmissionExtraction(file), "TestJSONPatch"
+def _read_rows(
+    file: str,
+    source: str,
+    function: str,
+    variable: str,
+    policy_of: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+) -> AdmissionExtraction:
+    """Each row of function's table `variable`, its policy made by policy_of(row)."""
+    out = AdmissionExtraction(file)
     source = _without_type_arguments(source)
     for index, _, case in _struct_rows(
         out,
         source,
         function,
-        "tests",
-        lambda span: _MutatingValues(golang.local_values(source, span)),
+        variable,
+        lambda span: _MutatingValues(golang.local_values(source, span), _POLICY_HELPERS),
     ):
-        policy = _jsonpatches(_policy(""), {"Expression": str(case.get("expression", ""))})
-        out.add(_mutation_case(file, function, index, case, policy))
+        out.add(_mutation_case(file, function, index, case, policy_of(case)))
     return out
+
+
+def read_json_patch(file: str, source: str) -> AdmissionExtraction:
+    """TestJSONPatch: expression, object, expectedResult or expectedErr."""
+    return _read_rows(
+        file,
+        source,
+        "TestJSONPatch",
+        "tests",
+        lambda case: _jsonpatches(_policy(""), {"Expression": str(case.get("expression", ""))}),
+    )
 
 
 def read_compilation(file: str, source: str) -> AdmissionExtraction:
     """TestCompilation: a policy's mutations applied in order."""
-    out, function = AdmissionExtraction(file), "TestCompilation"
-    source = _without_type_arguments(source)
-    for index, _, case in _struct_rows(
-        out,
-        source,
-        function,
-        "testCases",
-        lambda span: _MutatingValues(golang.local_values(source, span), _POLICY_HELPERS),
-    ):
-        policy = case.get("policy") or _policy("")
-        out.add(_mutation_case(file, function, index, case, policy))
-    return out
+    return _read_rows(
+        file, source, "TestCompilation", "testCases", lambda case: case.get("policy") or _policy("")
+    )
 
 
 def read_apply_configuration(file: str, source: str) -> AdmissionExtraction:
     """TestApplyConfiguration: expression, object, oldObject, expectedResult or expectedErr."""
-    out, function = AdmissionExtraction(file), "TestApplyConfiguration"
-    source = _without_type_arguments(source)
-    for index, _, case in _struct_rows(
-        out,
+    return _read_rows(
+        file,
         source,
-        function,
+        "TestApplyConfiguration",
         "tests",
-        lambda span: _MutatingValues(golang.local_values(source, span)),
-    ):
-        policy = _apply_configurations(_policy(""), str(case.get("expression", "")))
-        out.add(_mutation_case(file, function, index, case, policy))
-    return out
+        lambda case: _apply_configurations(_policy(""), str(case.get("expression", ""))),
+    )
 
 
 # reinvocationcontext_test.go: policyReinvokeContext's methods, as reinvocation.py names them.
