@@ -12,6 +12,8 @@ the cases they find today (MIN_CASES)."""
 from __future__ import annotations
 
 import functools
+import json
+import re
 
 import pytest
 
@@ -49,7 +51,9 @@ MAX_UNPARSED = {
 }
 # Cases the sandbox answers unlike 1.36, by id, with why.
 KNOWN_FAILURES: dict[str, str] = {}
-# Run by the slow test only: evaluating up to the per-call cost limit takes seconds in Python.
+# Run by the slow test only: evaluating up to the per-call cost limit takes seconds in Python,
+# and each expression with Object{...} initializers builds CEL environments of its own (about
+# 0.1 s each); the unit and HTTP tests cover those quickly.
 SLOW_CASES = {"compilation_test.go:TestCompilation/jsonPatch with excessive cost"}
 
 
@@ -58,18 +62,23 @@ def _extraction(source: AdmissionSource) -> AdmissionExtraction:
     return extract_admission(source, upstream_file(source.project, source.revision, source.path))
 
 
+def _slow(case: AdmissionCase) -> bool:
+    policy = json.dumps(case.inputs.get("policy") or {})
+    return case.id in SLOW_CASES or re.search(r"\bObject\b", policy) is not None
+
+
 def _cases(slow: bool) -> list[AdmissionCase]:
     return [
         case
         for source in MUTATING_SOURCES
         for case in _extraction(source).cases
-        if (case.id in SLOW_CASES) == slow
+        if _slow(case) == slow
     ]
 
 
 @functools.cache
-def _results() -> tuple[Result, ...]:
-    return tuple(run_mutation_case(case) for case in _cases(slow=False))
+def _results(slow: bool = False) -> tuple[Result, ...]:
+    return tuple(run_mutation_case(case) for case in _cases(slow))
 
 
 @pytest.mark.parametrize("path", sorted(MIN_CASES))
@@ -80,26 +89,30 @@ def test_each_mutating_table_yields_its_cases(path):
     assert len(extraction.unparsed) <= MAX_UNPARSED.get(path, 0), extraction.unparsed
 
 
-def test_every_mutating_case_passes_or_is_not_modelled_or_a_known_failure():
-    unexpected = [
+def _unexpected(results: tuple[Result, ...]) -> list[str]:
+    return [
         f"{r.id}: expected {r.expected} / got {r.got}"
-        for r in _results()
+        for r in results
         if r.verdict == "failed" and r.id not in KNOWN_FAILURES
     ]
-    assert not unexpected, "\n".join(unexpected)
-    assert sum(r.verdict == "passed" for r in _results()) >= 52
+
+
+def test_every_mutating_case_passes_or_is_not_modelled_or_a_known_failure():
+    assert not _unexpected(_results()), "\n".join(_unexpected(_results()))
+    assert sum(r.verdict == "passed" for r in _results()) >= 30
 
 
 def test_no_known_mutating_failure_passes_or_is_gone():
-    failed = {r.id for r in _results() if r.verdict == "failed"}
+    results = _results() + (_results(slow=True) if KNOWN_FAILURES else ())
+    failed = {r.id for r in results if r.verdict == "failed"}
     stale = sorted(set(KNOWN_FAILURES) - failed)
     assert not stale, "no longer failing, take them out of KNOWN_FAILURES:\n" + "\n".join(stale)
 
 
-@pytest.mark.slow  # evaluates a comprehension up to the 1,000,000 per-call cost limit (2 s)
-def test_the_excessive_cost_case_stops_at_the_per_call_limit():
-    (case,) = _cases(slow=True)
-    assert run_mutation_case(case).verdict == "passed"
+@pytest.mark.slow  # Object{...} cases (an environment each) and the per-call cost limit (2 s)
+def test_every_slow_mutating_case_passes_or_is_not_modelled_or_a_known_failure():
+    assert not _unexpected(_results(slow=True)), "\n".join(_unexpected(_results(slow=True)))
+    assert sum(r.verdict == "passed" for r in _results(slow=True)) >= 20
 
 
 @pytest.mark.slow  # runs every table again (3 s)

@@ -399,6 +399,8 @@ def apply_configuration_expression(
         raise MutationError(
             f"unsupported return type from ApplyConfiguration expression: {type(value).__name__}"
         )
+    if value.type_name != APPLY_RETURN_TYPE:  # refused when written: compile.go's words
+        raise MutationError(f"must evaluate to {APPLY_RETURN_TYPE} but got {value.type_name}")
     if mismatches := object_types.type_mismatches(value):
         raise MutationError("type mismatch: " + "\n".join(mismatches))
     patch = to_json(value)

@@ -368,8 +368,6 @@ def _mutate(inputs: Mapping[str, Any]) -> tuple[str, Any]:
         "operation": "CREATE",
         "namespace": ((namespace or {}).get("metadata") or {}).get("name", ""),
     }
-    if errors := mutation_errors(spec, KUBERNETES_1_36):  # compile errors fail the patch
-        return ("error", "; ".join(errors))
     obj, variables = inputs["object"], spec.get("variables") or ()
     try:
         for mutation in spec["mutations"]:
@@ -383,7 +381,10 @@ def _mutate(inputs: Mapping[str, Any]) -> tuple[str, Any]:
                 expression = mutation["jsonPatch"]["expression"]
                 obj = apply_json_patch_expression(expression, patched, variables)
     except MutationError as exc:
-        return ("error", str(exc))
+        # A compile error (the return type's included) fails every patch of the policy first;
+        # the write-time check, which builds an environment, only where the run failed.
+        errors = mutation_errors(spec, KUBERNETES_1_36)
+        return ("error", "; ".join(errors) if errors else str(exc))
     return ("object", without_empty(obj))
 
 
