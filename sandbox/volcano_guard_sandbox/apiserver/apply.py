@@ -11,9 +11,12 @@ endpoints/handlers/patch.go PatchResource):
   matchConditions by name; volumeMounts by mountPath; ports by containerPort+protocol, a
   Service's by port+protocol); every other list is atomic (one field, replaced whole), as are
   all lists of custom resources (the sandbox keeps no CRD schema).
-- The applied object is merged into the live one; a field another manager owns with a different
-  value is a conflict (409, kube's message) unless force, which takes it over; a field this
-  manager applied before and applies no more is removed unless another manager owns it.
+- The applied object is merged into the live one (entries of a keyed list that share the key an
+  applied entry merges into become that one entry, as structured-merge-diff consolidates them;
+  a MutatingAdmissionPolicy's ApplyConfiguration merges the same way); a field another manager
+  owns with a different value is a conflict (409, kube's message) unless force, which takes it
+  over; a field this manager applied before and applies no more is removed unless another
+  manager owns it.
 - managedFields holds one entry per manager and operation (Apply, or Update for writes other
   than apply), as FieldsV1. Update entries are kept only on objects an apply has touched (so
   objects never applied, 100k pods among them, carry none): a write to such an object gives
@@ -223,14 +226,13 @@ def merge(live: Any, applied: Any, field: str, builtin: bool) -> Any:
         out_list = copy.deepcopy(live)
         for item in applied:
             element = _element_key(item, keys, field)
-            index = next(
-                (i for i, x in enumerate(out_list) if _element_key(x, keys, field) == element),
-                None,
-            )
-            if index is None:
+            found = [i for i, x in enumerate(out_list) if _element_key(x, keys, field) == element]
+            if not found:
                 out_list.append(copy.deepcopy(item))
-            else:
-                out_list[index] = merge(out_list[index], item, "", builtin)
+                continue
+            out_list[found[0]] = merge(out_list[found[0]], item, "", builtin)
+            for index in reversed(found[1:]):  # SMD: a key merged into is one entry after
+                del out_list[index]
         return out_list
     return copy.deepcopy(applied)
 
