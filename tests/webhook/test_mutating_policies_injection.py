@@ -37,7 +37,11 @@ from volcano_guard_sandbox.apiserver import cel_cost, cel_strings, mutating_poli
 from volcano_guard_sandbox.apiserver import policies as plugin
 from volcano_guard_sandbox.apiserver.admission import Record
 from volcano_guard_sandbox.apiserver.matching import Attributes, User, evaluate_conditions
-from volcano_guard_sandbox.apiserver.policy_validation import PolicyInputs, program
+from volcano_guard_sandbox.apiserver.policy_validation import (
+    PolicyInputs,
+    compile_errors,
+    program,
+)
 from volcano_guard_sandbox.apiserver.store import ApiError
 
 HOSTILE = "x' + object.metadata.name + '\\\"\n\u2028\x00\U0001f600}]) || true //"
@@ -281,6 +285,16 @@ def test_volcanos_control_plane_pods_labelled_for_injection_end_the_same(workloa
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_the_mutation_compiles_as_1_36_writes_it_to_a_list_of_json_patches(name):
     assert mutating_policies.mutation_errors(map_spec(the_mutation(config_of(name)))) == []
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_the_refusals_compile_as_1_30_writes_a_validating_policy(name):
+    (policy,) = [
+        o
+        for o in admission_policies(config_of(name))
+        if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == MINE
+    ]
+    assert compile_errors(policy["spec"]) == []
 
 
 def test_a_hostile_config_string_stays_one_literal_in_the_expression():
