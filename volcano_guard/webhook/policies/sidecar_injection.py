@@ -9,6 +9,11 @@ kubeconfig whose server is itself into a shared emptyDir; the chosen containers 
 controller-manager and scheduler take) or `KUBECONFIG` set (`env`). A pod that already has the
 sidecar is left alone, so reinvocation and re-creation from an injected template are no-ops.
 
+In enforce mode the same injection and refusals can run inside the API server: mutate_in_server
+(a MutatingAdmissionPolicy's JSONPatch expression) and in_server (a ValidatingAdmissionPolicy),
+both written from the webhook's own pieces (sidecar_container, VOLUME_SOURCE, READ_ONLY_MOUNT,
+KUBECONFIG_ENV, the annotations' grammar), with config values as CEL literals (cel_literal).
+
 Outside this module the guard uses only what __all__ lists: POLICY, for the registry
 (webhook.evaluation), and its config section, for the config (webhook.config).
 """
