@@ -43,8 +43,14 @@ from volcano_guard_sandbox.apiserver.store import ApiError
 from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 
 ADMISSION = "admissionregistration.k8s.io"
+# generic/plugin.go admissionResources: no API-written policy judges a write of these.
 EXCLUDED = frozenset(
-    {(ADMISSION, "validatingadmissionpolicies"), (ADMISSION, "validatingadmissionpolicybindings")}
+    {
+        (ADMISSION, "validatingadmissionpolicies"),
+        (ADMISSION, "validatingadmissionpolicybindings"),
+        (ADMISSION, "mutatingadmissionpolicies"),
+        (ADMISSION, "mutatingadmissionpolicybindings"),
+    }
 )
 VALIDATION_FAILURE = "validation.policy.admission.k8s.io/validation_failure"
 MAX_AUDIT_VALUE = 10 * 1024
@@ -304,13 +310,20 @@ def binding_errors(spec: Mapping[str, Any]) -> list[str]:
                 "and Warn (repeating the same validation failure information in the "
                 "API response and headers serves no purpose)"
             )
+    return errors + param_ref_errors(spec) + label_selectors.binding_errors(spec)
+
+
+def param_ref_errors(spec: Mapping[str, Any]) -> list[str]:
+    """A binding's paramRef (validating and mutating alike): by name or by selector, with its
+    parameterNotFoundAction."""
+    errors = []
     ref = spec.get("paramRef")
     if isinstance(ref, Mapping):
         if bool(ref.get("name")) == ("selector" in ref):
             errors.append("spec.paramRef: Invalid value: one of name or selector must be set")
         if ref.get("parameterNotFoundAction") not in ("Allow", "Deny"):
             errors.append("spec.paramRef.parameterNotFoundAction: Required value")
-    return errors + label_selectors.binding_errors(spec)
+    return errors
 
 
 def _refusal(attributes: Attributes, denial: _Denial) -> ApiError:
