@@ -112,7 +112,7 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
     actions = {
         b["metadata"]["name"]: b["spec"]["validationActions"]
         for b in admission_policies(warn)
-        if b["kind"].endswith("Binding")
+        if b["kind"] == "ValidatingAdmissionPolicyBinding"
     }
     assert actions == {
         "volcano-guard-resource-requests": ["Deny"],

@@ -350,12 +350,20 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
     binding of a ValidatingAdmissionPolicy takes its one action from the policy's mode, Deny in
     enforce). Only in enforce mode: in the API server a policy cannot warn that it would patch.
 
+    None without `validatingAdmissionPolicies` either: the policy injects no pod with a
+    problem, and leaves refusing it to in_server's check; without that check such a pod would
+    start without the sidecar where the webhook refuses it.
+
     Where the webhook and CEL could read an annotation differently, the webhook reads it as CEL
     does (FLUSH_PATTERN, GO_SPACE, the flush interval passed as written). A pod whose
     containers share a name is patched differently (CEL finds a container's index by its
     name), but kube-apiserver refuses such a pod by its validation, whatever either did."""
     section = settings(config)
-    if section.mode != "enforce" or section.hostNetwork == "warn":
+    if (
+        section.mode != "enforce"
+        or section.hostNetwork == "warn"
+        or not config.validatingAdmissionPolicies
+    ):
         return ()
     return (
         InServerMutation(
