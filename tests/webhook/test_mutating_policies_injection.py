@@ -2,9 +2,10 @@
 (containers and init containers with and without args, command, env, KUBECONFIG and mounts;
 valid and invalid annotations; volumes; hostNetwork; a grace period; pods already injected),
 Volcano's own control-plane pods and several configs (hostile strings among them), the
-webhook's patch applied and the policy's JSONPatch mutation applied by the sandbox's 1.36
-MutatingAdmissionPolicy code give the same object; and the webhook's refusals are the API
-server's, by the policy's ValidatingAdmissionPolicies, with the same reason."""
+webhook's patch applied and the guard's MutatingAdmissionPolicy, as `manifests` renders it, run
+by the sandbox's 1.36 plugin give the same object; and the webhook's refusals are the API
+server's, by the guard's ValidatingAdmissionPolicy, which sees the mutated pod, with the same
+reason (the webhook's first)."""
 
 from __future__ import annotations
 
@@ -34,19 +35,26 @@ from volcano_guard.webhook.review import (
     GroupVersionResource,
     UserInfo,
 )
-from volcano_guard_sandbox.apiserver import cel_cost, cel_strings, mutating_policies
+from volcano_guard_sandbox.apiserver import (
+    cel_cost,
+    cel_strings,
+    mutating_admission,
+    mutating_policies,
+)
 from volcano_guard_sandbox.apiserver import policies as plugin
 from volcano_guard_sandbox.apiserver.admission import Record
-from volcano_guard_sandbox.apiserver.matching import Attributes, User, evaluate_conditions
+from volcano_guard_sandbox.apiserver.matching import Attributes, User
+from volcano_guard_sandbox.apiserver.mutating_policies import KUBERNETES_1_36
 from volcano_guard_sandbox.apiserver.policy_validation import (
     PolicyInputs,
     compile_errors,
     program,
 )
+from volcano_guard_sandbox.apiserver.reinvocation import ReinvocationContext
 from volcano_guard_sandbox.apiserver.store import ApiError
 
 HOSTILE = "x' + object.metadata.name + '\\\"\n\u2028\x00\U0001f600}]) || true //"
-MINE = "volcano-guard-sidecar-host-network"
+MINE = ("volcano-guard-sidecar-injection", "volcano-guard-sidecar-host-network")
 CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
     "plain sidecar, env, long drain": {
@@ -75,11 +83,12 @@ _RENDERED: dict[int, tuple[Config, InServerMutation, list[dict[str, Any]]]] = {}
 
 
 def rendered(config: Config) -> tuple[InServerMutation, list[dict[str, Any]]]:
-    """The mutation, and the check as a ValidatingAdmissionPolicy and its binding (rendered
-    once a config: a config is not hashable, and config_of keeps each one alive)."""
+    """The mutation, and the guard's policies and bindings for it as `manifests` renders them
+    (the MutatingAdmissionPolicy, the ValidatingAdmissionPolicy of the check), once a config:
+    a config is not hashable, and config_of keeps each one alive."""
     if id(config) not in _RENDERED:
         (mutation,) = POLICY.mutate_in_server(config)
-        mine = [o for o in admission_policies(config) if o["metadata"]["name"] == MINE]
+        mine = [o for o in admission_policies(config) if o["metadata"]["name"] in MINE]
         _RENDERED[id(config)] = (config, mutation, mine)
     _, mutation, mine = _RENDERED[id(config)]
     return mutation, mine
@@ -89,13 +98,11 @@ def the_mutation(config: Config) -> InServerMutation:
     return rendered(config)[0]
 
 
-def map_spec(mutation: InServerMutation) -> dict[str, Any]:
-    """The MutatingAdmissionPolicy spec the mutation renders to (its expressions)."""
-    return {
-        "matchConditions": [{"name": "not-injected", "expression": mutation.condition}],
-        "variables": [{"name": n, "expression": e} for n, e in mutation.variables],
-        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": mutation.json_patch}}],
-    }
+def map_spec(config: Config) -> dict[str, Any]:
+    """The spec of the MutatingAdmissionPolicy `manifests` renders for the mutation."""
+    (policy,) = [o for o in rendered(config)[1] if o["kind"] == "MutatingAdmissionPolicy"]
+    spec: dict[str, Any] = policy["spec"]
+    return spec
 
 
 def request_of(pod: dict[str, Any]) -> AdmissionRequest:
@@ -121,17 +128,46 @@ def webhook_outcome(config: Config, pod: dict[str, Any]) -> tuple[Any, tuple[str
 
 
 def in_server_outcome(config: Config, pod: dict[str, Any]) -> tuple[Any, str]:
-    """(the pod as the MutatingAdmissionPolicy leaves it, the refusal of the policy's
-    ValidatingAdmissionPolicies, which see the mutated pod, or "")."""
-    mutation = the_mutation(config)
-    inputs = PolicyInputs(object=pod, request=review_request(pod))
-    condition = [{"name": "not-injected", "expression": mutation.condition}]
-    matches, errors = evaluate_conditions(condition, program, inputs.variables())
-    assert not errors, errors
-    if matches:
-        variables = map_spec(mutation)["variables"]
-        pod = mutating_policies.apply_json_patch_expression(mutation.json_patch, inputs, variables)
-    return pod, refusal(config, pod)
+    """(the pod as the guard's MutatingAdmissionPolicy leaves it, run by the sandbox's 1.36
+    plugin, the refusal of its ValidatingAdmissionPolicy, which sees the mutated pod, or "")."""
+    objects = [o for o in rendered(config)[1] if o["kind"].startswith("MutatingAdmission")]
+    try:
+        mutated = mutating_admission.admit(
+            attributes_of(pod),
+            [o for o in objects if o["kind"].endswith("Policy")],
+            [o for o in objects if o["kind"].endswith("Binding")],
+            lambda *_: None,
+            NAMESPACE,
+            Record(),
+            KUBERNETES_1_36,
+            ReinvocationContext(),
+        )
+    except ApiError as exc:
+        return pod, exc.message
+    assert mutated is not None  # admit answers None for no object (a DELETE), never a CREATE
+    return mutated, refusal(config, mutated)
+
+
+NAMESPACE = {
+    "apiVersion": "v1",
+    "kind": "Namespace",
+    "metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "team-a"}},
+}
+
+
+def attributes_of(pod: dict[str, Any]) -> Attributes:
+    return Attributes(
+        operation="CREATE",
+        group="",
+        version="v1",
+        resource="pods",
+        subresource="",
+        kind=("", "v1", "Pod"),
+        namespace=pod["metadata"]["namespace"],
+        name=pod["metadata"]["name"],
+        user=User("alice", "", ("system:authenticated",)),
+        object=pod,
+    )
 
 
 def review_request(pod: dict[str, Any]) -> dict[str, Any]:
@@ -145,23 +181,13 @@ def review_request(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def refusal(config: Config, pod: dict[str, Any]) -> str:
-    objects = rendered(config)[1]
-    attributes = Attributes(
-        operation="CREATE",
-        group="",
-        version="v1",
-        resource="pods",
-        subresource="",
-        kind=("", "v1", "Pod"),
-        namespace=pod["metadata"]["namespace"],
-        name=pod["metadata"]["name"],
-        user=User("alice", "", ("system:authenticated",)),
-        object=pod,
-    )
+    objects = [o for o in rendered(config)[1] if o["kind"].startswith("ValidatingAdmission")]
     policies = [o for o in objects if o["kind"].endswith("Policy")]
     bindings = [o for o in objects if o["kind"].endswith("Binding")]
     try:
-        plugin.dispatch(attributes, policies, bindings, lambda *_: None, None, Record())
+        plugin.dispatch(
+            attributes_of(pod), policies, bindings, lambda *_: None, NAMESPACE, Record()
+        )
     except ApiError as exc:
         return exc.message.split("denied request: ", 1)[1]
     return ""
@@ -302,15 +328,16 @@ def test_volcanos_control_plane_pods_labelled_for_injection_end_the_same(workloa
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_the_mutation_compiles_as_1_36_writes_it_to_a_list_of_json_patches(name):
-    assert mutating_policies.mutation_errors(map_spec(the_mutation(config_of(name)))) == []
+    spec = map_spec(config_of(name))
+    assert mutating_policies.mutation_errors(spec) == []
+    assert mutating_admission.policy_errors(spec, KUBERNETES_1_36) == []
+    assert spec["failurePolicy"] == "Ignore" and spec["reinvocationPolicy"] == "IfNeeded"
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_the_refusals_compile_as_1_30_writes_a_validating_policy(name):
     (policy,) = [
-        o
-        for o in admission_policies(config_of(name))
-        if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == MINE
+        o for o in rendered(config_of(name))[1] if o["kind"] == "ValidatingAdmissionPolicy"
     ]
     assert compile_errors(policy["spec"]) == []
 
@@ -380,6 +407,13 @@ def test_under_host_network_warn_injection_stays_on_the_webhook():
     assert "!variables.hostNetwork" not in dict(check.validations)
 
 
+def test_without_validating_policies_injection_stays_on_the_webhook():
+    """The policy injects no pod with a problem and leaves refusing it to the check: without
+    the check, a pod with a bad annotation would start without the sidecar."""
+    config = config_from_dict({"validatingAdmissionPolicies": False})
+    assert POLICY.mutate_in_server(config) == ()
+
+
 @pytest.mark.parametrize("mode", ["warn", "audit", "off"])
 def test_outside_enforce_mode_nothing_runs_in_the_server(mode):
     config = config_from_dict({"policies": {"sidecarInjection": {"mode": mode}}})
@@ -415,7 +449,7 @@ def mutation_cost(config: Config, pod: dict[str, Any]) -> int:
     """The least budget the mutation (its variables and expression) applies within."""
     mutation = the_mutation(config)
     inputs = PolicyInputs(object=pod, request=review_request(pod))
-    variables = map_spec(mutation)["variables"]
+    variables = map_spec(config)["variables"]
     low, high = 0, cel_cost.RUNTIME_BUDGET
     while low < high:
         middle = (low + high) // 2
@@ -452,5 +486,5 @@ def test_past_the_per_call_limit_the_mutation_fails_rather_than_patch_part_of_th
     inputs = PolicyInputs(object=pod, request=review_request(pod))
     with pytest.raises(mutating_policies.MutationError, match="actual cost limit exceeded"):
         mutating_policies.apply_json_patch_expression(
-            mutation.json_patch, inputs, map_spec(mutation)["variables"]
+            mutation.json_patch, inputs, map_spec(config_of("default"))["variables"]
         )
