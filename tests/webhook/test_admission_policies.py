@@ -98,6 +98,7 @@ def test_manifests_prints_policies_valid_for_1_30_that_compile(name, tmp_path, c
         "volcano-guard-node-name",
         "volcano-guard-bindings",
         "volcano-guard-podgroup-generation-id",
+        "volcano-guard-sidecar-host-network",
     }
     assert {b["spec"]["policyName"] for b in bindings} == {v["metadata"]["name"] for v in vaps}
     for document in vaps + bindings:
@@ -111,7 +112,7 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
     actions = {
         b["metadata"]["name"]: b["spec"]["validationActions"]
         for b in admission_policies(warn)
-        if b["kind"].endswith("Binding")
+        if b["kind"] == "ValidatingAdmissionPolicyBinding"
     }
     assert actions == {
         "volcano-guard-resource-requests": ["Deny"],
@@ -119,6 +120,7 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
         "volcano-guard-node-name": ["Warn"],
         "volcano-guard-bindings": ["Audit"],
         "volcano-guard-podgroup-generation-id": ["Deny"],
+        "volcano-guard-sidecar-host-network": ["Deny"],
     }
     assert admission_policies(config_from_dict({"validatingAdmissionPolicies": False})) == []
     off = config_from_dict(
@@ -135,6 +137,7 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
         "volcano-guard-resource-requests",
         "volcano-guard-volcano-resource-requests",
         "volcano-guard-podgroup-generation-id",
+        "volcano-guard-sidecar-host-network",
     ]
 
 

@@ -263,3 +263,37 @@ def test_a_non_string_annotation_is_denied_with_the_value_shown_bounded():
     result = admit(pod, copied=False)  # deepcopy() cannot copy it
     assert not result.decision.allowed
     assert "proxy-containers is [[[[...]]]], not a string" in result.decision.message
+
+
+def test_the_flush_interval_annotation_reaches_the_sidecar_as_written():
+    pod = injected(volcano_controller_pod(**{"volcano-guard.io/flush-interval": "0.50"}))
+    args = pod["spec"]["initContainers"][0]["args"]
+    assert args[args.index("--flush-interval") + 1] == "0.50"
+
+
+@pytest.mark.parametrize("value", [" 1", "1e0", "1_0", "+1", ".5", "5.", "0.1234567", "\u0661"])
+def test_a_flush_interval_not_written_as_plain_decimal_seconds_is_refused(value):
+    """What CEL's double() and Python's float() read alike, so the API server's policy and the
+    webhook take the same values."""
+    decision = admit(volcano_controller_pod(**{"volcano-guard.io/flush-interval": value})).decision
+    assert not decision.allowed and "a decimal number of seconds" in decision.message
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("fast", '"fast"'),
+        ("a\nb", "a value of 3 characters, not shown"),
+        ("x" * 81, "a value of 81 characters, not shown"),
+    ],
+)
+def test_a_bad_annotation_is_shown_only_as_one_short_printable_line(value, said):
+    decision = admit(volcano_controller_pod(**{"volcano-guard.io/ack": value})).decision
+    assert f"volcano-guard.io/ack is {said}; allowed: async or sync" in decision.message
+
+
+def test_past_20_containers_an_unknown_proxy_container_names_only_their_count():
+    pod = volcano_controller_pod(**{"volcano-guard.io/proxy-containers": "ghost"})
+    pod["spec"]["containers"] *= 21
+    message = admit(pod).decision.message
+    assert 'names "ghost", not containers of this pod (it has 21 containers)' in message

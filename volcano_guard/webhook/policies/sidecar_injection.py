@@ -9,6 +9,11 @@ kubeconfig whose server is itself into a shared emptyDir; the chosen containers 
 controller-manager and scheduler take) or `KUBECONFIG` set (`env`). A pod that already has the
 sidecar is left alone, so reinvocation and re-creation from an injected template are no-ops.
 
+In enforce mode the same injection and refusals can run inside the API server: mutate_in_server
+(a MutatingAdmissionPolicy's JSONPatch expression) and in_server (a ValidatingAdmissionPolicy),
+both written from the webhook's own pieces (sidecar_container, VOLUME_SOURCE, READ_ONLY_MOUNT,
+KUBECONFIG_ENV, the annotations' grammar), with config values as CEL literals (cel_literal).
+
 Outside this module the guard uses only what __all__ lists: POLICY, for the registry
 (webhook.evaluation), and its config section, for the config (webhook.config).
 """
@@ -16,6 +21,7 @@ Outside this module the guard uses only what __all__ lists: POLICY, for the regi
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
@@ -23,10 +29,12 @@ import msgspec
 from volcano_guard import __version__
 from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import object_at, shown
-from volcano_guard.webhook.cel import all_of, kind_is, operation_is
+from volcano_guard.webhook.cel import DESCRIBED, Expr, all_of, concat, kind_is, operation_is
 from volcano_guard.webhook.policies.base import (
     INJECT,
     NOTHING_FOUND,
+    InServerCheck,
+    InServerMutation,
     Policy,
     PolicyContext,
     Scope,
@@ -78,10 +86,25 @@ VOLUME = "volcano-guard-kubeconfig"
 MOUNT_PATH = "/var/run/volcano-guard"
 KUBECONFIG = f"{MOUNT_PATH}/kubeconfig"
 GRACE_MARGIN = 10  # seconds beyond the drain timeout before the kubelet kills the sidecar
+FLUSH_PATTERN = r"[0-9]{1,2}(\.[0-9]{1,6})?"  # seconds, as in "1", "0.5" or "12.25"
+FLUSH_MIN, FLUSH_MAX = 0.05, 60
+FLUSH_ALLOWED = 'a decimal number of seconds from 0.05 to 60, e.g. "1" or "0.5"'
+SHOWN_PATTERN = r"[ -~]{0,80}"  # printable ASCII, at most 80 characters
+LISTED_NAMES = 20
+# Go's unicode.IsSpace, which CEL's trim() strips (Python's str.strip() also strips \x1c-\x1f).
+GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 HOST_NETWORK_RISK = (
     "the pod uses hostNetwork, so the sidecar's loopback port is the node's: "
     "every process on the node can reach it (it still requires the token of the "
     "kubeconfig it writes)"
+)
+
+HOST_NETWORK_REFUSAL = (
+    HOST_NETWORK_RISK + "; run it without hostNetwork, or set "
+    "policies.sidecarInjection.hostNetwork: warn to inject anyway"
 )
 
 
@@ -108,10 +131,7 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     problems += [problem] if problem else []
     host_network = spec.get("hostNetwork") is True
     if host_network and config.hostNetwork == "refuse":
-        problems.append(
-            HOST_NETWORK_RISK + "; run it without hostNetwork, or set "
-            "policies.sidecarInjection.hostNetwork: warn to inject anyway"
-        )
+        problems.append(HOST_NETWORK_REFUSAL)
     if problems:
         return Verdict(violations=tuple(f"{request.describe()}: {p}" for p in problems))
     patch = _inject(spec, config, options)
@@ -143,16 +163,6 @@ def scopes(config: Config) -> tuple[Scope, ...]:
     )
 
 
-POLICY = Policy(
-    name=NAME,
-    mode=lambda config: settings(config).mode,
-    off="policies.sidecarInjection.mode: off",
-    mutate=mutate,
-    kinds=frozenset({POD}),
-    scopes=scopes,
-)
-
-
 def sidecar_container(
     config: SidecarInjectionConfig, options: dict[str, Any], native: bool
 ) -> dict[str, Any]:
@@ -168,7 +178,7 @@ def sidecar_container(
             "--metrics-listen",
             f"0.0.0.0:{config.metricsPort}",
             "--flush-interval",
-            _number(options["flush"]),
+            options["flush"],
             "--ack",
             options["ack"],
             "--drain-timeout",
@@ -195,11 +205,16 @@ def sidecar_container(
     return container
 
 
+VOLUME_SOURCE = {"name": VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+READ_ONLY_MOUNT = {"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}
+KUBECONFIG_ENV = {"name": "KUBECONFIG", "value": KUBECONFIG}
+
+
 def _inject(
     spec: dict[str, Any], config: SidecarInjectionConfig, options: dict[str, Any]
 ) -> list[dict[str, Any]]:
     sidecar = sidecar_container(config, options, config.nativeSidecar)
-    volume = {"name": VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+    volume = VOLUME_SOURCE
     ops = []
     if config.nativeSidecar:  # first, so it is up before every other init container
         ops.append(
@@ -219,7 +234,7 @@ def _inject(
 
 def _point_at_proxy(target: Container, mode: str) -> list[dict[str, Any]]:
     container, base = target.body, jsonpatch.pointer(*target.path)
-    mount = {"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}
+    mount = READ_ONLY_MOUNT
     ops = [
         jsonpatch.add(f"{base}/volumeMounts/-", mount)
         if container.get("volumeMounts")
@@ -231,7 +246,7 @@ def _point_at_proxy(target: Container, mode: str) -> list[dict[str, Any]]:
     elif mode == "args" and container.get("command"):
         ops.append(jsonpatch.add(f"{base}/args", [f"--kubeconfig={KUBECONFIG}"]))
     else:
-        env = {"name": "KUBECONFIG", "value": KUBECONFIG}
+        env = KUBECONFIG_ENV
         ops.append(
             jsonpatch.add(f"{base}/env/-", env)
             if container.get("env")
@@ -244,7 +259,7 @@ def _options(
     annotations: dict[str, Any], config: SidecarInjectionConfig
 ) -> tuple[dict[str, Any], list[str]]:
     options: dict[str, Any] = {
-        "flush": config.flushInterval,
+        "flush": _number(config.flushInterval),
         "ack": config.ack,
         "mode": config.proxyMode,
         "drain": config.drainTimeout,
@@ -252,15 +267,11 @@ def _options(
     problems = []
     if FLUSH_INTERVAL in annotations:
         text = annotations[FLUSH_INTERVAL]
-        try:
-            value = float(text)
-            if not 0.05 <= value <= 60:
-                raise ValueError
-            options["flush"] = value
-        except (TypeError, ValueError):
+        if _flush_interval_valid(text):
+            options["flush"] = text  # as written: the in-server form cannot format a number
+        else:
             problems.append(
-                f"annotation {FLUSH_INTERVAL} is {shown(text)}; allowed: seconds "
-                'from 0.05 to 60, e.g. "1" or "0.5"'
+                f"annotation {FLUSH_INTERVAL} is {_shown_text(text)}; allowed: {FLUSH_ALLOWED}"
             )
     for key, field, allowed in (
         (ACK, "ack", ("async", "sync")),
@@ -271,28 +282,387 @@ def _options(
                 options[field] = annotations[key]
             else:
                 problems.append(
-                    f"annotation {key} is {shown(annotations[key])}; allowed: "
+                    f"annotation {key} is {_shown_text(annotations[key])}; allowed: "
                     f"{' or '.join(allowed)}"
                 )
     return options, problems
 
 
+def _flush_interval_valid(text: object) -> bool:
+    """A decimal number of seconds within the bounds (FLUSH_PATTERN: what CEL's double()
+    and Python's float() read alike; Python alone would take " 1", "1_0" or "1e0")."""
+    return (
+        isinstance(text, str)
+        and re.fullmatch(FLUSH_PATTERN, text) is not None
+        and FLUSH_MIN <= float(text) <= FLUSH_MAX
+    )
+
+
 def _targets(app: list[Container], annotations: dict[str, Any]) -> tuple[list[Container], str]:
+    """The app containers to point at the sidecar, in the pod's order: all, or those the
+    annotation names (each name trimmed of what CEL's trim() removes)."""
     wanted = annotations.get(PROXY_CONTAINERS)
     if wanted is None:
         return app, ""
     if not isinstance(wanted, str):
         return [], f"annotation {PROXY_CONTAINERS} is {shown(wanted)}, not a string"
-    by_name = {c.name: c for c in app}
-    chosen = [n.strip() for n in wanted.split(",") if n.strip()]
-    unknown = [n for n in chosen if n not in by_name]
+    names = [c.name for c in app]
+    chosen = [n.strip(GO_SPACE) for n in wanted.split(",") if n.strip(GO_SPACE)]
+    unknown = [n for n in chosen if n not in names]
     if unknown:
         return [], (
-            f"annotation {PROXY_CONTAINERS} names {', '.join(unknown)}, not containers "
-            f"of this pod (it has {', '.join(by_name)})"
+            f"annotation {PROXY_CONTAINERS} names {_shown_text(', '.join(unknown))}, not "
+            f"containers of this pod (it has {_listed(names)})"
         )
-    return [by_name[n] for n in chosen], ""
+    return [c for c in app if c.name in chosen], ""
+
+
+def _shown_text(value: object) -> str:
+    """An annotation's value for a message, as the in-server check can say it too: in double
+    quotes when it is at most 80 printable ASCII characters, else only its length (a message of
+    a ValidatingAdmissionPolicy must be one line)."""
+    if not isinstance(value, str):
+        return shown(value)
+    if re.fullmatch(SHOWN_PATTERN, value):
+        return f'"{value}"'
+    return f"a value of {len(value)} characters, not shown"
+
+
+def _listed(names: list[str]) -> str:
+    """The pod's container names for a message, or their count past LISTED_NAMES."""
+    return ", ".join(names) if len(names) <= LISTED_NAMES else f"{len(names)} containers"
 
 
 def _number(value: float) -> str:
     return f"{value:g}"
+
+
+# -- in the API server: a MutatingAdmissionPolicy injects, ValidatingAdmissionPolicies refuse --
+
+
+def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
+    """The injection as one JSONPatch expression, making the webhook's patch: the sidecar
+    (native or not), the volume, each target's mount and its `--kubeconfig` or KUBECONFIG, and
+    the grace period; nothing for a pod already injected, or one in_server refuses.
+
+    Under `hostNetwork: warn` injection stays on the webhook: a hostNetwork pod is injected
+    there with a warning to its creator, which a MutatingAdmissionPolicy cannot give (and the
+    binding of a ValidatingAdmissionPolicy takes its one action from the policy's mode, Deny in
+    enforce). Only in enforce mode: in the API server a policy cannot warn that it would patch.
+
+    None without `validatingAdmissionPolicies` either: the policy injects no pod with a
+    problem, and leaves refusing it to in_server's check; without that check such a pod would
+    start without the sidecar where the webhook refuses it.
+
+    Where the webhook and CEL could read an annotation differently, the webhook reads it as CEL
+    does (FLUSH_PATTERN, GO_SPACE, the flush interval passed as written). A pod whose
+    containers share a name is patched differently (CEL finds a container's index by its
+    name), but kube-apiserver refuses such a pod by its validation, whatever either did."""
+    section = settings(config)
+    if (
+        section.mode != "enforce"
+        or section.hostNetwork == "warn"
+        or not config.validatingAdmissionPolicies
+    ):
+        return ()
+    return (
+        InServerMutation(
+            "sidecar-injection",
+            (pods_rule("CREATE"),),
+            _NOT_INJECTED,
+            _patches(section),
+            (*_judged(section), *_injected(section)),
+        ),
+    )
+
+
+def in_server(config: Config) -> tuple[InServerCheck, ...]:
+    """The webhook's refusals, decided by the API server for a labelled pod not injected (one
+    that passes them was injected by mutate_in_server or the webhook before they run): a bad
+    annotation, and (`hostNetwork: refuse`) a hostNetwork pod, in the webhook's order, so the
+    refusal names the problem the webhook names first, in its words. One check, named
+    for the refusal it was added for (the name the registrations and the reconciler's RBAC
+    know). Only in enforce mode, as the webhook refuses only then."""
+    section = settings(config)
+    if section.mode != "enforce":
+        return ()
+    validations = _ANNOTATION_VALIDATIONS
+    if section.hostNetwork == "refuse":
+        refusal = concat(*DESCRIBED, f": {HOST_NETWORK_REFUSAL}")
+        validations += (("!variables.hostNetwork", refusal),)
+    return (
+        InServerCheck(
+            "sidecar-host-network",
+            (pods_rule("CREATE"),),
+            _NOT_INJECTED,
+            validations,
+            _judged(section),
+        ),
+    )
+
+
+POLICY = Policy(
+    name=NAME,
+    mode=lambda config: settings(config).mode,
+    off="policies.sidecarInjection.mode: off",
+    mutate=mutate,
+    kinds=frozenset({POD}),
+    scopes=scopes,
+    in_server=in_server,
+    mutate_in_server=mutate_in_server,
+)
+
+
+def cel_literal(value: object) -> str:
+    """value (str, bool, int, float, list, dict, or an Expr kept as written) as a CEL
+    literal. A string becomes printable ASCII whatever it holds: quotes, backslashes, line
+    breaks and every other character outside ' '..'~' are escapes, so no config value can end
+    the literal or add to the expression. A list or map whose values differ in type gets them
+    as dyn() (kube-apiserver's CEL refuses mixed aggregate literals)."""
+    if isinstance(value, Expr):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + "".join(_escaped(c) for c in value) + "'"
+    if isinstance(value, list):
+        return "[" + ", ".join(_element(v, _mixed(value)) for v in value) + "]"
+    if isinstance(value, dict):
+        mixed = _mixed(list(value.values()))
+        return (
+            "{"
+            + ", ".join(f"{cel_literal(k)}: {_element(v, mixed)}" for k, v in value.items())
+            + "}"
+        )
+    raise TypeError(f"no CEL literal for {type(value).__name__}")
+
+
+def _mixed(values: list[object]) -> bool:
+    """Values of more than one type (an Expr's is dyn to the type checker); or several lists
+    or maps, whose element types may differ (an empty one's are dyn)."""
+    nested = len(values) > 1 and any(isinstance(v, list | dict) for v in values)
+    return nested or len({type(v) for v in values}) > 1
+
+
+def _element(value: object, mixed: bool) -> str:
+    return f"dyn({cel_literal(value)})" if mixed else cel_literal(value)
+
+
+def _escaped(character: str) -> str:
+    if character in "\\'":
+        return "\\" + character
+    if " " <= character <= "~":
+        return character
+    code = ord(character)
+    if 0xD800 <= code <= 0xDFFF:  # YAML's "\ud800" reads as one; no CEL string holds it
+        raise ValueError(f"U+{code:04X} is half of a UTF-16 pair, not a character")
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+_ANNOTATIONS = "variables.annotations"
+
+
+def _annotation(key: str) -> str:
+    return f"{_ANNOTATIONS}[{cel_literal(key)}]"
+
+
+def _annotated(key: str) -> str:
+    return f"{cel_literal(key)} in {_ANNOTATIONS}"
+
+
+def _has_sidecar(field: str) -> str:
+    return (
+        f"has(object.spec.{field}) && "
+        f"object.spec.{field}.exists(c, c.name == {cel_literal(CONTAINER_NAME)})"
+    )
+
+
+# A labelled pod without the sidecar: mutate's requests that are not NOTHING_FOUND.
+_NOT_INJECTED = (
+    f"has(object.metadata.labels) && {cel_literal(INJECT_LABEL)} in object.metadata.labels && "
+    f"object.metadata.labels[{cel_literal(INJECT_LABEL)}] == 'true' && "
+    f"!({_has_sidecar('initContainers')}) && !({_has_sidecar('containers')})"
+)
+
+
+def _choice(key: str, allowed: tuple[str, ...]) -> str:
+    return f"!({_annotated(key)}) || {_annotation(key)} in {cel_literal(list(allowed))}"
+
+
+def _option(key: str, default: str) -> str:
+    return f"{_annotated(key)} ? {_annotation(key)} : {cel_literal(default)}"
+
+
+def _judged(section: SidecarInjectionConfig) -> tuple[tuple[str, str], ...]:
+    """The variables of what _options and _targets refuse, as CEL."""
+    flush = _annotation(FLUSH_INTERVAL)
+    return (
+        (
+            "annotations",
+            "has(object.metadata.annotations) ? object.metadata.annotations : {}",
+        ),
+        (
+            "flushValid",
+            f"!({_annotated(FLUSH_INTERVAL)}) || "
+            f"{_whole_match(flush, FLUSH_PATTERN)} && "
+            f"double({flush}) >= {float(FLUSH_MIN)!r} && double({flush}) <= {float(FLUSH_MAX)!r}",
+        ),
+        ("ackValid", _choice(ACK, ("async", "sync"))),
+        ("modeValid", _choice(PROXY_MODE, ("args", "env"))),
+        (
+            "appNames",
+            "has(object.spec.containers) ? object.spec.containers.map(c, c.name) : []",
+        ),
+        (
+            "chosen",
+            f"{_annotated(PROXY_CONTAINERS)} ? {_annotation(PROXY_CONTAINERS)}.split(',')"
+            ".map(n, n.trim()).filter(n, n != '') : []",
+        ),
+        ("unknown", "variables.chosen.filter(n, !(n in variables.appNames))"),
+        ("hostNetwork", "has(object.spec.hostNetwork) && object.spec.hostNetwork == true"),
+    )
+
+
+def _whole_match(text: str, pattern: str) -> str:
+    """CEL: the string text matches pattern as a whole, as re.fullmatch: its leftmost match
+    from the start is all of it (the patterns here have one way to match), and find's "" for
+    no match is not taken for a match of "" unless the pattern matches "". Not
+    matches('^...$'): a `$` that an engine reads as Python's also matches before a final line
+    break."""
+    found = f"{text}.find({cel_literal(f'^{pattern}')}) == {text}"
+    return found if re.fullmatch(pattern, "") else f"{text} != '' && {found}"
+
+
+def _shown_cel(text: str) -> Expr:
+    """_shown_text in CEL, for a string expression."""
+    return Expr(
+        f"{_whole_match(text, SHOWN_PATTERN)} ? '\"' + {text} + '\"' : "
+        f"'a value of ' + string(size({text})) + ' characters, not shown'"
+    )
+
+
+_LISTED_CEL = Expr(
+    f"size(variables.appNames) <= {LISTED_NAMES} ? variables.appNames.join(', ') : "
+    "string(size(variables.appNames)) + ' containers'"
+)
+_ANNOTATION_VALIDATIONS = (
+    (
+        "variables.flushValid",
+        concat(
+            *DESCRIBED,
+            f": annotation {FLUSH_INTERVAL} is ",
+            _shown_cel(_annotation(FLUSH_INTERVAL)),
+            f"; allowed: {FLUSH_ALLOWED}",
+        ),
+    ),
+    *(
+        (
+            f"variables.{name}Valid",
+            concat(
+                *DESCRIBED,
+                f": annotation {key} is ",
+                _shown_cel(_annotation(key)),
+                f"; allowed: {allowed}",
+            ),
+        )
+        for name, key, allowed in (
+            ("ack", ACK, "async or sync"),
+            ("mode", PROXY_MODE, "args or env"),
+        )
+    ),
+    (
+        "size(variables.unknown) == 0",
+        concat(
+            *DESCRIBED,
+            f": annotation {PROXY_CONTAINERS} names ",
+            _shown_cel("variables.unknown.join(', ')"),
+            ", not containers of this pod (it has ",
+            _LISTED_CEL,
+            ")",
+        ),
+    ),
+)
+
+
+def _injected(section: SidecarInjectionConfig) -> tuple[tuple[str, str], ...]:
+    """The variables of what mutate patches, as CEL: the options, the sidecar as
+    sidecar_container builds it, the target containers, whether to inject at all."""
+    per_pod = {
+        "flush": Expr("variables.flush"),
+        "ack": Expr("variables.ack"),
+        "drain": section.drainTimeout,
+    }
+    sidecar = sidecar_container(section, per_pod, section.nativeSidecar)
+    return (
+        ("flush", _option(FLUSH_INTERVAL, _number(section.flushInterval))),
+        ("ack", _option(ACK, section.ack)),
+        ("mode", _option(PROXY_MODE, section.proxyMode)),
+        ("sidecar", cel_literal(sidecar)),
+        (
+            "targets",  # the indices of the target containers
+            f"(!({_annotated(PROXY_CONTAINERS)}) ? variables.appNames : "
+            "variables.appNames.filter(n, n in variables.chosen))"
+            ".map(n, variables.appNames.indexOf(n))",
+        ),
+        (
+            "injectable",
+            "variables.flushValid && variables.ackValid && variables.modeValid && "
+            "size(variables.unknown) == 0 && !variables.hostNetwork",
+        ),
+    )
+
+
+def _add(path: str, value: str) -> str:
+    """A JSONPatch add; path and value are CEL expressions."""
+    return f"JSONPatch{{op: 'add', path: {path}, value: {value}}}"
+
+
+def _add_to(obj: str, path: str, field: str, item: str, at: str = "-") -> str:
+    """CEL: the add that puts item into the list field of obj (at path, a CEL string) at `at`
+    (the end, or an index), or sets it to [item] where it is absent or empty, as _inject and
+    _point_at_proxy do."""
+    into = _add(f"{path} + {cel_literal(f'/{field}/{at}')}", item)
+    whole = _add(f"{path} + {cel_literal(f'/{field}')}", f"[{item}]")
+    return f"has({obj}.{field}) && size({obj}.{field}) > 0 ? {into} : {whole}"
+
+
+# Target container i (an app container's index: the sidecar goes first among the init
+# containers or last among the containers, so the index the pod gave it still holds).
+_CONTAINER = "object.spec.containers[i]"
+_CONTAINER_PATH = "('/spec/containers/' + string(i))"
+_KUBECONFIG_ARG = f"--kubeconfig={KUBECONFIG}"
+
+
+def _pointer() -> str:
+    """CEL, of target container i: _point_at_proxy's args or env."""
+    has_args = f"variables.mode == 'args' && has({_CONTAINER}.args) && size({_CONTAINER}.args) > 0"
+    has_command = (
+        f"variables.mode == 'args' && has({_CONTAINER}.command) && size({_CONTAINER}.command) > 0"
+    )
+    append = _add(f"{_CONTAINER_PATH} + '/args/-'", cel_literal(_KUBECONFIG_ARG))
+    args = _add(f"{_CONTAINER_PATH} + '/args'", cel_literal([_KUBECONFIG_ARG]))
+    env = _add_to(_CONTAINER, _CONTAINER_PATH, "env", cel_literal(KUBECONFIG_ENV))
+    return f"{has_args} ? {append} : {has_command} ? {args} : {env}"
+
+
+def _patches(section: SidecarInjectionConfig) -> str:
+    """CEL: mutate's patch, for a pod _NOT_INJECTED matches."""
+    spec, path = "object.spec", "'/spec'"
+    sidecar = (
+        _add_to(spec, path, "initContainers", "variables.sidecar", at="0")
+        if section.nativeSidecar
+        else _add("'/spec/containers/-'", "variables.sidecar")
+    )
+    grace = math.ceil(section.drainTimeout) + GRACE_MARGIN
+    grace_patch = _add("'/spec/terminationGracePeriodSeconds'", cel_literal(grace))
+    volume = _add_to(spec, path, "volumes", cel_literal(VOLUME_SOURCE))
+    mount = _add_to(_CONTAINER, _CONTAINER_PATH, "volumeMounts", cel_literal(READ_ONLY_MOUNT))
+    return (
+        f"!variables.injectable ? [] : [{sidecar}, {volume}]"
+        f" + variables.targets.map(i, {mount})"
+        f" + variables.targets.map(i, {_pointer()})"
+        " + (has(object.spec.terminationGracePeriodSeconds) && "
+        f"object.spec.terminationGracePeriodSeconds >= {grace} ? [] : [{grace_patch}])"
+    )
