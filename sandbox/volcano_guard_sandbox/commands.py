@@ -177,7 +177,8 @@ def conformance_parser(prog: str = "volcano-guard-sandbox conformance") -> argpa
         prog=prog,
         description="Run the CEL cases of Kubernetes' and cel-go's own test tables in the "
         "sandbox's 1.30 policy environment, then the admission plugin's (webhook rules and "
-        "matchConditions, the policy validator) against the sandbox's admission; print per "
+        "matchConditions, the policy validator) against the sandbox's admission, then 1.36's "
+        "MutatingAdmissionPolicy tables (JSONPatch, compilation); print per "
         "upstream file the cases passed, failed, not modelled and unparsed.",
     )
     parser.add_argument(
@@ -190,6 +191,7 @@ def conformance_parser(prog: str = "volcano-guard-sandbox conformance") -> argpa
 def conformance(prog: str, argv: Sequence[str]) -> int:
     args = conformance_parser(prog).parse_args(argv)
     from volcano_guard_sandbox.conformance.admission_runner import run_admission_folder
+    from volcano_guard_sandbox.conformance.mutating_tables import run_mutating_folder
     from volcano_guard_sandbox.conformance.runner import failures, run_folder, summary
 
     folder = Path(args.upstream)
@@ -197,6 +199,7 @@ def conformance(prog: str, argv: Sequence[str]) -> int:
         raise CommandError(f"{args.upstream}: not a folder")
     try:
         reports, admission = run_folder(folder), run_admission_folder(folder)
+        mutating = run_mutating_folder(folder)
     except OSError as exc:
         raise CommandError(f"{args.upstream} lacks {exc.filename}") from None
     print("\n".join(summary(reports)))
@@ -206,6 +209,10 @@ def conformance(prog: str, argv: Sequence[str]) -> int:
     print("\n".join(summary(admission)))
     if args.failures:
         print("\n".join(failures(admission)))
+    print("\nmutating admission policy tables (1.36):")
+    print("\n".join(summary(mutating)))
+    if args.failures:
+        print("\n".join(failures(mutating)))
     return 0
 
 

@@ -4,7 +4,8 @@ request/admissionreview.go, errors/statuserror.go; pkg/util/webhook/error.go).
 
 - Mutating webhooks are called one after another, each seeing the object as the previous left
   it; a JSONPatch is applied. A webhook with `reinvocationPolicy: IfNeeded` is called once more,
-  after the first round, when a later webhook changed the object.
+  in the chain's second pass, when a later webhook or MutatingAdmissionPolicy changed the object
+  (reinvocation.py).
 - Validating webhooks are then called concurrently; the first refusal (in webhook order) is the
   answer.
 - A refusal reaches the client as the apiserver returns it: the webhook's status code (400 when
@@ -52,6 +53,7 @@ from volcano_guard_sandbox.apiserver.matching import (
     exempt,
     should_call,
 )
+from volcano_guard_sandbox.apiserver.reinvocation import WEBHOOK_PLUGIN, ReinvocationContext
 from volcano_guard_sandbox.apiserver.store import ApiError
 from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 
@@ -131,21 +133,46 @@ class Dispatcher:
         configurations: Iterable[Mapping[str, Any]],
         record: Record,
         defaults: Callable[[dict[str, Any]], None] = _nothing,
+        reinvocation: ReinvocationContext | None = None,
     ) -> dict[str, Any] | None:
         """The object after every mutating webhook that applies, `defaults` applied again after
-        each patch (as the apiserver's defaulter); ApiError when one refuses."""
+        each patch (as the apiserver's defaulter); ApiError when one refuses. Given the chain's
+        reinvocation context, one pass of this plugin (the chain runs it again if asked);
+        without one, the chain of this plugin alone (reinvocation.py)."""
+        if reinvocation is not None:
+            return await self._mutate_pass(
+                attributes, configurations, record, defaults, reinvocation
+            )
+        context = ReinvocationContext()
+        obj = await self._mutate_pass(attributes, configurations, record, defaults, context)
+        if context.should_reinvoke:
+            context.is_reinvoke = True
+            attributes = replace(attributes, object=obj)
+            obj = await self._mutate_pass(attributes, configurations, record, defaults, context)
+        return obj
+
+    async def _mutate_pass(
+        self,
+        attributes: Attributes,
+        configurations: Iterable[Mapping[str, Any]],
+        record: Record,
+        defaults: Callable[[dict[str, Any]], None],
+        context: ReinvocationContext,
+    ) -> dict[str, Any] | None:
+        """webhook/mutating dispatcher.go Dispatch: each webhook that applies, in order; on a
+        reinvocation only those its context names (the IfNeeded ones called before a later
+        change, by a webhook or, since they ran, by another plugin)."""
         if exempt(attributes):
             return attributes.object
-        hooks = configured_webhooks(configurations)
-        previously: set[int] = set()  # IfNeeded webhooks called since the last change
-        reinvoke: set[int] = set()
-        for round_ in (0, 1):
-            if round_ == 1 and not reinvoke:
-                break
-            for index, (configuration, hook) in enumerate(hooks):
+        state = context.plugin(WEBHOOK_PLUGIN)
+        if context.is_reinvoke and state.output_changed(attributes.object):
+            state.require_reinvoking_previously_invoked()
+        round_ = 1 if context.is_reinvoke else 0
+        try:
+            for index, (configuration, hook) in enumerate(configured_webhooks(configurations)):
                 if not self._should_call(hook, attributes):
                     continue
-                if round_ == 1 and index not in reinvoke:
+                if context.is_reinvoke and not state.should_reinvoke(index):
                     continue
                 before = attributes.object
                 attributes = await self._mutating_call(
@@ -157,10 +184,12 @@ class Dispatcher:
                     defaults,
                 )
                 if attributes.object != before:
-                    reinvoke |= previously
-                    previously = set()
+                    state.require_reinvoking_previously_invoked()
+                    context.should_reinvoke = True
                 if hook.get("reinvocationPolicy") == "IfNeeded":
-                    previously.add(index)
+                    state.add_previously_invoked(index)
+        finally:
+            state.set_last_output(attributes.object)
         return attributes.object
 
     async def validate(

@@ -41,7 +41,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import cel_types, versions
+from volcano_guard_sandbox.apiserver import cel_types, kubernetes_cel, versions
 
 BOOL = ("bool",)
 STRING = ("string",)
@@ -94,6 +94,8 @@ class Declarations:
     # the release it plays; by default 1.30's (1.29), which this module's docstring and the
     # conformance tables are held to.
     cel_version: tuple[int, int] = KUBERNETES_1_30.cel_for_new_expressions
+    # compile.go HasPatchTypes: JSONPatch and the jsonpatch library (a mutation's expressions).
+    patch_types: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,10 @@ def _environment(declarations: Declarations) -> cel.Env:
         variables["variables"] = cel.Type(cel_types.VARIABLES_TYPE)
         fields = dict(declarations.variables)
     return versions.cel_environment(
-        variables, declarations.cel_version, pool=cel_types.pool(fields)
+        variables,
+        declarations.cel_version,
+        pool=cel_types.pool(fields, declarations.patch_types),
+        extensions=[kubernetes_cel.jsonpatch_library()] if declarations.patch_types else (),
     )
 
 

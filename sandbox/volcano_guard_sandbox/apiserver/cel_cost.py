@@ -66,6 +66,8 @@ def _library_cost(function: str, overload: str, args: list[Any], result: Any) ->
         return traversal(args[0]) if args else 0
     if function in ("url", "lowerAscii", "upperAscii", "substring", "trim", "quantity"):
         return _scaled(size(args[0])) if args else None
+    if function == "jsonpatch.escapeKey":
+        return _scaled(size(args[0])) if args else None
     if function in ("isQuantity", "cidr", "isIP", "isCIDR"):
         return _scaled(size(args[0])) if args else None
     if function in ("replace", "split"):
@@ -136,6 +138,7 @@ _LIBRARY_FUNCTIONS = {
     *("upperAscii", "substring", "trim", "quantity", "isQuantity", "cidr", "isIP", "isCIDR"),
     *("replace", "split", "join", "find", "findAll", "sign", "asInteger", "isInteger"),
     *("asApproximateFloat", "isGreaterThan", "isLessThan", "compareTo", "add", "sub"),
+    "jsonpatch.escapeKey",
 }
 
 

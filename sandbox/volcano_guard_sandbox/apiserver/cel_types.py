@@ -180,12 +180,42 @@ _BASE_FILES = (
 )
 
 
-def pool(variables: Mapping[str, Any] | None = None) -> descriptor_pool.DescriptorPool:
+# cel/mutation/jsonpatch.go JSONPatchType: "JSONPatch", outside any package, with op, path and
+# from strings and a dyn value; declared only where a mutating policy's mutations compile
+# (plugin/cel compile.go hasPatchTypes).
+JSONPATCH_TYPE = "JSONPatch"
+
+
+def _jsonpatch_file() -> descriptor_pb2.FileDescriptorProto:
+    file = descriptor_pb2.FileDescriptorProto(
+        name="volcano_guard_jsonpatch.proto",
+        syntax="proto3",
+        dependency=[struct_pb2.DESCRIPTOR.name],
+    )
+    _add_message(
+        file,
+        JSONPATCH_TYPE,
+        [
+            ("op", "string", False),
+            ("path", "string", False),
+            ("from", "string", False),
+            ("value", "dyn", False),
+        ],
+    )
+    return file
+
+
+def pool(
+    variables: Mapping[str, Any] | None = None, patch_types: bool = False
+) -> descriptor_pool.DescriptorPool:
     """The Quantity the libraries need, the admission types, and kubernetes.variables with a
-    field per variable (name: FieldSpec type from `field_kind`) when variables is not None."""
+    field per variable (name: FieldSpec type from `field_kind`) when variables is not None;
+    with patch_types, the JSONPatch type of a mutation's expression."""
     result = descriptor_pool.DescriptorPool()
     for file in _BASE_FILES:
         result.Add(file)
+    if patch_types:
+        result.Add(_jsonpatch_file())
     if variables is not None:
         fields = [_variable_field(name, kind) for name, kind in variables.items()]
         result.Add(_file("volcano_guard_variables.proto", {"variables": fields}))

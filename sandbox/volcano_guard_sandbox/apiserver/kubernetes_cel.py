@@ -475,6 +475,31 @@ REGEX_OVERLOADS = (
 )
 
 
+# -- kubernetes.jsonpatch (pkg/cel/library/jsonpatch.go): a mutation's expressions only -----------
+
+
+def escape_key(key: str) -> str:
+    """jsonpatch.go escapeKey: `~` as `~0`, `/` as `~1` (one pass, as strings.Replacer)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+JSONPATCH_OVERLOADS = (
+    (
+        "jsonpatch.escapeKey",
+        "string_jsonpatch_escapeKey_string",
+        (_T.STRING,),
+        _T.STRING,
+        False,
+        escape_key,
+    ),
+)
+
+
+def jsonpatch_library() -> cel.CelExtension:
+    """The kubernetes.jsonpatch library, which compile.go adds with the patch types."""
+    return extension("kubernetes.jsonpatch", JSONPATCH_OVERLOADS)
+
+
 def environment(
     variables: Mapping[str, cel.Type],
     version: tuple[int, int] = (1, 29),

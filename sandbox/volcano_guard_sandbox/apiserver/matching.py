@@ -111,13 +111,16 @@ def configured_webhooks(
 
 def exempt(attributes: Attributes) -> bool:
     """Writes of webhook configurations and admission policies are never sent to webhooks
-    (rules.go IsExemptAdmissionConfigurationResource), so a webhook cannot lock itself in."""
+    (rules.go IsExemptAdmissionConfigurationResource; the mutating policies' kinds from 1.32),
+    so a webhook cannot lock itself in."""
     group, _, kind = attributes.kind
     return group == "admissionregistration.k8s.io" and kind in (
         "ValidatingWebhookConfiguration",
         "MutatingWebhookConfiguration",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
     )
 
 

@@ -43,8 +43,14 @@ from volcano_guard_sandbox.apiserver.store import ApiError
 from volcano_guard_sandbox.apiserver.versions import DEFAULT, KubernetesVersion
 
 ADMISSION = "admissionregistration.k8s.io"
+# generic/plugin.go admissionResources: no API-written policy judges a write of these.
 EXCLUDED = frozenset(
-    {(ADMISSION, "validatingadmissionpolicies"), (ADMISSION, "validatingadmissionpolicybindings")}
+    {
+        (ADMISSION, "validatingadmissionpolicies"),
+        (ADMISSION, "validatingadmissionpolicybindings"),
+        (ADMISSION, "mutatingadmissionpolicies"),
+        (ADMISSION, "mutatingadmissionpolicybindings"),
+    }
 )
 VALIDATION_FAILURE = "validation.policy.admission.k8s.io/validation_failure"
 MAX_AUDIT_VALUE = 10 * 1024

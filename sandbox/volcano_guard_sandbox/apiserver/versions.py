@@ -16,7 +16,7 @@ sandbox.md, "One version knob", has the table and its sources):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -155,7 +155,11 @@ def cel_environment(
     variables: Mapping[str, cel.Type],
     cel_version: tuple[int, int],
     pool: descriptor_pool.DescriptorPool = kubernetes_cel.POOL,
+    extensions: Sequence[cel.CelExtensionBase] = (),
 ) -> cel.Env:
     """The one place the sandbox makes an admission expression's CEL environment for a version:
-    the base environment of kubernetes_cel with the libraries that version offers."""
-    return kubernetes_cel.environment(variables, version=cel_version, pool=pool)
+    the base environment of kubernetes_cel with the libraries that version offers (and
+    extensions: a mutation's jsonpatch library)."""
+    return kubernetes_cel.environment(
+        variables, version=cel_version, extensions=extensions, pool=pool
+    )

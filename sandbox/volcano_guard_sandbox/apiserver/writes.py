@@ -16,7 +16,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from volcano_guard_sandbox.apiserver import (
@@ -24,12 +24,14 @@ from volcano_guard_sandbox.apiserver import (
     apply,
     immutable,
     label_selectors,
+    mutating_admission,
     pod_validation,
     policies,
 )
 from volcano_guard_sandbox.apiserver.admission import Dispatcher, Record
 from volcano_guard_sandbox.apiserver.matching import Attributes, User, configuration_errors
 from volcano_guard_sandbox.apiserver.policy_validation import compile_errors
+from volcano_guard_sandbox.apiserver.reinvocation import ReinvocationContext
 from volcano_guard_sandbox.apiserver.resources import ADMISSION, ResourceType, served
 from volcano_guard_sandbox.apiserver.store import (
     APPLY_PATCH,
@@ -134,11 +136,35 @@ class Write:
         return self._objects(resource, "")
 
     async def mutate(self, attributes: Attributes) -> dict[str, Any] | None:
+        """The mutating plugins (plugins.go's order: the policies, then the webhooks), once
+        more when one asks for it (admission/reinvocation.go)."""
+        context = ReinvocationContext()
+        obj = await self._mutating_plugins(attributes, context)
+        if context.should_reinvoke:
+            context.is_reinvoke = True
+            obj = await self._mutating_plugins(replace(attributes, object=obj), context)
+        return obj
+
+    async def _mutating_plugins(
+        self, attributes: Attributes, context: ReinvocationContext
+    ) -> dict[str, Any] | None:
+        defaults = functools.partial(default, self.resource)
+        policy_kinds = mutating_admission.served_kinds(self.kubernetes_version)
+        if policy_kinds is not None:
+            obj = mutating_admission.admit(
+                attributes,
+                self.configurations(policy_kinds[0]),
+                self.configurations(policy_kinds[1]),
+                self.params,
+                self._namespace_object(attributes),
+                self.record,
+                self.kubernetes_version,
+                context,
+                defaults,
+            )
+            attributes = replace(attributes, object=obj)
         return await self.dispatcher.mutate(
-            attributes,
-            self.configurations(MUTATING),
-            self.record,
-            lambda obj: default(self.resource, obj),
+            attributes, self.configurations(MUTATING), self.record, defaults, context
         )
 
     async def validate(self, attributes: Attributes) -> None:
@@ -368,6 +394,9 @@ def _check_valid(resource: ResourceType, obj: dict[str, Any], version: Kubernete
     before the validating plugins: a pod's negative quantities and requests above limits; a
     webhook configuration the sandbox could not match by, or an admission policy whose
     expressions do not compile."""
+    if resource.group == ADMISSION and resource.kind in mutating_admission.KINDS:
+        mutating_admission.check_write(resource.kind, obj, version)
+        return
     if resource is PODS:
         pod_errors = pod_validation.resource_errors(obj)
         if pod_errors:
