@@ -122,3 +122,10 @@ DESCRIBED = (
     Expr("object.metadata.name"),
     '"',
 )
+
+
+def json_patch(op: str, path: str, value: str = "") -> str:
+    """A MutatingAdmissionPolicy's `JSONPatch{...}` of CEL path and value expressions (no value:
+    a remove)."""
+    fields = f"op: {string(op)}, path: {path}"
+    return f"JSONPatch{{{fields}, value: {value}}}" if value else f"JSONPatch{{{fields}}}"
