@@ -169,7 +169,7 @@ users = st.sampled_from(
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pod=pods(), user=users)
 def test_generated_pods_end_as_the_webhook_leaves_them(name, pod, user):
     assert_same_object(config_of(name), pod, user)
