@@ -36,13 +36,27 @@ ETCD_REQUEST_BYTES = 1536 * 1024  # etcd's --max-request-bytes default, which ku
 REQUEST_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's MaxRequestBodyBytes
 
 
+def volcano_object(kind: str, job_spec: dict[str, Any]) -> dict[str, Any]:
+    """A Volcano Job, CronJob or JobFlow JobTemplate team-a/train carrying job_spec."""
+    group = "flow.volcano.sh" if kind == "JobTemplate" else "batch.volcano.sh"
+    spec = (
+        {"schedule": "0 * * * *", "jobTemplate": {"spec": job_spec}}
+        if kind == "CronJob"
+        else job_spec
+    )
+    return {
+        "apiVersion": f"{group}/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": spec,
+    }
+
+
 def volcano_job(tasks: int, containers: int, name_length: int = 8) -> dict[str, Any]:
     """A valid Volcano Job: every container requests cpu and memory within its limits."""
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": {"name": "train", "namespace": "team-a"},
-        "spec": {
+    return volcano_object(
+        "Job",
+        {
             "schedulerName": "volcano",
             "minAvailable": 1,
             "tasks": [
@@ -68,7 +82,7 @@ def volcano_job(tasks: int, containers: int, name_length: int = 8) -> dict[str, 
                 for t in range(tasks)
             ],
         },
-    }
+    )
 
 
 def size_of(obj: Any) -> int:
@@ -165,14 +179,19 @@ def request_of(obj: Mapping[str, Any], resource: str, group: str, version: str) 
     }
 
 
-def job_costs(config: Config, job: dict[str, Any]) -> list[tuple[str, PolicyCost]]:
-    data = {
+def job_data(job: dict[str, Any]) -> dict[str, Any]:
+    """What the expressions see of the Job's CREATE."""
+    return {
         "object": job,
         "oldObject": None,
         "request": request_of(job, "jobs", "batch.volcano.sh", "v1alpha1"),
         "params": None,
         "namespaceObject": None,
     }
+
+
+def job_costs(config: Config, job: dict[str, Any]) -> list[tuple[str, PolicyCost]]:
+    data = job_data(job)
     rows = [
         (p["metadata"]["name"], policy_cost(p["spec"], data))
         for p in admission_policies(config)
@@ -247,15 +266,8 @@ def mutation_cost(mutation: InServerMutation, data: Mapping[str, Any]) -> dict[s
 
 def mutation_costs(config: Config, job: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:
     """mutation_cost of every InServerMutation config gives that applies to the Job."""
-    data = {
-        "object": job,
-        "oldObject": None,
-        "request": request_of(job, "jobs", "batch.volcano.sh", "v1alpha1"),
-        "params": None,
-        "namespaceObject": None,
-    }
     return [
-        (mutation.name, mutation_cost(mutation, data))
+        (mutation.name, mutation_cost(mutation, job_data(job)))
         for policy in POLICIES
         for mutation in policy.mutate_in_server(config)
         if any("jobs" in rule.resources for rule in mutation.rules)

@@ -14,7 +14,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.policy_cost import largest_job, mutation_costs, without_resources
+from bench.policy_cost import largest_job, mutation_costs, volcano_object, without_resources
 from tests.conftest import REPO
 from tests.webhook.mutating_differential import (
     Refused,
@@ -122,14 +122,22 @@ def pod_specs(draw: Any, schedulers: tuple[str | None, ...]) -> dict[str, Any]:
 SCHEDULERS = (None, "", "volcano", "default-scheduler", HOSTILE_SCHEDULER)
 
 
-@st.composite
-def pods(draw: Any) -> dict[str, Any]:
+def pod_of(scheduler: str, containers: list[dict[str, Any]]) -> dict[str, Any]:
+    return pod_with({"schedulerName": scheduler, "containers": containers})
+
+
+def pod_with(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "p", "namespace": "team-a"},
-        "spec": draw(pod_specs(SCHEDULERS)),
+        "spec": spec,
     }
+
+
+@st.composite
+def pods(draw: Any) -> dict[str, Any]:
+    return pod_with(draw(pod_specs(SCHEDULERS)))
 
 
 @st.composite
@@ -149,19 +157,7 @@ def volcano_objects(draw: Any) -> dict[str, Any]:
     scheduler = draw(st.sampled_from(SCHEDULERS))
     if scheduler is not None:
         job_spec["schedulerName"] = scheduler
-    kind = draw(st.sampled_from(["Job", "CronJob", "JobTemplate"]))
-    group = "flow.volcano.sh" if kind == "JobTemplate" else "batch.volcano.sh"
-    spec = (
-        {"schedule": "* * * * *", "jobTemplate": {"spec": job_spec}}
-        if kind == "CronJob"
-        else job_spec
-    )
-    return {
-        "apiVersion": f"{group}/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": "train", "namespace": "team-a"},
-        "spec": spec,
-    }
+    return volcano_object(draw(st.sampled_from(["Job", "CronJob", "JobTemplate"])), job_spec)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -242,12 +238,7 @@ def test_a_job_with_tasks_of_one_name_fills_each_task():
     task = {"name": "same", "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}
     other = copy.deepcopy(task)
     other["template"]["spec"]["containers"][0]["image"] = "y"
-    job = {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": {"name": "train", "namespace": "team-a"},
-        "spec": {"schedulerName": "volcano", "tasks": [task, other]},
-    }
+    job = volcano_object("Job", {"schedulerName": "volcano", "tasks": [task, other]})
     filled = assert_same_object(config, job)
     assert isinstance(filled, dict)
     for each in filled["spec"]["tasks"]:
@@ -257,15 +248,10 @@ def test_a_job_with_tasks_of_one_name_fills_each_task():
 
 def test_a_hostile_resource_name_is_one_key_of_the_requests():
     config = config_of("gpu, hostile names, two schedulers")
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "team-a"},
-        "spec": {
-            "schedulerName": HOSTILE_SCHEDULER,
-            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
-        },
-    }
+    pod = pod_of(
+        HOSTILE_SCHEDULER,
+        [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
+    )
     filled = assert_same_object(config, pod)
     assert isinstance(filled, dict)
     assert filled["spec"]["containers"][0]["resources"]["requests"] == {
@@ -282,15 +268,7 @@ def test_a_pod_with_more_containers_than_the_webhook_fills_is_refused_in_the_ser
     policy's patch then fails, and failurePolicy Fail refuses it. Slow: ~20,000 containers
     through both sides takes some seconds."""
     config = config_of("cpu and memory")
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "team-a"},
-        "spec": {
-            "schedulerName": "volcano",
-            "containers": [{"name": f"c{i}", "image": "x"} for i in range(FILLED_CONTAINERS + 1)],
-        },
-    }
+    pod = pod_of("volcano", [{"name": f"c{i}", "image": "x"} for i in range(FILLED_CONTAINERS + 1)])
     webhook = webhook_side(POLICY, config, pod)
     in_server = policy_side(POLICY.mutate_in_server(config), config, pod)
     assert isinstance(webhook, Refused) and isinstance(in_server, Refused)

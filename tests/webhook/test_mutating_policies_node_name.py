@@ -19,14 +19,15 @@ from tests.webhook.mutating_differential import (
     webhook_side,
 )
 from tests.webhook.test_admission_policies import (
-    DAEMONSET_CONTROLLER,
     INSTALLER_WORKLOADS,
     NODE_NAMES,
     SELECTORS,
     installer_pods,
     pinned_pod,
     published_states,
+    users,
 )
+from tests.webhook.test_admission_policies import pods as admission_pods
 from volcano_guard.webhook.config import Config, config_from_dict
 from volcano_guard.webhook.node_states import NodeRange, configmap
 from volcano_guard.webhook.policies.node_name import POLICY
@@ -129,43 +130,17 @@ affinities = st.fixed_dictionaries(
 
 @st.composite
 def pods(draw: Any) -> dict[str, Any]:
-    metadata: dict[str, Any] = {
-        "name": "p",
-        "namespace": draw(st.sampled_from(["team-a", "kube-system", "it's"])),
-    }
-    if draw(st.booleans()):
-        metadata["annotations"] = {"kubernetes.io/config.mirror": "hash"}
-    if draw(st.booleans()):
-        metadata["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "DaemonSet",
-                "name": "d",
-                "uid": "u",
-                "controller": True,
-            }
-        ]
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}]}
+    """test_admission_policies' pods (mirror and DaemonSet claims, schedulers, containers),
+    in more namespaces, pinned to more nodes, with affinities."""
+    pod = copy.deepcopy(draw(admission_pods()))
+    pod["metadata"]["namespace"] = draw(st.sampled_from(["team-a", "kube-system", "it's"]))
+    pod["spec"].pop("nodeName", None)
     node = draw(st.sampled_from([None, "", *NODE_NAMES, "ghost", "zzz"]))
     if node is not None:
-        spec["nodeName"] = node
+        pod["spec"]["nodeName"] = node
     if draw(st.booleans()):
-        spec["affinity"] = draw(affinities)
-    scheduler = draw(st.sampled_from([None, "default-scheduler", "volcano"]))
-    if scheduler:
-        spec["schedulerName"] = scheduler
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
-users = st.sampled_from(
-    [
-        ALICE,
-        ("ops", ()),
-        ("bob", ("admins",)),
-        ("system:node:gpu-1", ("system:nodes",)),
-        (DAEMONSET_CONTROLLER, ()),
-    ]
-)
+        pod["spec"]["affinity"] = draw(affinities)
+    return pod
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
