@@ -38,6 +38,9 @@ SANDBOX_INSTALL = "from a checkout: pip install . ./sandbox"
 # What a shell reports for a program that SIGPIPE ended (128 + 13): output to a reader that left.
 EXIT_BROKEN_PIPE = 141
 EXIT_INTERRUPTED = 130  # and for one SIGINT ended (128 + 2)
+# What `manifests` renders for when no --kubernetes-version is given: output every cluster
+# from 1.30 serves (no MutatingAdmissionPolicy, which 1.30 to 1.35 lack by default).
+DEFAULT_KUBERNETES_VERSION = (1, 30)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -649,8 +652,10 @@ def _add_manifests(commands: argparse._SubParsersAction) -> None:
         type=_kubernetes_version,
         default=None,
         metavar="MAJOR.MINOR",
-        help="the cluster's version: before 1.30 no ValidatingAdmissionPolicies, and the "
-        "registrations fail closed (default: 1.30 or newer)",
+        help="the cluster's version: ValidatingAdmissionPolicies from 1.30 (before it the "
+        "registrations fail closed), MutatingAdmissionPolicies from 1.36 (1.34 and 1.35 with "
+        "mutatingAdmissionPolicyBeta in the config) (default: 1.30, what every cluster from "
+        "1.30 serves)",
     )
     manifests.set_defaults(run=run_manifests)
 
@@ -1066,13 +1071,13 @@ def run_reconcile(args: argparse.Namespace) -> int:
 
 
 def run_manifests(args: argparse.Namespace) -> int:
-    from volcano_guard.reconciler.discovery import serves_policies
+    from volcano_guard.webhook.admission_policies import apis_at
     from volcano_guard.webhook.manifests import admission_objects
     from volcano_guard.webhook.registrations import render
 
     config = _config(args.config)
-    served = args.kubernetes_version is None or serves_policies(args.kubernetes_version)
-    objects = admission_objects(config, args.namespace, args.service, policies_served=served)
+    served = apis_at(args.kubernetes_version or DEFAULT_KUBERNETES_VERSION)
+    objects = admission_objects(config, args.namespace, args.service, served=served)
     print(render(list(objects.values())), end="")
     return 0
 

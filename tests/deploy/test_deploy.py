@@ -125,6 +125,8 @@ ADMISSION_KINDS = {
     "validatingwebhookconfigurations",
     "validatingadmissionpolicies",
     "validatingadmissionpolicybindings",
+    "mutatingadmissionpolicies",
+    "mutatingadmissionpolicybindings",
 }
 
 

@@ -1,7 +1,8 @@
 """The guard installed as docs/install.md says (`kubectl apply -k deploy/base`) into the sandbox
 playing the oldest and the newest Kubernetes release the guard supports, its reconciler run as
-its Deployment says: where discovery serves ValidatingAdmissionPolicies, the reconciler installs
-the in-server policies and their bindings."""
+its Deployment says: the reconciler installs the in-server policies and their bindings of each
+kind the version serves (ValidatingAdmissionPolicies from 1.30, MutatingAdmissionPolicies at
+v1 from 1.36), and no other."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ import shutil
 import pytest
 
 from tests.conftest import REPO
+from volcano_guard.webhook.admission_policies import apis_at
 from volcano_guard.webhook.config import config_from_dict
-from volcano_guard.webhook.manifests import BINDING, POLICY, admission_objects
+from volcano_guard.webhook.manifests import (
+    BINDING,
+    MUTATING_BINDING,
+    MUTATING_POLICY,
+    POLICY,
+    admission_objects,
+)
 from volcano_guard_sandbox.apiserver.versions import KubernetesVersion
 from volcano_guard_sandbox.installed import NAMESPACE, RECONCILER, installed_sandbox, wait_until
 
@@ -24,8 +32,10 @@ def test_the_installed_reconciler_makes_the_in_server_policies_at_the_version(tm
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed (.ci/run installs it)")
     played = KubernetesVersion(minor)
-    wanted = admission_objects(config_from_dict({}), NAMESPACE, policies_served=True)
+    served = apis_at((1, minor))
+    wanted = admission_objects(config_from_dict({}), NAMESPACE, served=served)
     in_server = sorted(o.name for o in wanted if o.kind in (POLICY, BINDING))
+    mutating = sorted(o.name for o in wanted if o.kind in (MUTATING_POLICY, MUTATING_BINDING))
     with installed_sandbox(
         tmp_path / "cluster", REPO / "deploy" / "base", [NODE], kubernetes_version=played
     ) as cluster:
@@ -43,3 +53,10 @@ def test_the_installed_reconciler_makes_the_in_server_policies_at_the_version(tm
             lambda: installed() == in_server, "the in-server policies", pod=reconciler
         )
         print(f"1.{minor}: {len(in_server)} policies and bindings in {took:.1f}s")
+        if served.mutating:  # the kinds 1.30 does not serve, kubectl cannot list there
+            listed = cluster.get(
+                "mutatingadmissionpolicies,mutatingadmissionpolicybindings",
+                "-l",
+                "app.kubernetes.io/managed-by=volcano-guard-reconciler",
+            )
+            assert sorted(item["metadata"]["name"] for item in listed["items"]) == mutating

@@ -51,7 +51,7 @@ def test_the_binding_guard_alone_still_watches_nodes():
 
 
 def test_a_missing_cluster_names_the_policies_that_read_it():
-    with pytest.raises(ValueError, match="nodeName, bindingGuard, podGroupGeneration, deleteGuard"):
+    with pytest.raises(ValueError, match="nodeName, bindingGuard, deleteGuard"):
         Caches.for_config(config_from_dict({}), None)
 
 

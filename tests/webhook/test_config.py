@@ -1,5 +1,6 @@
 import re
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -164,7 +165,8 @@ def test_an_unknown_key_is_named_with_the_keys_known_there():
     with pytest.raises(ConfigError) as info:
         config_from_dict({"policies": {"podGroups": {"deleteGaurd": {}}}})
     assert str(info.value) == (
-        "policies.podGroups.deleteGaurd: unknown key (known here: deleteGuard, stampGenerationId)"
+        "policies.podGroups.deleteGaurd: unknown key (known here: annotatePodGeneration, "
+        "deleteGuard, stampGenerationId)"
     )
 
 
@@ -253,6 +255,12 @@ def test_an_overflowing_duration_or_deep_nesting_is_a_config_error(tmp_path, tex
         load_config(path)
 
 
+# The policies off by default, and the config that turns each on.
+ON_WHEN_ASKED: dict[str, dict[str, Any]] = {
+    "podGroupGeneration": {"policies": {"podGroups": {"annotatePodGeneration": True}}}
+}
+
+
 @pytest.mark.parametrize(
     "policy",
     __import__("volcano_guard.webhook.evaluation", fromlist=["POLICIES"]).POLICIES,
@@ -267,8 +275,24 @@ def test_the_setting_each_policy_names_to_turn_it_off_does(policy):
     for key in parents:
         tree = tree.setdefault(key, {})
     tree[leaf] = read_yaml(value)
-    assert policy.mode(config_from_dict({})) != "off"
+    turned_on = ON_WHEN_ASKED.get(policy.name, {})
+    assert policy.mode(config_from_dict(turned_on)) != "off"
     assert policy.mode(config_from_dict(data)) == "off"
+
+
+def test_the_pods_podgroup_generation_is_off_unless_asked_for():
+    """It alone needs the webhook for a pod joining a PodGroup (docs/decisions/registrations.md)."""
+    from volcano_guard.webhook.evaluation import enabled_policies
+
+    assert "podGroupGeneration" not in [p.name for p in enabled_policies(config_from_dict({}))]
+    on = config_from_dict(ON_WHEN_ASKED["podGroupGeneration"])
+    assert "podGroupGeneration" in [p.name for p in enabled_policies(on)]
+    stamps_off = {
+        "policies": {"podGroups": {"annotatePodGeneration": True, "stampGenerationId": False}}
+    }
+    assert "podGroupGeneration" not in [
+        p.name for p in enabled_policies(config_from_dict(stamps_off))
+    ]
 
 
 SHIPPED_CONFIG_MAP = Path(__file__).parents[2] / "deploy" / "base" / "config.yaml"

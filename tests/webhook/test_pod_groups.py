@@ -499,10 +499,14 @@ def pod_review(annotations):
     ), obj
 
 
+# The pods' generations are off by default (docs/decisions/registrations.md).
+ANNOTATING = {"policies": {"podGroups": {"annotatePodGeneration": True}}}
+
+
 def test_pod_naming_a_cached_podgroup_gets_its_generation():
     request, obj = pod_review({"scheduling.k8s.io/group-name": "podgroup-rs"})
     cached = {"team-a/podgroup-rs": PodGroupRecord("0190-gen")}
-    ctx = PolicyContext(config_from_dict({}), {PODGROUPS: static_snapshot(cached)})
+    ctx = PolicyContext(config_from_dict(ANNOTATING), {PODGROUPS: static_snapshot(cached)})
     result = evaluate("mutate", request, ctx)
     patched = apply_patch(obj, list(result.decision.patch))
     assert patched["metadata"]["annotations"]["volcano-guard.io/podgroup-generation"] == "0190-gen"
@@ -510,7 +514,7 @@ def test_pod_naming_a_cached_podgroup_gets_its_generation():
 
 def test_pod_naming_an_uncached_podgroup_is_admitted_and_counted():
     request, _ = pod_review({"scheduling.k8s.io/group-name": "not-yet"})
-    ctx = PolicyContext(config_from_dict({}), {PODGROUPS: static_snapshot({})})
+    ctx = PolicyContext(config_from_dict(ANNOTATING), {PODGROUPS: static_snapshot({})})
     result = evaluate("mutate", request, ctx)
     assert result.decision.allowed and result.decision.patch == ()
     assert ("podGroupGeneration", "podgroup_not_cached") in [
@@ -585,7 +589,7 @@ def pod_update(old, new):
 
 def generation_context():
     return PolicyContext(
-        config_from_dict({}),
+        config_from_dict(ANNOTATING),
         {PODGROUPS: static_snapshot({f"team-a/podgroup-{RS_UID}": PodGroupRecord("0190-gen")})},
     )
 
@@ -663,7 +667,12 @@ def test_volcanos_source_deletes_an_owners_podgroup_by_name_at_replicas_zero(han
 
 async def test_the_podgroup_cache_feeds_pod_annotations_end_to_end(certs):
     config = config_from_dict(
-        {"policies": {"nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}}}}
+        {
+            "policies": {
+                "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
+                "podGroups": {"annotatePodGeneration": True},
+            }
+        }
     )
     with SandboxThread() as sandbox:
         stamped = sandbox_podgroup()

@@ -29,7 +29,13 @@ EVERYTHING_ON = {
 
 def test_enabled_checks_follow_policy_order_with_the_configured_modes():
     config = config_from_dict(
-        {"policies": {"resourceRequests": {"mode": "warn"}, "nodeName": {"action": "rewrite"}}}
+        {
+            "policies": {
+                "resourceRequests": {"mode": "warn"},
+                "nodeName": {"action": "rewrite"},
+                "podGroups": {"annotatePodGeneration": True},
+            }
+        }
     )
     validate = enabled_checks("validate", config).checks
     assert [(c.policy, c.mode) for c in validate] == [

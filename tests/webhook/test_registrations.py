@@ -21,8 +21,9 @@ from tests.volcano_fixtures import (
     control_plane_pod,
 )
 from volcano_guard.cli import main
-from volcano_guard.webhook.admission_policies import admission_policies
+from volcano_guard.webhook.admission_policies import admission_policies, apis_at
 from volcano_guard.webhook.config import config_from_dict, parse_config
+from volcano_guard.webhook.manifests import admission_objects
 from volcano_guard.webhook.registrations import webhook_configurations
 
 SHIPPED_CONFIG = REPO / "deploy" / "base" / "config.yaml"
@@ -35,11 +36,11 @@ def shipped_config_text() -> str:
     return yaml.safe_load(SHIPPED_CONFIG.read_text())["data"]["config.yaml"]
 
 
-def shipped() -> list[dict[str, Any]]:
-    """What `manifests` prints for the shipped config: the webhook configurations, then the
-    admission policies."""
+def shipped(version: tuple[int, int] = (1, 30)) -> list[dict[str, Any]]:
+    """What `manifests --kubernetes-version` prints for the shipped config (by default for
+    1.30, as with no version): the webhook configurations, then the admission policies."""
     config = parse_config(shipped_config_text())
-    return [*webhook_configurations(config), *admission_policies(config)]
+    return list(admission_objects(config, served=apis_at(version)).values())
 
 
 def manifests(capsys, *args: str) -> list[dict[str, Any]]:
@@ -53,14 +54,13 @@ def test_manifests_prints_the_registrations_in_order_then_the_policies(tmp_path,
     printed = manifests(capsys, "--config", str(config))
     kinds = {d["kind"]: d for d in printed}
     assert printed == shipped()
+    # The checks the policies in the API server decide are sent to no webhook.
     assert [w["name"] for w in kinds["MutatingWebhookConfiguration"]["webhooks"]] == [
         "mutate.volcano-guard.io",
-        "mutate-open.volcano-guard.io",
         "inject.volcano-guard.io",
     ]
     assert [w["name"] for w in kinds["ValidatingWebhookConfiguration"]["webhooks"]] == [
         "validate.volcano-guard.io",
-        "validate-open.volcano-guard.io",
         "bindings.volcano-guard.io",
     ]
     assert "ValidatingAdmissionPolicy" in kinds and "ValidatingAdmissionPolicyBinding" in kinds
@@ -274,20 +274,20 @@ DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 TABLE = [
     ("a plain Deployment's pod", create_pod(pod(owner="ReplicaSet")), [], "admitted"),
     ("a ConfigMap", config_map(), [], "admitted"),
-    ("a Volcano pod", create_pod(pod(scheduler="volcano")), [VALIDATE_OPEN], "admitted"),
+    ("a Volcano pod", create_pod(pod(scheduler="volcano")), [], "admitted"),
     (
         "a Volcano pod without requests",
         create_pod(pod(scheduler="volcano", requests=False)),
-        [VALIDATE_OPEN],
+        [],
         "refused by volcano-guard-resource-requests",
     ),
     (
         "a Volcano Job's pod (names its PodGroup)",
         create_pod(pod(scheduler="volcano", annotations={GROUP_NAME: "mnist"})),
-        [MUTATE_OPEN, VALIDATE_OPEN],
+        [],
         "admitted",
     ),
-    ("a pod naming a node", create_pod(pod(node="gpu-1")), [VALIDATE_OPEN], PINNED),
+    ("a pod naming a node", create_pod(pod(node="gpu-1")), [], PINNED),
     (
         "a mirror pod created by its node",
         create_pod(pod(node="gpu-1", annotations=MIRROR), user=NODE_USER, groups=NODE_GROUPS),
@@ -297,7 +297,7 @@ TABLE = [
     (
         "a pod with the mirror annotation created by a user",
         create_pod(pod(node="gpu-1", annotations=MIRROR)),
-        [VALIDATE_OPEN],
+        [],
         PINNED,
     ),
     (
@@ -309,7 +309,7 @@ TABLE = [
     (
         "a pod naming a DaemonSet owner created by a user",
         create_pod(pod(node="gpu-1", owner="DaemonSet")),
-        [VALIDATE_OPEN],
+        [],
         PINNED,
     ),
     (
@@ -327,11 +327,11 @@ TABLE = [
     (
         "the UPDATE naming a Deployment pod's PodGroup",
         update_pod(JOINED, JOINED_PATCHED),
-        [MUTATE_OPEN],
+        [],
         "admitted",
     ),
     ("a later pod UPDATE", update_pod(JOINED_PATCHED, JOINED_PATCHED), [], "admitted"),
-    ("a Volcano Job", volcano_job(), [VALIDATE_OPEN], "admitted"),
+    ("a Volcano Job", volcano_job(), [], "admitted"),
     (
         "a PodGroup CREATE",
         podgroup_request("CREATE", podgroup()),
@@ -454,18 +454,23 @@ def test_policies_turned_off_drop_their_registrations():
     )
     mutating, validating = webhook_configurations(config)
     assert mutating["webhooks"] == []
-    assert [w["name"] for w in validating["webhooks"]] == [VALIDATE_OPEN]
+    assert validating["webhooks"] == []  # resourceRequests: decided in the API server
     volcano_pod_on_a_node = create_pod(pod(node="gpu-1"))
     assert called([mutating, validating], volcano_pod_on_a_node) == []
 
 
 def test_without_the_in_server_policies_every_check_fails_closed():
-    config = config_from_dict({"validatingAdmissionPolicies": False})
+    config = config_from_dict(
+        {
+            "validatingAdmissionPolicies": False,
+            "policies": {"podGroups": {"annotatePodGeneration": True}},
+        }
+    )
     mutating, validating = webhook_configurations(config)
     failure = {w["name"]: w["failurePolicy"] for c in (mutating, validating) for w in c["webhooks"]}
     assert failure == {
         "mutate.volcano-guard.io": "Fail",
-        "mutate-open.volcano-guard.io": "Ignore",
+        "mutate-open.volcano-guard.io": "Ignore",  # the pods' PodGroup generations only
         "inject.volcano-guard.io": "Ignore",
         "validate.volcano-guard.io": "Fail",
         "bindings.volcano-guard.io": "Ignore",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# ValidatingAdmissionPolicy is admissionregistration.k8s.io/v1 from Kubernetes 1.30.
-POLICIES_FROM = (1, 30)
-POLICY_RESOURCE = "validatingadmissionpolicies"
+from volcano_guard.webhook.admission_policies import GROUP, ApiVersion, PolicyApis
+
+VALIDATING_RESOURCE = "validatingadmissionpolicies"
+MUTATING_RESOURCE = "mutatingadmissionpolicies"
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -18,21 +19,30 @@ def parse_version(text: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
-def serves_policies(version: tuple[int, int]) -> bool:
-    return version >= POLICIES_FROM
+def served_apis(api_client: Any) -> PolicyApis:
+    """Which in-server policy kinds the cluster serves, at which version: read from
+    discovery, so a cluster that turned an API off (or a beta on) is believed over its
+    version. MutatingAdmissionPolicy at v1 (1.36+), else at v1beta1 (1.34 and 1.35 with
+    --runtime-config=admissionregistration.k8s.io/v1beta1=true)."""
+    v1 = _resources(api_client, "v1")
+    mutating: ApiVersion | None = None
+    if MUTATING_RESOURCE in v1:
+        mutating = "v1"
+    elif MUTATING_RESOURCE in _resources(api_client, "v1beta1"):
+        mutating = "v1beta1"
+    return PolicyApis("v1" if VALIDATING_RESOURCE in v1 else None, mutating)
 
 
-def policies_served(api_client: Any) -> bool:
-    """Whether the cluster serves admissionregistration.k8s.io/v1 validatingadmissionpolicies
-    (read from discovery, so a cluster that turned them off is believed over its version)."""
+def _resources(api_client: Any, version: str) -> set[str]:
+    """The resources admissionregistration.k8s.io/<version> serves (none where it is not)."""
     from kubernetes.client.exceptions import ApiException
 
     from volcano_guard.base.api_client import request_json
 
     try:
-        listed = request_json(api_client, "GET", "/apis/admissionregistration.k8s.io/v1")
+        listed = request_json(api_client, "GET", f"/apis/{GROUP}/{version}")
     except ApiException as exc:
         if exc.status == 404:
-            return False
+            return set()
         raise
-    return any(r.get("name") == POLICY_RESOURCE for r in (listed or {}).get("resources") or ())
+    return {str(r.get("name")) for r in (listed or {}).get("resources") or ()}

@@ -14,10 +14,19 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
-from volcano_guard.webhook.manifests import MUTATING, PLURALS, VALIDATING, Owned
+from volcano_guard.webhook.admission_policies import GROUP, NEWEST, PolicyApis
+from volcano_guard.webhook.manifests import (
+    BINDING,
+    MUTATING,
+    MUTATING_BINDING,
+    MUTATING_POLICY,
+    PLURALS,
+    POLICY,
+    VALIDATING,
+    Owned,
+)
 
 FIELD_MANAGER = "volcano-guard-reconciler"
-GROUP_PATH = "/apis/admissionregistration.k8s.io/v1"
 
 
 def differs(desired: Any, live: Any) -> bool:
@@ -77,14 +86,26 @@ def without_ca_bundles(obj: Mapping[str, Any] | None) -> Any:
 
 
 class AdmissionObjects:
-    """get, apply (create), replace and delete of owned objects, by name, as plain dicts."""
+    """get, apply (create), replace and delete of owned objects, by name, as plain dicts, each
+    kind at the version `apis` says the cluster serves it; one it does not serve is none."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, apis: PolicyApis = NEWEST) -> None:
         self._api = api_client
+        self.apis = apis
+
+    def version(self, kind: str) -> str | None:
+        """The version of admissionregistration.k8s.io a kind is served at (None: not)."""
+        if kind in (POLICY, BINDING):
+            return self.apis.validating
+        if kind in (MUTATING_POLICY, MUTATING_BINDING):
+            return self.apis.mutating
+        return "v1"
 
     def get(self, owned: Owned) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
 
+        if self.version(owned.kind) is None:
+            return None
         try:
             return dict(self._call("GET", owned))
         except ApiException as exc:
@@ -121,6 +142,8 @@ class AdmissionObjects:
     def delete(self, owned: Owned) -> None:
         from kubernetes.client.exceptions import ApiException
 
+        if self.version(owned.kind) is None:
+            return
         try:
             self._call("DELETE", owned)
         except ApiException as exc:
@@ -137,7 +160,7 @@ class AdmissionObjects:
     ) -> Any:
         from volcano_guard.base.api_client import request_json
 
-        path = f"{GROUP_PATH}/{PLURALS[owned.kind]}/{owned.name}"
+        path = f"/apis/{GROUP}/{self.version(owned.kind)}/{PLURALS[owned.kind]}/{owned.name}"
         return request_json(
             self._api, method, path, body=body, query=query, content_type=content_type
         )

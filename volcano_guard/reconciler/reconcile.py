@@ -16,7 +16,7 @@ import yaml
 from volcano_guard.base.api_client import request_json
 from volcano_guard.certs.plan import Lifetimes
 from volcano_guard.reconciler import metrics
-from volcano_guard.reconciler.discovery import policies_served
+from volcano_guard.reconciler.discovery import served_apis
 from volcano_guard.reconciler.objects import (
     AdmissionObjects,
     differs,
@@ -24,6 +24,7 @@ from volcano_guard.reconciler.objects import (
     with_ca_bundles,
     without_ca_bundles,
 )
+from volcano_guard.webhook.admission_policies import PolicyApis
 from volcano_guard.webhook.config import Config, ConfigError, parse_config
 from volcano_guard.webhook.manifests import MUTATING, NAME, OWNED, VALIDATING, Owned
 from volcano_guard.webhook.manifests import admission_objects as generate
@@ -108,7 +109,7 @@ class Reconciler:
         self._paused = False
         self._in_step: dict[Owned, dict[str, Any]] = {}  # what each object was last put to
         self._out_of_step: set[Owned] = set()
-        self._served: bool | None = None
+        self._served: PolicyApis | None = None
         self._served_at = -DISCOVERY_EVERY
 
     @property
@@ -205,12 +206,11 @@ class Reconciler:
     # The admission objects
 
     def _reconcile_objects(self, config: Config) -> bool:
-        desired = generate(
-            config,
-            self.settings.namespace,
-            self.settings.service,
-            policies_served=self._policies_served(),
-        )
+        served = self._served_apis()
+        # Read and written at the versions served; an object of a kind no longer served (or
+        # that the config no longer calls for) is deleted where it is still reachable.
+        self._objects.apis = served
+        desired = generate(config, self.settings.namespace, self.settings.service, served=served)
         trusted = self._trusted_cas()
         for owned in OWNED:
             live = self._objects.get(owned)
@@ -282,16 +282,18 @@ class Reconciler:
             return obj
         return for_cert_manager(obj, self.settings.namespace, self.settings.tls_secret)
 
-    def _policies_served(self) -> bool:
+    def _served_apis(self) -> PolicyApis:
         if self._served is None or self._clock() - self._served_at >= DISCOVERY_EVERY:
-            served = policies_served(self._api)
+            served = served_apis(self._api)
             if served != self._served:
                 log.info(
-                    "the cluster %s ValidatingAdmissionPolicies",
-                    "serves" if served else "does not serve",
+                    "the cluster serves ValidatingAdmissionPolicies %s, "
+                    "MutatingAdmissionPolicies %s",
+                    served.validating or "not at all",
+                    served.mutating or "not at all",
                 )
             self._served, self._served_at = served, self._clock()
-        return bool(self._served)
+        return self._served
 
     def _trusted_cas(self) -> bytes:
         """The CAs every caBundle should hold: the CA Secret's (or, under cert-manager, the
@@ -398,7 +400,7 @@ def uninstall(
     except ApiException as exc:
         if exc.status != 404:  # no config: no reconciler will write anything
             raise
-    objects = AdmissionObjects(api_client)
+    objects = AdmissionObjects(api_client, served_apis(api_client))
     for _ in range(3):
         for owned in OWNED:
             objects.delete(owned)

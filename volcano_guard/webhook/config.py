@@ -127,6 +127,14 @@ class Config(Section, frozen=True):
     # (`manifests` prints them; Kubernetes 1.30+), and let the webhook registrations they
     # cover fail open. false for clusters older than 1.30.
     validatingAdmissionPolicies: bool = True
+    # Also run the pod mutations the API server can make alone as MutatingAdmissionPolicies
+    # where the cluster serves them (admissionregistration.k8s.io/v1, Kubernetes 1.36+), and
+    # leave them out of the webhook registrations.
+    mutatingAdmissionPolicies: bool = True
+    # Kubernetes 1.34 and 1.35 serve them as v1beta1 only when kube-apiserver runs with
+    # --runtime-config=admissionregistration.k8s.io/v1beta1=true and the
+    # MutatingAdmissionPolicy feature gate: true says it does, and they are installed there.
+    mutatingAdmissionPolicyBeta: bool = False
     policies: PoliciesConfig = msgspec.field(default_factory=PoliciesConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
 

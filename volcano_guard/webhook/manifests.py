@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from volcano_guard.webhook.admission_policies import PREFIX, admission_policies
+from volcano_guard.webhook.admission_policies import (
+    NEWEST,
+    PREFIX,
+    PolicyApis,
+    admission_policies,
+    installed_apis,
+)
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.registrations import webhook_configurations
 
@@ -20,6 +26,8 @@ MUTATING = "MutatingWebhookConfiguration"
 VALIDATING = "ValidatingWebhookConfiguration"
 POLICY = "ValidatingAdmissionPolicy"
 BINDING = "ValidatingAdmissionPolicyBinding"
+MUTATING_POLICY = "MutatingAdmissionPolicy"
+MUTATING_BINDING = "MutatingAdmissionPolicyBinding"
 # Every in-server check any config can produce (a test enumerates the configs that shape them).
 IN_SERVER_CHECKS = (
     "resource-requests",
@@ -27,12 +35,22 @@ IN_SERVER_CHECKS = (
     "node-name",
     "bindings",
     "podgroup-generation-id",
+    "sidecar-host-network",
+)
+# Every in-server mutation any config can produce.
+IN_SERVER_MUTATIONS = (
+    "default-requests",
+    "volcano-default-requests",
+    "node-name-rewrite",
+    "sidecar-injection",
 )
 PLURALS = {
     MUTATING: "mutatingwebhookconfigurations",
     VALIDATING: "validatingwebhookconfigurations",
     POLICY: "validatingadmissionpolicies",
     BINDING: "validatingadmissionpolicybindings",
+    MUTATING_POLICY: "mutatingadmissionpolicies",
+    MUTATING_BINDING: "mutatingadmissionpolicybindings",
 }
 
 
@@ -45,6 +63,11 @@ OWNED = (
     Owned(MUTATING, NAME),
     Owned(VALIDATING, NAME),
     *(Owned(kind, PREFIX + check) for check in IN_SERVER_CHECKS for kind in (POLICY, BINDING)),
+    *(
+        Owned(kind, PREFIX + mutation)
+        for mutation in IN_SERVER_MUTATIONS
+        for kind in (MUTATING_POLICY, MUTATING_BINDING)
+    ),
 )
 
 
@@ -53,18 +76,24 @@ def admission_objects(
     namespace: str = "volcano-guard",
     service: str = "volcano-guard",
     *,
-    policies_served: bool = True,
+    served: PolicyApis = NEWEST,
 ) -> dict[Owned, dict[str, Any]]:
-    """What config calls for, for the guard installed in namespace behind service. Without
-    policies_served (Kubernetes before 1.30) the registrations judge alone and fail closed,
-    as with `validatingAdmissionPolicies: false`."""
+    """What config calls for, for the guard installed in namespace behind service, on a
+    cluster that serves the in-server policy kinds `served` says. Where it serves none
+    (Kubernetes before 1.30) the registrations judge alone and fail closed, as with
+    `validatingAdmissionPolicies: false`; where it serves no MutatingAdmissionPolicy (or only
+    the beta, and the config does not say it is on) the registrations keep the mutations."""
     import msgspec
 
-    if not policies_served:
-        config = msgspec.structs.replace(config, validatingAdmissionPolicies=False)
+    installed = installed_apis(config, served)
+    config = msgspec.structs.replace(
+        config,
+        validatingAdmissionPolicies=installed.validating is not None,
+        mutatingAdmissionPolicies=installed.mutating is not None,
+    )
     objects = [
         *webhook_configurations(config, namespace, service, NAME),
-        *admission_policies(config, namespace),
+        *admission_policies(config, namespace, installed.mutating or "v1"),
     ]
     found = {Owned(obj["kind"], obj["metadata"]["name"]): obj for obj in objects}
     unknown = set(found) - set(OWNED)

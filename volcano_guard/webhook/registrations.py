@@ -5,14 +5,15 @@ condition); a registration sends the union of its policies' rules, narrowed by o
 that is the OR of their conditions. So a pod that every policy would allow untouched is never
 sent, and an outage of the guard stops only the requests it exists to judge. Injection fails open
 in a registration of its own, selected by the inject label; the binding guard fails open too.
-With the in-server policies installed (`validatingAdmissionPolicies`), the scopes of a policy
-they cover move to registrations that fail open: while the guard is down the API server still
-refuses what the policy would, and nothing else is stopped.
+With the in-server policies installed, the requests a policy's ValidatingAdmissionPolicies
+decide (`validatingAdmissionPolicies`) and the pods its MutatingAdmissionPolicies patch
+(`mutatingAdmissionPolicies`) are not sent to the webhook at all; what it still sends then fails
+open where the API server refuses what the policy would (docs/decisions/registrations.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +28,8 @@ from volcano_guard.webhook.policies.base import (
     MUTATE_OPEN,
     VALIDATE,
     VALIDATE_OPEN,
+    InServerCheck,
+    InServerMutation,
     Rule,
     Scope,
 )
@@ -63,21 +66,47 @@ REGISTRATIONS = (
 
 
 _OPEN = {MUTATE: MUTATE_OPEN, VALIDATE: VALIDATE_OPEN}
+MUTATING_WEBHOOKS = frozenset({MUTATE, MUTATE_OPEN, INJECT})
 
 
 def enabled_scopes(config: Config) -> list[Scope]:
-    """Every scope of every policy the config turns on, in policy order; a policy's go to the
-    fail-open registrations when its in-server checks are installed."""
+    """Every scope of every policy the config turns on, in policy order, less what the
+    in-server policies the config installs take over (placed)."""
     scopes = []
     for policy in POLICIES:
         if policy.mode(config) == "off":
             continue
-        covered = config.validatingAdmissionPolicies and bool(policy.in_server(config))
-        scopes += [
-            scope._replace(webhook=_OPEN.get(scope.webhook, scope.webhook)) if covered else scope
-            for scope in policy.scopes(config)
-        ]
+        checks = policy.in_server(config) if config.validatingAdmissionPolicies else ()
+        mutations = policy.mutate_in_server(config) if config.mutatingAdmissionPolicies else ()
+        placed = (placed_scope(scope, checks, mutations) for scope in policy.scopes(config))
+        scopes += [scope for scope in placed if scope is not None]
     return scopes
+
+
+def placed_scope(
+    scope: Scope, checks: Sequence[InServerCheck], mutations: Sequence[InServerMutation]
+) -> Scope | None:
+    """Where a policy's scope goes given its installed in-server checks and mutations (None:
+    to no registration). What they cover leaves the webhook, but for what they decide only
+    with the node states the guard publishes (params: while there are none the API server
+    allows, docs/decisions/registrations.md), which the webhook still judges, failing open;
+    so are the mutations of a policy whose denies the API server makes (it refuses what they
+    would fix). The binding guard stays: bindings are no pod CREATE, and it fails open."""
+    if scope.webhook in MUTATING_WEBHOOKS:
+        if mutations and not _read_params(mutations):
+            return None
+        return _failing_open(scope) if mutations or checks else scope
+    if not checks or scope.webhook == BINDINGS:
+        return scope
+    return _failing_open(scope) if _read_params(checks) else None
+
+
+def _read_params(policies: Sequence[InServerCheck | InServerMutation]) -> bool:
+    return any(policy.params_label for policy in policies)
+
+
+def _failing_open(scope: Scope) -> Scope:
+    return scope._replace(webhook=_OPEN.get(scope.webhook, scope.webhook))
 
 
 def unjudged_namespaces(namespace: str) -> dict[str, Any]:
@@ -186,10 +215,11 @@ HEADER = """\
 # Printed by `volcano-guard manifests`: what the reconciler writes for this config (apply it
 # yourself only for a GitOps install, with `reconcile --gitops`). Each webhook covers only the
 # requests its policies act on (matchConditions), so a guard outage never stops a pod the guard
-# would have allowed untouched. With validatingAdmissionPolicies (the default),
-# ValidatingAdmissionPolicies follow: the denies the API server can decide alone, run inside it,
-# and the registrations they cover fail open. caBundle is set by the reconciler (or
-# `volcano-guard certs ensure`) or by cert-manager's cainjector.
+# would have allowed untouched. Where the cluster serves them (--kubernetes-version), the
+# in-server policies follow: ValidatingAdmissionPolicies for the denies the API server can decide
+# alone, MutatingAdmissionPolicies for the pod mutations it can make alone, and what they cover
+# is sent to no webhook. caBundle is set by the reconciler (or `volcano-guard certs ensure`) or
+# by cert-manager's cainjector.
 """
 
 

@@ -31,8 +31,9 @@ Adding a policy (tests/webhook/test_adding_a_policy.py follows these steps with 
 5. If it reads a resource the webhook does not yet read (`watches`, `lookups`), give the
    webhook's ServiceAccount those verbs in deploy/base/rbac.yaml (tests/deploy/test_rbac.py).
    If it adds an in-server check, add the check's name to IN_SERVER_CHECKS in
-   webhook/manifests.py and to the reconciler's ClusterRole (deploy/base/reconciler.yaml, the
-   chart's templates/reconciler.yaml): the reconciler writes only the names it is given.
+   webhook/manifests.py (an in-server mutation's to IN_SERVER_MUTATIONS) and to the
+   reconciler's ClusterRole (deploy/base/reconciler.yaml, the chart's
+   templates/reconciler.yaml): the reconciler writes only the names it is given.
 6. Its tests, in tests/webhook/test_toy.py. test_config, test_policies, test_policy_units and
    test_registrations check every registered policy's off setting, kinds, interface and
    registrations by themselves; the tests that list today's policies by name gain it

@@ -91,6 +91,10 @@ class PodGroupsConfig(Section, frozen=True):
     """`policies.podGroups`."""
 
     stampGenerationId: bool = True
+    # Annotate a pod joining a PodGroup with the generation it joins (volcano-guard.io/
+    # podgroup-generation): only the webhook can (it reads its PodGroup cache), so it sends
+    # every such pod (every Volcano Job pod) to the webhook. Nothing of the guard reads it.
+    annotatePodGeneration: bool = False
     deleteGuard: DeleteGuardConfig = msgspec.field(default_factory=DeleteGuardConfig)
 
 
@@ -460,10 +464,18 @@ ID_GUARD_POLICY = Policy(
     scopes=id_guard_scopes,
     in_server=stamp_in_server,
 )
+
+
+def _annotating(config: Config) -> Mode:
+    """The pods' generations: asked for, and with the stamps they record. Off by default: with
+    it, every pod joining a PodGroup is sent to the webhook (docs/decisions/registrations.md)."""
+    return _stamping(config) if settings(config).annotatePodGeneration else "off"
+
+
 ENRICH_POLICY = Policy(
     name=ENRICH,
-    mode=_stamping,
-    off=STAMPS_OFF,
+    mode=_annotating,
+    off="policies.podGroups.annotatePodGeneration: false",
     mutate=annotate_pod,
     kinds=frozenset({POD}),
     scopes=enrich_scopes,
