@@ -1,11 +1,7 @@
 """The two sides of the mutating differential tests: an object as the guard's webhook patches
 it, and as the sandbox's MutatingAdmissionPolicy plugin (1.36) patches it with a policy's
-InServerMutations. Either side answers the patched object, or a Refused with its message.
-
-The mutations are rendered here as MutatingAdmissionPolicy objects the plain way (rules as
-matchConstraints, the condition as the one matchCondition, failurePolicy Fail, params by the
-label, parameterNotFoundAction Allow): what the tests compare is the expressions, whoever
-renders them for `manifests`."""
+InServerMutations, rendered as `manifests` prints them (admission_policies.mutating_policies).
+Either side answers the patched object, or a Refused with its message."""
 
 from __future__ import annotations
 
@@ -16,6 +12,7 @@ from typing import Any, Literal
 from tests.webhook.test_admission_policies import NODE_LABELS, params_of, published_states
 from volcano_guard.base.informer import static_snapshot
 from volcano_guard.base.jsonpatch import apply_patch
+from volcano_guard.webhook.admission_policies import PREFIX, mutating_policies
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.evaluation import enabled_checks, evaluate
 from volcano_guard.webhook.policies.base import InServerMutation, Policy, PolicyContext
@@ -33,7 +30,7 @@ from volcano_guard_sandbox.apiserver.mutating_policies import KUBERNETES_1_36
 from volcano_guard_sandbox.apiserver.reinvocation import ReinvocationContext
 from volcano_guard_sandbox.apiserver.store import ApiError
 
-GUARD_NAMESPACE = "volcano-guard"
+GUARD_NAMESPACE = "volcano-guard"  # where the rendered policies read their params
 # kind -> (API group, version, resource) of a write of it.
 SENT_AS = {
     "Pod": ("", "v1", "pods"),
@@ -52,58 +49,17 @@ class Refused:
     message: str
 
 
-def rendered(mutation: InServerMutation) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The MutatingAdmissionPolicy and its binding for one InServerMutation."""
-    name = f"volcano-guard-{mutation.name}"
-    spec: dict[str, Any] = {
-        "failurePolicy": "Fail",
-        "reinvocationPolicy": "IfNeeded",
-        "matchConstraints": {
-            "resourceRules": [
-                {
-                    "apiGroups": [rule.api_group],
-                    "apiVersions": [rule.api_version],
-                    "resources": list(rule.resources),
-                    "operations": list(rule.operations),
-                }
-                for rule in mutation.rules
-            ]
-        },
-        "matchConditions": [{"name": "applies", "expression": mutation.condition}],
-        "variables": [{"name": n, "expression": e} for n, e in mutation.variables],
-        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": mutation.json_patch}}],
-    }
-    binding: dict[str, Any] = {"policyName": name}
-    if mutation.params_label:
-        key, value = mutation.params_label
-        spec["paramKind"] = {"apiVersion": "v1", "kind": "ConfigMap"}
-        binding["paramRef"] = {
-            "namespace": GUARD_NAMESPACE,
-            "selector": {"matchLabels": {key: value}},
-            "parameterNotFoundAction": "Allow",
-        }
-    api = "admissionregistration.k8s.io/v1"
-    return (
-        {
-            "apiVersion": api,
-            "kind": "MutatingAdmissionPolicy",
-            "metadata": {"name": name},
-            "spec": spec,
-        },
-        {
-            "apiVersion": api,
-            "kind": "MutatingAdmissionPolicyBinding",
-            "metadata": {"name": name},
-            "spec": binding,
-        },
-    )
+def rendered(config: Config, mutations: Sequence[InServerMutation]) -> list[dict[str, Any]]:
+    """The MutatingAdmissionPolicies and bindings `manifests` prints for these mutations."""
+    names = {PREFIX + m.name for m in mutations}
+    return [o for o in mutating_policies(config, GUARD_NAMESPACE) if o["metadata"]["name"] in names]
 
 
-def compile_errors(mutations: Sequence[InServerMutation]) -> list[str]:
+def compile_errors(config: Config, mutations: Sequence[InServerMutation]) -> list[str]:
     """What the sandbox playing 1.36 refuses in the rendered policies when they are written."""
-    return [
-        error for m in mutations for error in policy_errors(rendered(m)[0]["spec"], KUBERNETES_1_36)
-    ]
+    policies = [o for o in rendered(config, mutations) if o["kind"].endswith("Policy")]
+    assert len(policies) == len(mutations)
+    return [error for p in policies for error in policy_errors(p["spec"], KUBERNETES_1_36)]
 
 
 def webhook_side(
@@ -145,7 +101,7 @@ def policy_side(
     """obj as the sandbox's MutatingAdmissionPolicy plugin leaves it with these mutations
     installed, the node states published for NODE_LABELS (or these ConfigMaps) as params."""
     group, version, resource = SENT_AS[obj["kind"]]
-    objects = [o for m in mutations for o in rendered(m)]
+    objects = rendered(config, mutations)
     attributes = Attributes(
         operation=operation,
         group=group,
@@ -157,6 +113,7 @@ def policy_side(
         user=User(user[0], "", user[1]),
         object=obj,
         old_object=obj if operation == "UPDATE" else None,
+        namespace_labels={"kubernetes.io/metadata.name": obj["metadata"]["namespace"]},
     )
     try:
         patched = admit(

@@ -66,7 +66,7 @@ def assert_same_object(config: Config, obj: dict[str, Any], operation: Any = "CR
 def test_the_fills_compile_as_1_36_writes_them(name):
     mutations = POLICY.mutate_in_server(config_of(name))
     assert [m.name for m in mutations] == ["default-requests", "volcano-default-requests"]
-    assert compile_errors(mutations) == []
+    assert compile_errors(config_of(name), mutations) == []
 
 
 @pytest.mark.parametrize(

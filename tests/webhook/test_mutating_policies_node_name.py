@@ -76,7 +76,7 @@ def assert_same_object(
 def test_the_rewrite_compiles_as_1_36_writes_it(name):
     (mutation,) = POLICY.mutate_in_server(config_of(name))
     assert mutation.name == "node-name-rewrite"
-    assert compile_errors([mutation]) == []
+    assert compile_errors(config_of(name), [mutation]) == []
 
 
 @pytest.mark.parametrize("changes", [{"action": "deny"}, {"mode": "warn"}, {"mode": "audit"}])
