@@ -23,6 +23,8 @@ from volcano_guard.webhook.review import (
     GroupVersionResource,
     UserInfo,
 )
+from volcano_guard_sandbox.apiserver import cel_eval, policy_validation
+from volcano_guard_sandbox.apiserver import mutating_policies as mutating_policies_sandbox
 from volcano_guard_sandbox.apiserver.admission import Record
 from volcano_guard_sandbox.apiserver.matching import Attributes, User
 from volcano_guard_sandbox.apiserver.mutating_admission import admit, policy_errors
@@ -60,6 +62,19 @@ def compile_errors(config: Config, mutations: Sequence[InServerMutation]) -> lis
     policies = [o for o in rendered(config, mutations) if o["kind"].endswith("Policy")]
     assert len(policies) == len(mutations)
     return [error for p in policies for error in policy_errors(p["spec"], KUBERNETES_1_36)]
+
+
+def uncosted(mutations: Sequence[InServerMutation]) -> list[str]:
+    """The expressions of these mutations the sandbox cannot cost as cel-go does (it would run
+    them on cel-cpp, which counts no cost and stops at 10,000 iterations)."""
+    patch_program = mutating_policies_sandbox._compiled_in(KUBERNETES_1_36)
+    found = []
+    for mutation in mutations:
+        plain = [mutation.condition, *(expression for _, expression in mutation.variables)]
+        found += [e for e in plain if cel_eval.plan_of(policy_validation.program, e) is None]
+        if mutating_policies_sandbox._plan(patch_program, mutation.json_patch) is None:
+            found.append(mutation.json_patch)
+    return found
 
 
 def webhook_side(

@@ -20,6 +20,7 @@ from tests.webhook.mutating_differential import (
     Refused,
     compile_errors,
     policy_side,
+    uncosted,
     webhook_side,
 )
 from tests.webhook.test_admission_policies import INSTALLER_WORKLOADS, installer_pods
@@ -63,10 +64,11 @@ def assert_same_object(config: Config, obj: dict[str, Any], operation: Any = "CR
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_the_fills_compile_as_1_36_writes_them(name):
+def test_the_fills_compile_as_1_36_writes_them_and_every_call_is_costed(name):
     mutations = POLICY.mutate_in_server(config_of(name))
     assert [m.name for m in mutations] == ["default-requests", "volcano-default-requests"]
     assert compile_errors(config_of(name), mutations) == []
+    assert uncosted(mutations) == []
 
 
 @pytest.mark.parametrize(

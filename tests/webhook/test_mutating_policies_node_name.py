@@ -16,6 +16,7 @@ from tests.webhook.mutating_differential import (
     Refused,
     compile_errors,
     policy_side,
+    uncosted,
     webhook_side,
 )
 from tests.webhook.test_admission_policies import (
@@ -73,10 +74,11 @@ def assert_same_object(
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_the_rewrite_compiles_as_1_36_writes_it(name):
+def test_the_rewrite_compiles_as_1_36_writes_it_and_every_call_is_costed(name):
     (mutation,) = POLICY.mutate_in_server(config_of(name))
     assert mutation.name == "node-name-rewrite"
     assert compile_errors(config_of(name), [mutation]) == []
+    assert uncosted([mutation]) == []
 
 
 @pytest.mark.parametrize("changes", [{"action": "deny"}, {"mode": "warn"}, {"mode": "audit"}])
