@@ -3,6 +3,8 @@ cel-go's costs, applied as evanphx/json-patch v4 applies it (mutating_policies).
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from volcano_guard_sandbox.apiserver import cel_cost
@@ -92,10 +94,36 @@ def test_an_expression_that_is_not_a_list_of_jsonpatch_is_refused_on_write():
     assert expression_error('[JSONPatch{op: "add", path: "/a"}]') == ""
 
 
-def test_object_initializers_are_refused_as_not_modelled():
-    assert "the sandbox does not model Object" in expression_error(
-        '[JSONPatch{op: "add", path: "/spec", value: Object.spec{replicas: 1}}]'
+def test_object_initializers_build_typed_values_of_any_field():
+    container = """[JSONPatch{op: "add", path: "/spec/containers/-",
+        value: Object.spec.containers{
+            name: "sidecar",
+            ports: [Object.spec.containers.ports{containerPort: 8080}],
+        }}]"""
+    assert expression_error(container) == ""
+    patched = _patched(container)
+    assert patched["spec"]["containers"][-1] == {
+        "name": "sidecar",
+        "ports": [{"containerPort": 8080}],
+    }
+
+
+def test_an_initializer_named_unlike_its_field_path_is_a_type_mismatch():
+    with pytest.raises(MutationError) as refused:
+        _patched(
+            '[JSONPatch{op: "add", path: "/spec/containers/-", value: Object.spec.containers{'
+            "ports: [Object.spec.containers.portsZ{containerPort: 1}]}}]"
+        )
+    assert str(refused.value) == (
+        'type mismatch: unexpected type name "Object.spec.containers.portsZ", expected '
+        '"Object.spec.containers.ports", which matches field name path from root Object type'
     )
+
+
+def test_a_compile_error_names_object_types_as_written():
+    error = expression_error('[JSONPatch{op: "add", path: "/a", value: Object.spec{a: 1}.b}]')
+    assert "undefined field 'b'" in error
+    assert "ObjectType" not in error
 
 
 def test_a_policy_spec_is_checked_with_its_variables_typed():
@@ -143,3 +171,30 @@ def test_json_patch_errors_name_what_failed(operation, error):
 def test_replace_of_a_missing_map_key_sets_it_as_v4_does():
     patched = apply_operations(POD, [{"op": "replace", "path": "/metadata/labels/y", "value": "2"}])
     assert patched["metadata"]["labels"] == {"x": "1", "y": "2"}
+
+
+def test_the_callers_object_is_never_changed_even_when_a_later_operation_fails():
+    original = copy.deepcopy(POD)
+    operations = [
+        {"op": "move", "from": "/spec/containers/0", "path": "/spec/containers/-"},
+        {"op": "add", "path": "/spec/containers/0/image", "value": "x"},
+        {"op": "remove", "path": "/metadata/labels/x"},
+    ]
+    patched = apply_operations(POD, operations)
+    assert patched["spec"]["containers"] == [{"name": "b", "image": "x"}, {"name": "a"}]
+    assert original == POD
+    with pytest.raises(MutationError):
+        apply_operations(POD, [*operations, {"op": "remove", "path": "/nope/x"}])
+    assert original == POD
+    untouched = apply_operations(POD, [{"op": "add", "path": "/metadata/labels/y", "value": "1"}])
+    assert untouched["spec"] is POD["spec"]  # what no operation reaches is shared, not copied
+
+
+def test_objects_of_different_types_or_a_jsonpatch_and_a_map_are_not_equal():
+    operations = patch_operations(
+        '[JSONPatch{op: "add", path: "/a", value: ['
+        "dyn(Object.x{a: 1}) == dyn(Object.y{a: 1}), Object.x{a: 1} == Object.x{a: 1},"
+        ' dyn(JSONPatch{op: "add"}) == dyn({"op": "add"})]}]',
+        PolicyInputs(object=POD),
+    )
+    assert operations[0]["value"] == [False, True, False]

@@ -32,6 +32,11 @@ POD_RULES = {
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
     ]
 }
+# Counts its runs in a label: x, then x+, x++...
+COUNT = (
+    '[JSONPatch{op: "add", path: "/metadata/labels/runs", value: '
+    "has(object.metadata.labels.runs) ? object.metadata.labels.runs + '+' : 'x'}]"
+)
 ADD_TEAM = '[JSONPatch{op: "add", path: "/metadata/labels/team", value: "from-policy"}]'
 
 
@@ -139,6 +144,19 @@ async def test_a_mutation_that_fails_follows_the_failure_policy(box136, failure_
         )
 
 
+async def test_a_patch_that_leaves_no_object_is_an_internal_error_even_under_ignore(box136):
+    await install(
+        box136,
+        policy(
+            expression='[JSONPatch{op: "replace", path: "/metadata", value: "flat"}]',
+            failurePolicy="Ignore",
+        ),
+        binding(),
+    )
+    status, body, _ = await box136.call("POST", PODS, pod("p1"))
+    assert (status, body["reason"]) == (500, "InternalError"), body
+
+
 def _webhook_patch(label: str, value: str) -> dict[str, Any]:
     patch = [{"op": "add", "path": f"/metadata/labels/{label}", "value": value}]
     return {
@@ -148,24 +166,24 @@ def _webhook_patch(label: str, value: str) -> dict[str, Any]:
     }
 
 
-async def test_policies_run_before_mutating_webhooks_and_again_when_needed(box136, scripted):
-    seen: list[dict[str, str]] = []
+def _hooking(seen: list[dict[str, str]]) -> Any:
+    """A webhook's answer: note the labels it is sent, add `hooked: yes` unless there."""
 
     def answer(request: dict[str, Any]) -> dict[str, Any]:
         labels = request["object"]["metadata"].get("labels") or {}
         seen.append(dict(labels))
         return {"allowed": True} if "hooked" in labels else _webhook_patch("hooked", "yes")
 
-    scripted.answer = answer
+    return answer
+
+
+async def test_policies_run_before_mutating_webhooks_and_again_when_needed(box136, scripted):
+    seen: list[dict[str, str]] = []
+    scripted.answer = _hooking(seen)
     await box136.register("mutating", "labeller", box136.hook("m.example.com", path="/mutate"))
-    # Counts how often it runs: the label says how many times it saw no `hooked` label.
-    count = (
-        '[JSONPatch{op: "add", path: "/metadata/labels/runs", value: '
-        "has(object.metadata.labels.runs) ? object.metadata.labels.runs + '+' : 'x'}]"
-    )
     await install(
         box136,
-        policy("counter", count, reinvocationPolicy="IfNeeded"),
+        policy("counter", COUNT, reinvocationPolicy="IfNeeded"),
         binding("counter"),
     )
     status, created, _ = await box136.call("POST", PODS, pod("p1"))
@@ -175,18 +193,29 @@ async def test_policies_run_before_mutating_webhooks_and_again_when_needed(box13
     assert _labels(created) == {"runs": "x+", "hooked": "yes"}
 
 
+async def test_an_ifneeded_webhook_runs_again_after_a_reinvoked_policy_changes_the_object(
+    box136, scripted
+):
+    seen: list[dict[str, str]] = []
+    scripted.answer = _hooking(seen)
+    hook = box136.hook("m.example.com", path="/mutate", reinvocationPolicy="IfNeeded")
+    await box136.register("mutating", "labeller", hook)
+    await install(
+        box136, policy("counter", COUNT, reinvocationPolicy="IfNeeded"), binding("counter")
+    )
+    assert _labels((await box136.call("POST", PODS, pod("p1")))[1]) == {
+        "runs": "x+",
+        "hooked": "yes",
+    }
+    # Second pass: the policy changed the object after the webhook's first call, so the
+    # webhook's context (the object differs from what it last left) calls it again.
+    assert seen == [{"runs": "x"}, {"runs": "x+", "hooked": "yes"}]
+
+
 async def test_a_never_policy_is_not_run_again(box136, scripted):
-    scripted.answer = lambda request: (
-        {"allowed": True}
-        if "hooked" in (request["object"]["metadata"].get("labels") or {})
-        else _webhook_patch("hooked", "yes")
-    )
+    scripted.answer = _hooking([])
     await box136.register("mutating", "labeller", box136.hook("m.example.com", path="/mutate"))
-    count = (
-        '[JSONPatch{op: "add", path: "/metadata/labels/runs", value: '
-        "has(object.metadata.labels.runs) ? object.metadata.labels.runs + '+' : 'x'}]"
-    )
-    await install(box136, policy("counter", count), binding("counter"))
+    await install(box136, policy("counter", COUNT), binding("counter"))
     assert _labels((await box136.call("POST", PODS, pod("p1")))[1]) == {
         "runs": "x",
         "hooked": "yes",
@@ -231,6 +260,14 @@ async def test_what_1_36_refuses_or_the_sandbox_does_not_model_is_refused_on_wri
     assert said in body["message"]
 
 
+async def test_a_field_of_the_wrong_json_type_is_a_bad_request(box136):
+    status, body, _ = await box136.call("POST", POLICIES, policy(matchConditions="yes"))
+    assert (status, body["reason"]) == (400, "BadRequest")
+    assert (
+        "cannot unmarshal string into field spec.matchConditions of type array" in (body["message"])
+    )
+
+
 @pytest.mark.parametrize("minor", [30, 35])
 async def test_before_1_36_the_kind_is_not_served(minor):
     async with (
@@ -258,9 +295,11 @@ async def test_at_1_35_the_beta_runs_when_runtime_config_turns_it_on():
 
 
 def test_kubernetes_client_writes_a_policy_and_a_pod_comes_back_mutated():
-    with SandboxThread(kubernetes_version=KubernetesVersion(36)) as sandbox:
+    with (
+        SandboxThread(kubernetes_version=KubernetesVersion(36)) as sandbox,
+        client.ApiClient(client.Configuration(host=sandbox.url)) as api,
+    ):
         sandbox.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}])
-        api = client.ApiClient(client.Configuration(host=sandbox.url))
         custom = client.CustomObjectsApi(api)
         group = "admissionregistration.k8s.io"
         custom.create_cluster_custom_object(group, "v1", "mutatingadmissionpolicies", policy())

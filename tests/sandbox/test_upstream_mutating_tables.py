@@ -1,9 +1,10 @@
 """The sandbox's MutatingAdmissionPolicy held to upstream's own tables (Kubernetes 1.36's
 pkg/admission/plugin/policy/mutating `*_test.go`, read as text at test time): TestJSONPatch
-(patch/json_patch_test.go) and TestCompilation (compilation_test.go). Every case passes, or is
-one the sandbox does not model (mutating_tables.MUTATING_NOT_MODELLED, with its reason), or is a
-known failure listed below with its reason; a listed case that passes fails the test. The
-readers must keep finding the cases they find today (MIN_CASES)."""
+(patch/json_patch_test.go), TestCompilation (compilation_test.go) and the reinvocation
+context's (reinvocationcontext_test.go). Every case passes, or is one the sandbox does not
+model (mutating_tables.MUTATING_NOT_MODELLED, with its reason), or is a known failure listed
+below with its reason; a listed case that passes fails the test. The readers must keep finding
+the cases they find today (MIN_CASES)."""
 
 # The Go tables below keep upstream's long lines.
 # ruff: noqa: E501
@@ -25,6 +26,7 @@ from volcano_guard_sandbox.conformance.admission_cases import (
 from volcano_guard_sandbox.conformance.mutating_tables import (
     MUTATING_SOURCES,
     read_json_patch,
+    read_reinvocation,
     run_mutation_case,
 )
 from volcano_guard_sandbox.conformance.runner import Result
@@ -36,14 +38,13 @@ MIN_CASES = {
     _MUTATING + "patch/smd_test.go": 12,
     _MUTATING + "dispatcher_test.go": 0,
     _MUTATING + "plugin_test.go": 0,
-    _MUTATING + "reinvocationcontext_test.go": 0,
+    _MUTATING + "reinvocationcontext_test.go": 3,
     _MUTATING + "patch/typeconverter_test.go": 0,
 }
 # The tables that run the plugin on Go fakes count each test function unparsed.
 MAX_UNPARSED = {
     _MUTATING + "dispatcher_test.go": 1,
     _MUTATING + "plugin_test.go": 4,
-    _MUTATING + "reinvocationcontext_test.go": 3,
     _MUTATING + "patch/typeconverter_test.go": 1,
 }
 # Cases the sandbox answers unlike 1.36, by id, with why.
@@ -86,7 +87,7 @@ def test_every_mutating_case_passes_or_is_not_modelled_or_a_known_failure():
         if r.verdict == "failed" and r.id not in KNOWN_FAILURES
     ]
     assert not unexpected, "\n".join(unexpected)
-    assert sum(r.verdict == "passed" for r in _results()) >= 26
+    assert sum(r.verdict == "passed" for r in _results()) >= 36
 
 
 def test_no_known_mutating_failure_passes_or_is_gone():
@@ -112,7 +113,7 @@ def test_conformance_command_prints_the_mutating_tables_last(capsys):
     rows = lines[start + 2 : start + 2 + len(MUTATING_SOURCES)]
     assert [row.split()[0] for row in rows] == [source.file for source in MUTATING_SOURCES]
     total = lines[start + 2 + len(MUTATING_SOURCES)].split()
-    assert total[0] == "total" and int(total[1]) >= 27 and int(total[2]) == len(KNOWN_FAILURES)
+    assert total[0] == "total" and int(total[1]) >= 37 and int(total[2]) == len(KNOWN_FAILURES)
 
 
 # The reader and the runner on a table of their own: no upstream source needed.
@@ -141,9 +142,16 @@ func TestJSONPatch(t *testing.T) {
 			expectedErr: "Unable to remove nonexistent key: nothing",
 		},
 		{
-			name:       "an initializer",
-			expression: `[JSONPatch{op: "add", path: "/spec", value: Object.spec{}}]`,
-			object:     &appsv1.Deployment{},
+			name:           "an initializer",
+			expression:     `[JSONPatch{op: "add", path: "/spec", value: Object.spec{replicas: 2}}]`,
+			object:         &appsv1.Deployment{},
+			expectedResult: &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2)}},
+		},
+		{
+			name:        "strict decoding",
+			expression:  `[JSONPatch{op: "add", path: "/spec/replicaz", value: 2}]`,
+			object:      &appsv1.Deployment{},
+			expectedErr: `strict decoding error: unknown field "spec.replicaz"`,
 		},
 	}
 }
@@ -158,5 +166,37 @@ def test_a_json_patch_table_runs_on_go_encoded_objects_and_a_wrong_expectation_f
         "replace": "passed",
         "wrongly expected unchanged": "failed",
         "an error's words": "passed",
-        "an initializer": "not modelled",
+        "an initializer": "passed",
+        "strict decoding": "not modelled",
     }
+
+
+_REINVOCATION = """
+func TestPartialReinvocation(t *testing.T) {
+	key1 := key{PolicyUID: types.NamespacedName{Name: "p1"}}
+	key2 := key{PolicyUID: types.NamespacedName{Name: "p2"}}
+	cm1v1 := &v1.ConfigMap{Data: map[string]string{"v": "1"}}
+	cm1v2 := &v1.ConfigMap{Data: map[string]string{"v": "2"}}
+
+	rc := policyReinvokeContext{}
+	rc.SetLastPolicyInvocationOutput(cm1v1)
+	rc.RequireReinvokingPreviouslyInvokedPlugins()
+	rc.AddReinvocablePolicyToPreviouslyInvoked(key1)
+	assert.True(t, rc.IsOutputChangedSinceLastPolicyInvocation(cm1v2))
+	rc.SetLastPolicyInvocationOutput(cm1v2)
+	rc.RequireReinvokingPreviouslyInvokedPlugins()
+	rc.AddReinvocablePolicyToPreviouslyInvoked(key2)
+	assert.True(t, rc.ShouldReinvoke(key1))
+	assert.False(t, rc.ShouldReinvoke(key2))
+}
+"""
+
+
+def test_a_reinvocation_table_runs_its_calls_in_order_and_a_wrong_assertion_fails():
+    (case,) = read_reinvocation("reinvocationcontext_test.go", _REINVOCATION).cases
+    assert run_mutation_case(case).verdict == "passed"
+    wrong = _REINVOCATION.replace(
+        "assert.False(t, rc.ShouldReinvoke(key2))", "assert.True(t, rc.ShouldReinvoke(key2))"
+    )
+    (case,) = read_reinvocation("reinvocationcontext_test.go", wrong).cases
+    assert run_mutation_case(case).verdict == "failed"

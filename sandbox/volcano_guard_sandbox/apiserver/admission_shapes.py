@@ -1,5 +1,6 @@
 """The JSON shapes of the admissionregistration objects the sandbox reads (webhook
-configurations, ValidatingAdmissionPolicies and their bindings), checked when one is written.
+configurations, Validating- and MutatingAdmissionPolicies and their bindings), checked when one
+is written.
 
 kube-apiserver decodes a body into Go structs, so a field of the wrong JSON type (a selector
 given as a string, a list of conditions as a number) is a bad request (400) before any
@@ -53,6 +54,12 @@ _WEBHOOK = {
     "reinvocationPolicy": "string",
     "matchConditions": _CONDITIONS,
 }
+_PARAM_REF = {
+    "name": "string",
+    "namespace": "string",
+    "selector": _SELECTOR,
+    "parameterNotFoundAction": "string",
+}
 SHAPES: Mapping[str, Mapping[str, Any]] = {
     "ValidatingWebhookConfiguration": {"webhooks": ("list", _WEBHOOK)},
     "MutatingWebhookConfiguration": {"webhooks": ("list", _WEBHOOK)},
@@ -78,14 +85,35 @@ SHAPES: Mapping[str, Mapping[str, Any]] = {
     "ValidatingAdmissionPolicyBinding": {
         "spec": {
             "policyName": "string",
-            "paramRef": {
-                "name": "string",
-                "namespace": "string",
-                "selector": _SELECTOR,
-                "parameterNotFoundAction": "string",
-            },
+            "paramRef": _PARAM_REF,
             "matchResources": _MATCH_RESOURCES,
             "validationActions": _STRINGS,
+        }
+    },
+    # admissionregistration/v1 (1.36) MutatingAdmissionPolicy and its binding.
+    "MutatingAdmissionPolicy": {
+        "spec": {
+            "paramKind": {"apiVersion": "string", "kind": "string"},
+            "matchConstraints": _MATCH_RESOURCES,
+            "variables": ("list", {"name": "string", "expression": "string"}),
+            "mutations": (
+                "list",
+                {
+                    "patchType": "string",
+                    "jsonPatch": {"expression": "string"},
+                    "applyConfiguration": {"expression": "string"},
+                },
+            ),
+            "failurePolicy": "string",
+            "matchConditions": _CONDITIONS,
+            "reinvocationPolicy": "string",
+        }
+    },
+    "MutatingAdmissionPolicyBinding": {
+        "spec": {
+            "policyName": "string",
+            "paramRef": _PARAM_REF,
+            "matchResources": _MATCH_RESOURCES,
         }
     },
 }

@@ -41,7 +41,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from volcano_guard_sandbox.apiserver import cel_types, kubernetes_cel, versions
+from volcano_guard_sandbox.apiserver import cel_types, kubernetes_cel, object_types, versions
 
 BOOL = ("bool",)
 STRING = ("string",)
@@ -94,8 +94,10 @@ class Declarations:
     # the release it plays; by default 1.30's (1.29), which this module's docstring and the
     # conformance tables are held to.
     cel_version: tuple[int, int] = KUBERNETES_1_30.cel_for_new_expressions
-    # compile.go HasPatchTypes: JSONPatch and the jsonpatch library (a mutation's expressions).
+    # compile.go HasPatchTypes: JSONPatch and the jsonpatch library (a mutation's expressions),
+    # and the serialized FileDescriptorProto of its Object types (object_types.declarations).
     patch_types: bool = False
+    object_types: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,13 @@ def _environment(declarations: Declarations) -> cel.Env:
     return versions.cel_environment(
         variables,
         declarations.cel_version,
-        pool=cel_types.pool(fields, declarations.patch_types),
+        pool=cel_types.pool(
+            fields,
+            declarations.patch_types,
+            [object_types.file_descriptor(declarations.object_types)]
+            if declarations.object_types
+            else [],
+        ),
         extensions=[kubernetes_cel.jsonpatch_library()] if declarations.patch_types else (),
     )
 

@@ -137,6 +137,8 @@ def equal(a: Any, b: Any) -> bool:
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
+        if getattr(a, "type_name", None) != getattr(b, "type_name", None):
+            return False  # a mutation's JSONPatch or Object value is of its type (a map: None)
         return len(a) == len(b) and all(
             any(equal(k, key) for key in b) and equal(v, _get(b, k)) for k, v in a.items()
         )

@@ -206,7 +206,9 @@ def _jsonpatch_file() -> descriptor_pb2.FileDescriptorProto:
 
 
 def pool(
-    variables: Mapping[str, Any] | None = None, patch_types: bool = False
+    variables: Mapping[str, Any] | None = None,
+    patch_types: bool = False,
+    extra_files: Iterable[descriptor_pb2.FileDescriptorProto] = (),
 ) -> descriptor_pool.DescriptorPool:
     """The Quantity the libraries need, the admission types, and kubernetes.variables with a
     field per variable (name: FieldSpec type from `field_kind`) when variables is not None;
@@ -216,6 +218,8 @@ def pool(
         result.Add(file)
     if patch_types:
         result.Add(_jsonpatch_file())
+    for file in extra_files:  # a mutation's Object types (object_types)
+        result.Add(file)
     if variables is not None:
         fields = [_variable_field(name, kind) for name, kind in variables.items()]
         result.Add(_file("volcano_guard_variables.proto", {"variables": fields}))

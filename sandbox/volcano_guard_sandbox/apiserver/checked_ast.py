@@ -8,6 +8,7 @@ published; the type map and source info are not read) and decodes one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,11 +46,13 @@ _MESSAGES = {
 }
 
 
-def _checked_expr_class() -> Any:
-    """The messages above, proto2 (so a zero constant is still present), in a pool of their
-    own."""
-    file = descriptor_pb2.FileDescriptorProto(name="sandbox_checked_expr.proto", package="ce")
-    for name, fields in _MESSAGES.items():
+def message_class(
+    root: str = "CheckedExpr", extra: Mapping[str, str] | None = None, package: str = "ce"
+) -> Any:
+    """The class of message root among the messages above (and extra ones, declared alike),
+    proto2 (so a zero constant is still present), in a pool of their own."""
+    file = descriptor_pb2.FileDescriptorProto(name=f"sandbox_{package}_expr.proto", package=package)
+    for name, fields in {**_MESSAGES, **(extra or {})}.items():
         message = file.message_type.add(name=name)
         for declaration in fields.split(";"):
             field_name, number, kind = declaration.split()
@@ -62,13 +65,13 @@ def _checked_expr_class() -> Any:
                 label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL,
             )
             if kind not in _SCALARS:
-                field.type_name = f".ce.{kind}"
+                field.type_name = f".{package}.{kind}"
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("ce.CheckedExpr"))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{root}"))
 
 
-_CheckedExpr = _checked_expr_class()
+_CheckedExpr = message_class()
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ written (`not_modelled`), as is anything else the sandbox does not model.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,8 +36,6 @@ from volcano_guard_sandbox.apiserver import label_selectors
 from volcano_guard_sandbox.apiserver.admission import Record, forbidden
 from volcano_guard_sandbox.apiserver.matching import Attributes, cel_request, evaluate_conditions
 from volcano_guard_sandbox.apiserver.mutating_policies import (
-    NOT_MODELLED_OBJECT,
-    OBJECT_INITIALIZER,
     MutationError,
     apply_json_patch_expression,
     mutation_errors,
@@ -45,13 +44,16 @@ from volcano_guard_sandbox.apiserver.policies import (
     EXCLUDED,
     ConfigurationError,
     ParamLookup,
+    _name,
+    _spec,
     collect_params,
     matches,
+    param_ref_errors,
 )
 from volcano_guard_sandbox.apiserver.policy_validation import PolicyInputs, _compiled_in
 from volcano_guard_sandbox.apiserver.reinvocation import POLICY_PLUGIN, ReinvocationContext
 from volcano_guard_sandbox.apiserver.resources import ADMISSION, ResourceType
-from volcano_guard_sandbox.apiserver.store import ApiError
+from volcano_guard_sandbox.apiserver.store import ApiError, Stored
 from volcano_guard_sandbox.apiserver.versions import KubernetesVersion
 
 POLICY_KIND = "MutatingAdmissionPolicy"
@@ -89,6 +91,18 @@ class _PolicyError:
                 f"{self.message}"
             )
         return f'policy "{self.policy}" denied request: {self.message}'
+
+
+def stored(items: Iterable[Stored]) -> list[Mapping[str, Any]]:
+    """The stored policies or bindings, each decoded once for as long as it is unchanged (a
+    request reads them, never changes them): not per request."""
+    return [_decoded(item.raw) for item in items]
+
+
+@functools.lru_cache(maxsize=1024)
+def _decoded(raw: bytes) -> Mapping[str, Any]:
+    decoded: Mapping[str, Any] = json.loads(raw)
+    return decoded
 
 
 def served_kinds(version: KubernetesVersion) -> tuple[ResourceType, ResourceType] | None:
@@ -231,6 +245,7 @@ def _dispatch(
                         _PolicyError(_name(policy), _name(binding), str(exc), "Invalid", fail)
                     )
                     continue
+                _check_decodes(obj)
                 defaults(obj)
                 dirty = True
             if obj != before:
@@ -269,6 +284,20 @@ def _mutate(
     )
 
 
+def _check_decodes(obj: Any) -> None:
+    """json_patch.go decodes the patched JSON into the kind's type: one that is not an object,
+    or whose metadata is not, does not decode, an internal error whatever the failurePolicy
+    (the strict decoding of every other field is not modelled)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata", {}), dict):
+        raise ApiError(
+            500,
+            "InternalError",
+            "Internal error occurred: the patched object does not decode: it or its metadata "
+            "is not a JSON object",
+            {"causes": [{"message": "the patched object or its metadata is not a JSON object"}]},
+        )
+
+
 def _param_key(param: Any) -> tuple[str, str]:
     metadata = param.get("metadata") if isinstance(param, Mapping) else None
     if not isinstance(metadata, Mapping):
@@ -291,18 +320,13 @@ def _refusal(attributes: Attributes, errors: list[_PolicyError]) -> ApiError:
 
 def not_modelled(spec: Mapping[str, Any]) -> str:
     """Why the sandbox cannot run this policy as 1.36 would ("" if it can), a message starting
-    `the sandbox does not model`: an ApplyConfiguration mutation, or an Object{...} initializer
-    in a JSONPatch expression."""
+    `the sandbox does not model`: an ApplyConfiguration mutation."""
     for index, mutation in enumerate(spec.get("mutations") or ()):
         if not isinstance(mutation, Mapping):
             continue
         where = f" (spec.mutations[{index}])"
         if mutation.get("patchType") == "ApplyConfiguration" or "applyConfiguration" in mutation:
             return NOT_MODELLED_APPLY + where
-        patch = mutation.get("jsonPatch")
-        expression = patch.get("expression") if isinstance(patch, Mapping) else None
-        if isinstance(expression, str) and OBJECT_INITIALIZER.search(expression):
-            return NOT_MODELLED_OBJECT + where
     return ""
 
 
@@ -371,13 +395,7 @@ def binding_errors(spec: Mapping[str, Any]) -> list[str]:
     errors = []
     if not spec.get("policyName"):
         errors.append("spec.policyName: Required value")
-    ref = spec.get("paramRef")
-    if isinstance(ref, Mapping):
-        if bool(ref.get("name")) == ("selector" in ref):
-            errors.append("spec.paramRef: Invalid value: one of name or selector must be set")
-        if ref.get("parameterNotFoundAction") not in ("Allow", "Deny"):
-            errors.append("spec.paramRef.parameterNotFoundAction: Required value")
-    return errors + label_selectors.binding_errors(spec)
+    return errors + param_ref_errors(spec) + label_selectors.binding_errors(spec)
 
 
 def check_write(kind: str, obj: Mapping[str, Any], version: KubernetesVersion) -> None:
@@ -399,13 +417,3 @@ def check_write(kind: str, obj: Mapping[str, Any], version: KubernetesVersion) -
 
 def _fails(policy: Mapping[str, Any]) -> bool:
     return _spec(policy).get("failurePolicy", "Fail") != "Ignore"
-
-
-def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = obj.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    metadata = obj.get("metadata")
-    return str(metadata.get("name", "")) if isinstance(metadata, Mapping) else ""

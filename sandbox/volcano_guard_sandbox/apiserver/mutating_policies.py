@@ -48,6 +48,7 @@ from volcano_guard_sandbox.apiserver import (
     cel_types,
     kubernetes_cel,
     matching,
+    object_types,
     versions,
 )
 from volcano_guard_sandbox.apiserver.checked_ast import decode
@@ -63,12 +64,6 @@ JSONPATCH = cel_types.JSONPATCH_TYPE
 RETURN_TYPE = f"list({JSONPATCH})"  # json_patch.go JSONPatchCondition.ReturnTypes
 _ESCAPE_KEY = "string_jsonpatch_escapeKey_string"
 _DYN_VARIABLES = ("object", "oldObject", "request", "namespaceObject", "params", "variables")
-# An `Object` or `Object.<field path>` initializer (cel/mutation typeresolver.go).
-OBJECT_INITIALIZER = re.compile(r"(?<![\w.])Object(?:\.\w+)*\s*\{")
-NOT_MODELLED_OBJECT = (
-    "the sandbox does not model Object{...} initializers (cel/mutation/dynamic object types: "
-    "typed construction without the kind's schema); write the value as a map literal"
-)
 # gopkg.in/evanphx/json-patch.v4 errors.go
 _MISSING = "missing value"
 _INVALID_INDEX = "invalid index referenced"
@@ -118,18 +113,32 @@ def expression_error(
 ) -> str:
     """Why a JSONPatch expression does not compile as written at version ("" if it does):
     compile.go's `compilation failed: ...`, or `must evaluate to list(JSONPatch) but got T`."""
-    if OBJECT_INITIALIZER.search(expression):
-        return f"compilation failed: {NOT_MODELLED_OBJECT}"
+    cel_version = version.cel_for_new_expressions
+    try:
+        expression, types = _with_object_types(expression, cel_version)
+    except RuntimeError as exc:  # does not parse: the checker says why, as for any other
+        types = b""
+        del exc
     declarations = cel_check.Declarations(
-        params, True, variables, version.cel_for_new_expressions, patch_types=True
+        params, True, variables, cel_version, patch_types=True, object_types=types
     )
     checked = cel_check.check(expression, declarations, cel_check.ANY)
     if checked.error:
-        return checked.error
-    output = _output_type(expression, declarations)
+        return object_types.originals(checked.error)
+    output = object_types.originals(_output_type(expression, declarations))
     if output != RETURN_TYPE:
         return f"must evaluate to {RETURN_TYPE} but got {output}"
     return ""
+
+
+def _with_object_types(expression: str, cel_version: tuple[int, int]) -> tuple[str, bytes]:
+    """The expression as the sandbox compiles it and the declarations of its Object types
+    (object_types), b"" when it has no initializer."""
+    if not object_types.INITIALIZER.search(expression):
+        return expression, b""
+    internal = object_types.rewritten(expression)
+    parsed = _environment(cel_version).compile(internal, disable_check=True).serialize()
+    return internal, object_types.declarations(parsed)
 
 
 def _output_type(expression: str, declarations: cel_check.Declarations) -> str:
@@ -137,13 +146,15 @@ def _output_type(expression: str, declarations: cel_check.Declarations) -> str:
     return cel_types.format_type(tree.type_map[tree.expr.id])
 
 
-@functools.cache
-def _environment(cel_version: tuple[int, int]) -> Any:
-    """A stored mutation's runtime environment: every variable dyn, with the patch types."""
+@functools.lru_cache(maxsize=128)
+def _environment(cel_version: tuple[int, int], types: bytes = b"") -> Any:
+    """A stored mutation's runtime environment: every variable dyn, with the patch types (and
+    an expression's Object types)."""
+    files = [object_types.file_descriptor(types)] if types else []
     return versions.cel_environment(
         {name: cel.Type.DYN for name in _DYN_VARIABLES},
         cel_version,
-        pool=cel_types.pool(None, patch_types=True),
+        pool=cel_types.pool(None, True, files),
         extensions=[kubernetes_cel.jsonpatch_library()],
     )
 
@@ -152,9 +163,9 @@ def _environment(cel_version: tuple[int, int]) -> Any:
 def program(expression: str, version: KubernetesVersion = KUBERNETES_1_36) -> cel.Expression:
     """The compiled mutation expression, as a stored one runs (RuntimeError if it does not
     compile). Cached: a policy's expressions compile once, not per request."""
-    if OBJECT_INITIALIZER.search(expression):
-        raise RuntimeError(NOT_MODELLED_OBJECT)
-    return _environment(version.cel_for_stored_expressions).compile(expression)
+    cel_version = version.cel_for_stored_expressions
+    internal, types = _with_object_types(expression, cel_version)
+    return _environment(cel_version, types).compile(internal)
 
 
 @functools.cache
@@ -169,12 +180,17 @@ class PatchValue(dict[str, Any]):
     """A JSONPatch value (jsonpatch.go JSONPatchVal): its set fields, by name. has() of op,
     path or from is true when non-empty, so an empty one is not kept."""
 
+    type_name = JSONPATCH  # equal only to a JSONPatch (cel_eval.equal)
+
 
 class _Planner(cel_eval.Planner):
     """cel_eval's planner with the patch types: `JSONPatch{...}` (a struct creation, 40 as
     cel-go's StructCreateBaseCost) and `jsonpatch.escapeKey`."""
 
     def _map(self, create: Any) -> cel_eval.Node:
+        type_name = object_types.original_name(create.message_name)
+        if type_name is not None:
+            return self._object(create, type_name)
         if create.message_name != JSONPATCH:
             return super()._map(create)
         fields = [(entry.field_key, self.plan(entry.value)) for entry in create.entries]
@@ -189,6 +205,22 @@ class _Planner(cel_eval.Planner):
                     result[name] = value
             run.charge(cel_cost.STRUCT_CREATE)
             return result
+
+        return cel_eval.Node(evaluate, "call")
+
+    def _object(self, create: Any, type_name: str) -> cel_eval.Node:
+        """An Object initializer: its set fields (dynamic/objects.go ObjectVal)."""
+        fields = [(entry.field_key, self.plan(entry.value)) for entry in create.entries]
+
+        def evaluate(run: cel_eval.Run, act: cel_eval.Activation) -> Any:
+            values = {}
+            for name, node in fields:
+                value = node.evaluate(run, act)
+                if isinstance(value, cel_eval.CelError):
+                    return value
+                values[name] = value
+            run.charge(cel_cost.STRUCT_CREATE)
+            return object_types.ObjectValue(type_name, values)
 
         return cel_eval.Node(evaluate, "call")
 
@@ -216,7 +248,7 @@ def _evaluate(
     try:
         compiled = program_of(expression)
     except RuntimeError as exc:
-        return None, f"compilation error: {exc}"
+        return None, f"compilation error: {object_types.originals(str(exc))}"
     node = _plan(program_of, expression)
     if node is None:  # outside cel_eval: cel-cpp evaluates it, uncosted
         return _evaluate_uncosted(compiled, expression, data)
@@ -340,6 +372,8 @@ def _operation(item: Any) -> dict[str, Any]:
     if item.get("from"):
         operation["from"] = item["from"]
     if "value" in item and item["value"] is not None:
+        if mismatches := object_types.type_mismatches(item["value"]):
+            raise MutationError("type mismatch: " + "\n".join(mismatches))
         operation["value"] = to_json(item["value"])
     elif "value" in item:  # a null value: op.Val is a CEL null, marshalled as JSON null
         operation["value"] = None
@@ -363,16 +397,36 @@ def apply_json_patch_expression(
 def apply_operations(document: Any, operations: Sequence[Mapping[str, Any]]) -> Any:
     """evanphx/json-patch v4 Patch.Apply to a copy of document; document itself when a test
     fails (json_patch.go: the patch must not be applied)."""
-    doc = copy.deepcopy(document)
-    holder = [doc]
+    doc = _Document(document)
     try:
         for operation in operations:
-            _APPLY.get(str(operation.get("op")), _unknown)(holder, operation)
+            _APPLY.get(str(operation.get("op")), _unknown)(doc, operation)
     except _TestFailed:
         return document
     except _PatchError as exc:
         raise MutationError(f"JSON Patch: {exc}") from None
-    return holder[0]
+    return doc.root
+
+
+class _Document:
+    """The document being patched, copied on write: each object or array on an operation's
+    path is copied (shallowly) the first time it is reached, so the caller's document is never
+    changed and what no operation reaches is shared, not copied (a pod create pays for the
+    containers a mutation touches, not for the whole pod)."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self._owned: set[int] = set()
+
+    def own(self, node: Any) -> Any:
+        if not isinstance(node, dict | list) or id(node) in self._owned:
+            return node
+        copied = dict(node) if isinstance(node, dict) else list(node)
+        self._owned.add(id(copied))
+        return copied
+
+    def replace_root(self, value: Any) -> None:
+        self.root = value
 
 
 # -- gopkg.in/evanphx/json-patch.v4 patch.go ----------------------------------------------------
@@ -395,23 +449,25 @@ def _decode_key(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
-def _find_object(holder: list[Any], path: str) -> tuple[Any, str] | None:
+def _find_object(doc: _Document, path: str) -> tuple[Any, str] | None:
     """findObject: the container of the path's last token (the part before the first `/` is
-    ignored, as v4 ignores it), or None when a step is missing, null or not a container."""
+    ignored, as v4 ignores it), or None when a step is missing, null or not a container. The
+    containers on the way are the document's own copies (_Document)."""
     split = path.split("/")
-    if len(split) < 2:
+    if len(split) < 2 or not isinstance(doc.root, dict | list):
         return None
-    node = holder[0]
+    node = doc.root = doc.own(doc.root)
     for part in split[1:-1]:
+        key = _decode_key(part)
         try:
-            found = _get(node, _decode_key(part))
+            found = _get(node, key)
         except _PatchError:
             return None
         if not isinstance(found, dict | list):
             return None
+        found = doc.own(found)
+        _set_in(node, key, found)
         node = found
-    if not isinstance(node, dict | list):
-        return None
     return node, _decode_key(split[-1])
 
 
@@ -478,9 +534,9 @@ def _path(operation: Mapping[str, Any], field: str = "path") -> str:
     return value
 
 
-def _add(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _add(doc: _Document, operation: Mapping[str, Any]) -> None:
     path = _path(operation)
-    found = _find_object(holder, path)
+    found = _find_object(doc, path)
     if found is None:
         raise _wrap(f'add operation does not apply: doc is missing path: "{path}"', _MISSING)
     try:
@@ -489,9 +545,9 @@ def _add(holder: list[Any], operation: Mapping[str, Any]) -> None:
         raise _wrap(f"error in add for path: '{path}'", str(exc)) from None
 
 
-def _remove(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _remove(doc: _Document, operation: Mapping[str, Any]) -> None:
     path = _path(operation)
-    found = _find_object(holder, path)
+    found = _find_object(doc, path)
     if found is None:
         raise _wrap(f'remove operation does not apply: doc is missing path: "{path}"', _MISSING)
     try:
@@ -500,15 +556,15 @@ def _remove(holder: list[Any], operation: Mapping[str, Any]) -> None:
         raise _wrap(f"error in remove for path: '{path}'", str(exc)) from None
 
 
-def _replace(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _replace(doc: _Document, operation: Mapping[str, Any]) -> None:
     path = _path(operation)
     value = copy.deepcopy(operation.get("value"))
     if path == "":
         if not isinstance(value, dict | list):
             raise _PatchError("replace operation value must be object or array")
-        holder[0] = value
+        doc.replace_root(value)
         return
-    found = _find_object(holder, path)
+    found = _find_object(doc, path)
     if found is None:
         raise _wrap(f"replace operation does not apply: doc is missing path: {path}", _MISSING)
     node, key = found
@@ -524,58 +580,62 @@ def _replace(holder: list[Any], operation: Mapping[str, Any]) -> None:
         raise _wrap(f"error in remove for path: '{path}'", str(exc)) from None
 
 
-def _move(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _taken(doc: _Document, operation: Mapping[str, Any], kind: str) -> tuple[Any, str]:
+    """The container and key of a move's or copy's `from`."""
     source = _path(operation, "from")
-    found = _find_object(holder, source)
+    found = _find_object(doc, source)
     if found is None:
-        raise _wrap(f"move operation does not apply: doc is missing from path: {source}", _MISSING)
-    node, key = found
+        raise _wrap(
+            f"{kind} operation does not apply: doc is missing from path: {source}", _MISSING
+        )
+    return found
+
+
+def _destination(doc: _Document, operation: Mapping[str, Any], kind: str) -> tuple[Any, str]:
+    path = _path(operation)
+    target = _find_object(doc, path)
+    if target is None:
+        raise _wrap(
+            f"{kind} operation does not apply: doc is missing destination path: {path}", _MISSING
+        )
+    return target
+
+
+def _move(doc: _Document, operation: Mapping[str, Any]) -> None:
+    node, key = _taken(doc, operation, "move")
     try:
         value = _get(node, key)
         _remove_from(node, key)
     except _PatchError as exc:
         raise _wrap(f"error in move for path: '{key}'", str(exc)) from None
-    path = _path(operation)
-    target = _find_object(holder, path)
-    if target is None:
-        raise _wrap(
-            f"move operation does not apply: doc is missing destination path: {path}", _MISSING
-        )
+    target = _destination(doc, operation, "move")
     try:
         _add_to(*target, value)
     except _PatchError as exc:
-        raise _wrap(f"error in move for path: '{path}'", str(exc)) from None
+        raise _wrap(f"error in move for path: '{operation['path']}'", str(exc)) from None
 
 
-def _copy(holder: list[Any], operation: Mapping[str, Any]) -> None:
-    source = _path(operation, "from")
-    found = _find_object(holder, source)
-    if found is None:
-        raise _wrap(f"copy operation does not apply: doc is missing from path: {source}", _MISSING)
+def _copy(doc: _Document, operation: Mapping[str, Any]) -> None:
+    found = _taken(doc, operation, "copy")
     try:
         value = _get(*found)
     except _PatchError as exc:
-        raise _wrap(f"error in copy for from: '{source}'", str(exc)) from None
-    path = _path(operation)
-    target = _find_object(holder, path)
-    if target is None:
-        raise _wrap(
-            f"copy operation does not apply: doc is missing destination path: {path}", _MISSING
-        )
+        raise _wrap(f"error in copy for from: '{operation['from']}'", str(exc)) from None
+    target = _destination(doc, operation, "copy")
     try:
         _add_to(*target, copy.deepcopy(value))
     except _PatchError as exc:
         raise _wrap("error while adding value during copy", str(exc)) from None
 
 
-def _test(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _test(doc: _Document, operation: Mapping[str, Any]) -> None:
     path = _path(operation)
     expected = operation.get("value")
     if path == "":
-        if _same(holder[0], expected):
+        if _same(doc.root, expected):
             return
         raise _TestFailed(f"testing value {path} failed")
-    found = _find_object(holder, path)
+    found = _find_object(doc, path)
     if found is None:
         raise _wrap(f"test operation does not apply: is missing path: {path}", _MISSING)
     try:
@@ -600,11 +660,11 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a) == json.dumps(b)
 
 
-def _unknown(holder: list[Any], operation: Mapping[str, Any]) -> None:
+def _unknown(doc: _Document, operation: Mapping[str, Any]) -> None:
     raise _PatchError(f"Unexpected kind: {operation.get('op')}")
 
 
-_APPLY: dict[str, Callable[[list[Any], Mapping[str, Any]], None]] = {
+_APPLY: dict[str, Callable[[_Document, Mapping[str, Any]], None]] = {
     "add": _add,
     "remove": _remove,
     "replace": _replace,

@@ -310,13 +310,20 @@ def binding_errors(spec: Mapping[str, Any]) -> list[str]:
                 "and Warn (repeating the same validation failure information in the "
                 "API response and headers serves no purpose)"
             )
+    return errors + param_ref_errors(spec) + label_selectors.binding_errors(spec)
+
+
+def param_ref_errors(spec: Mapping[str, Any]) -> list[str]:
+    """A binding's paramRef (validating and mutating alike): by name or by selector, with its
+    parameterNotFoundAction."""
+    errors = []
     ref = spec.get("paramRef")
     if isinstance(ref, Mapping):
         if bool(ref.get("name")) == ("selector" in ref):
             errors.append("spec.paramRef: Invalid value: one of name or selector must be set")
         if ref.get("parameterNotFoundAction") not in ("Allow", "Deny"):
             errors.append("spec.paramRef.parameterNotFoundAction: Required value")
-    return errors + label_selectors.binding_errors(spec)
+    return errors
 
 
 def _refusal(attributes: Attributes, denial: _Denial) -> ApiError:

@@ -13,7 +13,6 @@ call again.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +34,9 @@ class PluginReinvocation:
         return bool(self.last_output != obj)
 
     def set_last_output(self, obj: Any) -> None:
-        self.last_output = copy.deepcopy(obj)
+        """Kept by reference, where Go keeps a deep copy: in the sandbox's chain an object
+        handed on is never changed in place (a patch makes a new one, copied on write)."""
+        self.last_output = obj
 
     def add_previously_invoked(self, key: Hashable) -> None:
         self.previously_invoked.add(key)

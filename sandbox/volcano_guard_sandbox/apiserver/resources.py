@@ -205,7 +205,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         served_from=30,
     ),
     # Mutating admission policies: stored and served where the version plays them (v1 from
-    # 1.36; v1alpha1 and v1beta1 before it are off by default), not yet applied to writes.
+    # 1.36; v1alpha1 and v1beta1 before it are off by default), and run on writes
+    # (mutating_admission).
     ResourceType(
         ADMISSION,
         "v1",

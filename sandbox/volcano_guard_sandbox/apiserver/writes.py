@@ -139,24 +139,29 @@ class Write:
         """The mutating plugins (plugins.go's order: the policies, then the webhooks), once
         more when one asks for it (admission/reinvocation.go)."""
         context = ReinvocationContext()
-        obj = await self._mutating_plugins(attributes, context)
+        namespace = self._namespace_object(attributes)
+        obj = await self._mutating_plugins(attributes, context, namespace)
         if context.should_reinvoke:
             context.is_reinvoke = True
-            obj = await self._mutating_plugins(replace(attributes, object=obj), context)
+            attributes = replace(attributes, object=obj)
+            obj = await self._mutating_plugins(attributes, context, namespace)
         return obj
 
     async def _mutating_plugins(
-        self, attributes: Attributes, context: ReinvocationContext
+        self,
+        attributes: Attributes,
+        context: ReinvocationContext,
+        namespace: dict[str, Any] | None,
     ) -> dict[str, Any] | None:
         defaults = functools.partial(default, self.resource)
         policy_kinds = mutating_admission.served_kinds(self.kubernetes_version)
         if policy_kinds is not None:
             obj = mutating_admission.admit(
                 attributes,
-                self.configurations(policy_kinds[0]),
-                self.configurations(policy_kinds[1]),
+                mutating_admission.stored(self.store.list(policy_kinds[0], "")[0]),
+                mutating_admission.stored(self.store.list(policy_kinds[1], "")[0]),
                 self.params,
-                self._namespace_object(attributes),
+                namespace,
                 self.record,
                 self.kubernetes_version,
                 context,

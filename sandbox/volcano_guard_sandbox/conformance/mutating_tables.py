@@ -6,12 +6,14 @@ against the sandbox's plugin (apiserver/mutating_policies, mutating_admission).
 - compilation_test.go TestCompilation: a policy's mutations (helpers `policy`, `jsonPatches`,
   `applyConfigurations`, `mutations`, `variables`, `paramKind`) applied in order, with
   params, a namespace and the request;
+- reinvocationcontext_test.go: each test function's calls on a policyReinvokeContext, run on
+  reinvocation.PluginReinvocation in order, each assertion checked;
 - patch/smd_test.go TestApplyConfiguration: ApplyConfiguration, which the sandbox does not
   model (each case counted so);
-- the rest (dispatcher_test.go, plugin_test.go, reinvocationcontext_test.go,
-  typeconverter_test.go) run the plugin on Go fakes (informers, a REST mapper, OpenAPI type
-  converters) or test Go structs open-box: counted unparsed, with why; the sandbox's own tests
-  cover the same behaviour over HTTP (tests/sandbox/test_sandbox_mutating_policies.py).
+- the rest (dispatcher_test.go, plugin_test.go, typeconverter_test.go) run the plugin on Go
+  fakes (informers, a REST mapper, OpenAPI type converters): counted unparsed, with why; the
+  sandbox's own tests cover the same behaviour over HTTP
+  (tests/sandbox/test_sandbox_mutating_policies.py).
 
 A Go object is the JSON its encoding/json gives: a struct field is always there (omitempty does
 not drop a struct), so a Deployment has metadata, spec.template.metadata, spec.template.spec
@@ -23,17 +25,18 @@ objects does not tell them apart for these fields.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from volcano_guard_sandbox.apiserver.mutating_policies import (
-    OBJECT_INITIALIZER,
     MutationError,
     apply_json_patch_expression,
 )
 from volcano_guard_sandbox.apiserver.policy_validation import PolicyInputs
+from volcano_guard_sandbox.apiserver.reinvocation import PluginReinvocation
 from volcano_guard_sandbox.conformance import golang, runner
 from volcano_guard_sandbox.conformance.admission_cases import (
     AdmissionCase,
@@ -54,8 +57,8 @@ _REVISION = "v0.36.3"
 MUTATING_NOT_MODELLED: Mapping[str, str] = {
     "apply configuration": "ApplyConfiguration mutations (structured-merge-diff of an Object{...} "
     "built without the kind's schema): refused when a policy is written",
-    "object initializer": "Object{...} initializers in a JSONPatch value (dynamic object types "
-    "without the kind's schema): refused when a policy is written",
+    "strict decoding": "the strict decoding of the patched object into its Go type (an "
+    "unknown field): the sandbox has no schema of the kinds' fields",
     "authorizer": "authorizer checks: the sandbox has no authorizer to ask (refused when a "
     "policy that uses one is written)",
 }
@@ -176,15 +179,31 @@ _POLICY_HELPERS: Mapping[str, Callable[..., Any]] = {
 }
 
 
-def _needs(expressions: Sequence[str], apply_configuration: bool) -> frozenset[str]:
+def _mutation_case(
+    file: str, function: str, index: int, case: Mapping[str, Any], policy: Mapping[str, Any]
+) -> AdmissionCase:
+    """A row: its policy's mutations applied to its object, with what it needs that the
+    sandbox does not model (ApplyConfiguration, an expected strict decoding error, the
+    authorizer)."""
+    mutations = policy["spec"]["mutations"]
     needs = set()
-    if apply_configuration:
+    if any(m["patchType"] == "ApplyConfiguration" for m in mutations):
         needs.add("apply configuration")
-    if any(OBJECT_INITIALIZER.search(e) for e in expressions):
-        needs.add("object initializer")
-    if any(re.search(r"\bauthorizer\b", e) for e in expressions):
+    if "strict decoding" in str(case.get("expectedErr") or ""):
+        needs.add("strict decoding")
+    if any(re.search(r"\bauthorizer\b", json.dumps(m)) for m in mutations):
         needs.add("authorizer")
-    return frozenset(needs)
+    inputs = {
+        "policy": policy,
+        "object": go_encoded(case.get("object")),
+        "oldObject": go_encoded(case.get("oldObject")),
+        "params": go_json(case.get("params")),
+        "namespace": go_json(case.get("namespace")),
+    }
+    name = case.get("name", f"[{index}]")
+    return AdmissionCase(
+        file, function, name, "mutation", inputs, _expected(case), frozenset(needs)
+    )
 
 
 def _expected(case: Mapping[str, Any]) -> Any:
@@ -204,30 +223,8 @@ def read_json_patch(file: str, source: str) -> AdmissionExtraction:
         "tests",
         lambda span: _MutatingValues(golang.local_values(source, span)),
     ):
-        expression = str(case.get("expression", ""))
-        inputs = {
-            "policy": {
-                "spec": {
-                    "mutations": [
-                        {"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}
-                    ]
-                }
-            },
-            "object": go_encoded(case.get("object")),
-            "oldObject": go_encoded(case.get("oldObject")),
-        }
-        name = case.get("name", f"[{index}]")
-        out.add(
-            AdmissionCase(
-                file,
-                function,
-                name,
-                "mutation",
-                inputs,
-                _expected(case),
-                _needs([expression], False),
-            )
-        )
+        policy = _jsonpatches(_policy(""), {"Expression": str(case.get("expression", ""))})
+        out.add(_mutation_case(file, function, index, case, policy))
     return out
 
 
@@ -243,31 +240,7 @@ def read_compilation(file: str, source: str) -> AdmissionExtraction:
         lambda span: _MutatingValues(golang.local_values(source, span), _POLICY_HELPERS),
     ):
         policy = case.get("policy") or _policy("")
-        mutations = policy["spec"]["mutations"]
-        expressions = [
-            (m.get("jsonPatch") or m.get("applyConfiguration") or {}).get("expression", "")
-            for m in mutations
-        ]
-        apply = any(m["patchType"] == "ApplyConfiguration" for m in mutations)
-        inputs = {
-            "policy": policy,
-            "object": go_encoded(case.get("object")),
-            "oldObject": go_encoded(case.get("oldObject")),
-            "params": go_json(case.get("params")),
-            "namespace": go_json(case.get("namespace")),
-        }
-        name = case.get("name", f"[{index}]")
-        out.add(
-            AdmissionCase(
-                file,
-                function,
-                name,
-                "mutation",
-                inputs,
-                _expected(case),
-                _needs(expressions, apply),
-            )
-        )
+        out.add(_mutation_case(file, function, index, case, policy))
     return out
 
 
@@ -286,6 +259,41 @@ def read_apply_configuration(file: str, source: str) -> AdmissionExtraction:
                 file, function, golang.unquote(f'"{match.group(1)}"'), "mutation", {}, None, needs
             )
         )
+    return out
+
+
+# reinvocationcontext_test.go: policyReinvokeContext's methods, as reinvocation.py names them.
+_REINVOKE_METHODS = {
+    "SetLastPolicyInvocationOutput": "set_last_output",
+    "RequireReinvokingPreviouslyInvokedPlugins": "require_reinvoking_previously_invoked",
+    "AddReinvocablePolicyToPreviouslyInvoked": "add_previously_invoked",
+    "IsOutputChangedSinceLastPolicyInvocation": "output_changed",
+    "ShouldReinvoke": "should_reinvoke",
+}
+_REINVOKE_STEP = re.compile(r"^\t(?:assert\.(True|False)\(t, )?rc\.(\w+)\((\w*)\)\)?$", re.M)
+
+
+def read_reinvocation(file: str, source: str) -> AdmissionExtraction:
+    """Each test function: its calls on the context in order, an assertion's expected answer
+    with its call. A key and an object are their Go variable's literal (two objects are equal
+    when their literals are, as DeepEqual of these ConfigMaps)."""
+    out = AdmissionExtraction(file)
+    for match in re.finditer(r"^func (Test\w+)\(t \*testing\.T\) \{", source, re.M):
+        function = match.group(1)
+        span = golang.function_body(source, function)
+        if span is None:
+            continue
+        body = source[span[0] : span[1]]
+        literals = dict(re.findall(r"^\t(\w+) := (.+)$", body, re.M))
+        steps = []
+        for asserted, method, argument in _REINVOKE_STEP.findall(body):
+            if method not in _REINVOKE_METHODS:
+                out.unparsed.append(Unparsed(function, "*", f"unknown method {method}"))
+                break
+            value = literals.get(argument, argument) if argument else None
+            steps.append((_REINVOKE_METHODS[method], value, asserted or None))
+        else:
+            out.add(AdmissionCase(file, function, "steps", "reinvocation", {"steps": steps}, None))
     return out
 
 
@@ -310,12 +318,7 @@ MUTATING_SOURCES: Sequence[AdmissionSource] = (
         revision=_REVISION,
     ),
     AdmissionSource(
-        _MUTATING + "reinvocationcontext_test.go",
-        not_read_functions(
-            "an open-box test of the Go reinvocation context; apiserver/reinvocation.py "
-            "transcribes it and the sandbox's HTTP tests cover it"
-        ),
-        revision=_REVISION,
+        _MUTATING + "reinvocationcontext_test.go", read_reinvocation, revision=_REVISION
     ),
     AdmissionSource(
         _MUTATING + "patch/typeconverter_test.go",
@@ -356,24 +359,41 @@ def _mutate(inputs: Mapping[str, Any]) -> tuple[str, Any]:
     return ("object", without_empty(obj))
 
 
+def _reinvoke(steps: Sequence[tuple[str, Any, str | None]]) -> tuple[bool, str, str]:
+    """The calls on a fresh policy context; each assertion's answer as expected."""
+    context = PluginReinvocation()
+    for number, (method, argument, asserted) in enumerate(steps):
+        answer = getattr(context, method)(*(() if argument is None else (argument,)))
+        if asserted is not None and answer is not (asserted == "True"):
+            return False, f"step {number} {method}: {asserted}", f"{answer}"
+    return True, "every assertion", "every assertion"
+
+
 def run_mutation_case(case: AdmissionCase) -> Result:
     base = {"file": case.file, "id": case.id, "expression": case.kind}
     if case.needs:
         reason = "; ".join(MUTATING_NOT_MODELLED[need] for need in sorted(case.needs))
         return Result(**base, verdict="not modelled", category=reason)
-    got = _mutate(case.inputs)
-    expected = case.expected
+    if case.kind == "reinvocation":
+        passed, expected, got = _reinvoke(case.inputs["steps"])
+    else:
+        passed, expected, got = _mutation(case)
+    return Result(
+        **base,
+        verdict="passed" if passed else "failed",
+        expected=expected,
+        got=got,
+        category="" if passed else case.kind,
+    )
+
+
+def _mutation(case: AdmissionCase) -> tuple[bool, str, str]:
+    expected, got = case.expected, _mutate(case.inputs)
     if expected[0] == "error":
         passed = got[0] == "error" and expected[1] in got[1]
     else:
         passed = got == expected
-    return Result(
-        **base,
-        verdict="passed" if passed else "failed",
-        expected=repr(expected),
-        got=repr(got),
-        category="" if passed else "mutation",
-    )
+    return passed, repr(expected), repr(got)
 
 
 def run_mutating_folder(
