@@ -26,21 +26,37 @@ from typing import Any
 
 from volcano_guard.webhook.admission_policies import admission_policies
 from volcano_guard.webhook.config import Config, config_from_dict
+from volcano_guard.webhook.evaluation import POLICIES
 from volcano_guard.webhook.node_states import RANGE_BYTES, configmap, desired_states, plan
+from volcano_guard.webhook.policies.base import InServerMutation
 from volcano_guard.webhook.registrations import webhook_configurations
-from volcano_guard_sandbox.apiserver import cel_cost, cel_eval, policy_validation
+from volcano_guard_sandbox.apiserver import cel_cost, cel_eval, mutating_policies, policy_validation
 
 ETCD_REQUEST_BYTES = 1536 * 1024  # etcd's --max-request-bytes default, which kube stores under
 REQUEST_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's MaxRequestBodyBytes
 
 
+def volcano_object(kind: str, job_spec: dict[str, Any]) -> dict[str, Any]:
+    """A Volcano Job, CronJob or JobFlow JobTemplate team-a/train carrying job_spec."""
+    group = "flow.volcano.sh" if kind == "JobTemplate" else "batch.volcano.sh"
+    spec = (
+        {"schedule": "0 * * * *", "jobTemplate": {"spec": job_spec}}
+        if kind == "CronJob"
+        else job_spec
+    )
+    return {
+        "apiVersion": f"{group}/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": spec,
+    }
+
+
 def volcano_job(tasks: int, containers: int, name_length: int = 8) -> dict[str, Any]:
     """A valid Volcano Job: every container requests cpu and memory within its limits."""
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": {"name": "train", "namespace": "team-a"},
-        "spec": {
+    return volcano_object(
+        "Job",
+        {
             "schedulerName": "volcano",
             "minAvailable": 1,
             "tasks": [
@@ -66,7 +82,7 @@ def volcano_job(tasks: int, containers: int, name_length: int = 8) -> dict[str, 
                 for t in range(tasks)
             ],
         },
-    }
+    )
 
 
 def size_of(obj: Any) -> int:
@@ -163,14 +179,19 @@ def request_of(obj: Mapping[str, Any], resource: str, group: str, version: str) 
     }
 
 
-def job_costs(config: Config, job: dict[str, Any]) -> list[tuple[str, PolicyCost]]:
-    data = {
+def job_data(job: dict[str, Any]) -> dict[str, Any]:
+    """What the expressions see of the Job's CREATE."""
+    return {
         "object": job,
         "oldObject": None,
         "request": request_of(job, "jobs", "batch.volcano.sh", "v1alpha1"),
         "params": None,
         "namespaceObject": None,
     }
+
+
+def job_costs(config: Config, job: dict[str, Any]) -> list[tuple[str, PolicyCost]]:
+    data = job_data(job)
     rows = [
         (p["metadata"]["name"], policy_cost(p["spec"], data))
         for p in admission_policies(config)
@@ -223,6 +244,65 @@ def node_state_costs(nodes: int) -> list[tuple[str, PolicyCost]]:
     return rows
 
 
+def mutation_cost(mutation: InServerMutation, data: Mapping[str, Any]) -> dict[str, int]:
+    """What one evaluation of an InServerMutation costs, each expression alone (each is its own
+    call against the per-call limit): its condition, each variable, and the JSONPatch
+    expression as 1.36 compiles it (with the patch types)."""
+    costs = {"condition": _cost(mutation.condition, data, PolicyCost())}
+    values: dict[str, Any] = {}
+    for name, expression in mutation.variables:
+        node = cel_eval.plan_of(policy_validation.program, expression)
+        assert node is not None, f"not modelled: {expression}"
+        outcome = cel_eval.run(node, {**data, "variables": values}, limit=2**63)
+        costs[f"variable {name}"] = outcome.cost
+        values[name] = outcome.value
+    program_of = mutating_policies._compiled_in(mutating_policies.KUBERNETES_1_36)
+    node = mutating_policies._plan(program_of, mutation.json_patch)
+    assert node is not None, f"not modelled: {mutation.json_patch}"
+    outcome = cel_eval.run(node, {**data, "variables": values}, limit=2**63)
+    costs["jsonPatch"] = outcome.cost
+    return costs
+
+
+def mutation_costs(config: Config, job: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:
+    """mutation_cost of every InServerMutation config gives that applies to the Job."""
+    return [
+        (mutation.name, mutation_cost(mutation, job_data(job)))
+        for policy in POLICIES
+        for mutation in policy.mutate_in_server(config)
+        if any("jobs" in rule.resources for rule in mutation.rules)
+    ]
+
+
+def report_mutations(title: str, rows: Iterable[tuple[str, dict[str, int]]]) -> None:
+    print(title)
+    for name, costs in rows:
+        expression, cost = max(costs.items(), key=lambda item: item[1])
+        total = sum(costs.values())
+        print(f"  {name}")
+        print(f"    all expressions {_against(total, cel_cost.RUNTIME_BUDGET)}")
+        print(f"    costliest call  {_against(cost, cel_cost.PER_CALL_LIMIT)}  ({expression})")
+
+
+def without_resources(job: dict[str, Any]) -> dict[str, Any]:
+    """The Job with no container's resources: every default to fill."""
+    tasks = [
+        {
+            **task,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {k: v for k, v in c.items() if k != "resources"}
+                        for c in task["template"]["spec"]["containers"]
+                    ]
+                }
+            },
+        }
+        for task in job["spec"]["tasks"]
+    ]
+    return {**job, "spec": {**job["spec"], "tasks": tasks}}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--nodes", type=int, default=100_000)
@@ -238,6 +318,17 @@ def main(argv: list[str] | None = None) -> None:
         job_costs(config, job),
     )
     report(f"Pod on one of {args.nodes:,} node states", node_state_costs(args.nodes))
+    defaults = config_from_dict(
+        {"policies": {"resourceRequests": {"defaults": {"cpu": "100m", "memory": "128Mi"}}}}
+    )
+    report_mutations(
+        "Mutations (defaults cpu, memory) on the largest Volcano Job, every request set",
+        mutation_costs(defaults, job),
+    )
+    report_mutations(
+        "... and on the same Job with no container's resources (every default filled)",
+        mutation_costs(defaults, without_resources(job)),
+    )
 
 
 if __name__ == "__main__":

@@ -13,8 +13,17 @@ from collections.abc import Iterable
 
 
 def string(value: str) -> str:
-    """A CEL string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A CEL string literal of any text: a quote, a backslash and the control characters
+    escaped (a raw newline ends a quoted literal in CEL's grammar: a config value holding one
+    made every expression it was rendered into fail to compile)."""
+    return "'" + value.translate(_ESCAPES) + "'"
+
+
+_ESCAPES = {
+    **{code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)},
+    ord("\\"): "\\\\",
+    ord("'"): "\\'",
+}
 
 
 def strings(values: Iterable[str]) -> str:
@@ -113,3 +122,10 @@ DESCRIBED = (
     Expr("object.metadata.name"),
     '"',
 )
+
+
+def json_patch(op: str, path: str, value: str = "") -> str:
+    """A MutatingAdmissionPolicy's `JSONPatch{...}` of CEL path and value expressions (no value:
+    a remove)."""
+    fields = f"op: {string(op)}, path: {path}"
+    return f"JSONPatch{{{fields}, value: {value}}}" if value else f"JSONPatch{{{fields}}}"

@@ -25,6 +25,7 @@ import msgspec
 
 from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import shown
+from volcano_guard.base.jsonpatch import escape
 from volcano_guard.base.quantity import QuantityError, parse_quantity
 from volcano_guard.webhook.cel import (
     DESCRIBED,
@@ -32,6 +33,7 @@ from volcano_guard.webhook.cel import (
     all_of,
     any_of,
     concat,
+    json_patch,
     kind_is,
     operation_is,
     string,
@@ -43,6 +45,7 @@ from volcano_guard.webhook.policies.base import (
     REPORTED_FINDINGS,
     VALIDATE,
     InServerCheck,
+    InServerMutation,
     Policy,
     PolicyContext,
     Rule,
@@ -54,6 +57,8 @@ from volcano_guard.webhook.policies.base import (
 from volcano_guard.webhook.review import AdmissionRequest
 from volcano_guard.webhook.sections import Mode, Name, QuantityText, Section
 from volcano_guard.webhook.workloads import (
+    CONTAINER_FIELDS,
+    DEFAULT_SCHEDULER,
     POD,
     SUPPORTED_KINDS,
     VOLCANO_JOB_SPEC_PATHS,
@@ -237,22 +242,7 @@ def _volcano_in_server(config: Config) -> InServerCheck:
     One validation a kind of problem and container list; the first task and container with
     it are named."""
     names, resources = config.volcanoSchedulerNames, strings(settings(config).resources)
-    tasks = (
-        "has(variables.jobSpec.tasks) ? variables.jobSpec.tasks.filter(t, "
-        "has(t.template) && has(t.template.spec) && ((has(t.template.spec.schedulerName) "
-        "&& t.template.spec.schedulerName != '') ? t.template.spec.schedulerName : "
-        f"variables.jobScheduler) in {strings(names)}) : []"
-    )
-    variables = [
-        ("jobSpec", "request.kind.kind == 'CronJob' ? object.spec.jobTemplate.spec : object.spec"),
-        (
-            "jobScheduler",
-            "has(variables.jobSpec.schedulerName) && "
-            "variables.jobSpec.schedulerName != '' ? "
-            f"variables.jobSpec.schedulerName : {string(names[0])}",
-        ),
-        ("tasks", tasks),
-    ]
+    variables = list(_job_variables(names))
     validations = []
     for field, kind in _CONTAINER_WORDS:
         for problem, (found, key, words) in _problems(resources).items():
@@ -284,6 +274,28 @@ def _volcano_in_server(config: Config) -> InServerCheck:
     )
     return InServerCheck(
         "volcano-resource-requests", rules, "has(object.spec)", tuple(validations), tuple(variables)
+    )
+
+
+def _job_variables(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """The Job spec of a Volcano kind's object, its scheduler, and the tasks a Volcano
+    scheduler places (a template's schedulerName, else the Job's, else the first Volcano
+    scheduler's), as pod_templates finds them."""
+    tasks = (
+        "has(variables.jobSpec.tasks) ? variables.jobSpec.tasks.filter(t, "
+        "has(t.template) && has(t.template.spec) && ((has(t.template.spec.schedulerName) "
+        "&& t.template.spec.schedulerName != '') ? t.template.spec.schedulerName : "
+        f"variables.jobScheduler) in {strings(names)}) : []"
+    )
+    return (
+        ("jobSpec", "request.kind.kind == 'CronJob' ? object.spec.jobTemplate.spec : object.spec"),
+        (
+            "jobScheduler",
+            "has(variables.jobSpec.schedulerName) && "
+            "variables.jobSpec.schedulerName != '' ? "
+            f"variables.jobSpec.schedulerName : {string(names[0])}",
+        ),
+        ("tasks", tasks),
     )
 
 
@@ -409,6 +421,176 @@ def _problems(resources: str) -> dict[str, tuple[str, str, Any]]:
     return problems
 
 
+def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
+    """`defaults` in the API server, in enforce mode: the same requests filled in the same
+    containers as default_requests fills them, for pods ("default-requests") and the Volcano
+    kinds' task templates ("volcano-default-requests"). Every config can be written: resource
+    names and quantities are literals, each name escaped for a JSON pointer here.
+
+    The patch is not the webhook's list of operations but makes the same object: a container
+    without resources gets `{requests: <every default>}` as from the webhook; one with
+    resources but no requests first gets `requests: {}`, and then each request it misses is
+    added on its own. CEL has no index of a list element in the libraries the sandbox models
+    (cel-go's lists.range and two-variable comprehensions come with the 1.34 and 1.32
+    environments), so a container is found by its name (k8s.lists indexOf; the API server
+    refuses a pod whose containers share a name, after mutation), a task by its name unless
+    another task shares it, then by its whole value (of tasks equal in every field, only the
+    first is filled: Volcano refuses tasks that share a name); nor a list's flatten, so the
+    Volcano kinds' paths, one list a task, are joined into a string and split again.
+
+    What one patch can hold is bounded by the per-call cost limit: 64 to 69 an operation
+    (bench.policy_cost), some 14,000 operations. The largest Job etcd stores, 14,095
+    containers without resources, takes 90% of it; an object needing more operations than
+    that is refused in the server (failurePolicy Fail) where the webhook fills it.
+
+    Past FILLED_CONTAINERS containers the webhook refuses the object; the policy's patch then
+    removes a member that does not exist, which fails it, and the API server refuses the
+    object (failurePolicy Fail)."""
+    section = settings(config)
+    if section.mode != "enforce" or not section.defaults:
+        return ()
+    return (_pod_defaults(config), _volcano_defaults(config))
+
+
+_TOO_MANY = json_patch(
+    "remove", string("/spec/" + escape("more containers than volcano-guard fills requests of"))
+)
+
+
+def _fills(defaults: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """The fills, in the order they must apply: (CEL: container c needs it, the path below c's
+    resources, the value). A fill that makes a parent (resources, requests) comes before those
+    that add below it."""
+    all_requested = "{" + ", ".join(f"{string(k)}: {string(v)}" for k, v in defaults.items()) + "}"
+    unlimited = _some(
+        strings(defaults), "r", "!(has(c.resources.limits) && r in c.resources.limits)"
+    )
+    fills = [
+        ("!has(c.resources)", "", f"{{'requests': {all_requested}}}"),
+        (f"has(c.resources) && !has(c.resources.requests) && {unlimited}", "/requests", "{}"),
+    ]
+    for key, value in defaults.items():
+        requested = _REQUESTED.replace("r in", f"{string(key)} in")
+        fills.append(
+            (f"has(c.resources) && !({requested})", f"/requests/{escape(key)}", string(value))
+        )
+    return fills
+
+
+def _fill_patch(paths: list[str], defaults: Mapping[str, str]) -> str:
+    """CEL: the JSONPatch list of every fill, given for each of _fills(defaults) the CEL list
+    of the resources paths of the containers that need it."""
+    patches = (
+        (listed, json_patch("add", f"p + {string(below)}" if below else "p", value))
+        for listed, (_, below, value) in zip(paths, _fills(defaults), strict=True)
+    )
+    return " + ".join(f"{listed}.map(p, {patch})" for listed, patch in patches)
+
+
+def _pod_defaults(config: Config) -> InServerMutation:
+    names = strings(config.volcanoSchedulerNames)
+    scheduler = (
+        "has(object.spec.schedulerName) && object.spec.schedulerName != '' ? "
+        f"object.spec.schedulerName : {string(DEFAULT_SCHEDULER)}"
+    )
+    variables = tuple(
+        (name, expression)
+        for field in CONTAINER_FIELDS
+        for name, expression in (
+            (field, f"has(object.spec.{field}) ? object.spec.{field} : []"),
+            (f"{field}Names", f"variables.{field}.map(c, c.name)"),
+        )
+    )
+
+    def path(field: str, below: str) -> str:
+        index = f"string(variables.{field}Names.indexOf(c.name))"
+        return f"'/spec/{field}/' + {index} + {string('/resources' + below)}"
+
+    # One comprehension an operation (a pod's paths need no joining): ~70 an operation.
+    defaults = settings(config).defaults
+    patch = " + ".join(
+        f"variables.{field}.map(c, {test}, {json_patch('add', path(field, below), value)})"
+        for test, below, value in _fills(defaults)
+        for field in CONTAINER_FIELDS
+    )
+    count = " + ".join(f"size(variables.{field})" for field in CONTAINER_FIELDS)
+    return InServerMutation(
+        "default-requests",
+        (pods_rule("CREATE"),),
+        all_of(kind_is(*POD), operation_is("CREATE"), f"({scheduler}) in {names}"),
+        f"{count} > {FILLED_CONTAINERS} ? [{_TOO_MANY}] : {patch}",
+        variables,
+    )
+
+
+# CEL: the index of task t in the Job spec, by its name unless another task shares it.
+_TASK_NAME = "(has(t.name) ? t.name : '')"
+_TASK_INDEX = (
+    f"variables.taskNames.indexOf({_TASK_NAME}) == variables.taskNames.lastIndexOf({_TASK_NAME})"
+    f" ? variables.taskNames.indexOf({_TASK_NAME}) : variables.jobSpec.tasks.indexOf(t)"
+)
+
+
+def _volcano_defaults(config: Config) -> InServerMutation:
+    """The tasks' fills, one variable a fill: each task's paths joined by ',' (no path holds
+    one: its tokens are field names and indices), then the tasks'; the patch splits them.
+    `[x].map(v, e)[0]` evaluates x once for e to read it as v: the task's index and each
+    container list's path, once a task rather than once a container."""
+    defaults = settings(config).defaults
+    job_path = "(request.kind.kind == 'CronJob' ? '/spec/jobTemplate/spec' : '/spec')"
+
+    def task_paths(test: str) -> str:
+        listed = " + ".join(
+            f"[{job_path} + '/tasks/' + string(i) + '/template/spec/{field}/'].map(prefix, "
+            f"(has(t.template.spec.{field}) ? t.template.spec.{field} : []).map(c, {test}, "
+            f"prefix + string(variables.containerNames[i][{number}].indexOf(c.name)) + "
+            "'/resources'))[0]"
+            for number, field in enumerate(CONTAINER_FIELDS)
+        )
+        return (
+            f"variables.tasks.map(t, [{_TASK_INDEX}].map(i, ({listed}).join(','))[0])"
+            ".filter(p, size(p) > 0).join(',')"
+        )
+
+    listed = [
+        (f"fills{number}", task_paths(test)) for number, (test, _, _) in enumerate(_fills(defaults))
+    ]
+    names = ", ".join(
+        f"has(t.template) && has(t.template.spec) && has(t.template.spec.{field}) ? "
+        f"t.template.spec.{field}.map(c, c.name) : []"
+        for field in CONTAINER_FIELDS
+    )
+    every_task = "has(variables.jobSpec.tasks) ? variables.jobSpec.tasks"
+    variables = (
+        *_job_variables(config.volcanoSchedulerNames),
+        ("taskNames", f"{every_task}.map(t, {_TASK_NAME}) : []"),
+        ("containerNames", f"{every_task}.map(t, [{names}]) : []"),
+        *listed,
+    )
+    sizes = " + ".join(
+        f"(has(t.template.spec.{field}) ? size(t.template.spec.{field}) : 0)"
+        for field in CONTAINER_FIELDS
+    )
+    split = [
+        f"(size(variables.{name}) == 0 ? [] : variables.{name}.split(','))" for name, _ in listed
+    ]
+    cronjob_has_template = (
+        "request.kind.kind != 'CronJob' || (has(object.spec.jobTemplate) && "
+        "has(object.spec.jobTemplate.spec))"
+    )
+    return InServerMutation(
+        "volcano-default-requests",
+        tuple(
+            Rule(group, "v1alpha1", (plural,), ("CREATE", "UPDATE"))
+            for group, plural in _VOLCANO_PLURALS
+        ),
+        all_of("has(object.spec)", cronjob_has_template),
+        f"variables.tasks.map(t, {sizes}).sum() > {FILLED_CONTAINERS} ? [{_TOO_MANY}] : "
+        f"{_fill_patch(split, defaults)}",
+        variables,
+    )
+
+
 # The resources of the kinds in VOLCANO_JOB_SPEC_PATHS, as registrations name them.
 _VOLCANO_PLURALS = (
     ("batch.volcano.sh", "jobs"),
@@ -424,6 +606,7 @@ POLICY = Policy(
     kinds=SUPPORTED_KINDS,
     scopes=scopes,
     in_server=in_server,
+    mutate_in_server=mutate_in_server,
 )
 
 

@@ -13,9 +13,9 @@ labels; no selectors, every node.
 
 One job a module: settings (its config section), nodes (the node cache's data and whether a
 node may be named), exemptions (who may name a node anyway), decision (the webhook's answers),
-messages (the denials' words), in_server (scopes, in-server checks and the node-states params
-protocol). Nothing outside this package imports those modules: what the rest of the guard uses
-is here, in __all__:
+messages (the denials' words), in_server (scopes, in-server checks, the in-server rewrite and
+the node-states params protocol). Nothing outside this package imports those modules: what the
+rest of the guard uses is here, in __all__:
 
 - the registry (webhook.evaluation): POLICY, BINDING_POLICY;
 - `check`: NAME, NODES, node_labels, unvouched_claim, with_settings (offline, every node
@@ -53,6 +53,7 @@ from volcano_guard.webhook.policies.node_name.in_server import (
     binding_in_server,
     binding_scopes,
     in_server,
+    mutate_in_server,
     needs_node_states,
     node_state,
     scopes,
@@ -97,6 +98,7 @@ POLICY = Policy(
     scopes=scopes,
     watches=(NODES,),
     in_server=in_server,
+    mutate_in_server=mutate_in_server,
 )
 BINDING_POLICY = Policy(
     name=BINDING_NAME,

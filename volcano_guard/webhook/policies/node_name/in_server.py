@@ -15,6 +15,7 @@ from volcano_guard.webhook.cel import (
     all_of,
     concat,
     field_set,
+    json_patch,
     kind_is,
     negate,
     operation_is,
@@ -26,11 +27,12 @@ from volcano_guard.webhook.policies.base import (
     MUTATE,
     VALIDATE,
     InServerCheck,
+    InServerMutation,
     Rule,
     Scope,
     pods_rule,
 )
-from volcano_guard.webhook.policies.node_name.decision import BINDING
+from volcano_guard.webhook.policies.node_name.decision import BINDING, REQUIRED
 from volcano_guard.webhook.policies.node_name.exemptions import not_exempt
 from volcano_guard.webhook.policies.node_name.messages import (
     ANONYMOUS,
@@ -126,6 +128,75 @@ def in_server(config: Config) -> tuple[InServerCheck, ...]:
     )
 
 
+def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
+    """`action: rewrite` in the API server: a pod CREATE naming a node the in-server check would
+    refuse (the same variables, so a pod is rewritten exactly when it would be refused, as the
+    webhook rewrites exactly what it would deny) loses its nodeName for a required node affinity
+    on metadata.name and the first Volcano scheduler. With the node states published as params,
+    each params object rewrites only the names in its range; none yet, and nothing is rewritten
+    (parameterNotFoundAction Allow, as for the check).
+
+    The webhook adds the whole affinity it builds (pin_to_node); CEL cannot copy an object with
+    one field changed, so the patch adds the first of affinity, nodeAffinity and its required
+    selector that is missing, or replaces the selector's terms: the same object, as the
+    differential test holds it (a typed pod carries no field outside these types' schemas)."""
+    node_name = settings(config)
+    if node_name.mode != "enforce" or node_name.action != "rewrite":
+        return ()
+    rewrite = _rewrite(first_scheduler(config))
+    if needs_node_states(node_name):
+        variables = _state_variables("object.spec.nodeName")
+        patch = f"!({_allowed(node_name)}) ? {rewrite} : []"
+        label: tuple[str, str] | None = NODE_STATES_LABEL
+    else:  # every node a pod may name is refused
+        variables, patch, label = (("node", "object.spec.nodeName"),), rewrite, None
+    return (
+        InServerMutation(
+            "node-name-rewrite",
+            (pods_rule("CREATE"),),
+            _named_node_not_exempt(node_name),
+            patch,
+            variables,
+            label,
+        ),
+    )
+
+
+# pin_to_node's requirement and term, every map value dyn: Kubernetes refuses a literal whose
+# values differ in type (HomogeneousAggregateLiterals), and the terms it keeps are typed.
+_REQUIREMENT = (
+    "{'key': dyn('metadata.name'), 'operator': dyn('In'), 'values': dyn([variables.node])}"
+)
+_TERM = f"{{'matchFields': dyn([{_REQUIREMENT}])}}"
+
+
+def _rewrite(scheduler: str) -> str:
+    """CEL: the JSONPatch list moving variables.node into the pod's affinity (pin_to_node)."""
+    affinity = "object.spec.affinity"
+    node_affinity = f"{affinity}.nodeAffinity"
+    required = f"{node_affinity}.{REQUIRED}"
+    terms = f"{required}.nodeSelectorTerms"
+    kept_terms = (
+        f"{{'nodeSelectorTerms': has({required}) && has({terms}) && size({terms}) > 0 ? "
+        f"{terms}.map(t, has(t.matchExpressions) ? {{'matchExpressions': "
+        f"dyn(t.matchExpressions), 'matchFields': dyn([{_REQUIREMENT}])}} : {_TERM}) : "
+        f"[{_TERM}]}}"
+    )
+    new_selector = f"{{'nodeSelectorTerms': [{_TERM}]}}"
+    under_node_affinity = f"{{{string(REQUIRED)}: {new_selector}}}"
+    under_affinity = f"{{'nodeAffinity': {under_node_affinity}}}"
+    pinned = (
+        f"!has({affinity}) ? {json_patch('add', string('/spec/affinity'), under_affinity)} : "
+        f"!has({node_affinity}) ? "
+        f"{json_patch('add', string('/spec/affinity/nodeAffinity'), under_node_affinity)} : "
+        f"{json_patch('add', string(f'/spec/affinity/nodeAffinity/{REQUIRED}'), kept_terms)}"
+    )
+    return (
+        f"[{json_patch('remove', string('/spec/nodeName'))}, {pinned}, "
+        f"{json_patch('add', string('/spec/schedulerName'), string(scheduler))}]"
+    )
+
+
 def binding_in_server(config: Config) -> tuple[InServerCheck, ...]:
     """Bindings by anyone but the allowed binders onto a node the webhook refuses, decided by
     the API server (as in_server decides pods)."""
@@ -170,13 +241,29 @@ def _in_server_check(
             (("node", node),),
         )
 
+    variables = _state_variables(node)
+    refusal = (
+        f"variables.nodeState == {string(MANAGED)} ? ({message('managed')}) : "
+        f"variables.nodeState == 'pending' ? ({message('pending')}) : "
+        f"({message('unknown')})"
+    )
+    return InServerCheck(
+        name, rules, condition, ((_allowed(config), refusal),), variables, NODE_STATES_LABEL
+    )
+
+
+def _state_variables(node: str) -> tuple[tuple[str, str], ...]:
+    """The variables giving the node `node` (CEL) names and its state in one params object:
+    inRange when that object judges the name, nodeState its verdict ('managed', 'unmanaged',
+    'pending' or 'unknown')."""
+
     def annotation(key: str) -> str:
         return (
             f"has(params.metadata.annotations) && {string(key)} in "
             f"params.metadata.annotations ? params.metadata.annotations[{string(key)}] : ''"
         )
 
-    variables = (
+    return (
         ("node", node),
         ("statesFrom", annotation(NODES_FROM)),
         ("statesTo", annotation(NODES_TO)),
@@ -196,6 +283,10 @@ def _in_server_check(
             "variables.node in params.data ? params.data[variables.node] : 'unknown'",
         ),
     )
+
+
+def _allowed(config: NodeNameConfig) -> str:
+    """CEL over _state_variables: this params object lets the node be named."""
     allowed = [
         "variables.node == ''",
         "!variables.inRange",
@@ -203,11 +294,4 @@ def _in_server_check(
     ]
     if config.unknownNodes == "allow":
         allowed.append("variables.nodeState == 'unknown'")
-    refusal = (
-        f"variables.nodeState == {string(MANAGED)} ? ({message('managed')}) : "
-        f"variables.nodeState == 'pending' ? ({message('pending')}) : "
-        f"({message('unknown')})"
-    )
-    return InServerCheck(
-        name, rules, condition, ((" || ".join(allowed), refusal),), variables, NODE_STATES_LABEL
-    )
+    return " || ".join(allowed)
