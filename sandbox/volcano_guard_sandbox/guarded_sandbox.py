@@ -118,6 +118,7 @@ class GuardedSandbox:
     sandbox: SandboxThread
     webhook: subprocess.Popen[bytes]
     kubectl_binary: str
+    metrics_port: int  # the webhook's /metrics, on loopback
 
     @property
     def kubeconfig(self) -> Path:
@@ -141,6 +142,12 @@ class GuardedSandbox:
 
     def get(self, *args: str) -> dict[str, Any]:
         return dict(json.loads(self.kubectl("get", *args, "-o", "json").stdout))
+
+    def webhook_metrics(self) -> str:
+        """The webhook's /metrics page (Prometheus text)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return str(answer.read().decode("utf-8"))
 
     def stop_webhook(self) -> None:
         self.webhook.terminate()
@@ -215,7 +222,7 @@ def guarded_sandbox(
         reconciler = _start_reconciler(cli, kubeconfig, directory, config_text)
         try:
             _wait_ready(metrics, webhook, log)
-            guarded = GuardedSandbox(directory, sandbox, webhook, kubectl)
+            guarded = GuardedSandbox(directory, sandbox, webhook, kubectl, metrics)
             guarded.kubectl("apply", "-f", "-", stdin=registrations)
             _run(
                 [
