@@ -78,16 +78,21 @@ def shipped_config(base):
     return parse_config(configmap["data"]["config.yaml"])
 
 
-def webhooks(base):
+def webhooks(base, kubernetes: tuple[int, int] = (1, 36)):
     """The webhooks the reconciler registers for deploy/base's config, namespace and Service
-    (deploy/ ships no registration: the reconciler makes them in the cluster)."""
+    on a cluster of that version (deploy/ ships no registration: the reconciler makes them in
+    the cluster)."""
+    from volcano_guard.webhook.admission_policies import apis_at
     from volcano_guard.webhook.manifests import admission_objects
 
     [config_map] = by_kind(base, "ConfigMap")
     [service] = by_kind(base, "Service")
     config = parse_config(config_map["data"]["config.yaml"])
     objects = admission_objects(
-        config, service["metadata"]["namespace"], service["metadata"]["name"]
+        config,
+        service["metadata"]["namespace"],
+        service["metadata"]["name"],
+        served=apis_at(kubernetes),
     ).values()
     return [
         w
@@ -234,8 +239,10 @@ def test_monitoring_objects_render_with_the_contract_metric_names():
         assert f"volcano_guard_{metric}" in rules
 
 
-def test_injection_has_its_own_webhook_selecting_opted_in_pods(base):
-    [inject] = [w for w in webhooks(base) if w["name"].startswith("inject.")]
+def test_before_1_36_injection_has_its_own_webhook_selecting_opted_in_pods(base):
+    # From 1.36 a MutatingAdmissionPolicy injects (tests/webhook/test_mutating_policies*.py).
+    assert not [w for w in webhooks(base) if w["name"].startswith("inject.")]
+    [inject] = [w for w in webhooks(base, (1, 35)) if w["name"].startswith("inject.")]
     assert inject["objectSelector"] == {"matchLabels": {"volcano-guard.io/inject": "true"}}
     assert inject["clientConfig"]["service"]["path"] == "/mutate"
 

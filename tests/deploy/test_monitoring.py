@@ -532,7 +532,7 @@ def test_the_podmonitor_scrapes_the_port_and_label_the_injection_writes():
         if doc["metadata"]["name"] == "volcano-guard-sidecars"
     )
     container = sidecar_container(
-        SidecarInjectionConfig(), {"flush": 1.0, "ack": "async", "drain": 20.0}, native=True
+        SidecarInjectionConfig(), {"flush": "1", "ack": "async", "drain": 20.0}, native=True
     )
     assert monitor["spec"]["selector"]["matchLabels"] == {INJECT_LABEL: "true"}
     assert monitor["spec"]["namespaceSelector"] == {"any": True}

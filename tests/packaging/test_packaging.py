@@ -123,7 +123,11 @@ def deployed_commands() -> list[list[str]]:
             for container in pod.get("containers", []) + pod.get("initContainers", []):
                 commands += container_commands(container)
     defaults = Config().policies.sidecarInjection
-    options = {"flush": defaults.flushInterval, "ack": defaults.ack, "drain": defaults.drainTimeout}
+    options = {
+        "flush": f"{defaults.flushInterval:g}",
+        "ack": defaults.ack,
+        "drain": defaults.drainTimeout,
+    }
     injected = sidecar_container(defaults, options, native=True)
     return commands + container_commands(injected)
 

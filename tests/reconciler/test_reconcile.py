@@ -16,7 +16,7 @@ from volcano_guard.base.kubeconfig import Cluster
 from volcano_guard.reconciler import metrics, reconcile
 from volcano_guard.reconciler.objects import differs
 from volcano_guard.reconciler.reconcile import PAUSE_ANNOTATION, Reconciler, Settings
-from volcano_guard.webhook.admission_policies import PolicyApis
+from volcano_guard.webhook.admission_policies import PolicyApis, apis_at
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.manifests import (
     BINDING,
@@ -28,6 +28,7 @@ from volcano_guard.webhook.manifests import (
     admission_objects,
 )
 from volcano_guard_sandbox.apiserver.runner import SandboxThread
+from volcano_guard_sandbox.apiserver.versions import DEFAULT
 
 NS = "volcano-guard"
 NODE_NAME_BINDING = Owned(BINDING, "volcano-guard-node-name")
@@ -81,16 +82,8 @@ def counter(metric, *labels: str) -> float:
     return metric.labels(*labels)._value.get() if labels else metric._value.get()
 
 
-AWAITED = {
-    f"volcano-guard-{name}"
-    for name in (
-        "sidecar-host-network",
-        "default-requests",
-        "volcano-default-requests",
-        "node-name-rewrite",
-        "sidecar-injection",
-    )
-}
+# What the sandbox's default version serves (the tests' cluster plays it).
+SANDBOX_APIS = apis_at((1, DEFAULT.minor))
 
 
 def test_every_in_server_check_any_config_makes_has_an_owned_name():
@@ -114,10 +107,7 @@ def test_every_in_server_check_any_config_makes_has_an_owned_name():
             }
         )
         seen |= set(admission_objects(config))  # raises for a name outside OWNED
-    # Issue 47's units (sidecar injection, default requests, the nodeName rewrite) declare
-    # these on their own branches: until they land no config makes them.
-    awaited = {owned for owned in OWNED if owned.name in AWAITED}
-    assert seen - awaited == set(OWNED) - awaited
+    assert seen == set(OWNED)
 
 
 def test_server_defaults_are_not_drift_but_a_changed_or_missing_field_is():
@@ -133,7 +123,7 @@ def test_a_first_pass_installs_what_the_config_calls_for_with_certificates(clust
     put_config(client, {})
     reconciler = Reconciler(client, Settings(NS))
     assert reconciler.reconcile_once()
-    wanted = admission_objects(config_from_dict({}), NS)
+    wanted = admission_objects(config_from_dict({}), NS, served=SANDBOX_APIS)
     for owned in OWNED:
         found = live(client, owned)
         assert (found is None) == (owned not in wanted), owned
@@ -241,7 +231,9 @@ def test_gitops_reports_what_differs_and_writes_no_admission_object(cluster, cli
     reconciler = Reconciler(client, Settings(NS, gitops=True))
     assert not reconciler.reconcile_once()
     assert all(live(client, owned) is None for owned in OWNED)
-    assert metrics.OUT_OF_STEP._value.get() == len(admission_objects(config_from_dict({}), NS))
+    assert metrics.OUT_OF_STEP._value.get() == len(
+        admission_objects(config_from_dict({}), NS, served=SANDBOX_APIS)
+    )
 
 
 def test_without_policies_served_the_registrations_fail_closed_alone(cluster, client, monkeypatch):

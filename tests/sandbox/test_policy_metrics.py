@@ -18,6 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import NAMESPACE, SERVICE
 from tests.promtool import check_metrics
 from tests.sandbox.admission_chain import PODS, Box, ScriptedWebhook, pod
+from tests.sandbox.test_sandbox_mutating_policies import binding as mutating_binding
+from tests.sandbox.test_sandbox_mutating_policies import install as install_mutating
+from tests.sandbox.test_sandbox_mutating_policies import policy as mutating_policy
 from tests.sandbox.test_sandbox_policies import binding, install, policy
 from tests.upstream import upstream_file
 from volcano_guard_sandbox.apiserver import policy_metrics
@@ -39,6 +42,7 @@ APISERVER = "kubernetes-apiserver"
 VAP_METRICS = "pkg/admission/plugin/policy/validating/metrics/metrics.go"
 MAP_METRICS = "pkg/admission/plugin/policy/mutating/metrics/metrics.go"
 VAP = "apiserver_validating_admission_policy"
+MUTATING_NAME = "add-team"  # the mutating tests' policy and binding
 ERRORS = {"expression": "int(object.metadata.name) > 0", "message": "never"}  # a runtime error
 
 
@@ -260,3 +264,17 @@ def test_a_mutation_is_recorded_by_policy_binding_and_error_type():
         dict(labels)["error_type"]: value for (n, labels), value in found.items() if n == name
     } == {"no_error": 1, "out_of_budget": 1}
     assert "outside" not in metrics.exposition()
+
+
+async def test_the_mutating_plugin_records_each_mutation_it_applies(certs, scripted, tmp_path):
+    async with box_at(36, certs, scripted, tmp_path) as box:
+        await install_mutating(box, mutating_policy(), mutating_binding())
+        for name in ("p1", "p2"):
+            assert (await box.call("POST", PODS, pod(name)))[0] == 201
+        _, text = await scrape(box)
+    counts = {
+        tuple(dict(labels)[k] for k in ("policy", "policy_binding", "error_type")): value
+        for (name, labels), value in samples(text).items()
+        if name == "apiserver_mutating_admission_policy_check_total"
+    }
+    assert counts == {(MUTATING_NAME, MUTATING_NAME, "no_error"): 2}

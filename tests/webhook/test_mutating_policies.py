@@ -258,9 +258,13 @@ def test_kubectl_applies_them_to_the_sandbox_playing_the_version(with_policy, ve
 
         kubectl("apply", "--validate=strict", "-f", "-", stdin=yaml.safe_dump_all(mutating))
         got = yaml.safe_load(kubectl("get", "mutatingadmissionpolicies", "-o", "yaml"))
-    [stored] = got["items"]
-    assert stored["apiVersion"] == f"admissionregistration.k8s.io/{served}"
-    assert stored["spec"]["mutations"] == mutating[0]["spec"]["mutations"]
+    # The guard's own policies and the toy, each written (the sandbox compiles them on write).
+    stored = {item["metadata"]["name"]: item for item in got["items"]}
+    policies = {o["metadata"]["name"]: o for o in mutating if o["kind"].endswith("Policy")}
+    assert set(stored) == set(policies) and len(stored) > 1
+    for name, item in stored.items():
+        assert item["apiVersion"] == f"admissionregistration.k8s.io/{served}"
+        assert item["spec"]["mutations"] == policies[name]["spec"]["mutations"]
 
 
 # -- what the registrations still send ------------------------------------------------------------

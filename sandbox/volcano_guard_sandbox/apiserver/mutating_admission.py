@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from volcano_guard_sandbox.apiserver import label_selectors
+from volcano_guard_sandbox.apiserver import label_selectors, policy_metrics
 from volcano_guard_sandbox.apiserver.admission import Record, forbidden
 from volcano_guard_sandbox.apiserver.matching import Attributes, cel_request, evaluate_conditions
 from volcano_guard_sandbox.apiserver.mutating_policies import (
@@ -243,13 +243,18 @@ def _dispatch(
                 if obj is None:  # no object to patch
                     continue
                 inputs = replace(inputs, object=obj)
+                elapsed = policy_metrics.timer()
                 try:
                     obj = _mutate(mutation, spec, inputs, version, builtin)
                 except MutationError as exc:
+                    policy_metrics.record_mutation(
+                        _name(policy), _name(binding), str(exc), elapsed()
+                    )
                     errors.append(
                         _PolicyError(_name(policy), _name(binding), str(exc), "Invalid", fail)
                     )
                     continue
+                policy_metrics.record_mutation(_name(policy), _name(binding), None, elapsed())
                 _check_decodes(obj)
                 defaults(obj)
                 dirty = True
