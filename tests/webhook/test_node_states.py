@@ -22,6 +22,7 @@ from tests.webhook.test_admission_policies import (
 )
 from volcano_guard.base.informer import static_snapshot
 from volcano_guard.base.kubeconfig import Cluster
+from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.node_states import NAMES as POOL
 from volcano_guard.webhook.node_states import (
     RANGE_BYTES,
@@ -31,6 +32,7 @@ from volcano_guard.webhook.node_states import (
     configmap,
     from_configmap,
     plan,
+    publishes,
 )
 from volcano_guard.webhook.policies.node_name.in_server import MANAGED, UNMANAGED
 from volcano_guard_sandbox.apiserver.runner import running
@@ -271,3 +273,24 @@ async def test_a_round_that_cannot_reach_the_api_server_is_reported_as_a_stall()
             await asyncio.sleep(0.01)
     task.cancel()
     assert "next try in 0.01s" in stalls[0]
+
+
+@pytest.mark.parametrize(
+    ("keys", "published"),
+    [
+        ({}, True),  # the node-name checks read them
+        ({"validatingAdmissionPolicies": False}, False),
+        # The rewrite, a MutatingAdmissionPolicy, reads them though no check is installed.
+        ({"validatingAdmissionPolicies": False, "action": "rewrite"}, True),
+        (
+            {"validatingAdmissionPolicies": False, "mutatingAdmissionPolicies": False},
+            False,
+        ),
+        ({"managedNodeSelectors": []}, False),  # every node managed: no state to read
+    ],
+)
+def test_states_are_published_when_an_installed_check_or_mutation_reads_them(keys, published):
+    keys = {"managedNodeSelectors": ["volcano.sh/role:train"], "action": "deny", **keys}
+    top = {key: keys.pop(key) for key in list(keys) if key.endswith("AdmissionPolicies")}
+    config = config_from_dict({**top, "policies": {"nodeName": keys}})
+    assert publishes(config) is published

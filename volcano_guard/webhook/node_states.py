@@ -32,13 +32,13 @@ import aiohttp
 from volcano_guard.base.informer import Snapshot
 from volcano_guard.base.kubeconfig import Cluster, TokenSource
 from volcano_guard.webhook.config import Config
+from volcano_guard.webhook.evaluation import POLICIES
 from volcano_guard.webhook.policies.node_name import (
     NODE_STATES_LABEL,
     NODE_STATES_NAMES,
     NODES_FROM,
     NODES_PENDING,
     NODES_TO,
-    needs_node_states,
     node_state,
     settings,
 )
@@ -354,10 +354,17 @@ class NodeStatesPublisher:
 
 
 def publishes(config: Config) -> bool:
-    """Whether the config's in-server node-name checks read published node states."""
-    node_name = settings(config)
-    return (
-        config.validatingAdmissionPolicies
-        and needs_node_states(node_name)
-        and (node_name.mode != "off" or node_name.bindingGuard.mode != "off")
-    )
+    """Whether any in-server check or mutation the config can install reads published node
+    states: the node-name checks, and the nodeName rewrite where MutatingAdmissionPolicies are
+    on (published whether the cluster serves them or not: a state nothing reads is harmless,
+    a rewrite with none to read rewrites nothing)."""
+    readers = []
+    for policy in POLICIES:
+        mode = policy.mode(config)
+        if mode == "off":
+            continue
+        if config.validatingAdmissionPolicies:
+            readers += policy.in_server(config)
+        if config.mutatingAdmissionPolicies and mode == "enforce":
+            readers += policy.mutate_in_server(config)
+    return any(reader.params_label == NODE_STATES_LABEL for reader in readers)
