@@ -19,12 +19,14 @@ from volcano_guard.base.kubeconfig import Cluster
 from volcano_guard.reconciler.discovery import served_apis
 from volcano_guard.reconciler.objects import AdmissionObjects
 from volcano_guard.reconciler.reconcile import Reconciler, Settings, uninstall
-from volcano_guard.webhook.admission_policies import PolicyApis
+from volcano_guard.webhook.admission_policies import PREFIX, PolicyApis
 from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.manifests import (
     BINDING,
+    MUTATING,
     MUTATING_BINDING,
     MUTATING_POLICY,
+    NAME,
     OWNED,
     POLICY,
     Owned,
@@ -142,3 +144,25 @@ def test_the_uninstall_deletes_the_mutating_policies_too(with_policy):  # noqa: 
         assert objects.get(MUTATION) is not None
         uninstall(client, SETTINGS, interval=0.01)
         assert all(objects.get(owned) is None for owned in OWNED)
+
+
+def test_a_mutation_leaves_the_registrations_only_once_its_policy_is_written():
+    """Turning the mutating policies on (or upgrading to 1.36): the pass writes the policies
+    and bindings before the webhook configuration that stops sending their pods, so no pod
+    falls between the two."""
+    injection = PREFIX + "sidecar-injection"
+    with reconciled(KubernetesVersion(36)) as (client, objects):
+        put_config(client, {"mutatingAdmissionPolicies": False})
+        assert Reconciler(client, SETTINGS).reconcile_once()
+        assert objects.get(Owned(MUTATING_POLICY, injection)) is None
+        put_config(client, {})
+        assert Reconciler(client, SETTINGS).reconcile_once()
+        registrations = objects.get(Owned(MUTATING, NAME))
+        assert registrations is not None
+        assert not [w for w in registrations["webhooks"] if w["name"].startswith("inject.")]
+        for kind in (MUTATING_POLICY, MUTATING_BINDING):
+            written = objects.get(Owned(kind, injection))
+            assert written is not None
+            assert int(written["metadata"]["resourceVersion"]) < int(
+                registrations["metadata"]["resourceVersion"]
+            ), kind

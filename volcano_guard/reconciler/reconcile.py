@@ -7,7 +7,7 @@ import base64
 import datetime
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +86,20 @@ def for_cert_manager(obj: dict[str, Any], namespace: str, tls_secret: str) -> di
 
 class ConfigProblem(Exception):
     """The ConfigMap holds no usable config; the message says why, in one line."""
+
+
+def write_order(desired: Mapping[Owned, object]) -> list[Owned]:
+    """OWNED in the order a pass writes: the policies and bindings the config calls for, then
+    the webhook configurations, then what it no longer calls for. A scope leaves the
+    registrations only once the policy that takes it over is written, and a policy goes only
+    once the registrations have taken its scope back, so no request falls between the two."""
+    registrations = [owned for owned in OWNED if owned.kind in (MUTATING, VALIDATING)]
+    policies = [owned for owned in OWNED if owned not in registrations]
+    return [
+        *(owned for owned in policies if owned in desired),
+        *registrations,
+        *(owned for owned in policies if owned not in desired),
+    ]
 
 
 class Reconciler:
@@ -212,7 +226,7 @@ class Reconciler:
         self._objects.apis = served
         desired = generate(config, self.settings.namespace, self.settings.service, served=served)
         trusted = self._trusted_cas()
-        for owned in OWNED:
+        for owned in write_order(desired):
             live = self._objects.get(owned)
             want = desired.get(owned)
             if want is not None:
