@@ -304,6 +304,22 @@ async def test_mutations_apply_in_order_and_if_needed_webhooks_are_called_again(
     assert "mutation.webhook.admission.k8s.io/round_1_index_0" in annotations
 
 
+async def test_a_patch_of_200_kb_is_read_whole_and_applied(box, scripted):
+    """An answer of many TCP segments (a patch filling requests of 1,000 containers is about
+    140 KB): the sandbox once read the first ~100 KB and failed the call as invalid JSON."""
+    value = "x" * 200_000  # within the 256 KiB of annotations an object may carry
+    patch = [{"op": "add", "path": "/metadata/annotations", "value": {"big": value}}]
+    scripted.answer = lambda request: {
+        "allowed": True,
+        "patchType": "JSONPatch",
+        "patch": base64.b64encode(json.dumps(patch).encode()).decode(),
+    }
+    await box.register("mutating", "big", box.hook("big.example.com", path="/big"))
+    status, created, _ = await box.call("POST", PODS, pod())
+    assert status == 201, created
+    assert created["metadata"]["annotations"]["big"] == value
+
+
 async def test_warnings_become_warning_headers_and_audit_annotations_are_kept(box, scripted):
     await box.register("validating", "guard", box.hook("v.example.com"))
     scripted.answer = lambda request: {

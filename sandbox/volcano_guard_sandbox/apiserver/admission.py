@@ -333,7 +333,7 @@ class Dispatcher:
                     headers={"Content-Type": "application/json", "Accept": "application/json, */*"},
                 ) as answer,
             ):
-                data = await answer.content.read(MAX_RESPONSE + 1)
+                data = await _read_at_most(answer.content, MAX_RESPONSE + 1)
                 if len(data) > MAX_RESPONSE:
                     raise CallError(f"response body is larger than {MAX_RESPONSE} bytes")
                 if answer.status >= 300:
@@ -392,6 +392,17 @@ class Dispatcher:
                     f'failed calling webhook "{name}": could not get REST client: caBundle: {exc}'
                 ) from None
         return self._contexts[key]
+
+
+async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    """The body up to limit bytes: StreamReader.read(n) answers with what has arrived, so an
+    answer larger than a few TCP segments takes several reads."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit and (chunk := await stream.read(limit - size)):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _verified(body: bytes, uid: str, mutating: bool) -> dict[str, Any]:
