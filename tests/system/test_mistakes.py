@@ -87,6 +87,9 @@ MISTAKES = [
     (f"reconcile --once --namespace n {REFUSED}", 2, "connection refused"),
     (f"reconcile --uninstall --namespace n {REFUSED}", 1, "connection refused"),
     ("manifests --kubernetes-version 1.x", 2, "'1.x' is not a Kubernetes version"),
+    ("manifests --kubernetes-version 1.036", 2, "'1.036' is not a Kubernetes version"),
+    ("manifests --kubernetes-version 2.0", 2, "'2.0' is not a Kubernetes version"),
+    ("manifests --kubernetes-version 1.27", 2, "1.27 is older than the guard supports (1.28"),
     ("certs generate --service 'bad name' --namespace n --out {w}/g", 2, "a DNS-1035 label"),
     (
         "certs generate --service s --namespace n --out {w}/g --days abc",

@@ -7,16 +7,26 @@ from typing import Any
 
 from volcano_guard.webhook.admission_policies import GROUP, ApiVersion, PolicyApis
 
+# The registrations' matchConditions are served from Kubernetes 1.28 (beta; GA in 1.30).
+OLDEST_SUPPORTED = (1, 28)
 VALIDATING_RESOURCE = "validatingadmissionpolicies"
 MUTATING_RESOURCE = "mutatingadmissionpolicies"
 
 
 def parse_version(text: str) -> tuple[int, int]:
-    """'1.30', 'v1.30.2' or '1.30+' as (1, 30); ValueError naming the text otherwise."""
-    match = re.fullmatch(r"v?(\d+)\.(\d+)(\.\d+)?\+?(-.*)?", text.strip())
-    if not match:
+    """'1.30', 'v1.30.2' or '1.30+' as (1, 30); ValueError naming the text otherwise (ASCII
+    digits only, no leading zero: `1.036` or a full-width digit is no version)."""
+    number = "(0|[1-9][0-9]*)"
+    match = re.fullmatch(rf"v?{number}\.{number}(\.[0-9]+)?\+?(-.*)?", text.strip())
+    if not match or match[1] != "1":
         raise ValueError(f"{text!r} is not a Kubernetes version such as 1.30")
-    return int(match[1]), int(match[2])
+    version = int(match[1]), int(match[2])
+    if version < OLDEST_SUPPORTED:
+        raise ValueError(
+            f"Kubernetes {text.strip()} is older than the guard supports "
+            f"(1.{OLDEST_SUPPORTED[1]}: its registrations' matchConditions)"
+        )
+    return version
 
 
 def served_apis(api_client: Any) -> PolicyApis:
