@@ -62,7 +62,9 @@ def toy(
 ) -> Policy:
     """A policy labelling pods named toy, and refusing them unlabelled, in the webhook and in the
     API server."""
-    mutation = InServerMutation(name, RULES, CONDITION, PATCH, params_label=params)
+    mutation = InServerMutation(
+        name, RULES, CONDITION, PATCH, params_label=params, fails_open=webhook == INJECT
+    )
     check = InServerCheck(
         "resource-requests", RULES, CONDITION, (("has(object.metadata.labels)", "'unlabelled'"),)
     )

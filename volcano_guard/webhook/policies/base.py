@@ -149,6 +149,10 @@ class InServerMutation(NamedTuple):
     json_patch: str
     variables: tuple[tuple[str, str], ...] = ()
     params_label: tuple[str, str] | None = None
+    # failurePolicy Ignore rather than Fail: a mutation whose webhook registration failed open
+    # keeps that posture (injection: a pod starts without the sidecar rather than never);
+    # the rest (defaults, the nodeName rewrite) must not be skipped.
+    fails_open: bool = False
 
 
 def pods_rule(*operations: str) -> Rule:

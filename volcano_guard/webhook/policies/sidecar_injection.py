@@ -381,6 +381,7 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
             _NOT_INJECTED,
             _patches(section),
             (*_judged(section), *_injected(section)),
+            fails_open=True,
         ),
     )
 
