@@ -73,7 +73,7 @@ def toy(
         mode=lambda config: "enforce",
         scopes=lambda config: (Scope(webhook, RULES, CONDITION), Scope(VALIDATE, RULES, CONDITION)),
         in_server=lambda config: (check,) if checks else (),
-        mutate_in_server=lambda config: (mutation,),
+        in_server_mutations=lambda config: (mutation,),
     )
 
 

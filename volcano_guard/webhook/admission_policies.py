@@ -90,11 +90,9 @@ def mutating_policies(
 ) -> list[dict[str, Any]]:
     """A MutatingAdmissionPolicy and its binding for every in-server mutation of every policy
     the config enforces (a policy that only warns or audits cannot tell from the API server
-    what it would patch)."""
+    what it would patch: Policy.mutate_in_server gives none)."""
     objects: list[dict[str, Any]] = []
     for policy in POLICIES:
-        if policy.mode(config) != "enforce":
-            continue
         for mutation in policy.mutate_in_server(config):
             objects += [
                 _mutating_policy(mutation, namespace, api_version),

@@ -448,7 +448,7 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
     removes a member that does not exist, which fails it, and the API server refuses the
     object (failurePolicy Fail)."""
     section = settings(config)
-    if section.mode != "enforce" or not section.defaults:
+    if not section.defaults:
         return ()
     return (_pod_defaults(config), _volcano_defaults(config))
 
@@ -606,7 +606,7 @@ POLICY = Policy(
     kinds=SUPPORTED_KINDS,
     scopes=scopes,
     in_server=in_server,
-    mutate_in_server=mutate_in_server,
+    in_server_mutations=mutate_in_server,
 )
 
 

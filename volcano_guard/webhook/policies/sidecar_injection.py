@@ -357,7 +357,8 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
     Under `hostNetwork: warn` injection stays on the webhook: a hostNetwork pod is injected
     there with a warning to its creator, which a MutatingAdmissionPolicy cannot give (and the
     binding of a ValidatingAdmissionPolicy takes its one action from the policy's mode, Deny in
-    enforce). Only in enforce mode: in the API server a policy cannot warn that it would patch.
+    enforce). Only in enforce mode (Policy.mutate_in_server applies it): in the API server a
+    policy cannot warn that it would patch.
 
     None without `validatingAdmissionPolicies` either: the policy injects no pod with a
     problem, and leaves refusing it to in_server's check; without that check such a pod would
@@ -368,11 +369,7 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
     containers share a name is patched differently (CEL finds a container's index by its
     name), but kube-apiserver refuses such a pod by its validation, whatever either did."""
     section = settings(config)
-    if (
-        section.mode != "enforce"
-        or section.hostNetwork == "warn"
-        or not config.validatingAdmissionPolicies
-    ):
+    if section.hostNetwork == "warn" or not config.validatingAdmissionPolicies:
         return ()
     return (
         InServerMutation(
@@ -419,7 +416,7 @@ POLICY = Policy(
     kinds=frozenset({POD}),
     scopes=scopes,
     in_server=in_server,
-    mutate_in_server=mutate_in_server,
+    in_server_mutations=mutate_in_server,
 )
 
 

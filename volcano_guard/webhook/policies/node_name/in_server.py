@@ -142,7 +142,7 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
     selector that is missing, or replaces the selector's terms: the same object, as the
     differential test holds it (a typed pod carries no field outside these types' schemas)."""
     node_name = settings(config)
-    if node_name.mode != "enforce" or node_name.action != "rewrite":
+    if node_name.action != "rewrite":
         return ()
     rewrite = _rewrite(first_scheduler(config))
     if needs_node_states(node_name):
