@@ -62,7 +62,9 @@ def toy(
 ) -> Policy:
     """A policy labelling pods named toy, and refusing them unlabelled, in the webhook and in the
     API server."""
-    mutation = InServerMutation(name, RULES, CONDITION, PATCH, params_label=params)
+    mutation = InServerMutation(
+        name, RULES, CONDITION, PATCH, params_label=params, fails_open=webhook == INJECT
+    )
     check = InServerCheck(
         "resource-requests", RULES, CONDITION, (("has(object.metadata.labels)", "'unlabelled'"),)
     )
@@ -71,7 +73,7 @@ def toy(
         mode=lambda config: "enforce",
         scopes=lambda config: (Scope(webhook, RULES, CONDITION), Scope(VALIDATE, RULES, CONDITION)),
         in_server=lambda config: (check,) if checks else (),
-        mutate_in_server=lambda config: (mutation,),
+        in_server_mutations=lambda config: (mutation,),
     )
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from tests.webhook.test_admission_policies import installer_pods
 from volcano_guard.base.jsonpatch import apply_patch
 from volcano_guard.webhook.admission_policies import admission_policies
+from volcano_guard.webhook.cel import literal as cel_literal
 from volcano_guard.webhook.config import Config, config_from_dict
 from volcano_guard.webhook.policies.base import InServerMutation, PolicyContext
 from volcano_guard.webhook.policies.sidecar_injection import (
@@ -27,7 +28,6 @@ from volcano_guard.webhook.policies.sidecar_injection import (
     GO_SPACE,
     INJECT_LABEL,
     POLICY,
-    cel_literal,
 )
 from volcano_guard.webhook.review import (
     AdmissionRequest,

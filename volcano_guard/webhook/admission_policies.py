@@ -19,22 +19,13 @@ from typing import Any, Literal, NamedTuple
 
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.evaluation import POLICIES
-from volcano_guard.webhook.policies.base import (
-    INJECT,
-    MUTATE_OPEN,
-    InServerCheck,
-    InServerMutation,
-    Policy,
-    Rule,
-)
-from volcano_guard.webhook.registrations import MUTATING_WEBHOOKS, unjudged_namespaces
+from volcano_guard.webhook.policies.base import InServerCheck, InServerMutation, Rule
+from volcano_guard.webhook.registrations import unjudged_namespaces
 
 GROUP = "admissionregistration.k8s.io"
 API_VERSION = f"{GROUP}/v1"
 PREFIX = "volcano-guard-"
 ACTIONS = {"enforce": ["Deny"], "warn": ["Warn"], "audit": ["Audit"]}
-# What the webhook registrations that fail open hold: a mutation replacing theirs fails open too.
-_FAILING_OPEN = frozenset({MUTATE_OPEN, INJECT})
 
 ApiVersion = Literal["v1", "v1beta1"]
 
@@ -99,26 +90,15 @@ def mutating_policies(
 ) -> list[dict[str, Any]]:
     """A MutatingAdmissionPolicy and its binding for every in-server mutation of every policy
     the config enforces (a policy that only warns or audits cannot tell from the API server
-    what it would patch)."""
+    what it would patch: Policy.mutate_in_server gives none)."""
     objects: list[dict[str, Any]] = []
     for policy in POLICIES:
-        if policy.mode(config) != "enforce":
-            continue
-        failure_policy = _failure_policy(policy, config)
         for mutation in policy.mutate_in_server(config):
             objects += [
-                _mutating_policy(mutation, failure_policy, namespace, api_version),
+                _mutating_policy(mutation, namespace, api_version),
                 _mutating_binding(mutation, namespace, api_version),
             ]
     return objects
-
-
-def _failure_policy(policy: Policy, config: Config) -> Literal["Fail", "Ignore"]:
-    """As the webhook registration the mutation replaces: Ignore where the policy's mutations
-    fail open there (injection: a pod starts without the sidecar rather than never), Fail
-    where they must not be skipped (defaults, the nodeName rewrite)."""
-    webhooks = {scope.webhook for scope in policy.scopes(config)} & MUTATING_WEBHOOKS
-    return "Ignore" if webhooks and webhooks <= _FAILING_OPEN else "Fail"
 
 
 def _match_constraints(rules: tuple[Rule, ...], namespace: str) -> dict[str, Any]:
@@ -189,11 +169,9 @@ def _param_ref(label: tuple[str, str], namespace: str) -> dict[str, Any]:
 
 
 def _mutating_policy(
-    mutation: InServerMutation,
-    failure_policy: Literal["Fail", "Ignore"],
-    namespace: str,
-    api_version: ApiVersion,
+    mutation: InServerMutation, namespace: str, api_version: ApiVersion
 ) -> dict[str, Any]:
+    failure_policy = "Ignore" if mutation.fails_open else "Fail"
     spec: dict[str, Any] = {"failurePolicy": failure_policy, **_shared_spec(mutation, namespace)}
     patch = {"expression": mutation.json_patch}
     spec["mutations"] = [{"patchType": "JSONPatch", "jsonPatch": patch}]

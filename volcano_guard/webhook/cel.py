@@ -9,21 +9,60 @@ and operation first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 
+def literal(value: object) -> str:
+    """value (str, bool, int, float, list, dict, or an Expr kept as written) as a CEL
+    literal. A string becomes printable ASCII whatever it holds: quotes, backslashes, line
+    breaks and every other character outside ' '..'~' are escapes, so no config value can end
+    the literal or add to the expression (a raw newline ends a quoted literal in CEL's grammar:
+    a config value holding one made every expression it was rendered into fail to compile). A
+    list or map whose values differ in type gets them as dyn() (kube-apiserver's CEL refuses
+    mixed aggregate literals)."""
+    if isinstance(value, Expr):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + "".join(_escaped(c) for c in value) + "'"
+    if isinstance(value, list):
+        return "[" + ", ".join(_element(v, _mixed(value)) for v in value) + "]"
+    if isinstance(value, dict):
+        mixed = _mixed(list(value.values()))
+        entries = (f"{literal(k)}: {_element(v, mixed)}" for k, v in value.items())
+        return "{" + ", ".join(entries) + "}"
+    raise TypeError(f"no CEL literal for {type(value).__name__}")
+
+
+def _mixed(values: list[object]) -> bool:
+    """Values of more than one type (an Expr's is dyn to the type checker); or several lists
+    or maps, whose element types may differ (an empty one's are dyn)."""
+    nested = len(values) > 1 and any(isinstance(v, list | dict) for v in values)
+    return nested or len({type(v) for v in values}) > 1
+
+
+def _element(value: object, mixed: bool) -> str:
+    return f"dyn({literal(value)})" if mixed else literal(value)
+
+
+def _escaped(character: str) -> str:
+    if character in "\\'":
+        return "\\" + character
+    if " " <= character <= "~":
+        return character
+    code = ord(character)
+    if 0xD800 <= code <= 0xDFFF:  # YAML's "\ud800" reads as one; no CEL string holds it
+        raise ValueError(f"U+{code:04X} is half of a UTF-16 pair, not a character")
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 def string(value: str) -> str:
-    """A CEL string literal of any text: a quote, a backslash and the control characters
-    escaped (a raw newline ends a quoted literal in CEL's grammar: a config value holding one
-    made every expression it was rendered into fail to compile)."""
-    return "'" + value.translate(_ESCAPES) + "'"
-
-
-_ESCAPES = {
-    **{code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)},
-    ord("\\"): "\\\\",
-    ord("'"): "\\'",
-}
+    """A CEL string literal of any text, an Expr's too (see literal)."""
+    return literal(str(value))
 
 
 def strings(values: Iterable[str]) -> str:

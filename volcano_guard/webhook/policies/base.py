@@ -149,6 +149,10 @@ class InServerMutation(NamedTuple):
     json_patch: str
     variables: tuple[tuple[str, str], ...] = ()
     params_label: tuple[str, str] | None = None
+    # failurePolicy Ignore rather than Fail: a mutation whose webhook registration failed open
+    # keeps that posture (injection: a pod starts without the sidecar rather than never);
+    # the rest (defaults, the nodeName rewrite) must not be skipped.
+    fails_open: bool = False
 
 
 def pods_rule(*operations: str) -> Rule:
@@ -188,11 +192,18 @@ class Policy:
     # returns any must return every deny its scopes exist for: with them installed, its
     # registrations fail open (webhook.registrations).
     in_server: Callable[[Config], tuple[InServerCheck, ...]] = no_checks
-    # Its patches that the API server can make alone, under this config (only in enforce mode:
-    # a policy in the API server cannot warn that it would patch). A policy that returns any
-    # must return every patch its mutating scopes exist for: where the cluster serves
-    # MutatingAdmissionPolicies, those scopes leave the registrations (webhook.registrations).
-    mutate_in_server: Callable[[Config], tuple[InServerMutation, ...]] = no_mutations
+    # Its patches that the API server can make alone, under this config, as if enforced (ask
+    # mutate_in_server, which applies the mode). A policy that returns any must return every
+    # patch its mutating scopes exist for: where the cluster serves MutatingAdmissionPolicies,
+    # those scopes leave the registrations (webhook.registrations).
+    in_server_mutations: Callable[[Config], tuple[InServerMutation, ...]] = no_mutations
+
+    def mutate_in_server(self, config: Config) -> tuple[InServerMutation, ...]:
+        """Its in-server mutations under this config, only in enforce mode: a policy in the API
+        server cannot warn that it would patch. The one place that mode is checked: every
+        caller (admission_policies renders them, registrations moves the scopes they cover off
+        the webhook) asks here, and no policy checks it again."""
+        return self.in_server_mutations(config) if self.mode(config) == "enforce" else ()
 
 
 # Per-policy outcome label, as counted in volcano_guard_admission_requests_total{decision}.

@@ -35,6 +35,7 @@ from volcano_guard.webhook.cel import (
     concat,
     json_patch,
     kind_is,
+    literal,
     operation_is,
     string,
     strings,
@@ -447,7 +448,7 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
     removes a member that does not exist, which fails it, and the API server refuses the
     object (failurePolicy Fail)."""
     section = settings(config)
-    if section.mode != "enforce" or not section.defaults:
+    if not section.defaults:
         return ()
     return (_pod_defaults(config), _volcano_defaults(config))
 
@@ -461,12 +462,11 @@ def _fills(defaults: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """The fills, in the order they must apply: (CEL: container c needs it, the path below c's
     resources, the value). A fill that makes a parent (resources, requests) comes before those
     that add below it."""
-    all_requested = "{" + ", ".join(f"{string(k)}: {string(v)}" for k, v in defaults.items()) + "}"
     unlimited = _some(
         strings(defaults), "r", "!(has(c.resources.limits) && r in c.resources.limits)"
     )
     fills = [
-        ("!has(c.resources)", "", f"{{'requests': {all_requested}}}"),
+        ("!has(c.resources)", "", literal({"requests": dict(defaults)})),
         (f"has(c.resources) && !has(c.resources.requests) && {unlimited}", "/requests", "{}"),
     ]
     for key, value in defaults.items():
@@ -606,7 +606,7 @@ POLICY = Policy(
     kinds=SUPPORTED_KINDS,
     scopes=scopes,
     in_server=in_server,
-    mutate_in_server=mutate_in_server,
+    in_server_mutations=mutate_in_server,
 )
 
 

@@ -12,7 +12,7 @@ sidecar is left alone, so reinvocation and re-creation from an injected template
 In enforce mode the same injection and refusals can run inside the API server: mutate_in_server
 (a MutatingAdmissionPolicy's JSONPatch expression) and in_server (a ValidatingAdmissionPolicy),
 both written from the webhook's own pieces (sidecar_container, VOLUME_SOURCE, READ_ONLY_MOUNT,
-KUBECONFIG_ENV, the annotations' grammar), with config values as CEL literals (cel_literal).
+KUBECONFIG_ENV, the annotations' grammar), with config values as CEL literals (cel.literal).
 
 Outside this module the guard uses only what __all__ lists: POLICY, for the registry
 (webhook.evaluation), and its config section, for the config (webhook.config).
@@ -29,7 +29,16 @@ import msgspec
 from volcano_guard import __version__
 from volcano_guard.base import jsonpatch
 from volcano_guard.base.jsonbody import object_at, shown
-from volcano_guard.webhook.cel import DESCRIBED, Expr, all_of, concat, kind_is, operation_is
+from volcano_guard.webhook.cel import (
+    DESCRIBED,
+    Expr,
+    all_of,
+    concat,
+    json_patch,
+    kind_is,
+    literal,
+    operation_is,
+)
 from volcano_guard.webhook.policies.base import (
     INJECT,
     NOTHING_FOUND,
@@ -348,7 +357,8 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
     Under `hostNetwork: warn` injection stays on the webhook: a hostNetwork pod is injected
     there with a warning to its creator, which a MutatingAdmissionPolicy cannot give (and the
     binding of a ValidatingAdmissionPolicy takes its one action from the policy's mode, Deny in
-    enforce). Only in enforce mode: in the API server a policy cannot warn that it would patch.
+    enforce). Only in enforce mode (Policy.mutate_in_server applies it): in the API server a
+    policy cannot warn that it would patch.
 
     None without `validatingAdmissionPolicies` either: the policy injects no pod with a
     problem, and leaves refusing it to in_server's check; without that check such a pod would
@@ -359,11 +369,7 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
     containers share a name is patched differently (CEL finds a container's index by its
     name), but kube-apiserver refuses such a pod by its validation, whatever either did."""
     section = settings(config)
-    if (
-        section.mode != "enforce"
-        or section.hostNetwork == "warn"
-        or not config.validatingAdmissionPolicies
-    ):
+    if section.hostNetwork == "warn" or not config.validatingAdmissionPolicies:
         return ()
     return (
         InServerMutation(
@@ -372,6 +378,7 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
             _NOT_INJECTED,
             _patches(section),
             (*_judged(section), *_injected(section)),
+            fails_open=True,
         ),
     )
 
@@ -409,90 +416,42 @@ POLICY = Policy(
     kinds=frozenset({POD}),
     scopes=scopes,
     in_server=in_server,
-    mutate_in_server=mutate_in_server,
+    in_server_mutations=mutate_in_server,
 )
-
-
-def cel_literal(value: object) -> str:
-    """value (str, bool, int, float, list, dict, or an Expr kept as written) as a CEL
-    literal. A string becomes printable ASCII whatever it holds: quotes, backslashes, line
-    breaks and every other character outside ' '..'~' are escapes, so no config value can end
-    the literal or add to the expression. A list or map whose values differ in type gets them
-    as dyn() (kube-apiserver's CEL refuses mixed aggregate literals)."""
-    if isinstance(value, Expr):
-        return str(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
-        return repr(value)
-    if isinstance(value, str):
-        return "'" + "".join(_escaped(c) for c in value) + "'"
-    if isinstance(value, list):
-        return "[" + ", ".join(_element(v, _mixed(value)) for v in value) + "]"
-    if isinstance(value, dict):
-        mixed = _mixed(list(value.values()))
-        return (
-            "{"
-            + ", ".join(f"{cel_literal(k)}: {_element(v, mixed)}" for k, v in value.items())
-            + "}"
-        )
-    raise TypeError(f"no CEL literal for {type(value).__name__}")
-
-
-def _mixed(values: list[object]) -> bool:
-    """Values of more than one type (an Expr's is dyn to the type checker); or several lists
-    or maps, whose element types may differ (an empty one's are dyn)."""
-    nested = len(values) > 1 and any(isinstance(v, list | dict) for v in values)
-    return nested or len({type(v) for v in values}) > 1
-
-
-def _element(value: object, mixed: bool) -> str:
-    return f"dyn({cel_literal(value)})" if mixed else cel_literal(value)
-
-
-def _escaped(character: str) -> str:
-    if character in "\\'":
-        return "\\" + character
-    if " " <= character <= "~":
-        return character
-    code = ord(character)
-    if 0xD800 <= code <= 0xDFFF:  # YAML's "\ud800" reads as one; no CEL string holds it
-        raise ValueError(f"U+{code:04X} is half of a UTF-16 pair, not a character")
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 _ANNOTATIONS = "variables.annotations"
 
 
 def _annotation(key: str) -> str:
-    return f"{_ANNOTATIONS}[{cel_literal(key)}]"
+    return f"{_ANNOTATIONS}[{literal(key)}]"
 
 
 def _annotated(key: str) -> str:
-    return f"{cel_literal(key)} in {_ANNOTATIONS}"
+    return f"{literal(key)} in {_ANNOTATIONS}"
 
 
 def _has_sidecar(field: str) -> str:
     return (
         f"has(object.spec.{field}) && "
-        f"object.spec.{field}.exists(c, c.name == {cel_literal(CONTAINER_NAME)})"
+        f"object.spec.{field}.exists(c, c.name == {literal(CONTAINER_NAME)})"
     )
 
 
 # A labelled pod without the sidecar: mutate's requests that are not NOTHING_FOUND.
 _NOT_INJECTED = (
-    f"has(object.metadata.labels) && {cel_literal(INJECT_LABEL)} in object.metadata.labels && "
-    f"object.metadata.labels[{cel_literal(INJECT_LABEL)}] == 'true' && "
+    f"has(object.metadata.labels) && {literal(INJECT_LABEL)} in object.metadata.labels && "
+    f"object.metadata.labels[{literal(INJECT_LABEL)}] == 'true' && "
     f"!({_has_sidecar('initContainers')}) && !({_has_sidecar('containers')})"
 )
 
 
 def _choice(key: str, allowed: tuple[str, ...]) -> str:
-    return f"!({_annotated(key)}) || {_annotation(key)} in {cel_literal(list(allowed))}"
+    return f"!({_annotated(key)}) || {_annotation(key)} in {literal(list(allowed))}"
 
 
 def _option(key: str, default: str) -> str:
-    return f"{_annotated(key)} ? {_annotation(key)} : {cel_literal(default)}"
+    return f"{_annotated(key)} ? {_annotation(key)} : {literal(default)}"
 
 
 def _judged(section: SidecarInjectionConfig) -> tuple[tuple[str, str], ...]:
@@ -531,7 +490,7 @@ def _whole_match(text: str, pattern: str) -> str:
     no match is not taken for a match of "" unless the pattern matches "". Not
     matches('^...$'): a `$` that an engine reads as Python's also matches before a final line
     break."""
-    found = f"{text}.find({cel_literal(f'^{pattern}')}) == {text}"
+    found = f"{text}.find({literal(f'^{pattern}')}) == {text}"
     return found if re.fullmatch(pattern, "") else f"{text} != '' && {found}"
 
 
@@ -599,7 +558,7 @@ def _injected(section: SidecarInjectionConfig) -> tuple[tuple[str, str], ...]:
         ("flush", _option(FLUSH_INTERVAL, _number(section.flushInterval))),
         ("ack", _option(ACK, section.ack)),
         ("mode", _option(PROXY_MODE, section.proxyMode)),
-        ("sidecar", cel_literal(sidecar)),
+        ("sidecar", literal(sidecar)),
         (
             "targets",  # the indices of the target containers
             f"(!({_annotated(PROXY_CONTAINERS)}) ? variables.appNames : "
@@ -616,15 +575,15 @@ def _injected(section: SidecarInjectionConfig) -> tuple[tuple[str, str], ...]:
 
 def _add(path: str, value: str) -> str:
     """A JSONPatch add; path and value are CEL expressions."""
-    return f"JSONPatch{{op: 'add', path: {path}, value: {value}}}"
+    return json_patch("add", path, value)
 
 
 def _add_to(obj: str, path: str, field: str, item: str, at: str = "-") -> str:
     """CEL: the add that puts item into the list field of obj (at path, a CEL string) at `at`
     (the end, or an index), or sets it to [item] where it is absent or empty, as _inject and
     _point_at_proxy do."""
-    into = _add(f"{path} + {cel_literal(f'/{field}/{at}')}", item)
-    whole = _add(f"{path} + {cel_literal(f'/{field}')}", f"[{item}]")
+    into = _add(f"{path} + {literal(f'/{field}/{at}')}", item)
+    whole = _add(f"{path} + {literal(f'/{field}')}", f"[{item}]")
     return f"has({obj}.{field}) && size({obj}.{field}) > 0 ? {into} : {whole}"
 
 
@@ -641,9 +600,9 @@ def _pointer() -> str:
     has_command = (
         f"variables.mode == 'args' && has({_CONTAINER}.command) && size({_CONTAINER}.command) > 0"
     )
-    append = _add(f"{_CONTAINER_PATH} + '/args/-'", cel_literal(_KUBECONFIG_ARG))
-    args = _add(f"{_CONTAINER_PATH} + '/args'", cel_literal([_KUBECONFIG_ARG]))
-    env = _add_to(_CONTAINER, _CONTAINER_PATH, "env", cel_literal(KUBECONFIG_ENV))
+    append = _add(f"{_CONTAINER_PATH} + '/args/-'", literal(_KUBECONFIG_ARG))
+    args = _add(f"{_CONTAINER_PATH} + '/args'", literal([_KUBECONFIG_ARG]))
+    env = _add_to(_CONTAINER, _CONTAINER_PATH, "env", literal(KUBECONFIG_ENV))
     return f"{has_args} ? {append} : {has_command} ? {args} : {env}"
 
 
@@ -656,9 +615,9 @@ def _patches(section: SidecarInjectionConfig) -> str:
         else _add("'/spec/containers/-'", "variables.sidecar")
     )
     grace = math.ceil(section.drainTimeout) + GRACE_MARGIN
-    grace_patch = _add("'/spec/terminationGracePeriodSeconds'", cel_literal(grace))
-    volume = _add_to(spec, path, "volumes", cel_literal(VOLUME_SOURCE))
-    mount = _add_to(_CONTAINER, _CONTAINER_PATH, "volumeMounts", cel_literal(READ_ONLY_MOUNT))
+    grace_patch = _add("'/spec/terminationGracePeriodSeconds'", literal(grace))
+    volume = _add_to(spec, path, "volumes", literal(VOLUME_SOURCE))
+    mount = _add_to(_CONTAINER, _CONTAINER_PATH, "volumeMounts", literal(READ_ONLY_MOUNT))
     return (
         f"!variables.injectable ? [] : [{sidecar}, {volume}]"
         f" + variables.targets.map(i, {mount})"

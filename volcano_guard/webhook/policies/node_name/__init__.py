@@ -98,7 +98,7 @@ POLICY = Policy(
     scopes=scopes,
     watches=(NODES,),
     in_server=in_server,
-    mutate_in_server=mutate_in_server,
+    in_server_mutations=mutate_in_server,
 )
 BINDING_POLICY = Policy(
     name=BINDING_NAME,

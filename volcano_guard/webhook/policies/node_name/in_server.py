@@ -17,6 +17,7 @@ from volcano_guard.webhook.cel import (
     field_set,
     json_patch,
     kind_is,
+    literal,
     negate,
     operation_is,
     string,
@@ -141,7 +142,7 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
     selector that is missing, or replaces the selector's terms: the same object, as the
     differential test holds it (a typed pod carries no field outside these types' schemas)."""
     node_name = settings(config)
-    if node_name.mode != "enforce" or node_name.action != "rewrite":
+    if node_name.action != "rewrite":
         return ()
     rewrite = _rewrite(first_scheduler(config))
     if needs_node_states(node_name):
@@ -163,11 +164,19 @@ def mutate_in_server(config: Config) -> tuple[InServerMutation, ...]:
 
 
 # pin_to_node's requirement and term, every map value dyn: Kubernetes refuses a literal whose
-# values differ in type (HomogeneousAggregateLiterals), and the terms it keeps are typed.
-_REQUIREMENT = (
-    "{'key': dyn('metadata.name'), 'operator': dyn('In'), 'values': dyn([variables.node])}"
+# values differ in type (HomogeneousAggregateLiterals; literal() makes them dyn), and the terms
+# it keeps are typed.
+_REQUIREMENT = literal(
+    {"key": "metadata.name", "operator": "In", "values": [Expr("variables.node")]}
 )
 _TERM = f"{{'matchFields': dyn([{_REQUIREMENT}])}}"
+
+
+def _kept_term(term: str) -> str:
+    """CEL: the node selector term `term` keeps, its matchExpressions and the requirement."""
+    return literal(
+        {"matchExpressions": Expr(f"{term}.matchExpressions"), "matchFields": [Expr(_REQUIREMENT)]}
+    )
 
 
 def _rewrite(scheduler: str) -> str:
@@ -178,8 +187,7 @@ def _rewrite(scheduler: str) -> str:
     terms = f"{required}.nodeSelectorTerms"
     kept_terms = (
         f"{{'nodeSelectorTerms': has({required}) && has({terms}) && size({terms}) > 0 ? "
-        f"{terms}.map(t, has(t.matchExpressions) ? {{'matchExpressions': "
-        f"dyn(t.matchExpressions), 'matchFields': dyn([{_REQUIREMENT}])}} : {_TERM}) : "
+        f"{terms}.map(t, has(t.matchExpressions) ? {_kept_term('t')} : {_TERM}) : "
         f"[{_TERM}]}}"
     )
     new_selector = f"{{'nodeSelectorTerms': [{_TERM}]}}"
