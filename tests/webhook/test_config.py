@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from volcano_guard.base.jsonbody import shown
 from volcano_guard.cli import main
-from volcano_guard.webhook.config import Config, ConfigError, config_from_dict, load_config
+from volcano_guard.webhook.config import (
+    Config,
+    ConfigError,
+    config_from_dict,
+    load_config,
+    parse_config,
+)
 
 
 def test_no_file_means_every_safe_default():
@@ -349,3 +355,19 @@ def test_a_bad_config_inside_a_config_map_is_named_by_its_file_and_key(tmp_path)
     )
     with pytest.raises(ConfigError, match=r"cm.yaml key config.yaml line 1: not YAML"):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('volcanoSchedulerNames: ["\\ud800"]', "volcanoSchedulerNames[0]"),
+        ('policies: {resourceRequests: {defaults: {"a\\udfffb": 1}}}', "a\udfffb"),
+        ('policies: {sidecarInjection: {image: "x\\ud83d"}}', "sidecarInjection.image"),
+    ],
+)
+def test_half_of_a_surrogate_pair_is_a_config_error_naming_where(text, where):
+    """YAML's \\ud800 escape makes a string no CEL literal, JSON or UTF-8 can carry: refused
+    when read, never a traceback when the policies are rendered."""
+    with pytest.raises(ConfigError, match="half of a UTF-16 surrogate pair") as refused:
+        parse_config(text)
+    assert where in str(refused.value)

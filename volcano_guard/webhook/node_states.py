@@ -33,6 +33,7 @@ from volcano_guard.base.informer import Snapshot
 from volcano_guard.base.kubeconfig import Cluster, TokenSource
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.evaluation import POLICIES
+from volcano_guard.webhook.policies.base import InServerCheck, InServerMutation
 from volcano_guard.webhook.policies.node_name import (
     NODE_STATES_LABEL,
     NODE_STATES_NAMES,
@@ -358,7 +359,7 @@ def publishes(config: Config) -> bool:
     states: the node-name checks, and the nodeName rewrite where MutatingAdmissionPolicies are
     on (published whether the cluster serves them or not: a state nothing reads is harmless,
     a rewrite with none to read rewrites nothing)."""
-    readers = []
+    readers: list[InServerCheck | InServerMutation] = []
     for policy in POLICIES:
         mode = policy.mode(config)
         if mode == "off":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import typing
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import msgspec
@@ -81,11 +82,36 @@ def convert(data: object, root: type[Root]) -> Root:
     """data (as read from YAML) as the Struct root, checked in one pass; ConfigError naming the
     full path of the first key that is wrong."""
     try:
+        if where := _unpaired_surrogate(data):
+            raise ConfigError(
+                f"{where}: holds half of a UTF-16 surrogate pair (a YAML escape such as "
+                "\\ud800), not a character"
+            )
         return msgspec.convert(_empty_sections_dropped(data, root), root, dec_hook=_decode)
     except msgspec.ValidationError as exc:
         raise _config_error(str(exc), data, root) from None
     except RecursionError:
         raise ConfigError("config: nests too deeply") from None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unpaired_surrogate(data: object, where: str = "") -> str:
+    """The path of the first key or string holding a lone UTF-16 surrogate ("": none): YAML's
+    `\\ud800` escape makes one, and no text the guard writes (CEL, JSON, UTF-8) can carry it."""
+    if isinstance(data, str):
+        return (where or "config") if _SURROGATE.search(data) else ""
+    items: Iterable[tuple[object, object]] = data.items() if isinstance(data, dict) else ()
+    if isinstance(data, list):
+        items = ((f"[{index}]", item) for index, item in enumerate(data))
+    for key, value in items:
+        path = f"{where}{key}" if isinstance(data, list) else _join(where, str(key))
+        if _SURROGATE.search(str(key)):
+            return path
+        if found := _unpaired_surrogate(value, path):
+            return found
+    return ""
 
 
 def _empty_sections_dropped(data: object, section: type) -> object:
