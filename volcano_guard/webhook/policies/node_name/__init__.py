@@ -21,8 +21,8 @@ rest of the guard uses is here, in __all__:
 - `check`: NAME, NODES, node_labels, unvouched_claim, with_settings (offline, every node
   counts as managed);
 - the audit: NODES, node_labels, daemonset_owner, vouched_requester;
-- the node-state publisher (webhook.node_states): settings, NODES, needs_node_states,
-  node_state, NODE_STATES_LABEL, NODE_STATES_NAMES, NODES_FROM, NODES_TO, NODES_PENDING;
+- the node-state publisher (webhook.node_states): settings, NODES, node_state,
+  NODE_STATES_LABEL, NODE_STATES_NAMES, NODES_FROM, NODES_TO, NODES_PENDING;
 - the config: NodeNameConfig (its section), and exempt_own_namespace, which the webhook
   command applies to the config it loads.
 """
@@ -54,7 +54,6 @@ from volcano_guard.webhook.policies.node_name.in_server import (
     binding_scopes,
     in_server,
     mutate_in_server,
-    needs_node_states,
     node_state,
     scopes,
 )
@@ -79,7 +78,6 @@ __all__ = [
     "NodeNameConfig",
     "daemonset_owner",
     "exempt_own_namespace",
-    "needs_node_states",
     "node_labels",
     "node_state",
     "settings",
