@@ -20,6 +20,8 @@ PODGROUP_PATH = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups
 async def _install_policies(session: aiohttp.ClientSession, url: str) -> None:
     """The guard's in-server checks, as `volcano-guard manifests` prints them (no webhook)."""
     for obj in admission_policies(config_from_dict({})):
+        if obj["kind"].startswith("Mutating"):  # the mutations: not what this file attacks
+            continue
         plural = (
             "validatingadmissionpolicies"
             if obj["kind"] == "ValidatingAdmissionPolicy"
