@@ -193,15 +193,15 @@ class Reconciler:
         self.on_config(config)
 
     def _refuse(self, problem: str) -> None:
+        if problem != self._problem:
+            self._problem = problem
+            metrics.CONFIG_REJECTED.inc()
+            kept = "the last good config stays in force" if self.config else "nothing is written"
+            message = f"config {self._where()} {problem}; {kept}"
+            log.error("%s", message)
+            self._event("Warning", "ConfigRejected", message)
+        # Last: whoever sees the gauge at 0 finds the refusal already logged and in an Event.
         metrics.CONFIG_VALID.set(0)
-        if problem == self._problem:
-            return
-        self._problem = problem
-        metrics.CONFIG_REJECTED.inc()
-        kept = "the last good config stays in force" if self.config else "nothing is written"
-        message = f"config {self._where()} {problem}; {kept}"
-        log.error("%s", message)
-        self._event("Warning", "ConfigRejected", message)
 
     def _set_paused(self, paused: bool) -> None:
         if paused != self._paused:
