@@ -10,6 +10,7 @@ and operation first.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 
 
@@ -28,6 +29,8 @@ def literal(value: object) -> str:
     if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
         return repr(value)
     if isinstance(value, str):
+        if _PLAIN.fullmatch(value):  # most values: rendering is a large part of manifests' time
+            return f"'{value}'"
         return "'" + "".join(_escaped(c) for c in value) + "'"
     if isinstance(value, list):
         return "[" + ", ".join(_element(v, _mixed(value)) for v in value) + "]"
@@ -36,6 +39,9 @@ def literal(value: object) -> str:
         entries = (f"{literal(k)}: {_element(v, mixed)}" for k, v in value.items())
         return "{" + ", ".join(entries) + "}"
     raise TypeError(f"no CEL literal for {type(value).__name__}")
+
+
+_PLAIN = re.compile(r"[ -&(-\[\]-~]*")  # printable ASCII but a quote or backslash: as it is
 
 
 def _mixed(values: list[object]) -> bool:
