@@ -78,6 +78,15 @@ def test_stale_copy_of_another_writers_field_is_never_sent(c):
     assert c.plan(KEY).patch["status"] == {"allocated": {"cpu": "3"}}
 
 
+def test_a_null_stale_copy_of_an_absent_field_is_not_a_change():
+    # Volcano's v1beta1 QueueStatus.allocated has no omitempty: a writer whose base has no
+    # allocated sends null, which the API server prunes. It must not take the field over.
+    c = Coalescer(flush_interval=1.0, max_pending=10)
+    c.observe(KEY, queue(10, {}))
+    c.absorb(put(10, {"allocated": None, "pending": 3}), now=0)
+    assert c.plan(KEY).patch["status"] == {"pending": 3}
+
+
 def test_a_to_b_to_a_is_not_lost(c):
     """The prototype without ownership lost this: A -> B flushed, then B -> A from a stale
     base equal to A looks like 'no change' unless allocated is owned."""

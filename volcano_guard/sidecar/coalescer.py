@@ -379,9 +379,14 @@ def _put_intent(body: dict[str, Any], known: Known | None, owned: set[str]) -> d
         raise Passthrough()  # nothing known to diff against and nothing owned yet
     if base is not None:
         for name in written.keys() | base.keys():
-            if written.get(name, _MISSING) != base.get(name, _MISSING):
+            # null is absent: a Go writer sends a nil field without omitempty (v1beta1
+            # QueueStatus.allocated) as null, and the API server prunes it from a CRD.
+            if written.get(name) != base.get(name):
                 owned.add(name)
-    return {name: copy.deepcopy(written[name]) if name in written else DELETE for name in owned}
+    return {
+        name: DELETE if written.get(name) is None else copy.deepcopy(written[name])
+        for name in owned
+    }
 
 
 def _changes(intent: dict[str, Any], server: dict[str, Any] | None) -> Iterator[tuple[str, Any]]:
