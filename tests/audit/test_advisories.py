@@ -25,7 +25,7 @@ from volcano_guard.audit.findings import (
     advisory_counts,
     findings,
 )
-from volcano_guard.audit.live import View
+from volcano_guard.audit.live import LiveAudit, View
 from volcano_guard.audit.metrics import advisory_family
 from volcano_guard.audit.reports import reports
 from volcano_guard.base.kubeconfig import write_kubeconfig
@@ -144,6 +144,16 @@ def test_metrics_count_workloads_by_component_version_advisory_and_coverage():
     samples = {tuple(s.labels.values()): s.value for s in family.samples}
     assert samples[("scheduler", "v1.10.0", "queue-status-storm", "off")] == 1
     assert family.name == "volcano_guard_volcano_advisories"
+
+
+def test_the_watching_audit_reports_and_counts_from_volcanos_pods():
+    from tests.audit.test_control_plane import scheduler_deployment, scheduler_pod
+
+    live = LiveAudit(CONFIG)
+    live.pod(scheduler_pod(scheduler_deployment("v1.10.0")), ("volcano-system", "s"))
+    view = live.view()
+    assert view.advisories[("scheduler", "v1.10.0", "queue-status-storm", "off")] == 1
+    assert (QUEUE_STATUS_SIDECAR, "volcano-scheduler", FAIL, "") in ours(list(view.findings))
 
 
 def test_each_advisory_is_a_policyreport_result_of_its_namespace():
