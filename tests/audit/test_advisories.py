@@ -105,6 +105,10 @@ def test_a_feature_turned_off_turns_its_advisory_into_a_failure():
     config = config_from_dict({"policies": {"podGroups": {"deleteGuard": {"mode": "warn"}}}})
     found = ours(findings(ClusterState(controllers=installed("v1.15.1")), config))
     assert (VOLCANO_ADVISORIES, "volcano-controllers", FAIL, "stale-podgroup-delete") in found
+    labelled_only = [labelled(d) for d in installed("v1.10.0") if d["kind"] == "Deployment"]
+    config = config_from_dict({"policies": {"sidecarInjection": {"mode": "warn"}}})
+    found = ours(findings(ClusterState(controllers=labelled_only), config))
+    assert (VOLCANO_ADVISORIES, "volcano-scheduler", FAIL, "queue-status-storm") in found
 
 
 def test_a_digest_alone_is_version_unknown_and_a_pod_reports_as_its_deployment():

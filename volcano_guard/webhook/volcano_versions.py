@@ -95,7 +95,9 @@ def component_runs(
     names = {c.get("name") for c in every}
     if isinstance(inits, list):  # a native sidecar is an init container
         names |= {c.get("name") for c in inits if isinstance(c, dict)}
-    labelled = labels.get(INJECT_LABEL) == "true" and config.policies.sidecarInjection.mode != "off"
+    # Only an enforcing sidecarInjection patches a labelled pod; warn and audit only tell.
+    injecting = config.policies.sidecarInjection.mode == "enforce"
+    labelled = labels.get(INJECT_LABEL) == "true" and injecting
     sidecar = CONTAINER_NAME in names or labelled
     for container in every:
         which = component(container, config.volcanoSchedulerNames, config.audit.component_images)
