@@ -1,5 +1,6 @@
 """Reading the cluster state the audit needs, with the `kubernetes` client: nodes, pods,
-PodGroups, the Volcano workload kinds and DaemonSets, as plain JSON objects. A kind whose CRD
+PodGroups, the Volcano workload kinds, DaemonSets, and the Deployments and StatefulSets that may
+run Volcano's components, as plain JSON objects. A kind whose CRD
 is not installed (404) is read as none."""
 
 from __future__ import annotations
@@ -65,6 +66,25 @@ def read_state(
         else items("daemonsets", apps.list_daemon_set_for_all_namespaces)
     )
 
+    # Volcano's components by their pod templates (their versions even with no pod running);
+    # findings.py tells which run Volcano, by the configured images.
+    controllers = [
+        item
+        for what, every, one in (
+            (
+                "deployments",
+                apps.list_deployment_for_all_namespaces,
+                apps.list_namespaced_deployment,
+            ),
+            (
+                "statefulsets",
+                apps.list_stateful_set_for_all_namespaces,
+                apps.list_namespaced_stateful_set,
+            ),
+        )
+        for item in (items(what, one, namespace) if namespace else items(what, every))
+    ]
+
     def custom_items(group: str, version: str, plural: str) -> list[dict[str, Any]]:
         if namespace:
             return items(
@@ -86,7 +106,7 @@ def read_state(
         for (group, version, _), plural in WORKLOADS.items()
         for item in custom_items(group, version, plural)
     ]
-    return ClusterState(nodes, pods, podgroups, workloads, daemonsets)
+    return ClusterState(nodes, pods, podgroups, workloads, daemonsets, controllers)
 
 
 def _require_namespace(core: Any, namespace: str) -> None:

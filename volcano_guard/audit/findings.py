@@ -15,7 +15,10 @@
 - Volcano schedulers armed to panic (no PANIC_ON_ERROR=false): a warning, a failure while a
   managed node is over-committed (its next scheduling session on that node panics);
 - pods bound to a node that does not exist, past `audit.missingNodeGracePeriod`;
-- Volcano control-plane containers that exited non-zero within `audit.restartWindow`.
+- Volcano control-plane containers that exited non-zero within `audit.restartWindow`;
+- per Volcano component (Deployment, StatefulSet, DaemonSet or Pod), the known failures of its
+  version and whether the guard covers them, and where the sidecar is needed and missing or
+  present and not needed (webhook/volcano_versions.py).
 
 Pure: a ClusterState and the config in, findings out; reading the cluster is cluster.py's.
 """
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_guard.audit.accounting import NodeAccount, is_accounted, node_account
+from volcano_guard.base.advisories import ADVISORIES_POLICY, SIDECAR_SCOPE_POLICY
 from volcano_guard.base.informer import static_snapshot
 from volcano_guard.base.jsonbody import object_at
 from volcano_guard.base.node_selectors import is_managed
@@ -40,6 +44,7 @@ from volcano_guard.base.volcano import (
     containers,
     may_run_volcano,
     panic_message,
+    pod_template_spec,
 )
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.evaluation import enabled_checks, evaluate
@@ -58,6 +63,12 @@ from volcano_guard.webhook.review import (
     GroupVersionResource,
     UserInfo,
 )
+from volcano_guard.webhook.volcano_versions import (
+    SERVING_KINDS,
+    Notice,
+    template_labels,
+    workload_notices,
+)
 from volcano_guard.webhook.workloads import ObjectShapeError
 
 NODE_ACCOUNTING = "nodeAccounting"
@@ -66,6 +77,7 @@ GENERATION_IDS = "podGroupGenerationIds"
 EXEMPTION_CLAIMS = "exemptionClaims"
 MISSING_NODES = "podsOnMissingNodes"
 CONTROL_PLANE_RESTARTS = "controlPlaneRestarts"
+VOLCANO_ADVISORIES, QUEUE_STATUS_SIDECAR = ADVISORIES_POLICY, SIDECAR_SCOPE_POLICY
 FAIL, WARN = "fail", "warn"
 GO_PANIC_EXIT = 2  # what a Go program exits with when a panic is not recovered
 # The Volcano kinds the audit evaluates besides pods: (group, version, kind) -> resource.
@@ -101,6 +113,7 @@ class ClusterState:
     podgroups: Sequence[dict[str, Any]] = ()
     workloads: Sequence[dict[str, Any]] = ()  # Volcano Jobs, CronJobs, JobTemplates
     daemonsets: Sequence[dict[str, Any]] = ()  # their metadata: who vouches for their pods
+    controllers: Sequence[dict[str, Any]] = ()  # Deployments and StatefulSets: Volcano's own
     now: datetime.datetime = field(default_factory=lambda: datetime.datetime.now(datetime.UTC))
 
 
@@ -114,6 +127,7 @@ def findings(state: ClusterState, config: Config) -> list[Finding]:
         *unstamped_podgroups(state, config),
         *missing_node_findings(state, config),
         *control_plane_findings(state.pods, config, state.now, overcommitted=bool(nodes)),
+        *volcano_findings([*state.controllers, *state.daemonsets, *state.pods], config),
     ]
     return sorted(found, key=finding_order)
 
@@ -393,6 +407,51 @@ def owning_workload(pod: Mapping[str, Any]) -> tuple[str, str]:
             return "Deployment", name.removesuffix(f"-{template_hash}")
         return kind, name
     return "Pod", _name(pod)
+
+
+def volcano_findings(objects: Iterable[Mapping[str, Any]], config: Config) -> Iterator[Finding]:
+    """The advisories and sidecar scope of each Volcano component, once a workload: a pod of a
+    Deployment is reported as its Deployment (the one read from the Deployment itself alike)."""
+    found = {
+        Finding(notice.policy, kind, namespace, name, notice.message, notice.result): None
+        for (kind, namespace, name), notice in _volcano_notices(objects, config)
+    }
+    yield from found
+
+
+def advisory_counts(
+    objects: Iterable[Mapping[str, Any]], config: Config
+) -> dict[tuple[str, str, str, str], int]:
+    """(component, version, advisory, coverage) -> how many Volcano workloads are so, for the
+    metrics; an image of unknown version counts as advisory "version-unknown"."""
+    workloads: dict[tuple[str, str, str, str], set[tuple[str, str, str]]] = {}
+    for workload, notice in _volcano_notices(objects, config):
+        if notice.policy != ADVISORIES_POLICY:
+            continue
+        key = (
+            notice.component,
+            notice.version,
+            notice.advisory or "version-unknown",
+            notice.coverage or "none",
+        )
+        workloads.setdefault(key, set()).add(workload)
+    return {key: len(found) for key, found in sorted(workloads.items())}
+
+
+def _volcano_notices(
+    objects: Iterable[Mapping[str, Any]], config: Config
+) -> Iterator[tuple[tuple[str, str, str], Notice]]:
+    for obj in objects:
+        spec = pod_template_spec(obj)
+        if not may_run_volcano(spec, config.audit.component_images) or finished(obj):
+            continue
+        kind, name = (
+            owning_workload(obj) if obj.get("kind") == "Pod" else (str(obj.get("kind")), _name(obj))
+        )
+        if kind not in SERVING_KINDS:  # a Job's pod (Volcano's admission-init) serves nothing
+            continue
+        for notice in workload_notices(spec, template_labels(obj), config):
+            yield (kind, _namespace(obj), name), notice
 
 
 def bound_node(pod: Mapping[str, Any]) -> str:

@@ -38,6 +38,7 @@ from volcano_guard.audit.findings import (
     ClusterState,
     Finding,
     account_findings,
+    advisory_counts,
     control_plane_findings,
     created_at,
     finding_order,
@@ -47,6 +48,7 @@ from volcano_guard.audit.findings import (
     pod_group_name,
     policy_findings,
     unstamped_podgroups,
+    volcano_findings,
 )
 from volcano_guard.base.node_selectors import is_managed
 from volcano_guard.base.volcano import COMPONENT_IMAGES, may_run_volcano
@@ -139,6 +141,8 @@ class View:
     findings: tuple[Finding, ...]
     accounts: tuple[NodeAccount, ...]  # every managed node's
     churn: ChurnView | None = None  # managed nodes' updates (--watch only)
+    # (component, version, advisory, coverage) -> Volcano workloads so (webhook/volcano_versions)
+    advisories: Mapping[tuple[str, str, str, str], int] = field(default_factory=dict)
 
     def violations(self) -> Counter[tuple[str, str]]:
         """(policy, namespace) -> failures."""
@@ -313,6 +317,7 @@ class LiveAudit:
             *account_findings(accounts),
             *(finding for found in self._object_findings.values() for finding in found),
             *control_plane_findings(self._control_plane.values(), self.config, now, overcommitted),
+            *volcano_findings(self._control_plane.values(), self.config),
             *(
                 finding
                 for finding in (
@@ -329,6 +334,7 @@ class LiveAudit:
             self.churn.view(
                 now.timestamp(), audit.nodeUpdatesPerMinute, audit.schedulerDeviceSharing
             ),
+            advisory_counts(self._control_plane.values(), self.config),
         )
 
     # -- internals ------------------------------------------------------------------------

@@ -33,7 +33,8 @@ class AuditCollector(Collector):
     """volcano_guard_audit_violations{policy,namespace}, audit_warnings{policy,namespace},
     node_request_ratio{node,resource},
     overcommitted_nodes{resource}, orphaned_pods{namespace},
-    audit_last_evaluation_timestamp_seconds."""
+    audit_last_evaluation_timestamp_seconds,
+    volcano_advisories{component,version,advisory,coverage}."""
 
     def __init__(self, view: Callable[[], tuple[View, float] | None]) -> None:
         self._view = view  # (the view, when it was evaluated) or None before the first
@@ -89,7 +90,22 @@ class AuditCollector(Collector):
                 orphans.add_metric([namespace], count)
             evaluated.add_metric([], at)
         yield from (violations, warnings, ratio, overcommitted, orphans, evaluated)
+        yield advisory_family(published[0] if published is not None else None)
         yield from churn_families(published[0].churn if published is not None else None)
+
+
+def advisory_family(view: View | None) -> Metric:
+    """Volcano workloads by component, version, advisory and whether the guard covers it."""
+    family = GaugeMetricFamily(
+        f"{PREFIX}volcano_advisories",
+        "Volcano workloads a known failure of their version affects, by component, version, "
+        "advisory and coverage (on, off, none, unavailable; advisory version-unknown: an image "
+        "tag that names no release).",
+        labels=["component", "version", "advisory", "coverage"],
+    )
+    for labels, count in (view.advisories if view is not None else {}).items():
+        family.add_metric(list(labels), count)
+    return family
 
 
 def churn_families(churn: ChurnView | None) -> Iterator[Metric]:

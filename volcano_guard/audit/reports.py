@@ -23,7 +23,9 @@ from volcano_guard.audit.findings import (
     MISSING_NODES,
     NODE_ACCOUNTING,
     ORPHANED_PODS,
+    QUEUE_STATUS_SIDECAR,
     SCHEDULER_PANICS,
+    VOLCANO_ADVISORIES,
     WARN,
     WORKLOADS,
     Finding,
@@ -42,6 +44,8 @@ SEVERITY = {
     SCHEDULER_PANICS: "critical",
     MISSING_NODES: "high",
     CONTROL_PLANE_RESTARTS: "high",
+    VOLCANO_ADVISORIES: "high",  # a known failure of the running Volcano (docs/decisions/audit.md)
+    QUEUE_STATUS_SIDECAR: "high",
 }
 DEFAULT_SEVERITY = "medium"  # an object the webhook would refuse today
 _API_VERSIONS = {

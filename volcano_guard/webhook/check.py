@@ -50,6 +50,11 @@ from volcano_guard.webhook.policies.pod_groups import (
     podgroup_generation,
 )
 from volcano_guard.webhook.review import AdmissionRequest, GroupVersionKind, GroupVersionResource
+from volcano_guard.webhook.volcano_versions import (
+    SERVING_KINDS,
+    template_labels,
+    workload_notices,
+)
 from volcano_guard.webhook.workloads import POD, ObjectShapeError, group_of
 
 EXIT_CLEAN, EXIT_VIOLATIONS, EXIT_UNUSABLE = 0, 1, 2
@@ -296,6 +301,16 @@ def _violations(
             SCHEDULER_PANICS,
             "warn",
             panic_message(container, NEGATIVE_IDLE_RISK),
+        )
+    serving = request.kind.kind in SERVING_KINDS
+    for notice in workload_notices(
+        pod_template_spec(request.object or {}) if serving else None,
+        template_labels(request.object or {}),
+        context.config,
+    ):
+        mode = "enforce" if notice.result == "fail" else notice.result  # fail: a violation
+        yield Violation(
+            file, index, request.kind.kind, request.object_name, notice.policy, mode, notice.message
         )
     mutation = evaluate("mutate", request, context)
     if mutation.decision.patch and request.object is not None:

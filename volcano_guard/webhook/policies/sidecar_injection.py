@@ -15,7 +15,9 @@ both written from the webhook's own pieces (sidecar_container, VOLUME_SOURCE, RE
 KUBECONFIG_ENV, the annotations' grammar), with config values as CEL literals (cel.literal).
 
 Outside this module the guard uses only what __all__ lists: POLICY, for the registry
-(webhook.evaluation), and its config section, for the config (webhook.config).
+(webhook.evaluation), and its config section, for the config (webhook.config); CONTAINER_NAME
+and INJECT_LABEL, for the audit and `check` to tell a pod that has the sidecar
+(webhook.volcano_versions).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from volcano_guard.webhook.workloads import POD, Container, PodTemplate, contain
 if TYPE_CHECKING:  # config.py gathers the policies' sections: at run time, it imports this
     from volcano_guard.webhook.config import Config
 
-__all__ = ["POLICY", "SidecarInjectionConfig"]
+__all__ = ["CONTAINER_NAME", "INJECT_LABEL", "POLICY", "SidecarInjectionConfig"]
 
 
 class SidecarInjectionConfig(Section, frozen=True):
