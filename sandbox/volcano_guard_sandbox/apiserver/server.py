@@ -23,7 +23,14 @@ from aiohttp import web
 
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.status import status_body, status_response
-from volcano_guard_sandbox.apiserver import apply, openapi, policy_metrics, protobuf, writes
+from volcano_guard_sandbox.apiserver import (
+    apply,
+    crd_schemas,
+    openapi,
+    policy_metrics,
+    protobuf,
+    writes,
+)
 from volcano_guard_sandbox.apiserver.admission import Dispatcher
 from volcano_guard_sandbox.apiserver.authn import Authenticator
 from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
@@ -562,7 +569,8 @@ async def _body(request: web.Request, optional: bool = False, apply_patch: bool 
 
 def _unknown_fields(resource: ResourceType, body: Any, mode: str) -> list[str]:
     """fieldValidation=Strict|Warn|Ignore (default Warn), checked where the sandbox knows the
-    schema: an object's top-level fields and its ObjectMeta. Strict refuses (400) what Warn
+    schema: an object's top-level fields and its ObjectMeta, and a custom resource's every
+    field where the sandbox holds its CRD's schema (crd_schemas.py). Strict refuses (400) what Warn
     reports in Warning headers. Patches are not checked field by field."""
     if mode not in ("Strict", "Warn", "Ignore"):
         raise ApiError(
@@ -577,6 +585,9 @@ def _unknown_fields(resource: ResourceType, body: Any, mode: str) -> list[str]:
         unknown += [
             f'unknown field "metadata.{key}"' for key in metadata if key not in OBJECT_META_FIELDS
         ]
+    schema = crd_schemas.schema_of(resource)
+    if schema is not None:  # below the top level too, where the CRD's schema says
+        unknown += [f'unknown field "{path}"' for path in crd_schemas.unknown_fields(schema, body)]
     if unknown and mode == "Strict":
         raise ApiError(400, "BadRequest", "strict decoding error: " + ", ".join(unknown))
     return unknown
