@@ -15,7 +15,9 @@
 - Volcano schedulers armed to panic (no PANIC_ON_ERROR=false): a warning, a failure while a
   managed node is over-committed (its next scheduling session on that node panics);
 - pods bound to a node that does not exist, past `audit.missingNodeGracePeriod`;
-- Volcano control-plane containers that exited non-zero within `audit.restartWindow`.
+- Volcano control-plane containers that exited non-zero within `audit.restartWindow`;
+- Queues whose guarantees pass the scheduled nodes' allocatable, and Queues carrying
+  `volcano.sh/hierarchy` annotations (audit/queues.py).
 
 Pure: a ClusterState and the config in, findings out; reading the cluster is cluster.py's.
 """
@@ -101,11 +103,14 @@ class ClusterState:
     podgroups: Sequence[dict[str, Any]] = ()
     workloads: Sequence[dict[str, Any]] = ()  # Volcano Jobs, CronJobs, JobTemplates
     daemonsets: Sequence[dict[str, Any]] = ()  # their metadata: who vouches for their pods
+    queues: Sequence[dict[str, Any]] = ()  # Volcano's Queues (cluster-scoped)
     now: datetime.datetime = field(default_factory=lambda: datetime.datetime.now(datetime.UTC))
 
 
 def findings(state: ClusterState, config: Config) -> list[Finding]:
     """Every finding, in a stable order: nodes, then objects by namespace and name."""
+    from volcano_guard.audit.queues import queue_findings  # it builds on this module
+
     nodes = list(node_findings(state, config))
     found = [
         *nodes,
@@ -114,6 +119,7 @@ def findings(state: ClusterState, config: Config) -> list[Finding]:
         *unstamped_podgroups(state, config),
         *missing_node_findings(state, config),
         *control_plane_findings(state.pods, config, state.now, overcommitted=bool(nodes)),
+        *queue_findings(state.queues, state.nodes, config),
     ]
     return sorted(found, key=finding_order)
 

@@ -6,7 +6,8 @@ what it touches, not the cluster.
   deleted, the pods bound to it (reported past a grace); added, those pods no longer;
 - a PodGroup: its generation-id finding, and the orphan status of the pods naming it;
 - a Volcano workload: its own findings;
-- a DaemonSet: the nodeName findings of the bound pods it controls (it vouches for them).
+- a DaemonSet: the nodeName findings of the bound pods it controls (it vouches for them);
+- a Queue: the Queue findings, judged at each view against the managed nodes' allocatable.
 
 What is kept of a pod is a PodRecord of a few hundred bytes (its node, its account, the
 PodGroup it names, its findings); of the few pods whose findings can change with their node,
@@ -48,6 +49,7 @@ from volcano_guard.audit.findings import (
     policy_findings,
     unstamped_podgroups,
 )
+from volcano_guard.audit.queues import guarantee_findings, hierarchy_findings, total_of
 from volcano_guard.base.node_selectors import is_managed
 from volcano_guard.base.volcano import COMPONENT_IMAGES, may_run_volcano
 from volcano_guard.webhook.config import Config
@@ -208,6 +210,7 @@ class LiveAudit:
     podgroups: dict[Key, dict[str, Any]] = field(default_factory=dict)
     workloads: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     daemonsets: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Derived, kept current by the events:
     _object_findings: dict[tuple[str, str, str], tuple[Finding, ...]] = field(
         default_factory=dict
@@ -297,6 +300,12 @@ class LiveAudit:
             ),
         )
 
+    def queue(self, obj: Mapping[str, Any] | None, name: str) -> None:
+        if obj is None:
+            self.queues.pop(name, None)
+        else:
+            self.queues[name] = trim("Queue", obj)
+
     def recheck_orphans(self) -> None:
         """Orphans age into findings without an event: run now and then."""
         for keys in self._naming.values():
@@ -321,6 +330,7 @@ class LiveAudit:
                 )
                 if finding
             ),
+            *self._queue_findings(),
         ]
         audit = self.config.audit
         return View(
@@ -332,6 +342,12 @@ class LiveAudit:
         )
 
     # -- internals ------------------------------------------------------------------------
+
+    def _queue_findings(self) -> list[Finding]:
+        """Against the managed nodes' allocatable, as parsed at their last event."""
+        queues = self.queues.values()
+        total = total_of(self._managed.values()) if queues else {}
+        return [*guarantee_findings(queues, total), *hierarchy_findings(queues)]
 
     def _accounts(self) -> Iterable[NodeAccount]:
         for name, allocatable in self._managed.items():
