@@ -68,7 +68,7 @@ def test_a_hierarchical_queue_is_stored_as_written_with_the_crds_defaults(kubect
     assert "status" not in stored  # /status exists: a create's status is not the user's
 
 
-def test_unknown_fields_inside_the_spec_are_refused_strictly_and_pruned_otherwise(kubectl):
+def test_unknown_spec_fields_are_refused_strictly_on_create_and_patch_else_pruned(kubectl):
     body = HIERARCHICAL.replace("reclaimable: true", "reclaimable: true\n  bogus: 1").replace(
         "guarantee:\n", "guarantee:\n    percentage: 50\n"
     )
@@ -78,6 +78,9 @@ def test_unknown_fields_inside_the_spec_are_refused_strictly_and_pruned_otherwis
         'strict decoding error: unknown field "spec.bogus", '
         'unknown field "spec.guarantee.percentage"'
     ) in refused.stderr
+    kubectl("apply", "-f", "-", stdin=HIERARCHICAL)
+    patched = kubectl("apply", "-f", "-", stdin=body, check=False)  # a merge patch now
+    assert patched.returncode == 1 and 'unknown field "spec.bogus"' in patched.stderr
     warned = kubectl("apply", "--validate=warn", "-f", "-", stdin=body)
     assert 'Warning: unknown field "spec.guarantee.percentage"' in warned.stderr
     spec = get_queue(kubectl, "team-a")["spec"]
