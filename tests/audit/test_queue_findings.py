@@ -120,7 +120,7 @@ def test_hierarchy_annotations_are_reported_as_warnings():
     ]
 
 
-def test_the_live_audit_finds_what_a_full_audit_finds_as_queues_and_nodes_change():
+def test_the_live_audit_finds_and_measures_queues_as_queues_and_nodes_change():
     nodes = [node("n1", "4")]
     queues = [queue("a", {"cpu": "6"}, **{"volcano.sh/hierarchy": "root/a"})]
     live = LiveAudit(CONFIG)
@@ -128,8 +128,10 @@ def test_the_live_audit_finds_what_a_full_audit_finds_as_queues_and_nodes_change
         live.queue(one, one["metadata"]["name"])
     live.node(nodes[0], "n1")
     assert list(live.view().findings) == findings(ClusterState(nodes=nodes, queues=queues), CONFIG)
+    assert live.view().guarantee_ratios == (("cpu", 1.5),)
     live.node(node("n2", "4"), "n2")  # 8 cpu now: the guarantee fits
     assert [f.policy for f in live.view().findings] == [HIERARCHY_ANNOTATIONS]
+    assert live.view().guarantee_ratios == (("cpu", 0.75),)
     live.queue(None, "a")
     assert live.view().findings == ()
 

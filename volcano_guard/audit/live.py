@@ -49,7 +49,12 @@ from volcano_guard.audit.findings import (
     policy_findings,
     unstamped_podgroups,
 )
-from volcano_guard.audit.queues import guarantee_findings, hierarchy_findings, total_of
+from volcano_guard.audit.queues import (
+    guarantee_findings,
+    guarantee_ratios,
+    hierarchy_findings,
+    total_of,
+)
 from volcano_guard.base.node_selectors import is_managed
 from volcano_guard.base.volcano import COMPONENT_IMAGES, may_run_volcano
 from volcano_guard.webhook.config import Config
@@ -141,6 +146,8 @@ class View:
     findings: tuple[Finding, ...]
     accounts: tuple[NodeAccount, ...]  # every managed node's
     churn: ChurnView | None = None  # managed nodes' updates (--watch only)
+    # resource -> the Queues' guarantees over the managed nodes' allocatable
+    guarantee_ratios: tuple[tuple[str, float], ...] = ()
 
     def violations(self) -> Counter[tuple[str, str]]:
         """(policy, namespace) -> failures."""
@@ -318,6 +325,8 @@ class LiveAudit:
         accounts = tuple(self._accounts())
         now = self.clock()
         overcommitted = any(account.overcommitted() for account in accounts)
+        # Against the managed nodes' allocatable, as parsed at their last event.
+        queued_total = total_of(self._managed.values()) if self.queues else {}
         found = [
             *account_findings(accounts),
             *(finding for found in self._object_findings.values() for finding in found),
@@ -330,7 +339,8 @@ class LiveAudit:
                 )
                 if finding
             ),
-            *self._queue_findings(),
+            *guarantee_findings(self.queues.values(), queued_total),
+            *hierarchy_findings(self.queues.values()),
         ]
         audit = self.config.audit
         return View(
@@ -339,15 +349,10 @@ class LiveAudit:
             self.churn.view(
                 now.timestamp(), audit.nodeUpdatesPerMinute, audit.schedulerDeviceSharing
             ),
+            tuple(guarantee_ratios(self.queues.values(), queued_total).items()),
         )
 
     # -- internals ------------------------------------------------------------------------
-
-    def _queue_findings(self) -> list[Finding]:
-        """Against the managed nodes' allocatable, as parsed at their last event."""
-        queues = self.queues.values()
-        total = total_of(self._managed.values()) if queues else {}
-        return [*guarantee_findings(queues, total), *hierarchy_findings(queues)]
 
     def _accounts(self) -> Iterable[NodeAccount]:
         for name, allocatable in self._managed.items():

@@ -80,6 +80,17 @@ def guarantees(queues: Iterable[Mapping[str, Any]]) -> dict[str, Resources]:
     return out
 
 
+def guarantee_ratios(
+    queues: Iterable[Mapping[str, Any]], total: Mapping[str, Decimal]
+) -> dict[str, float]:
+    """resource -> the Queues' guarantees of it over total (inf: guaranteed of none)."""
+    summed = total_of(guarantees(queues).values())
+    return {
+        resource: float(amount / total[resource]) if total.get(resource) else float("inf")
+        for resource, amount in sorted(summed.items())
+    }
+
+
 def guarantee_findings(
     queues: Iterable[Mapping[str, Any]], total: Mapping[str, Decimal]
 ) -> Iterator[Finding]:
