@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from tests.audit.test_control_plane import audit
+from tests.processes import run_here
 from tests.upstream import go_function, volcano_file
 from volcano_guard.audit.findings import FAIL, WARN, ClusterState, findings
 from volcano_guard.audit.live import LiveAudit
@@ -170,6 +171,13 @@ def test_queues_and_nodes_created_with_kubectl_are_audited(sandbox, kubectl, tmp
         (QUEUE_GUARANTEES, "research", FAIL),
         (HIERARCHY_ANNOTATIONS, "serving", WARN),
     ]
+    one_namespace = run_here(
+        "audit", "--kubeconfig", str(tmp_path / "kubeconfig"), "--namespace", "team-a"
+    )
+    assert (one_namespace.returncode, one_namespace.stdout.splitlines()[-1]) == (
+        0,
+        "2 nodes, 0 pods, 0 PodGroups and 0 Volcano workloads read, 0 findings",
+    )  # Queues are the whole cluster's: not read for one namespace
     kubectl("patch", "queue", "research", "--type=merge", "-p", '{"spec":{"guarantee":null}}')
     result = audit(sandbox.url, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
