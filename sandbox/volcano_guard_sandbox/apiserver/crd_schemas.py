@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
 
@@ -305,16 +305,20 @@ def _is_integer(value: Any) -> bool:
     return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
 
 
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "integer": _is_integer,
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+}
+
+
 def _of_type(value: Any, wanted: str) -> bool:
-    checks = {
-        "integer": _is_integer,
-        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        "string": lambda v: isinstance(v, str),
-        "boolean": lambda v: isinstance(v, bool),
-        "object": lambda v: isinstance(v, dict),
-        "array": lambda v: isinstance(v, list),
-    }
-    return any(checks[one](value) for one in wanted.split(",") if one in checks)
+    if wanted == "object":  # the common case, first
+        return isinstance(value, dict)
+    return any(_TYPE_CHECKS[one](value) for one in wanted.split(",") if one in _TYPE_CHECKS)
 
 
 def _json_type(value: Any) -> str:
