@@ -111,6 +111,23 @@ def test_only_the_nodes_volcano_schedules_count_and_a_resource_they_lack_counts_
     assert found(gpus) == [(QUEUE_GUARANTEES, "g", FAIL)]
 
 
+def child(name: str, parent: str, cpu: str) -> dict[str, Any]:
+    return {
+        **queue(name, {"cpu": cpu}),
+        "spec": {"parent": parent, "guarantee": {"resource": {"cpu": cpu}}},
+    }
+
+
+def test_nested_guarantees_past_the_nodes_fail_only_when_the_roots_children_pass_them():
+    nodes = [node("n1", "8")]
+    nested = [child("eng", "root", "6"), child("dev", "eng", "3"), child("prod", "eng", "3")]
+    (warning,) = findings(ClusterState(nodes=nodes, queues=nested), CONFIG)
+    assert (warning.name, warning.result) == ("eng", WARN)  # 12 summed, the root's children 6
+    assert "the root queue's children guarantee 6, which fits" in warning.message
+    over = [child("eng", "", "9"), child("dev", "eng", "3"), queue("root", {"cpu": "8"})]
+    assert found(ClusterState(nodes=nodes, queues=over)) == [(QUEUE_GUARANTEES, "eng", FAIL)]
+
+
 def test_hierarchy_annotations_are_reported_as_warnings():
     annotated = queue("dev", **{"volcano.sh/hierarchy": "root/eng/dev"})
     weights = queue("w", **{"volcano.sh/hierarchy-weights": "1/2"})

@@ -11,8 +11,13 @@
   release: up to v1.10 both plugins compute `totalResource.Sub(totalGuarantee)`, whose assert
   panics the scheduler at every session; v1.11 computes that part with ExceededPart, but the
   proportion plugin's `remaining.Sub(increasedDeserved)` still asserts when the guarantees lift
-  the queues' deserved past what remains (#4261, fixed in v1.12.0 by #4273); from v1.12 nothing
-  panics, and the guarantees cannot all be met. #4261 also fires when the guarantees fit but
+  the queues' deserved past what remains (#4261, fixed in v1.12.0 by #4273), and so does
+  capacity's hierarchy (enableHierarchy, from v1.11) with the root's children's guarantees
+  (checkHierarchicalQueue); from v1.12 nothing panics, and the guarantees cannot all be met.
+  The proportion plugin and capacity without hierarchy sum every Queue, capacity's hierarchy
+  the root queue's children only (no parent, or `root`): past the nodes, the children's sum is
+  a failure, the sum over every Queue alone a warning, since which mode runs is the
+  scheduler's configuration. #4261 also fires when the guarantees fit but
   the scheduler opens a session before its cache has every node: the audit cannot see that.
 - **queueHierarchyAnnotations**: Queues carrying `volcano.sh/hierarchy` or
   `volcano.sh/hierarchy-weights`, the hierarchy of the drf plugin's hierarchical mode (every
@@ -40,6 +45,7 @@ QUEUE_GUARANTEES = "queueGuarantees"
 HIERARCHY_ANNOTATIONS = "queueHierarchyAnnotations"
 HIERARCHY, HIERARCHY_WEIGHTS = "volcano.sh/hierarchy", "volcano.sh/hierarchy-weights"
 LISTED_QUEUES = 5  # the largest guarantees a message names
+ROOT_QUEUE = "root"  # capacity's hierarchy hangs every Queue without a parent under it
 
 
 def queue_findings(
@@ -91,16 +97,31 @@ def guarantee_ratios(
     }
 
 
+def root_children(queues: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The Queues capacity's hierarchy puts under the root queue: no parent, or `root`."""
+    return {
+        _name(queue)
+        for queue in queues
+        if _mapping(queue.get("spec")).get("parent") in (None, "", ROOT_QUEUE)
+        and _name(queue) != ROOT_QUEUE
+    }
+
+
 def guarantee_findings(
     queues: Iterable[Mapping[str, Any]], total: Mapping[str, Decimal]
 ) -> Iterator[Finding]:
     """One finding a resource whose guarantees sum past total (the scheduled nodes'
-    allocatable), on the Queue guaranteeing the most of it."""
-    by_queue = guarantees(queues)
+    allocatable), on the Queue guaranteeing the most of it: a failure when the root's children
+    alone pass it (every plugin and mode sums them), a warning when only the sum over every
+    Queue does (the proportion plugin and capacity without hierarchy; capacity's hierarchy
+    sums the root's children only)."""
+    queues = list(queues)
+    by_queue, top = guarantees(queues), root_children(queues)
     for resource in sorted({name for counted in by_queue.values() for name in counted}):
         held = [(got[resource], name) for name, got in by_queue.items() if resource in got]
         holders = sorted(held, key=lambda one: (-one[0], one[1]))
         summed = sum((amount for amount, _ in holders), Decimal(0))
+        top_summed = sum((amount for amount, name in holders if name in top), Decimal(0))
         have = total.get(resource, Decimal(0))
         if summed > have:
             yield Finding(
@@ -108,23 +129,36 @@ def guarantee_findings(
                 "Queue",
                 "",
                 holders[0][1],
-                _guarantee_message(resource, summed, have, holders),
-                FAIL,
+                _guarantee_message(resource, summed, have, holders, top_summed),
+                FAIL if top_summed > have else WARN,
             )
 
 
 def _guarantee_message(
-    resource: str, summed: Decimal, have: Decimal, holders: list[tuple[Decimal, str]]
+    resource: str,
+    summed: Decimal,
+    have: Decimal,
+    holders: list[tuple[Decimal, str]],
+    top_summed: Decimal,
 ) -> str:
     named = ", ".join(f"{name} {_amount(amount)}" for amount, name in holders[:LISTED_QUEUES])
     more = f" and {len(holders) - LISTED_QUEUES} more" if len(holders) > LISTED_QUEUES else ""
+    which = (
+        ""
+        if top_summed > have
+        else (
+            f" (the root queue's children guarantee {_amount(top_summed)}, which fits: only "
+            "the proportion plugin and the capacity plugin without enableHierarchy sum every "
+            "Queue)"
+        )
+    )
     return (
         f"the Queues' guarantees of {resource} sum to {_amount(summed)} ({named}{more}), more "
-        f"than the {_amount(have)} allocatable of the nodes Volcano schedules: Volcano's "
+        f"than the {_amount(have)} allocatable of the nodes Volcano schedules{which}: Volcano's "
         "scheduler up to v1.10 panics at every session (its capacity and proportion plugins "
-        "subtract the guarantees from the cluster's total), v1.11 can still panic in the "
-        "proportion plugin (volcano-sh/volcano#4261, fixed in v1.12.0 by #4273), and later "
-        "releases cannot meet the guarantees; lower them or add nodes"
+        "subtract the guarantees from the cluster's total), v1.11 can still panic "
+        "(volcano-sh/volcano#4261 in the proportion plugin, fixed in v1.12.0 by #4273), and "
+        "later releases cannot meet the guarantees; lower them or add nodes"
     )
 
 
