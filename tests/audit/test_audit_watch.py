@@ -264,3 +264,30 @@ def test_a_lease_namespace_that_does_not_exist_is_said_once_and_in_readyz(sandbo
     ]
     assert sum(said in line for line in stderr.splitlines()) == 1
     assert "Traceback" not in stderr
+
+
+def test_a_queue_guaranteeing_past_the_nodes_reaches_the_metrics_and_the_report(watching, custom):
+    queue = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": "research"},
+        "spec": {"guarantee": {"resource": {"cpu": "6"}}},
+    }
+    custom.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", queue)
+    wait_for(watching, lambda page: sample(page, "queue_guarantee_ratio", resource="cpu") == 1.5)
+    page = scrape(watching)
+    assert sample(page, "audit_violations", policy="queueGuarantees", namespace="") == 1
+    linted = check_metrics(page)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        report = custom.get_cluster_custom_object(
+            "wgpolicyk8s.io", "v1alpha2", "clusterpolicyreports", "volcano-guard"
+        )
+        results = [r for r in report.get("results", []) if r["policy"] == "queueGuarantees"]
+        if results:
+            break
+        time.sleep(0.1)
+    assert [(r["resources"][0]["name"], r["severity"]) for r in results] == [
+        ("research", "critical")
+    ]

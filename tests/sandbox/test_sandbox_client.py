@@ -86,10 +86,10 @@ def test_status_subresource_changes_only_status_and_main_resource_ignores_status
     body = dict(created, spec={"weight": 5}, status={"state": "Closed"})
     after_status = custom.replace_cluster_custom_object_status(GROUP, VERSION, "queues", "q1", body)
     assert after_status["status"] == {"state": "Closed"}
-    assert after_status["spec"] == {"weight": 1}
+    assert after_status["spec"] == {"weight": 1, "dequeueStrategy": "traverse"}
     body = dict(after_status, spec={"weight": 6}, status={"state": "Open"})
     after_main = custom.replace_cluster_custom_object(GROUP, VERSION, "queues", "q1", body)
-    assert after_main["spec"] == {"weight": 6}
+    assert after_main["spec"] == {"weight": 6, "dequeueStrategy": "traverse"}
     assert after_main["status"] == {"state": "Closed"}
 
 
@@ -119,7 +119,7 @@ def test_merge_and_json_patch_results(custom):
     merged = custom.patch_cluster_custom_object(
         GROUP, VERSION, "queues", "q1", {"spec": {"weight": 4, "reclaimable": None}}
     )
-    assert merged["spec"] == {"weight": 4}
+    assert merged["spec"] == {"weight": 4, "dequeueStrategy": "traverse"}
     patched = custom.patch_cluster_custom_object(
         GROUP,
         VERSION,
@@ -131,7 +131,11 @@ def test_merge_and_json_patch_results(custom):
         ],
         _content_type="application/json-patch+json",
     )
-    assert patched["spec"] == {"weight": 2, "capability": {"cpu": "8"}}
+    assert patched["spec"] == {
+        "weight": 2,
+        "capability": {"cpu": "8"},
+        "dequeueStrategy": "traverse",
+    }
 
 
 def test_strategic_merge_patch_merges_containers_by_name(core):

@@ -30,7 +30,10 @@ def test_create_get_and_list_across_groups(kubectl):
         in kubectl("create", "-f", "-", stdin=QUEUE).stdout
     )
     kubectl("create", "-f", "-", stdin=POD)
-    assert as_json(kubectl("get", "queue", "research", "-o", "json"))["spec"] == {"weight": 1}
+    assert as_json(kubectl("get", "queue", "research", "-o", "json"))["spec"] == {
+        "weight": 1,
+        "dequeueStrategy": "traverse",
+    }
     listed = kubectl("get", "pods", "-A").stdout
     assert "team-a" in listed and "p1" in listed
 
@@ -93,7 +96,10 @@ def test_merge_and_json_patch(kubectl):
         "-p",
         '[{"op":"remove","path":"/spec/reclaimable"}]',
     )
-    assert as_json(kubectl("get", "queue", "research", "-o", "json"))["spec"] == {"weight": 5}
+    assert as_json(kubectl("get", "queue", "research", "-o", "json"))["spec"] == {
+        "weight": 5,
+        "dequeueStrategy": "traverse",
+    }
 
 
 def test_label_and_selector(kubectl):

@@ -1,6 +1,6 @@
 """Reading the cluster state the audit needs, with the `kubernetes` client: nodes, pods,
-PodGroups, the Volcano workload kinds, DaemonSets, and the Deployments and StatefulSets that may
-run Volcano's components, as plain JSON objects. A kind whose CRD
+PodGroups, the Volcano workload kinds, DaemonSets, the Deployments and StatefulSets that may run
+Volcano's components and (for the whole cluster) Queues, as plain JSON objects. A kind whose CRD
 is not installed (404) is read as none."""
 
 from __future__ import annotations
@@ -106,7 +106,20 @@ def read_state(
         for (group, version, _), plural in WORKLOADS.items()
         for item in custom_items(group, version, plural)
     ]
-    return ClusterState(nodes, pods, podgroups, workloads, daemonsets, controllers)
+    # Cluster-scoped, and judged against every scheduled node: not read for one namespace.
+    queues = (
+        []
+        if namespace
+        else items(
+            "queues",
+            custom.list_cluster_custom_object,
+            "scheduling.volcano.sh",
+            "v1beta1",
+            "queues",
+            missing_ok=True,
+        )
+    )
+    return ClusterState(nodes, pods, podgroups, workloads, daemonsets, controllers, queues)
 
 
 def _require_namespace(core: Any, namespace: str) -> None:

@@ -19,6 +19,8 @@
 - per Volcano component (Deployment, StatefulSet, DaemonSet or Pod), the known failures of its
   version and whether the guard covers them, and where the sidecar is needed and missing or
   present and not needed (webhook/volcano_versions.py).
+- Queues whose guarantees pass the scheduled nodes' allocatable, and Queues carrying
+  `volcano.sh/hierarchy` annotations (audit/queues.py).
 
 Pure: a ClusterState and the config in, findings out; reading the cluster is cluster.py's.
 """
@@ -114,11 +116,14 @@ class ClusterState:
     workloads: Sequence[dict[str, Any]] = ()  # Volcano Jobs, CronJobs, JobTemplates
     daemonsets: Sequence[dict[str, Any]] = ()  # their metadata: who vouches for their pods
     controllers: Sequence[dict[str, Any]] = ()  # Deployments and StatefulSets: Volcano's own
+    queues: Sequence[dict[str, Any]] = ()  # Volcano's Queues (cluster-scoped)
     now: datetime.datetime = field(default_factory=lambda: datetime.datetime.now(datetime.UTC))
 
 
 def findings(state: ClusterState, config: Config) -> list[Finding]:
     """Every finding, in a stable order: nodes, then objects by namespace and name."""
+    from volcano_guard.audit.queues import queue_findings  # it builds on this module
+
     nodes = list(node_findings(state, config))
     found = [
         *nodes,
@@ -128,6 +133,7 @@ def findings(state: ClusterState, config: Config) -> list[Finding]:
         *missing_node_findings(state, config),
         *control_plane_findings(state.pods, config, state.now, overcommitted=bool(nodes)),
         *volcano_findings([*state.controllers, *state.daemonsets, *state.pods], config),
+        *queue_findings(state.queues, state.nodes, config),
     ]
     return sorted(found, key=finding_order)
 

@@ -6,7 +6,8 @@ what it touches, not the cluster.
   deleted, the pods bound to it (reported past a grace); added, those pods no longer;
 - a PodGroup: its generation-id finding, and the orphan status of the pods naming it;
 - a Volcano workload: its own findings;
-- a DaemonSet: the nodeName findings of the bound pods it controls (it vouches for them).
+- a DaemonSet: the nodeName findings of the bound pods it controls (it vouches for them);
+- a Queue: the Queue findings, judged at each view against the managed nodes' allocatable.
 
 What is kept of a pod is a PodRecord of a few hundred bytes (its node, its account, the
 PodGroup it names, its findings); of the few pods whose findings can change with their node,
@@ -49,6 +50,12 @@ from volcano_guard.audit.findings import (
     policy_findings,
     unstamped_podgroups,
     volcano_findings,
+)
+from volcano_guard.audit.queues import (
+    guarantee_findings,
+    guarantee_ratios,
+    hierarchy_findings,
+    total_of,
 )
 from volcano_guard.base.node_selectors import is_managed
 from volcano_guard.base.volcano import COMPONENT_IMAGES, may_run_volcano
@@ -143,6 +150,8 @@ class View:
     churn: ChurnView | None = None  # managed nodes' updates (--watch only)
     # (component, version, advisory, coverage) -> Volcano workloads so (webhook/volcano_versions)
     advisories: Mapping[tuple[str, str, str, str], int] = field(default_factory=dict)
+    # resource -> the Queues' guarantees over the managed nodes' allocatable
+    guarantee_ratios: tuple[tuple[str, float], ...] = ()
 
     def violations(self) -> Counter[tuple[str, str]]:
         """(policy, namespace) -> failures."""
@@ -212,6 +221,7 @@ class LiveAudit:
     podgroups: dict[Key, dict[str, Any]] = field(default_factory=dict)
     workloads: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     daemonsets: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Derived, kept current by the events:
     _object_findings: dict[tuple[str, str, str], tuple[Finding, ...]] = field(
         default_factory=dict
@@ -301,6 +311,12 @@ class LiveAudit:
             ),
         )
 
+    def queue(self, obj: Mapping[str, Any] | None, name: str) -> None:
+        if obj is None:
+            self.queues.pop(name, None)
+        else:
+            self.queues[name] = trim("Queue", obj)
+
     def recheck_orphans(self) -> None:
         """Orphans age into findings without an event: run now and then."""
         for keys in self._naming.values():
@@ -313,6 +329,8 @@ class LiveAudit:
         accounts = tuple(self._accounts())
         now = self.clock()
         overcommitted = any(account.overcommitted() for account in accounts)
+        # Against the managed nodes' allocatable, as parsed at their last event.
+        queued_total = total_of(self._managed.values()) if self.queues else {}
         found = [
             *account_findings(accounts),
             *(finding for found in self._object_findings.values() for finding in found),
@@ -326,6 +344,8 @@ class LiveAudit:
                 )
                 if finding
             ),
+            *guarantee_findings(self.queues.values(), queued_total),
+            *hierarchy_findings(self.queues.values()),
         ]
         audit = self.config.audit
         return View(
@@ -335,6 +355,7 @@ class LiveAudit:
                 now.timestamp(), audit.nodeUpdatesPerMinute, audit.schedulerDeviceSharing
             ),
             advisory_counts(self._control_plane.values(), self.config),
+            tuple(guarantee_ratios(self.queues.values(), queued_total).items()),
         )
 
     # -- internals ------------------------------------------------------------------------

@@ -32,7 +32,7 @@ ALWAYS_REPORTED = frozenset({"cpu", "memory", "pods"})
 class AuditCollector(Collector):
     """volcano_guard_audit_violations{policy,namespace}, audit_warnings{policy,namespace},
     node_request_ratio{node,resource},
-    overcommitted_nodes{resource}, orphaned_pods{namespace},
+    overcommitted_nodes{resource}, orphaned_pods{namespace}, queue_guarantee_ratio{resource},
     audit_last_evaluation_timestamp_seconds,
     volcano_advisories{component,version,advisory,coverage}."""
 
@@ -67,6 +67,13 @@ class AuditCollector(Collector):
             "Pods naming a PodGroup that does not exist, past the grace period, by namespace.",
             labels=["namespace"],
         )
+        guaranteed = GaugeMetricFamily(
+            f"{PREFIX}queue_guarantee_ratio",
+            "Volcano Queues' guarantees summed over the allocatable of "
+            "the nodes Volcano schedules, by resource (over 1: queueGuarantees; +Inf: "
+            "guaranteed of none).",
+            labels=["resource"],
+        )
         evaluated = GaugeMetricFamily(
             f"{PREFIX}audit_last_evaluation_timestamp_seconds",
             "When the audit's findings were last brought up to date (Unix time).",
@@ -88,8 +95,10 @@ class AuditCollector(Collector):
                 overcommitted.add_metric([resource], counts.get(resource, 0))
             for namespace, count in sorted(view.orphans().items()):
                 orphans.add_metric([namespace], count)
+            for resource, value in view.guarantee_ratios:
+                guaranteed.add_metric([resource], value)
             evaluated.add_metric([], at)
-        yield from (violations, warnings, ratio, overcommitted, orphans, evaluated)
+        yield from (violations, warnings, ratio, overcommitted, orphans, guaranteed, evaluated)
         yield advisory_family(published[0] if published is not None else None)
         yield from churn_families(published[0].churn if published is not None else None)
 

@@ -30,6 +30,7 @@ from volcano_guard.audit.findings import (
     WORKLOADS,
     Finding,
 )
+from volcano_guard.audit.queues import HIERARCHY_ANNOTATIONS, QUEUE_GUARANTEES
 
 log = logging.getLogger("volcano_guard.audit")
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
@@ -46,12 +47,15 @@ SEVERITY = {
     CONTROL_PLANE_RESTARTS: "high",
     VOLCANO_ADVISORIES: "high",  # a known failure of the running Volcano (docs/decisions/audit.md)
     QUEUE_STATUS_SIDECAR: "high",
+    QUEUE_GUARANTEES: "critical",
+    HIERARCHY_ANNOTATIONS: "info",
 }
 DEFAULT_SEVERITY = "medium"  # an object the webhook would refuse today
 _API_VERSIONS = {
     "Pod": "v1",
     "Node": "v1",
     "PodGroup": "scheduling.volcano.sh/v1beta1",
+    "Queue": "scheduling.volcano.sh/v1beta1",
     **{kind: "apps/v1" for kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")},
     **{kind: f"{group}/{version}" for group, version, kind in WORKLOADS},
 }

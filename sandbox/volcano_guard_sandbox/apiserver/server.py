@@ -23,7 +23,14 @@ from aiohttp import web
 
 from volcano_guard.base.jsonbody import BodyError, decode
 from volcano_guard.base.status import status_body, status_response
-from volcano_guard_sandbox.apiserver import apply, openapi, policy_metrics, protobuf, writes
+from volcano_guard_sandbox.apiserver import (
+    apply,
+    crd_schemas,
+    openapi,
+    policy_metrics,
+    protobuf,
+    writes,
+)
 from volcano_guard_sandbox.apiserver.admission import Dispatcher
 from volcano_guard_sandbox.apiserver.authn import Authenticator
 from volcano_guard_sandbox.apiserver.endpoints import ServiceEndpoints
@@ -37,6 +44,7 @@ from volcano_guard_sandbox.apiserver.selectors import (
 )
 from volcano_guard_sandbox.apiserver.store import (
     APPLY_PATCH,
+    MERGE_PATCH,
     OBJECT_META_FIELDS,
     SELECTABLE_FIELDS,
     ApiError,
@@ -470,8 +478,9 @@ async def _write(request: web.Request, info: RequestInfo, write: writes.Write) -
         content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
         write.store.check_patch_type(resource, content_type)  # 415 before reading the body
         body = await _body(request, apply_patch=content_type == APPLY_PATCH)
+        warnings = _unknown_patched_fields(resource, content_type, body, request.query)
         stored = await writes.patch(write, content_type, body)
-        return _object_response(stored, 201 if write.created else 200)
+        return _object_response(stored, 201 if write.created else 200, warnings)
     body = await _body(request)
     warnings = _unknown_fields(resource, body, request.query.get("fieldValidation", "Warn"))
     if info.verb == "create":
@@ -562,7 +571,8 @@ async def _body(request: web.Request, optional: bool = False, apply_patch: bool 
 
 def _unknown_fields(resource: ResourceType, body: Any, mode: str) -> list[str]:
     """fieldValidation=Strict|Warn|Ignore (default Warn), checked where the sandbox knows the
-    schema: an object's top-level fields and its ObjectMeta. Strict refuses (400) what Warn
+    schema: an object's top-level fields and its ObjectMeta, and a custom resource's every
+    field where the sandbox holds its CRD's schema (crd_schemas.py). Strict refuses (400) what Warn
     reports in Warning headers. Patches are not checked field by field."""
     if mode not in ("Strict", "Warn", "Ignore"):
         raise ApiError(
@@ -577,9 +587,29 @@ def _unknown_fields(resource: ResourceType, body: Any, mode: str) -> list[str]:
         unknown += [
             f'unknown field "metadata.{key}"' for key in metadata if key not in OBJECT_META_FIELDS
         ]
+    schema = crd_schemas.schema_of(resource)
+    if schema is not None:  # below the top level too, where the CRD's schema says
+        unknown += [f'unknown field "{path}"' for path in crd_schemas.unknown_fields(schema, body)]
     if unknown and mode == "Strict":
         raise ApiError(400, "BadRequest", "strict decoding error: " + ", ".join(unknown))
     return unknown
+
+
+def _unknown_patched_fields(
+    resource: ResourceType, content_type: str, body: Any, query: Mapping[str, str]
+) -> list[str]:
+    """A merge patch of a kind held to its CRD schema (what `kubectl apply` sends for a custom
+    resource that exists) is checked as a create is: the stored object has no unknown field, so
+    the patched one's are the patch's (a null removes, and adds nothing)."""
+    if content_type != MERGE_PATCH or crd_schemas.schema_of(resource) is None:
+        return []
+    return _unknown_fields(resource, _without_nulls(body), query.get("fieldValidation", "Warn"))
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
+    return value
 
 
 def _selectors(request: web.Request, resource: ResourceType) -> tuple[tuple, tuple]:

@@ -23,6 +23,7 @@ from typing import Any
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
 from volcano_guard.base.mergepatch import apply_merge_patch
 from volcano_guard.base.names import dns1123_subdomain_problem
+from volcano_guard_sandbox.apiserver import crd_schemas
 from volcano_guard_sandbox.apiserver.patch import StrategicPatchError, apply_strategic_merge_patch
 from volcano_guard_sandbox.apiserver.resources import RESOURCES, ResourceType, served
 from volcano_guard_sandbox.apiserver.selectors import Requirement, matches
@@ -793,15 +794,18 @@ def invalid(resource: ResourceType, name: str, field_path: str, detail: str) -> 
     return invalid_fields(resource, name, [(field_path, detail)])
 
 
-def invalid_fields(resource: ResourceType, name: str, errors: list[tuple[str, str]]) -> ApiError:
+def invalid_fields(
+    resource: ResourceType, name: str, errors: list[tuple[str, str]], shown_kind: str = ""
+) -> ApiError:
     """NewInvalid: `KIND "NAME" is invalid: FIELD: DETAIL` (several in brackets, comma
-    separated), each error a cause kubectl lists."""
+    separated), each error a cause kubectl lists; shown_kind in place of the kind (a custom
+    resource's is qualified by its group: `Queue.scheduling.volcano.sh`)."""
     listed = [f"{field_path}: {detail}" for field_path, detail in errors]
     joined = listed[0] if len(listed) == 1 else f"[{', '.join(listed)}]"
     return ApiError(
         422,
         "Invalid",
-        f'{resource.kind} "{name}" is invalid: {joined}',
+        f'{shown_kind or resource.kind} "{name}" is invalid: {joined}',
         {
             "name": name,
             "group": resource.group,
@@ -848,7 +852,12 @@ def _check_pod(resource: ResourceType, metadata: dict[str, Any], obj: dict[str, 
 
 def default(resource: ResourceType, obj: dict[str, Any]) -> None:
     """The defaulting the apiserver applies when it decodes an object (and again after each
-    mutating webhook's patch): k8s.io/kubernetes pkg/apis/core/v1 defaults.go."""
+    mutating webhook's patch): k8s.io/kubernetes pkg/apis/core/v1 defaults.go; a custom
+    resource held to its CRD's schema is pruned and defaulted by it (crd_schemas.py)."""
+    schema = crd_schemas.schema_of(resource)
+    if schema is not None:
+        crd_schemas.prune(schema, obj)
+        crd_schemas.apply_defaults(schema, obj)
     if resource.kind == "Namespace" and obj["metadata"].get("name"):
         labels = obj["metadata"].get("labels")
         obj["metadata"]["labels"] = {

@@ -22,6 +22,7 @@ from typing import Any
 from volcano_guard_sandbox.apiserver import (
     admission_shapes,
     apply,
+    crd_schemas,
     immutable,
     label_selectors,
     mutating_admission,
@@ -402,6 +403,13 @@ def _check_valid(resource: ResourceType, obj: dict[str, Any], version: Kubernete
     expressions do not compile."""
     if resource.group == ADMISSION and resource.kind in mutating_admission.KINDS:
         mutating_admission.check_write(resource.kind, obj, version)
+        return
+    schema = crd_schemas.schema_of(resource)
+    if schema is not None:
+        crd_errors = crd_schemas.validation_errors(schema, obj)
+        if crd_errors:
+            name, qualified = obj["metadata"].get("name", ""), f"{resource.kind}.{resource.group}"
+            raise invalid_fields(resource, name, crd_errors, qualified)
         return
     if resource is PODS:
         pod_errors = pod_validation.resource_errors(obj)
