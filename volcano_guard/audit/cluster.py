@@ -1,6 +1,6 @@
 """Reading the cluster state the audit needs, with the `kubernetes` client: nodes, pods,
-PodGroups, the Volcano workload kinds and DaemonSets, as plain JSON objects. A kind whose CRD
-is not installed (404) is read as none."""
+PodGroups, the Volcano workload kinds, DaemonSets and Queues, as plain JSON objects. A kind
+whose CRD is not installed (404) is read as none."""
 
 from __future__ import annotations
 
@@ -86,7 +86,9 @@ def read_state(
         for (group, version, _), plural in WORKLOADS.items()
         for item in custom_items(group, version, plural)
     ]
-    return ClusterState(nodes, pods, podgroups, workloads, daemonsets)
+    # Queues are cluster-scoped: an audit of one namespace leaves them out.
+    queues = [] if namespace else custom_items("scheduling.volcano.sh", "v1beta1", "queues")
+    return ClusterState(nodes, pods, podgroups, workloads, daemonsets, queues=queues)
 
 
 def _require_namespace(core: Any, namespace: str) -> None:
