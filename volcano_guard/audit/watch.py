@@ -1,5 +1,5 @@
-"""`volcano-guard audit --watch`: informers on nodes, pods, PodGroups and the Volcano workload
-kinds feed the LiveAudit event by event; its view is published for the metrics page.
+"""`volcano-guard audit --watch`: informers on nodes, pods, PodGroups, Queues and the Volcano
+workload kinds feed the LiveAudit event by event; its view is published for the metrics page.
 
 One owner: the informers' threads hand every change to the event loop (call_soon_threadsafe),
 which alone touches the LiveAudit, then publishes an immutable View; the metrics collector
@@ -95,6 +95,18 @@ def watched_kinds(config: Config) -> list[Watched]:
             lambda live, key, obj: live.podgroup(obj, _split(key)),
         ),
     ]
+    kinds.append(
+        Watched(
+            WatchedList(
+                "queues",
+                "Queue",
+                functools.partial(trim, "Queue"),
+                "scheduling.volcano.sh",
+                "v1beta1",
+            ),
+            lambda live, key, obj: live.queue(obj, key),
+        )
+    )
     for (group, version, kind), plural in WORKLOADS.items():
         kinds.append(
             Watched(
