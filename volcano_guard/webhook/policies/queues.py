@@ -484,9 +484,25 @@ def needs_hierarchy(queue: QueueRecord, old: QueueRecord | None) -> bool:
     return not all(_same(queue.field(f), old.field(f)) for f in FIELDS)
 
 
+def _raw_lists(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """The resource lists as sent (absent: None), compared as the API server's CEL compares them."""
+    spec = object_at(obj, "spec")
+    return (
+        spec.get("capability"),
+        spec.get("deserved"),
+        object_at(spec, "guarantee").get("resource"),
+    )
+
+
 def validate_resources(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    """Every CREATE; an UPDATE only when it changes a resource list, as Volcano judges the
+    hierarchy: a Queue out of order from before stays writable (labels, Volcano's controller
+    patching its parent or annotations) until its resources are written."""
     if not _written(request):
         return None
+    old = request.old_object if request.operation == "UPDATE" else None
+    if old is not None and _raw_lists(request.object or {}) == _raw_lists(old):
+        return NOTHING_FOUND
     found = order_problems(request.describe(), queue_record(request.object or {}))
     return Verdict(violations=reported(tuple(found))) if found else NOTHING_FOUND
 
@@ -542,24 +558,30 @@ def _changed(*path: str) -> str:
     return f"({now}) != ({before}) || ({now} && object.{field} != oldObject.{field})"
 
 
+_LIST_PATHS = (("capability",), ("deserved",), ("guarantee", "resource"))
+
+
+def _written_condition(*paths: tuple[str, ...]) -> str:
+    """CEL: a Queue CREATE, or an UPDATE that changes a field at one of paths (below spec)."""
+    changes = any_of(*(_changed("spec", *path) for path in paths))
+    return any_of(operation_is("CREATE"), all_of(operation_is("UPDATE"), changes))
+
+
 def hierarchy_scopes(config: Config) -> tuple[Scope, ...]:
     """Queue CREATEs, and UPDATEs of the parent or a resource list (status is a subresource:
     Volcano's status writes never reach it). failurePolicy Fail: the hierarchy is judged
     only against the cache, and a Queue written while the guard is down can hang Volcano."""
-    changes = any_of(
-        *(
-            _changed("spec", *path)
-            for path in (("parent",), ("capability",), ("deserved",), ("guarantee", "resource"))
-        )
-    )
-    condition = all_of(
-        kind_is(*QUEUE), any_of(operation_is("CREATE"), all_of(operation_is("UPDATE"), changes))
-    )
+    condition = all_of(kind_is(*QUEUE), _written_condition(("parent",), *_LIST_PATHS))
     return (Scope(VALIDATE, (_queues_rule(),), condition),)
 
 
 def resources_scopes(config: Config) -> tuple[Scope, ...]:
-    return (Scope(VALIDATE, (_queues_rule(),), kind_is(*QUEUE)),)
+    """Queue CREATEs, and UPDATEs of a resource list (validate_resources)."""
+    return (Scope(VALIDATE, (_queues_rule(),), all_of(kind_is(*QUEUE), _resources_written())),)
+
+
+def _resources_written() -> str:
+    return _written_condition(*_LIST_PATHS)
 
 
 def _listed(field: str) -> str:
@@ -638,7 +660,7 @@ def resources_in_server(config: Config) -> tuple[InServerCheck, ...]:
         InServerCheck(
             "queue-resources",
             (_queues_rule(),),
-            "has(object.spec)",
+            all_of("has(object.spec)", _resources_written()),
             tuple(validations),
             tuple(variables),
         ),
