@@ -150,6 +150,12 @@ def test_an_update_of_neither_parent_nor_resources_is_not_judged_against_the_hie
     assert not judged(queue("c", "p", res("6")), (parent, child), old=child).decision.allowed
 
 
+def test_volcanos_controller_setting_parent_root_on_a_top_queue_is_not_judged_again():
+    top = queue("team", "", res("1"))
+    child = queue("greedy", "team", res("8"))  # existing: reported by the audit
+    assert judged(queue("team", "root", res("1")), (top, child), old=top).decision.allowed
+
+
 def test_the_root_queue_is_not_judged_against_its_children():
     assert judged(queue("root", "", res("1")), (queue("a", "root", res("8")),)).decision.allowed
 

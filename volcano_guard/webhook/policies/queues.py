@@ -478,8 +478,10 @@ def _same(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
 
 def needs_hierarchy(queue: QueueRecord, old: QueueRecord | None) -> bool:
     """needsValidateHierarchicalQueue (the root queue aside: its parent chain is still
-    walked): a CREATE, or an UPDATE of the parent or of a resource list."""
-    if old is None or old.parent != queue.parent:
+    walked): a CREATE, or an UPDATE of the parent or of a resource list. No parent and the root
+    are one place: Volcano's queue controller patches `parent: root` onto a Queue without one,
+    which moves nothing."""
+    if old is None or (old.parent or ROOT) != (queue.parent or ROOT):
         return True
     return not all(_same(queue.field(f), old.field(f)) for f in FIELDS)
 
