@@ -77,6 +77,13 @@ QUEUE = ("scheduling.volcano.sh", "Queue")
 ROOT = "root"  # Volcano's root queue: every queue without a parent is its child
 FIELDS = ("capability", "deserved", "guarantee")  # as messages name them
 ORDER = "Volcano needs guarantee <= deserved <= capability for each resource"
+# (lower, higher, unless this one names the resource): the comparisons order is made of; a
+# guarantee meets the capability only where no deserved stands between them.
+PAIRS = (
+    ("deserved", "capability", ""),
+    ("guarantee", "deserved", ""),
+    ("guarantee", "capability", "deserved"),
+)
 # The resource_version of a Queue snapshot built from manifests (`check`): a parent missing
 # from it may well exist in the cluster, so it is not judged.
 MANIFESTS_ONLY = "manifests"
@@ -167,11 +174,7 @@ def order_problems(described: str, queue: QueueRecord) -> list[str]:
                     "quantity >= 0"
                 )
             parsed[field][resource] = quantity if quantity is not None else Decimal(0)
-    for low, high, only_without in (
-        ("deserved", "capability", ""),
-        ("guarantee", "deserved", ""),
-        ("guarantee", "capability", "deserved"),  # else deserved stands between them
-    ):
+    for low, high, only_without in PAIRS:
         for resource, raw in queue.field(low).items():
             skipped = only_without and resource in queue.field(only_without)
             if resource not in queue.field(high) or skipped:
@@ -607,33 +610,29 @@ def resources_in_server(config: Config) -> tuple[InServerCheck, ...]:
     names it (the first resource the API server's map order finds)."""
     variables: list[tuple[str, str]] = [(field, _listed(field)) for field in FIELDS]
     validations: list[tuple[str, str]] = []
+
+    def first_of(name: str, field: str, test: str, *words: str) -> None:
+        """A variable of the keys of field passing test, and the validation that it is empty,
+        saying words (named(..., name) names its first key)."""
+        variables.append((name, f"variables.{field}.filter(k, {test})"))
+        validations.append((f"size(variables.{name}) == 0", concat(*DESCRIBED, ": ", *words)))
+
+    def named(field: str, name: str) -> tuple[str, ...]:
+        """The words `<field> <resource> <value>` for the first key of variable name."""
+        first = f"variables.{name}[0]"
+        return (f"{field} ", Expr(first), " ", Expr(f"string(variables.{field}[{first}])"))
+
     for field in FIELDS:
         value = f"variables.{field}[k]"
-        for problem, test, words in (
-            ("Invalid", f"!{_is_quantity(value)}", " is not a quantity"),
-            (
-                "Negative",
-                f"{_is_quantity(value)} && {_amount(value)}.isLessThan(quantity('0'))",
-                " is below zero; use a quantity >= 0",
-            ),
-        ):
-            name = f"{field}{problem}"
-            variables.append((name, f"variables.{field}.filter(k, {test})"))
-            first = f"variables.{name}[0]"
-            message = concat(
-                *DESCRIBED,
-                f": {field} ",
-                Expr(first),
-                " ",
-                Expr(f"string(variables.{field}[{first}])"),
-                words,
-            )
-            validations.append((f"size(variables.{name}) == 0", message))
-    for low, high, only_without in (
-        ("deserved", "capability", ""),
-        ("guarantee", "deserved", ""),
-        ("guarantee", "capability", "deserved"),
-    ):
+        invalid, negative = f"{field}Invalid", f"{field}Negative"
+        first_of(
+            invalid, field, f"!{_is_quantity(value)}", *named(field, invalid), " is not a quantity"
+        )
+        below = f"{_is_quantity(value)} && {_amount(value)}.isLessThan(quantity('0'))"
+        first_of(
+            negative, field, below, *named(field, negative), " is below zero; use a quantity >= 0"
+        )
+    for low, high, only_without in PAIRS:
         lower, higher = f"variables.{low}[k]", f"variables.{high}[k]"
         test = all_of(
             f"k in variables.{high}",
@@ -643,21 +642,8 @@ def resources_in_server(config: Config) -> tuple[InServerCheck, ...]:
             f"{_amount(lower)}.isGreaterThan({_amount(higher)})",
         )
         name = f"{low}Over{high.capitalize()}"
-        variables.append((name, f"variables.{low}.filter(k, {test})"))
-        first = f"variables.{name}[0]"
-        message = concat(
-            *DESCRIBED,
-            f": {low} ",
-            Expr(first),
-            " ",
-            Expr(f"string(variables.{low}[{first}])"),
-            f" is more than {high} ",
-            Expr(first),
-            " ",
-            Expr(f"string(variables.{high}[{first}])"),
-            f"; {ORDER}",
-        )
-        validations.append((f"size(variables.{name}) == 0", message))
+        words = (*named(low, name), " is more than ", *named(high, name), f"; {ORDER}")
+        first_of(name, low, test, *words)
     return (
         InServerCheck(
             "queue-resources",
