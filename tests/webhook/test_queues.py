@@ -184,6 +184,14 @@ def test_guarantees_past_the_parents_name_the_sum_and_the_parents_guarantee():
     )
 
 
+@pytest.mark.parametrize("amount", ["1e33", "1e39", "123456789012345678901234567890123Ki", "1e999"])
+def test_a_huge_quantity_is_shown_in_the_message_never_an_exception(amount):
+    parent = queue("team", "root", res("1", "1Gi"), res("1", "1Gi"), res("1", "1Gi"))
+    child = queue("big", "team", res(amount, amount), res(amount, amount), res(amount, amount))
+    (cpu, memory, *_) = refusals(judged(child, (parent,)))["queues"]
+    assert "capability cpu " in cpu and "capability memory " in memory
+
+
 def test_out_of_order_resources_name_both_quantities():
     refused = refusals(judged(queue("q", "", res("4", "4Gi"), res("8", "2Gi"), res("1", "3Gi"))))
     assert refused["queueResources"] == (
@@ -239,7 +247,9 @@ def in_server(
     return True, ""
 
 
-QUANTITY = st.sampled_from(["1", "2", "500m", "1Gi", "3Gi", "-1", "0", 2, 0, "x1", "1e3"])
+QUANTITY = st.sampled_from(
+    ["1", "2", "500m", "1Gi", "3Gi", "-1", "0", 2, 0, "x1", "1e3", "1e33", "1e999", "-1e40"]
+)
 RESOURCE = st.sampled_from(["cpu", "memory", "nvidia.com/gpu"])
 LIST = st.none() | st.dictionaries(RESOURCE, QUANTITY, max_size=3)
 

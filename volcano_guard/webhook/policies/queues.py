@@ -244,19 +244,20 @@ def counted(values: Mapping[str, Any]) -> dict[str, Decimal]:
 
 
 def shown_units(resource: str, units: Decimal) -> str:
-    """Volcano's count of resource as a quantity a user writes (2, 500m, 24Gi)."""
+    """Volcano's count of resource as a quantity a user writes (2, 500m, 24Gi); exact to
+    10**40 (EXACT: the default context cannot take the remainder of 1e33 by 1000)."""
     if abs(units.adjusted()) >= 40:  # a forged amount: as Decimal writes it
         return str(units)
     if resource in ("memory", "pods"):
         whole = units
-    elif units % 1000:
+    elif EXACT.remainder(units, Decimal(1000)):
         return f"{_plain(units)}m"
     else:
-        whole = units / 1000
+        whole = EXACT.divide(units, Decimal(1000))
     if resource in ("memory", "ephemeral-storage") and whole >= 1024:
         for power, suffix in reversed(tuple(enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1))):
-            if whole % (1024**power) == 0:
-                return f"{_plain(whole / 1024**power)}{suffix}"
+            if not EXACT.remainder(whole, Decimal(1024**power)):
+                return f"{_plain(EXACT.divide(whole, Decimal(1024**power)))}{suffix}"
     return _plain(whole)
 
 
