@@ -335,7 +335,7 @@ def test_any_queue_among_any_cache_gets_an_answer_never_an_exception(obj, cache,
 
 
 @pytest.mark.slow
-@settings(max_examples=2_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**HOSTILE)
 def test_many_queues_among_many_caches_get_an_answer_never_an_exception(obj, cache, old):
     answered(obj, cache, old)
