@@ -48,6 +48,7 @@ _API_VERSIONS = {
     "Pod": "v1",
     "Node": "v1",
     "PodGroup": "scheduling.volcano.sh/v1beta1",
+    "Queue": "scheduling.volcano.sh/v1beta1",
     **{kind: "apps/v1" for kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")},
     **{kind: f"{group}/{version}" for group, version, kind in WORKLOADS},
 }
