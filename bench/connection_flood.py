@@ -57,6 +57,7 @@ NO_CLUSTER = {
     "policies": {
         "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
         "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+        "queues": {"mode": "off"},
     }
 }
 CLIENT, ATTACKER = "127.0.0.1", "127.0.0.2"  # the API server's source, and a pod's;

@@ -14,6 +14,7 @@ KINDS = {
     "CronJob": ("batch.volcano.sh", "v1alpha1", "cronjobs"),
     "JobTemplate": ("flow.volcano.sh", "v1alpha1", "jobtemplates"),
     "PodGroup": ("scheduling.volcano.sh", "v1beta1", "podgroups"),
+    "Queue": ("scheduling.volcano.sh", "v1beta1", "queues"),
     "Binding": ("", "v1", "pods"),  # as pods/binding: set request.subResource too
 }
 

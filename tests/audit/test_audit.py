@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.processes import run_here
+from tests.webhook.queue_cases import queue, res
 from volcano_guard.audit.findings import (
     EXEMPTION_CLAIMS,
     GENERATION_IDS,
@@ -340,3 +341,25 @@ def test_volcano_workloads_are_judged_by_the_webhooks_own_policy():
         ("JobTemplate", "train", "resourceRequests"),
     ]
     assert all('task "worker": container "tf" has no memory request' in f.message for f in found)
+
+
+def test_existing_queues_that_break_the_queue_policies_are_findings():
+    queues = [
+        queue("team", "root", res("4")),
+        queue("greedy", "team", res("8")),
+        queue("loop-a", "loop-b"),
+        queue("loop-b", "loop-a"),
+        queue("backwards", "", res("1"), res("2")),
+        queue("fine", "team", res("2")),
+    ]
+    found = findings(ClusterState(queues=queues, now=NOW), config_from_dict({}))
+    assert [(f.kind, f.name, f.policy) for f in found] == [
+        ("Queue", "backwards", "queueResources"),
+        ("Queue", "greedy", "queues"),
+        ("Queue", "loop-a", "queues"),
+        ("Queue", "loop-b", "queues"),
+        ("Queue", "team", "queues"),  # below its child's capability: both ends are told
+    ]
+    assert 'capability cpu 8 is more than the capability cpu 4 of its ancestor queue "team"' in (
+        found[1].message
+    )

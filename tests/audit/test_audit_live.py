@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.webhook.queue_cases import queue, res
 from volcano_guard.audit.findings import ClusterState, findings, managed_accounts
 from volcano_guard.audit.live import LiveAudit, trim
 from volcano_guard.webhook.config import config_from_dict
@@ -206,3 +207,17 @@ def test_only_volcanos_own_pods_keep_their_env_and_exits():
     kept = trim("Pod", pod("p1", "n1", "volcano", "1", "g1", "Running"))
     assert "env" not in kept["spec"]["containers"][0]
     assert "containerStatuses" not in kept["status"]
+
+
+def test_a_queue_event_judges_every_queue_again_as_the_one_shot_audit_does():
+    live = LiveAudit(CONFIG, clock=lambda: NOW)
+    parent, child = queue("team", "root", res("4")), queue("greedy", "team", res("8"))
+    live.queue(parent, "team")
+    live.queue(child, "greedy")
+    once = findings(ClusterState(queues=[parent, child], now=NOW), CONFIG)
+    assert [f for f in live.view().findings if f.kind == "Queue"] == once
+    assert [f.name for f in once] == ["greedy", "team"]
+    live.queue(queue("team", "root", res("8")), "team")  # raised: both ends are fine
+    assert [f for f in live.view().findings if f.kind == "Queue"] == []
+    live.queue(None, "team")
+    assert [f.name for f in live.view().findings if f.kind == "Queue"] == ["greedy"]  # parent gone

@@ -208,3 +208,16 @@ def test_a_lease_namespace_that_does_not_exist_is_named_with_its_flag(sandbox, a
         "lease nowhere/volcano-guard-audit: the namespace nowhere does "
         "not exist; create it or choose another with --lease-namespace"
     )
+
+
+def test_a_queue_finding_goes_to_the_cluster_report_naming_the_queue():
+    cycle = Finding(
+        "queues", "Queue", "", "loop-a", 'Queue "loop-a": parent "loop-b" makes a cycle'
+    )
+    seen = FirstSeen()
+    seen.update([cycle], NOW)
+    (result,) = reports([cycle], seen.seen, limit=3)[("ClusterPolicyReport", "")]["results"]
+    assert result["policy"] == "queues" and result["severity"] == "medium"
+    assert result["resources"] == [
+        {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": "loop-a"}
+    ]

@@ -29,6 +29,7 @@ NO_CLUSTER = {
     "policies": {
         "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
         "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+        "queues": {"mode": "off"},
     }
 }
 BODY = json.dumps(review(pod(container("c", requests={"cpu": "1", "memory": "1Gi"})))).encode()

@@ -219,6 +219,7 @@ async def test_an_expired_certificate_makes_the_webhook_unready_until_a_renewed_
             "policies": {
                 "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
                 "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+                "queues": {"mode": "off"},
             }
         }
     )

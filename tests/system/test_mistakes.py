@@ -23,6 +23,7 @@ NO_CLUSTER_CONFIG = """policies:
   podGroups:
     stampGenerationId: false
     deleteGuard: {mode: off}
+  queues: {mode: off}
 """
 
 

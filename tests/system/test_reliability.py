@@ -204,6 +204,7 @@ def node_guard_config(fail_closed: bool):
                     "bindingGuard": {"mode": "off"},
                 },
                 "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+                "queues": {"mode": "off"},
             },
         }
     )

@@ -99,6 +99,7 @@ def test_manifests_prints_policies_valid_for_1_30_that_compile(name, tmp_path, c
         "volcano-guard-bindings",
         "volcano-guard-podgroup-generation-id",
         "volcano-guard-sidecar-host-network",
+        "volcano-guard-queue-resources",
     }
     assert {b["spec"]["policyName"] for b in bindings} == {v["metadata"]["name"] for v in vaps}
     for document in vaps + bindings:
@@ -121,6 +122,7 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
         "volcano-guard-bindings": ["Audit"],
         "volcano-guard-podgroup-generation-id": ["Deny"],
         "volcano-guard-sidecar-host-network": ["Deny"],
+        "volcano-guard-queue-resources": ["Deny"],
     }
     assert admission_policies(config_from_dict({"validatingAdmissionPolicies": False})) == []
     off = config_from_dict(
@@ -137,6 +139,7 @@ def test_the_mode_sets_the_validation_actions_and_off_or_false_emits_nothing():
         "volcano-guard-resource-requests",
         "volcano-guard-volcano-resource-requests",
         "volcano-guard-podgroup-generation-id",
+        "volcano-guard-queue-resources",
         "volcano-guard-sidecar-host-network",
     ]
 

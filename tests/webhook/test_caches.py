@@ -12,12 +12,14 @@ from volcano_guard.webhook.config import config_from_dict
 from volcano_guard.webhook.policies.base import LiveList, Policy, WatchedList
 from volcano_guard.webhook.policies.node_name import NODES
 from volcano_guard.webhook.policies.pod_groups import PODGROUPS, UNFINISHED_PODS
+from volcano_guard.webhook.policies.queues import QUEUES
 from volcano_guard_sandbox.apiserver.runner import SandboxThread
 
 EVERYTHING_OFF = {
     "policies": {
         "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
         "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+        "queues": {"mode": "off"},
     }
 }
 
@@ -26,9 +28,9 @@ def node(name):
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
 
 
-def test_the_shipped_policies_declare_nodes_podgroups_and_a_live_pod_list():
+def test_the_shipped_policies_declare_nodes_podgroups_queues_and_a_live_pod_list():
     config = config_from_dict({})
-    assert evaluation.watched_data(config) == (NODES, PODGROUPS)
+    assert evaluation.watched_data(config) == (NODES, PODGROUPS, QUEUES)
     assert evaluation.live_lookups(config) == (UNFINISHED_PODS,)
 
 
@@ -44,6 +46,7 @@ def test_the_binding_guard_alone_still_watches_nodes():
             "policies": {
                 "nodeName": {"mode": "off", "bindingGuard": {"mode": "audit"}},
                 "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+                "queues": {"mode": "off"},
             }
         }
     )

@@ -1,11 +1,13 @@
 import json
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import container, job_template, pod, review, volcano_cronjob, volcano_job
 from tests.conftest import REPO
+from tests.webhook.queue_cases import queue, res
 from volcano_guard.cli import main
 
 EXAMPLES = REPO / "examples" / "manifests"
@@ -383,3 +385,25 @@ def test_a_bad_item_of_a_list_is_named_and_its_siblings_are_still_checked(tmp_pa
     assert f"{tmp_path / 'pods.json'}:0[1]: expected a Kubernetes object" in captured.err
     out = captured.out
     assert "pods.json:0[0] Pod/bare: " in out and "pods.json:0[2] Pod/other: " in out
+
+
+def test_queues_are_judged_among_the_manifests_queues_a_parent_elsewhere_not_judged(
+    tmp_path, capsys
+):
+    (tmp_path / "queues.yaml").write_text(
+        yaml.safe_dump_all(
+            [
+                queue("team", "root", res("4")),
+                queue("greedy", "team", res("8")),
+                queue("x", "y"),
+                queue("y", "x"),
+                queue("elsewhere", "in-the-cluster", res("1")),
+            ]
+        )
+    )
+    assert main(["check", "-f", str(tmp_path / "queues.yaml")]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if "Queue/" in line]
+    names = [line.split(" ")[1] for line in lines]
+    assert names == ["Queue/team:", "Queue/greedy:", "Queue/x:", "Queue/y:"]  # not elsewhere
+    assert 'less than the capability cpu 8 of its descendant queue "greedy"' in lines[0]
+    assert 'of its ancestor queue "team"' in lines[1] and "makes a cycle" in lines[2]

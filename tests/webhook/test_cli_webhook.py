@@ -20,7 +20,7 @@ def process(certs, tmp_path, request):
     config.write_text(
         "policies: {resourceRequests: {mode: enforce}, nodeName: {mode: off, "
         "bindingGuard: {mode: off}}, podGroups: {stampGenerationId: false, "
-        "deleteGuard: {mode: off}}}\n"
+        "deleteGuard: {mode: off}}, queues: {mode: off}}\n"
     )
     proc = start_cli(
         "webhook",
@@ -240,6 +240,6 @@ def no_cluster_config(tmp_path):
     config = tmp_path / "no-cluster.yaml"
     config.write_text(
         "policies: {nodeName: {mode: off, bindingGuard: {mode: off}}, podGroups: "
-        "{stampGenerationId: false, deleteGuard: {mode: off}}}\n"
+        "{stampGenerationId: false, deleteGuard: {mode: off}}, queues: {mode: off}}\n"
     )
     return config

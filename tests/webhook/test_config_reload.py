@@ -39,7 +39,9 @@ ONLY_TRAIN_NODES = config_text(nodeName=TRAIN_NODES)
 # The stream's two configs: neither reads PodGroups, and the first reads no cluster at all.
 NO_POD_GROUPS = {"stampGenerationId": False, "deleteGuard": {"mode": "off"}}
 NO_CLUSTER = config_text(
-    nodeName={"mode": "off", "bindingGuard": {"mode": "off"}}, podGroups=NO_POD_GROUPS
+    nodeName={"mode": "off", "bindingGuard": {"mode": "off"}},
+    podGroups=NO_POD_GROUPS,
+    queues={"mode": "off"},
 )
 TRAIN_NODES_ONLY_NO_POD_GROUPS = config_text(nodeName=TRAIN_NODES, podGroups=NO_POD_GROUPS)
 

@@ -94,6 +94,7 @@ NO_OTHERS = {
         "resourceRequests": {"mode": "off"},
         "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
         "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+        "queues": {"mode": "off"},
         "sidecarInjection": {"mode": "off"},
     }
 }

@@ -44,6 +44,8 @@ def test_enabled_checks_follow_policy_order_with_the_configured_modes():
         ("bindingGuard", "audit"),
         ("podGroupIdGuard", "enforce"),
         ("deleteGuard", "enforce"),
+        ("queues", "enforce"),
+        ("queueResources", "enforce"),
     ]
     assert [c.check for c in validate] == [p.validate for p in POLICIES if p.validate]
     assert [c.policy for c in enabled_checks("mutate", config).checks] == [
@@ -62,6 +64,7 @@ def test_policies_turned_off_are_not_among_the_checks():
                 "resourceRequests": {"mode": "off"},
                 "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
                 "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+                "queues": {"mode": "off"},
                 "sidecarInjection": {"mode": "off"},
             }
         }
@@ -158,6 +161,14 @@ def _requests_each_policy_acts_on() -> list[AdmissionRequest]:
             review(stamped, "UPDATE", old=podgroup),
             review(volcano_job({"worker": [container()]})),
             review(deployment),
+            review(
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "Queue",
+                    "metadata": {"name": "q"},
+                    "spec": {"parent": "root"},
+                }
+            ),
         )
     ]
 

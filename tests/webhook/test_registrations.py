@@ -448,6 +448,7 @@ def test_policies_turned_off_drop_their_registrations():
             "policies": {
                 "nodeName": {"mode": "off", "bindingGuard": {"mode": "off"}},
                 "podGroups": {"stampGenerationId": False, "deleteGuard": {"mode": "off"}},
+                "queues": {"mode": "off"},
                 "sidecarInjection": {"mode": "off"},
             }
         }

@@ -27,7 +27,7 @@ from volcano_guard_sandbox.processes import children, stat_fields
 
 NO_CLUSTER = (
     "policies: {nodeName: {mode: off, bindingGuard: {mode: off}}, podGroups: "
-    "{stampGenerationId: false, deleteGuard: {mode: off}}}\n"
+    "{stampGenerationId: false, deleteGuard: {mode: off}}, queues: {mode: off}}\n"
 )
 
 

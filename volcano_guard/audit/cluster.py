@@ -106,19 +106,9 @@ def read_state(
         for (group, version, _), plural in WORKLOADS.items()
         for item in custom_items(group, version, plural)
     ]
-    # Cluster-scoped, and judged against every scheduled node: not read for one namespace.
-    queues = (
-        []
-        if namespace
-        else items(
-            "queues",
-            custom.list_cluster_custom_object,
-            "scheduling.volcano.sh",
-            "v1beta1",
-            "queues",
-            missing_ok=True,
-        )
-    )
+    # Queues are cluster-scoped and judged against every scheduled node: an audit of one
+    # namespace leaves them out.
+    queues = [] if namespace else custom_items("scheduling.volcano.sh", "v1beta1", "queues")
     return ClusterState(nodes, pods, podgroups, workloads, daemonsets, controllers, queues)
 
 

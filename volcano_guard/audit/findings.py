@@ -14,6 +14,8 @@
 - PodGroups without a generation id (when the guard stamps them);
 - Volcano schedulers armed to panic (no PANIC_ON_ERROR=false): a warning, a failure while a
   managed node is over-committed (its next scheduling session on that node panics);
+- Volcano Queues the queues and queueResources policies would refuse today, each evaluated as
+  its own CREATE among the others (a cycle, a child over its parent's capability, ...);
 - pods bound to a node that does not exist, past `audit.missingNodeGracePeriod`;
 - Volcano control-plane containers that exited non-zero within `audit.restartWindow`;
 - per Volcano component (Deployment, StatefulSet, DaemonSet or Pod), the known failures of its
@@ -59,6 +61,7 @@ from volcano_guard.webhook.policies.pod_groups import (
     podgroup_generation,
     podgroup_record,
 )
+from volcano_guard.webhook.policies.queues import QUEUES, queue_record
 from volcano_guard.webhook.review import (
     AdmissionRequest,
     GroupVersionKind,
@@ -188,6 +191,7 @@ def policy_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
             PODGROUPS: static_snapshot(
                 {f"{_namespace(pg)}/{_name(pg)}": podgroup_record(pg) for pg in state.podgroups}
             ),
+            QUEUES: static_snapshot({_name(queue): queue_record(queue) for queue in state.queues}),
         },
     )
     checks = enabled_checks("validate", config)
@@ -212,6 +216,10 @@ def policy_findings(state: ClusterState, config: Config) -> Iterator[Finding]:
         kind = (group, version, str(workload.get("kind", "")))
         if kind in WORKLOADS:
             yield from _evaluated(workload, kind, WORKLOADS[kind], context, checks)
+    for queue in state.queues:  # each judged as a CREATE among the others (policy queues)
+        yield from _evaluated(
+            queue, ("scheduling.volcano.sh", "v1beta1", "Queue"), "queues", context, checks
+        )
 
 
 def _evaluated(

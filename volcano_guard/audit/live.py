@@ -7,7 +7,8 @@ what it touches, not the cluster.
 - a PodGroup: its generation-id finding, and the orphan status of the pods naming it;
 - a Volcano workload: its own findings;
 - a DaemonSet: the nodeName findings of the bound pods it controls (it vouches for them);
-- a Queue: the Queue findings, judged at each view against the managed nodes' allocatable.
+- a Queue: every Queue's findings, judged again when the view is next taken, the guarantee
+  findings against the managed nodes' allocatable.
 
 What is kept of a pod is a PodRecord of a few hundred bytes (its node, its account, the
 PodGroup it names, its findings); of the few pods whose findings can change with their node,
@@ -236,6 +237,7 @@ class LiveAudit:
     _control_plane: dict[Key, dict[str, Any]] = field(default_factory=dict)  # Volcano's pods
     # Pods bound to a node that does not exist: (the node, when first seen so).
     _unplaced: dict[Key, tuple[str, datetime.datetime]] = field(default_factory=dict)
+    _queue_findings: tuple[Finding, ...] | None = None  # None: judge the Queues again
     churn: NodeChurn = field(default_factory=NodeChurn)
 
     # -- events ---------------------------------------------------------------------------
@@ -312,10 +314,14 @@ class LiveAudit:
         )
 
     def queue(self, obj: Mapping[str, Any] | None, name: str) -> None:
+        """A Queue changed: every Queue is judged again when next read (a Queue's change moves
+        its relatives' sums and capabilities; judged once a view, not once an event: the first
+        list would otherwise judge n Queues n times)."""
         if obj is None:
             self.queues.pop(name, None)
         else:
             self.queues[name] = trim("Queue", obj)
+        self._queue_findings = None
 
     def recheck_orphans(self) -> None:
         """Orphans age into findings without an event: run now and then."""
@@ -334,6 +340,7 @@ class LiveAudit:
         found = [
             *account_findings(accounts),
             *(finding for found in self._object_findings.values() for finding in found),
+            *self._judged_queues(),
             *control_plane_findings(self._control_plane.values(), self.config, now, overcommitted),
             *volcano_findings(self._control_plane.values(), self.config),
             *(
@@ -359,6 +366,12 @@ class LiveAudit:
         )
 
     # -- internals ------------------------------------------------------------------------
+
+    def _judged_queues(self) -> tuple[Finding, ...]:
+        if self._queue_findings is None:
+            state = ClusterState(queues=list(self.queues.values()))
+            self._queue_findings = tuple(policy_findings(state, self.config))
+        return self._queue_findings
 
     def _accounts(self) -> Iterable[NodeAccount]:
         for name, allocatable in self._managed.items():

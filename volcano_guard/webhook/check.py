@@ -6,6 +6,7 @@ violations are reported. There is no requester offline: a pod is judged as a use
 mirror or DaemonSet pod's violation says that only its creator could exempt it.
 Files are read as `kubectl apply -f` reads them: `-` is standard input, a directory is its
 manifest files (its whole tree with `recursive`), and a List's items are objects of their own.
+A Volcano Queue is judged among the Queues the manifests hold, as if they were the cluster's.
 A file or document that cannot be used is reported and the rest are still checked.
 Exit codes: 0 clean, 1 violations, 2 unusable input (after everything else was checked).
 """
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -49,6 +51,7 @@ from volcano_guard.webhook.policies.pod_groups import (
     is_pod_group,
     podgroup_generation,
 )
+from volcano_guard.webhook.policies.queues import MANIFESTS_ONLY, QUEUES, queue_record
 from volcano_guard.webhook.review import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from volcano_guard.webhook.volcano_versions import (
     SERVING_KINDS,
@@ -120,7 +123,18 @@ def run_check(
     problems: list[str] = []
     documents = 0
     read_stdin = stdin or _read_stdin
-    for name, text in manifest_sources(paths, recursive, read_stdin, problems):
+    # Every file is read first: a Queue is judged among all the manifests' Queues. A file that
+    # cannot be read is reported where it was met, among the documents' problems.
+    unread: list[str] = []
+    sources = [
+        (source, len(unread)) for source in manifest_sources(paths, recursive, read_stdin, unread)
+    ]
+    queues = manifest_queues([source for source, _ in sources])
+    context = msgspec.structs.replace(context, snapshots={**context.snapshots, QUEUES: queues})
+    told = 0
+    for (name, text), unread_before in sources:
+        problems += unread[told:unread_before]
+        told = unread_before
         try:
             for index, document in enumerate(yaml.load_all(text, Loader=_Loader)):
                 if document is None:
@@ -137,6 +151,7 @@ def run_check(
             )
         except RecursionError:
             problems.append(f"{name}: nested too deeply")
+    problems += unread[told:]
     return Report(
         tuple(v for v in found if v.mode != INFO),
         documents,
@@ -160,6 +175,22 @@ def offline_context(config: Config, nodes_file: str | None) -> PolicyContext:
             except (KeyError, TypeError, AttributeError):
                 raise UnusableInput(f"{nodes_file}: a Node without metadata.name") from None
     return PolicyContext(config, {NODES: static_snapshot(nodes)})
+
+
+def manifest_queues(sources: list[tuple[str, str]]) -> Snapshot[Any]:
+    """The Queues among the manifests, as the webhook's cache holds Queues: the hierarchy a
+    Queue is judged in (a parent not among them may be in the cluster: not judged)."""
+    queues = {}
+    for _, text in sources:
+        try:
+            for document in yaml.load_all(text, Loader=_Loader):
+                for _, obj in _objects(document):
+                    if isinstance(obj, dict) and obj.get("kind") == "Queue":
+                        record = queue_record(obj)
+                        queues[record.name] = record
+        except (yaml.YAMLError, RecursionError):
+            continue  # reported when the documents are checked
+    return Snapshot(MappingProxyType(queues), synced=True, resource_version=MANIFESTS_ONLY)
 
 
 class _EveryNode(Mapping[str, Mapping[str, str]]):

@@ -25,6 +25,7 @@ from volcano_guard.base.files import FileProblem, read_bytes, yaml_error_line, y
 from volcano_guard.base.volcano import COMPONENT_IMAGES
 from volcano_guard.webhook.policies.node_name import NodeNameConfig, exempt_own_namespace
 from volcano_guard.webhook.policies.pod_groups import PodGroupsConfig
+from volcano_guard.webhook.policies.queues import QueuesConfig
 from volcano_guard.webhook.policies.resource_requests import ResourceRequestsConfig
 from volcano_guard.webhook.policies.sidecar_injection import SidecarInjectionConfig
 from volcano_guard.webhook.sections import (
@@ -71,6 +72,7 @@ class PoliciesConfig(Section, frozen=True):
     resourceRequests: ResourceRequestsConfig = msgspec.field(default_factory=ResourceRequestsConfig)
     nodeName: NodeNameConfig = msgspec.field(default_factory=NodeNameConfig)
     podGroups: PodGroupsConfig = msgspec.field(default_factory=PodGroupsConfig)
+    queues: QueuesConfig = msgspec.field(default_factory=QueuesConfig)
     sidecarInjection: SidecarInjectionConfig = msgspec.field(default_factory=SidecarInjectionConfig)
 
 

@@ -17,6 +17,7 @@ from volcano_guard.webhook.decision import Decision
 from volcano_guard.webhook.policies import (
     node_name,
     pod_groups,
+    queues,
     resource_requests,
     sidecar_injection,
 )
@@ -45,6 +46,8 @@ POLICIES: tuple[Policy, ...] = (
     pod_groups.ID_GUARD_POLICY,
     pod_groups.ENRICH_POLICY,
     pod_groups.DELETE_POLICY,
+    queues.HIERARCHY_POLICY,
+    queues.RESOURCES_POLICY,
     sidecar_injection.POLICY,  # last: its inserts shift indexes other patches address
 )
 

@@ -36,6 +36,7 @@ IN_SERVER_CHECKS = (
     "bindings",
     "podgroup-generation-id",
     "sidecar-host-network",
+    "queue-resources",
 )
 # Every in-server mutation any config can produce.
 IN_SERVER_MUTATIONS = (

@@ -189,25 +189,25 @@ def _webhook(
 
 def _rules(rule_sets: Iterable[tuple[Rule, ...]]) -> list[dict[str, Any]]:
     """The union of rules: operations merged per resource, resources with the same operations
-    listed in one rule."""
-    operations: dict[tuple[str, str, str], set[str]] = {}
+    and scope listed in one rule."""
+    operations: dict[tuple[str, str, str, str], set[str]] = {}
     for rules in rule_sets:
         for rule in rules:
             for resource in rule.resources:
-                key = (rule.api_group, rule.api_version, resource)
+                key = (rule.api_group, rule.api_version, resource, rule.scope)
                 operations.setdefault(key, set()).update(rule.operations)
-    merged: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
-    for (group, version, resource), ops in operations.items():
-        merged.setdefault((group, version, tuple(sorted(ops))), []).append(resource)
+    merged: dict[tuple[str, str, tuple[str, ...], str], list[str]] = {}
+    for (group, version, resource, scope), ops in operations.items():
+        merged.setdefault((group, version, tuple(sorted(ops)), scope), []).append(resource)
     return [
         {
             "apiGroups": [group],
             "apiVersions": [version],
             "operations": list(ops),
             "resources": resources,
-            "scope": "Namespaced",
+            "scope": scope,
         }
-        for (group, version, ops), resources in merged.items()
+        for (group, version, ops, scope), resources in merged.items()
     ]
 
 

@@ -105,6 +105,7 @@ class Rule(NamedTuple):
     api_version: str
     resources: tuple[str, ...]
     operations: tuple[str, ...]
+    scope: str = "Namespaced"  # "Cluster" for a cluster-scoped resource (Volcano Queues)
 
 
 class Scope(NamedTuple):

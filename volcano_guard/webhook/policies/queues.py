@@ -1,0 +1,683 @@
+"""Policy queues: refuse the Volcano Queue shapes that crash or hang Volcano.
+
+Two Policy objects, one config section (`policies.queues`, one mode):
+
+- queues (webhook, reads the Queue cache): what Volcano v1.15.1's admission checks of a
+  `spec.parent` hierarchy (`validateHierarchicalQueueResources`): the parent exists; the queue's
+  capability is within its nearest ancestor's that sets each resource; the guarantees and the
+  deserved of a parent's children sum within the parent's; a parent's capability covers its
+  descendants' largest. Plus what v1.15.1 misses: a queue re-parented onto itself or its own
+  descendant (volcano-sh/volcano#5807, which pins Volcano's admission at 100% CPU and aborts
+  scheduling sessions), or under a parent chain that loops. Every walk over the cache is bounded
+  by its size: a corrupted or hostile cache cannot make it loop.
+- queueResources (in the API server where the config installs admission policies, else the
+  webhook): what the object alone decides: quantities that are not quantities or are below
+  zero, and guarantee <= deserved <= capability for each resource both name (#4292).
+
+Quantities compare as Volcano's scheduler counts them (api.NewResource: milli-units for cpu,
+ephemeral-storage and extended resources, units for memory and pods, rounded up; other
+resources are not counted); decisions follow docs/decisions/policies.md. The
+`volcano.sh/hierarchy` annotations of releases up to v1.10 are never judged here.
+
+Outside this module the guard uses only what __all__ lists: the two Policy objects, for the
+registry (webhook.evaluation); QUEUES and queue_record, for the audit and `check` to build the
+Queue snapshot as the cache does (MANIFESTS_ONLY marks one built from manifests alone), then
+judge each Queue through the registry as a CREATE; its config section, for the config.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from decimal import ROUND_CEILING, Decimal
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from volcano_guard.base.informer import Snapshot
+from volcano_guard.base.jsonbody import object_at
+from volcano_guard.base.quantity import EXACT, QuantityError, parse_quantity
+from volcano_guard.webhook.cel import Expr, all_of, any_of, concat, kind_is, operation_is
+from volcano_guard.webhook.policies.base import (
+    NOTHING_FOUND,
+    VALIDATE,
+    InServerCheck,
+    Policy,
+    PolicyContext,
+    Rule,
+    Scope,
+    Verdict,
+    WatchedList,
+    reported,
+)
+from volcano_guard.webhook.review import AdmissionRequest
+from volcano_guard.webhook.sections import Mode, Section
+
+if TYPE_CHECKING:  # config.py gathers the policies' sections: at run time, it imports this
+    from volcano_guard.webhook.config import Config
+
+__all__ = [
+    "HIERARCHY_POLICY",
+    "MANIFESTS_ONLY",
+    "QUEUES",
+    "RESOURCES_POLICY",
+    "QueuesConfig",
+    "queue_record",
+]
+
+
+class QueuesConfig(Section, frozen=True):
+    """`policies.queues`."""
+
+    mode: Mode = "enforce"
+
+
+NAME, RESOURCES = "queues", "queueResources"
+QUEUE = ("scheduling.volcano.sh", "Queue")
+ROOT = "root"  # Volcano's root queue: every queue without a parent is its child
+FIELDS = ("capability", "deserved", "guarantee")  # as messages name them
+ORDER = "Volcano needs guarantee <= deserved <= capability for each resource"
+# (lower, higher, unless this one names the resource): the comparisons order is made of; a
+# guarantee meets the capability only where no deserved stands between them.
+PAIRS = (
+    ("deserved", "capability", ""),
+    ("guarantee", "deserved", ""),
+    ("guarantee", "capability", "deserved"),
+)
+# The resource_version of a Queue snapshot built from manifests (`check`): a parent missing
+# from it may well exist in the cluster, so it is not judged.
+MANIFESTS_ONLY = "manifests"
+
+
+def settings(config: Config) -> QueuesConfig:
+    return config.policies.queues
+
+
+class QueueRecord(msgspec.Struct, frozen=True):
+    """What the Queue cache keeps of a Queue: its name, its parent ("" for none) and its three
+    resource lists as written (quantity text or numbers)."""
+
+    name: str = ""
+    parent: str = ""
+    capability: dict[str, Any] = msgspec.field(default_factory=dict)
+    deserved: dict[str, Any] = msgspec.field(default_factory=dict)
+    guarantee: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def field(self, name: str) -> dict[str, Any]:
+        """One of FIELDS by name."""
+        found: dict[str, Any] = getattr(self, name)
+        return found
+
+
+def queue_record(obj: dict[str, Any]) -> QueueRecord:
+    spec = object_at(obj, "spec")
+    name, parent = object_at(obj, "metadata").get("name"), spec.get("parent")
+    return QueueRecord(
+        name if isinstance(name, str) else "",
+        parent if isinstance(parent, str) else "",
+        _resources(spec.get("capability")),
+        _resources(spec.get("deserved")),
+        _resources(object_at(spec, "guarantee").get("resource")),
+    )
+
+
+def _resources(value: Any) -> dict[str, Any]:
+    """A resource list's entries of a scalar JSON type (a quantity or not: the order check
+    names what is not one, as the in-server check does)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(key): raw for key, raw in value.items() if isinstance(raw, str | int | float)}
+
+
+QUEUES = WatchedList("queues", "Queue", queue_record, QUEUE[0], "v1beta1")
+
+
+def is_queue(request: AdmissionRequest) -> bool:
+    return (request.kind.group, request.kind.kind) == QUEUE and not request.sub_resource
+
+
+def _written(request: AdmissionRequest) -> bool:
+    return is_queue(request) and request.operation in ("CREATE", "UPDATE") and bool(request.object)
+
+
+# -- the object alone: quantities and their order ------------------------------------------------
+
+
+def _text(raw: Any) -> str:
+    """A quantity as the message shows it (CEL: string(value))."""
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    return raw if isinstance(raw, str) else str(raw)
+
+
+def _quantity(raw: Any) -> Decimal | None:
+    try:
+        return parse_quantity(raw)
+    except QuantityError:
+        return None
+
+
+def order_problems(described: str, queue: QueueRecord) -> list[str]:
+    """Quantities that are not quantities or are below zero, then each resource out of order,
+    in the order the in-server check finds them (queueResources)."""
+    found: list[str] = []
+    parsed: dict[str, dict[str, Decimal]] = {}
+    for field in FIELDS:
+        parsed[field] = {}
+        for resource, raw in queue.field(field).items():
+            quantity = _quantity(raw)
+            if quantity is None:
+                found.append(f"{described}: {field} {resource} {_text(raw)} is not a quantity")
+            elif quantity < 0:
+                found.append(
+                    f"{described}: {field} {resource} {_text(raw)} is below zero; use a "
+                    "quantity >= 0"
+                )
+            parsed[field][resource] = quantity if quantity is not None else Decimal(0)
+    for low, high, only_without in PAIRS:
+        for resource, raw in queue.field(low).items():
+            skipped = only_without and resource in queue.field(only_without)
+            if resource not in queue.field(high) or skipped:
+                continue
+            if _quantity(raw) is None or _quantity(queue.field(high)[resource]) is None:
+                continue
+            if parsed[low][resource] > parsed[high][resource]:
+                found.append(
+                    out_of_order(described, low, high, resource, raw, queue.field(high)[resource])
+                )
+    return found
+
+
+def out_of_order(
+    described: str, low: str, high: str, resource: str, low_value: Any, high_value: Any
+) -> str:
+    return (
+        f"{described}: {low} {resource} {_text(low_value)} is more than {high} {resource} "
+        f"{_text(high_value)}; {ORDER}"
+    )
+
+
+# -- against the other queues: v1.15.1's hierarchy checks, and cycles ----------------------------
+
+_QUALIFIED = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+
+
+def _is_scalar(resource: str) -> bool:
+    """Kubernetes' v1helper.IsScalarResourceName: extended resources (a domain-prefixed name
+    outside kubernetes.io), huge pages, kubernetes.io-prefixed and attachable volumes."""
+    if resource.startswith(("hugepages-", "attachable-volumes-")) or "kubernetes.io/" in resource:
+        return True
+    if "/" not in resource or resource.startswith("requests."):
+        return False
+    qualified = f"requests.{resource}"
+    prefix = qualified.rpartition("/")[0]
+    return len(prefix) <= 253 and _QUALIFIED.fullmatch(qualified) is not None
+
+
+def volcano_units(resource: str, quantity: Decimal) -> Decimal | None:
+    """How Volcano counts quantity of resource (api.NewResource): MilliValue for cpu,
+    ephemeral-storage and scalar resources, Value for memory and pods (both round up); None
+    for what it does not count (count/ quotas, other names)."""
+    if resource in ("memory", "pods"):
+        scaled = quantity
+    elif resource in ("cpu", "ephemeral-storage") or (
+        not resource.startswith("count/") and _is_scalar(resource)
+    ):
+        scaled = EXACT.multiply(quantity, Decimal(1000))
+    else:
+        return None
+    return scaled.to_integral_value(rounding=ROUND_CEILING, context=EXACT)
+
+
+def counted(values: Mapping[str, Any]) -> dict[str, Decimal]:
+    """A resource list as Volcano counts it; what does not parse is left out."""
+    found: dict[str, Decimal] = {}
+    for resource, raw in values.items():
+        quantity = _quantity(raw)
+        units = volcano_units(resource, quantity) if quantity is not None else None
+        if units is not None:
+            found[resource] = units
+    return found
+
+
+def shown_units(resource: str, units: Decimal) -> str:
+    """Volcano's count of resource as a quantity a user writes (2, 500m, 24Gi); exact to
+    10**40 (EXACT: the default context cannot take the remainder of 1e33 by 1000)."""
+    if abs(units.adjusted()) >= 40:  # a forged amount: as Decimal writes it
+        return str(units)
+    if resource in ("memory", "pods"):
+        whole = units
+    elif EXACT.remainder(units, Decimal(1000)):
+        return f"{_plain(units)}m"
+    else:
+        whole = EXACT.divide(units, Decimal(1000))
+    if resource in ("memory", "ephemeral-storage") and whole >= 1024:
+        for power, suffix in reversed(tuple(enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1))):
+            if not EXACT.remainder(whole, Decimal(1024**power)):
+                return f"{_plain(EXACT.divide(whole, Decimal(1024**power)))}{suffix}"
+    return _plain(whole)
+
+
+def _plain(value: Decimal) -> str:
+    return f"{value.normalize(EXACT):f}" if abs(value.adjusted()) < 40 else str(value)
+
+
+def _exceeded(limit: Mapping[str, Decimal], total: Mapping[str, Decimal]) -> list[str]:
+    """The resources in which limit.LessPartly(total, api.Zero) holds: cpu and memory below
+    the total (absent counts 0); any other resource the total names and the limit does not,
+    or that the limit holds less of."""
+    found = [r for r in ("cpu", "memory") if limit.get(r, 0) < total.get(r, 0)]
+    scalars = [r for r in {**limit, **total} if r not in ("cpu", "memory")]
+    return found + [
+        r for r in scalars if (r in total and r not in limit) or limit.get(r, 0) < total.get(r, 0)
+    ]
+
+
+def _positive(values: Mapping[str, Decimal]) -> list[str]:
+    """Resource.ResourceNames(): the resources counted at least 0.1 (whole units: above 0)."""
+    return [resource for resource, units in values.items() if units > 0]
+
+
+class Hierarchy:
+    """The cached queues as one decision reads them: by name and by parent, the queue judged
+    taking its place (its cached version is the one it replaces)."""
+
+    def __init__(self, queue: QueueRecord, queues: Mapping[str, QueueRecord]) -> None:
+        self.queue = queue
+        self.by_name = {name: q for name, q in queues.items() if name != queue.name}
+        self.by_name[queue.name] = queue
+        self.children: dict[str, list[QueueRecord]] = {}
+        for name in sorted(self.by_name):
+            record = self.by_name[name]
+            self.children.setdefault(record.parent, []).append(record)
+
+    def ancestors(self) -> Iterator[QueueRecord]:
+        """The queue's parent, its parent's, ... up to the root, a queue missing from the
+        cache, or a queue already seen (a loop): at most one step a cached queue."""
+        seen, parent = {self.queue.name}, self.queue.parent
+        while parent not in ("", ROOT) and parent not in seen:
+            record = self.by_name.get(parent)
+            if record is None:
+                return
+            seen.add(parent)
+            yield record
+            parent = record.parent
+
+    def loop(self) -> list[str] | None:
+        """The names from the queue up its parent chain to the first one seen twice, when the
+        chain loops (through the queue itself or above it); None when it ends."""
+        chain = [self.queue.name, *(record.name for record in self.ancestors())]
+        last = self.by_name.get(chain[-1])
+        end = last.parent if last is not None else ""
+        return [*chain, end] if end in chain else None
+
+    def subtree_max(self, top: QueueRecord, resource: str) -> tuple[Decimal, str]:
+        """findSubtreeMaxCapability: top's capability of resource when above 0, else the
+        largest of its children's subtrees'; with the queue that sets it. Each queue is
+        visited once, the judged one never (it is the subtree's parent)."""
+        best, holder = Decimal(0), ""
+        pending, seen = [top], {self.queue.name}
+        while pending:
+            record = pending.pop()
+            if record.name in seen:
+                continue
+            seen.add(record.name)
+            units = counted(record.capability).get(resource, Decimal(0))
+            if units > 0:
+                if units > best:
+                    best, holder = units, record.name
+                continue
+            pending.extend(self.children.get(record.name, ()))
+        return best, holder
+
+
+def hierarchy_problems(
+    described: str,
+    queue: QueueRecord,
+    queues: Mapping[str, QueueRecord],
+    parents_known: bool = True,
+    judge_loops: bool = True,
+) -> list[str]:
+    """What the queue's place among the cached queues breaks: a loop in its parent chain
+    first (nothing else is judged on one; judge_loops false: an UPDATE that keeps its parent
+    made no loop, and is not refused for one), then v1.15.1's checks but for the root queue.
+    parents_known false: a parent missing from queues is not judged."""
+    hierarchy = Hierarchy(queue, queues)
+    loop = hierarchy.loop()
+    if loop is not None:
+        return [_loop_problem(described, queue, loop)] if judge_loops else []
+    if queue.name == ROOT:
+        return []
+    found: list[str] = []
+    if queue.parent not in ("", ROOT):
+        parent = hierarchy.by_name.get(queue.parent)
+        if parent is None:
+            if not parents_known:
+                return []
+            return [
+                f'{described}: parent queue "{queue.parent}" does not exist; create it first '
+                "(if it was just created, retry)"
+            ]
+        found += _against_ancestors(described, hierarchy)
+        found += _sums(described, queue, parent, hierarchy.children.get(parent.name, []), False)
+    children = [c for c in hierarchy.children.get(queue.name, []) if c.name != queue.name]
+    if children:
+        found += _against_descendants(described, hierarchy, children)
+        found += _sums(described, queue, queue, children, True)
+    return found
+
+
+def _loop_problem(described: str, queue: QueueRecord, loop: list[str]) -> str:
+    path = " -> ".join(f'"{name}"' for name in loop)
+    if loop[-1] == queue.name:
+        return (
+            f'{described}: parent "{queue.parent}" makes a cycle ({path}): a queue cannot be its '
+            "own ancestor; Volcano's admission and scheduler loop on it"
+        )
+    return (
+        f"{described}: its parent chain loops ({path}) and never reaches the root queue; fix "
+        "the parent of one of those queues first"
+    )
+
+
+def _against_ancestors(described: str, hierarchy: Hierarchy) -> list[str]:
+    """validateChildAgainstAncestor: each resource of the queue's capability within the
+    capability of the nearest ancestor that sets it above 0."""
+    found = []
+    own = counted(hierarchy.queue.capability)
+    for resource in _positive(own):
+        for ancestor in hierarchy.ancestors():
+            limit = counted(ancestor.capability).get(resource, Decimal(0))
+            if limit <= 0:
+                continue
+            if own[resource] > limit:
+                found.append(
+                    f"{described}: capability {resource} {shown_units(resource, own[resource])} "
+                    f"is more than the capability {resource} {shown_units(resource, limit)} of "
+                    f'its ancestor queue "{ancestor.name}"; a child queue cannot have more '
+                    "capability than its ancestors"
+                )
+            break
+    return found
+
+
+def _against_descendants(
+    described: str, hierarchy: Hierarchy, children: list[QueueRecord]
+) -> list[str]:
+    """validateChildrenConstraints, capability: each resource of the queue's capability at
+    least the largest capability of it in its children's subtrees."""
+    found = []
+    own = counted(hierarchy.queue.capability)
+    for resource in _positive(own):
+        best, holder = max(
+            (hierarchy.subtree_max(child, resource) for child in children),
+            key=lambda pair: pair[0],
+        )
+        if own[resource] < best:
+            found.append(
+                f"{described}: capability {resource} {shown_units(resource, own[resource])} is "
+                f"less than the capability {resource} {shown_units(resource, best)} of its "
+                f'descendant queue "{holder}"; a parent queue needs at least the capability of '
+                "each queue below it"
+            )
+    return found
+
+
+def _sums(
+    described: str,
+    queue: QueueRecord,
+    parent: QueueRecord,
+    children: list[QueueRecord],
+    as_parent: bool,
+) -> list[str]:
+    """validateSiblingsSum (the queue among its parent's children) and
+    validateChildrenConstraints (the queue as the parent): the children's guarantees, then
+    their deserved, summed, within the parent's. Volcano stops at the first child whose running
+    sum passes; with quantities >= 0 (queueResources) that is the same outcome as the sum."""
+    found = []
+    members = children if as_parent else [c for c in children if c.name != queue.name] + [queue]
+    for field in ("guarantee", "deserved"):
+        total: dict[str, Decimal] = {}
+        for member in members:
+            for resource, units in counted(member.field(field)).items():
+                total[resource] = EXACT.add(total.get(resource, Decimal(0)), units)
+        limit = counted(parent.field(field))
+        for resource in _exceeded(limit, total):
+            summed = shown_units(resource, total.get(resource, Decimal(0)))
+            whose, owner = ("it", "its") if as_parent else ("the parent", "the parent's")
+            held = (
+                f"more than {owner} {field} {resource} {shown_units(resource, limit[resource])}"
+                if resource in limit
+                else f"while {whose} sets no {field} of {resource}"
+            )
+            children_of = (
+                "its child queues have a"
+                if as_parent
+                else f'with it, the child queues of parent queue "{parent.name}" have a'
+            )
+            found.append(
+                f"{described}: {children_of} {field} of {resource} summing to {summed}, {held}; "
+                f"a parent queue's {field} must cover its children's"
+            )
+    return found
+
+
+# -- the decision --------------------------------------------------------------------------------
+
+
+def _same(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
+    """equality.Semantic.DeepEqual of two resource lists: the same resources, equal amounts."""
+    if first.keys() != second.keys():
+        return False
+    return all(
+        _quantity(first[key]) == _quantity(second[key])
+        if _quantity(first[key]) is not None
+        else first[key] == second[key]
+        for key in first
+    )
+
+
+def needs_hierarchy(queue: QueueRecord, old: QueueRecord | None) -> bool:
+    """needsValidateHierarchicalQueue (the root queue aside: its parent chain is still
+    walked): a CREATE, or an UPDATE of the parent or of a resource list. No parent and the root
+    are one place: Volcano's queue controller patches `parent: root` onto a Queue without one,
+    which moves nothing."""
+    if old is None or (old.parent or ROOT) != (queue.parent or ROOT):
+        return True
+    return not all(_same(queue.field(f), old.field(f)) for f in FIELDS)
+
+
+def _raw_lists(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """The resource lists as sent (absent: None), compared as the API server's CEL compares them."""
+    spec = object_at(obj, "spec")
+    return (
+        spec.get("capability"),
+        spec.get("deserved"),
+        object_at(spec, "guarantee").get("resource"),
+    )
+
+
+def validate_resources(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    """Every CREATE; an UPDATE only when it changes a resource list, as Volcano judges the
+    hierarchy: a Queue out of order from before stays writable (labels, Volcano's controller
+    patching its parent or annotations) until its resources are written."""
+    if not _written(request):
+        return None
+    old = request.old_object if request.operation == "UPDATE" else None
+    if old is not None and _raw_lists(request.object or {}) == _raw_lists(old):
+        return NOTHING_FOUND
+    found = order_problems(request.describe(), queue_record(request.object or {}))
+    return Verdict(violations=reported(tuple(found))) if found else NOTHING_FOUND
+
+
+def validate_hierarchy(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
+    if not _written(request):
+        return None
+    queue = queue_record(request.object or {})
+    if not queue.name:  # generateName: no queue can name it as its parent yet
+        queue = msgspec.structs.replace(queue, name=request.object_name)
+    updated = request.operation == "UPDATE" and request.old_object is not None
+    old = queue_record(request.old_object or {}) if updated else None
+    if not needs_hierarchy(queue, old):
+        return NOTHING_FOUND
+    snapshot: Snapshot[QueueRecord] | None = context.snapshot(QUEUES)
+    if snapshot is None:
+        return NOTHING_FOUND  # no cluster to judge against
+    if not snapshot.synced:
+        if not context.config.failClosed:
+            return NOTHING_FOUND
+        return Verdict(
+            violations=(
+                f"{request.describe()}: the Queue cache is not synced, and failClosed is true; "
+                "retry",
+            )
+        )
+    found = hierarchy_problems(
+        request.describe(),
+        queue,
+        snapshot.items,
+        parents_known=snapshot.resource_version != MANIFESTS_ONLY,
+        judge_loops=old is None or old.parent != queue.parent,
+    )
+    return Verdict(violations=reported(tuple(found))) if found else NOTHING_FOUND
+
+
+# -- registrations and the in-server check -------------------------------------------------------
+
+
+def _queues_rule() -> Rule:
+    return Rule(QUEUE[0], "v1beta1", ("queues",), ("CREATE", "UPDATE"), "Cluster")
+
+
+def _present(obj: str, *path: str) -> str:
+    """CEL: obj has every field of path, each under the one before."""
+    return " && ".join(f"has({obj}.{'.'.join(path[: depth + 1])})" for depth in range(len(path)))
+
+
+def _changed(*path: str) -> str:
+    """CEL: an UPDATE changes the field at path (added, removed or different)."""
+    now, before = _present("object", *path), _present("oldObject", *path)
+    field = ".".join(path)
+    return f"({now}) != ({before}) || ({now} && object.{field} != oldObject.{field})"
+
+
+_LIST_PATHS = (("capability",), ("deserved",), ("guarantee", "resource"))
+
+
+def _written_condition(*paths: tuple[str, ...]) -> str:
+    """CEL: a Queue CREATE, or an UPDATE that changes a field at one of paths (below spec)."""
+    changes = any_of(*(_changed("spec", *path) for path in paths))
+    return any_of(operation_is("CREATE"), all_of(operation_is("UPDATE"), changes))
+
+
+def hierarchy_scopes(config: Config) -> tuple[Scope, ...]:
+    """Queue CREATEs, and UPDATEs of the parent or a resource list (status is a subresource:
+    Volcano's status writes never reach it). failurePolicy Fail: the hierarchy is judged
+    only against the cache, and a Queue written while the guard is down can hang Volcano."""
+    condition = all_of(kind_is(*QUEUE), _written_condition(("parent",), *_LIST_PATHS))
+    return (Scope(VALIDATE, (_queues_rule(),), condition),)
+
+
+def resources_scopes(config: Config) -> tuple[Scope, ...]:
+    """Queue CREATEs, and UPDATEs of a resource list (validate_resources)."""
+    return (Scope(VALIDATE, (_queues_rule(),), all_of(kind_is(*QUEUE), _resources_written())),)
+
+
+def _resources_written() -> str:
+    return _written_condition(*_LIST_PATHS)
+
+
+def _listed(field: str) -> str:
+    path = ("guarantee", "resource") if field == "guarantee" else (field,)
+    return f"{_present('object', 'spec', *path)} ? object.spec.{'.'.join(path)} : {{}}"
+
+
+def _is_quantity(value: str) -> str:
+    return f"isQuantity(string({value}))"
+
+
+def _amount(value: str) -> str:
+    return f"quantity(string({value}))"
+
+
+DESCRIBED = ('Queue "', Expr("object.metadata.name"), '"')
+
+
+def resources_in_server(config: Config) -> tuple[InServerCheck, ...]:
+    """queueResources in the API server: the same problems, each named as order_problems
+    names it (the first resource the API server's map order finds)."""
+    variables: list[tuple[str, str]] = [(field, _listed(field)) for field in FIELDS]
+    validations: list[tuple[str, str]] = []
+
+    def first_of(name: str, field: str, test: str, *words: str) -> None:
+        """A variable of the keys of field passing test, and the validation that it is empty,
+        saying words (named(..., name) names its first key)."""
+        variables.append((name, f"variables.{field}.filter(k, {test})"))
+        validations.append((f"size(variables.{name}) == 0", concat(*DESCRIBED, ": ", *words)))
+
+    def named(field: str, name: str) -> tuple[str, ...]:
+        """The words `<field> <resource> <value>` for the first key of variable name."""
+        first = f"variables.{name}[0]"
+        return (f"{field} ", Expr(first), " ", Expr(f"string(variables.{field}[{first}])"))
+
+    for field in FIELDS:
+        value = f"variables.{field}[k]"
+        invalid, negative = f"{field}Invalid", f"{field}Negative"
+        first_of(
+            invalid, field, f"!{_is_quantity(value)}", *named(field, invalid), " is not a quantity"
+        )
+        below = f"{_is_quantity(value)} && {_amount(value)}.isLessThan(quantity('0'))"
+        first_of(
+            negative, field, below, *named(field, negative), " is below zero; use a quantity >= 0"
+        )
+    for low, high, only_without in PAIRS:
+        lower, higher = f"variables.{low}[k]", f"variables.{high}[k]"
+        test = all_of(
+            f"k in variables.{high}",
+            f"!(k in variables.{only_without})" if only_without else "",
+            _is_quantity(lower),
+            _is_quantity(higher),
+            f"{_amount(lower)}.isGreaterThan({_amount(higher)})",
+        )
+        name = f"{low}Over{high.capitalize()}"
+        words = (*named(low, name), " is more than ", *named(high, name), f"; {ORDER}")
+        first_of(name, low, test, *words)
+    return (
+        InServerCheck(
+            "queue-resources",
+            (_queues_rule(),),
+            all_of("has(object.spec)", _resources_written()),
+            tuple(validations),
+            tuple(variables),
+        ),
+    )
+
+
+def _mode(config: Config) -> Mode:
+    return settings(config).mode
+
+
+OFF = "policies.queues.mode: off"
+HIERARCHY_POLICY = Policy(
+    name=NAME,
+    mode=_mode,
+    off=OFF,
+    validate=validate_hierarchy,
+    kinds=frozenset({QUEUE}),
+    scopes=hierarchy_scopes,
+    watches=(QUEUES,),
+)
+# Apart from the hierarchy: a policy with in-server checks has its scopes leave the webhook
+# where they are installed, and the hierarchy needs the webhook's cache.
+RESOURCES_POLICY = Policy(
+    name=RESOURCES,
+    mode=_mode,
+    off=OFF,
+    validate=validate_resources,
+    kinds=frozenset({QUEUE}),
+    scopes=resources_scopes,
+    in_server=resources_in_server,
+)
