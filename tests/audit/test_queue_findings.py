@@ -16,6 +16,7 @@ from tests.processes import run_here
 from tests.upstream import go_function, volcano_file
 from volcano_guard.audit.findings import FAIL, WARN, ClusterState, findings
 from volcano_guard.audit.live import LiveAudit
+from volcano_guard.audit.metrics import AuditCollector
 from volcano_guard.audit.queues import HIERARCHY_ANNOTATIONS, QUEUE_GUARANTEES
 from volcano_guard.audit.reports import reports
 from volcano_guard.webhook.config import config_from_dict
@@ -126,6 +127,101 @@ def test_nested_guarantees_past_the_nodes_fail_only_when_the_roots_children_pass
     assert "the root queue's children guarantee 6, which fits" in warning.message
     over = [child("eng", "", "9"), child("dev", "eng", "3"), queue("root", {"cpu": "8"})]
     assert found(ClusterState(nodes=nodes, queues=over)) == [(QUEUE_GUARANTEES, "eng", FAIL)]
+
+
+# --- graded by the Volcano schedulers found ---------------------------------------------------
+
+
+def scheduler(tag: str, image: str = "volcanosh/vc-scheduler", kind: str = "Deployment"):
+    """A Volcano scheduler workload running image:tag (a digest when tag starts with @)."""
+    reference = f"{image}{tag}" if tag.startswith("@") else f"{image}:{tag}"
+    name = f"{image.rsplit('/', 1)[-1]}-{tag.strip('@:').replace('.', '-')[:20]}"
+    spec = {"containers": [{"name": "volcano-scheduler", "image": reference}]}
+    body: dict[str, Any] = (
+        {"spec": spec} if kind == "Pod" else {"spec": {"template": {"spec": spec}}}
+    )
+    return {
+        "apiVersion": "v1" if kind == "Pod" else "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "volcano-system"},
+        **body,
+    }
+
+
+OVER = [node("n1", "4")], [queue("research", {"cpu": "6"})]  # 6 cpu guaranteed of 4
+
+
+def graded(*schedulers: dict[str, Any]) -> tuple[str, str]:
+    nodes, queues = OVER
+    state = ClusterState(nodes=nodes, queues=queues, controllers=list(schedulers))
+    (finding,) = [f for f in findings(state, CONFIG) if f.policy == QUEUE_GUARANTEES]
+    return finding.result, finding.message
+
+
+def test_guarantees_past_the_nodes_are_a_warning_where_every_scheduler_found_is_v1_12_or_later():
+    result, message = graded(scheduler("v1.15.1"))
+    assert result == WARN
+    assert "Volcano's scheduler v1.15.1 does not panic on that" in message
+    assert "cannot meet the guarantees" in message and "fixed in v1.12.0" in message
+    result, message = graded(scheduler("v1.12.0"), scheduler("1.15.1"))
+    assert (result, "scheduler v1.12.0, v1.15.1 does not panic" in message) == (WARN, True)
+
+
+def test_a_scheduler_of_a_release_that_panics_keeps_it_a_failure_naming_the_release():
+    for tag in ("v1.10.0", "v1.11.2", "v1.12.0-rc.1"):  # a pre-release need not carry the fix
+        result, message = graded(scheduler(tag))
+        assert (result, f"Volcano's scheduler {tag} panics at its sessions" in message) == (
+            FAIL,
+            True,
+        ), message
+    result, message = graded(scheduler("v1.15.1"), scheduler("v1.10.0"), scheduler("v1.11.1"))
+    assert result == FAIL and "scheduler v1.10.0, v1.11.1 panics" in message
+    assert "v1.15.1" not in message and "#4261" in message
+
+
+def test_an_unknown_version_or_no_scheduler_keeps_it_a_failure():
+    result, message = graded(scheduler("@sha256:" + "0" * 64))
+    assert result == FAIL and "runs an image whose tag names no release" in message
+    result, message = graded(scheduler("latest"), scheduler("v1.10.0"))
+    assert result == FAIL and "v1.10.0 panics" in message and "another runs an image" in message
+    result, message = graded()
+    assert result == FAIL and message.count("no Volcano scheduler was found") == 1
+    # The agent scheduler runs no Queue plugins: it is not the scheduler that sums guarantees.
+    result, message = graded(scheduler("v1.15.1", "volcanosh/vc-agent-scheduler"))
+    assert result == FAIL and "no Volcano scheduler was found" in message
+
+
+def test_only_the_roots_children_past_the_nodes_are_graded_the_rest_stays_a_warning():
+    nested = [child("eng", "root", "6"), child("dev", "eng", "3"), child("prod", "eng", "3")]
+    state = ClusterState(nodes=[node("n1", "8")], queues=nested, controllers=[scheduler("v1.10.0")])
+    (warning,) = [f for f in findings(state, CONFIG) if f.policy == QUEUE_GUARANTEES]
+    assert warning.result == WARN and "v1.10.0 panics" in warning.message
+
+
+def test_the_watching_audit_and_its_metrics_grade_by_the_schedulers_pods():
+    nodes, queues = OVER
+    live = LiveAudit(CONFIG)
+    live.node(nodes[0], "n1")
+    live.queue(queues[0], "research")
+    new = scheduler("v1.12.1", kind="Pod")
+    live.pod(new, ("volcano-system", "s"))
+    view = live.view()
+    assert list(view.findings) == findings(
+        ClusterState(nodes=nodes, queues=queues, pods=[new]), CONFIG
+    )
+    assert (view.warnings()[(QUEUE_GUARANTEES, "")], view.violations()) == (1, {})
+    live.pod(scheduler("v1.11.1", kind="Pod"), ("volcano-system", "s"))  # rolled back
+    view = live.view()
+    assert view.violations()[(QUEUE_GUARANTEES, "")] == 1
+    samples = {
+        (metric.name, sample.labels.get("policy")): sample.value
+        for metric in AuditCollector(lambda: (view, 0.0)).collect()
+        for sample in metric.samples
+    }
+    assert samples[("volcano_guard_audit_violations", QUEUE_GUARANTEES)] == 1
+    assert ("volcano_guard_audit_warnings", QUEUE_GUARANTEES) not in samples
+    live.pod(None, ("volcano-system", "s"))
+    assert "no Volcano scheduler was found" in live.view().findings[0].message
 
 
 def test_hierarchy_annotations_are_reported_as_warnings():

@@ -13,6 +13,7 @@ from volcano_guard.base.advisories import (
     ADMISSION,
     ADVISORIES,
     CONTROLLER,
+    QUEUE_GUARANTEES_FINDING,
     QUEUE_STATUS_WRITERS,
     UPGRADE,
     Advisory,
@@ -121,7 +122,7 @@ def test_matching_takes_the_component_and_the_range():
     assert not storm.affects(SCHEDULER, release("v1.11.0"))
     assert not storm.affects(ADMISSION, release("v1.10.0"))
     keys = [a.key for a in advisories_for(SCHEDULER, release("v1.10.0"))]
-    assert keys == ["queue-status-storm", "negative-idle-asserts"]
+    assert keys == ["queue-status-storm", "negative-idle-asserts", "queue-guarantees-past-cluster"]
 
 
 # --- the table's own consistency -------------------------------------------------------------
@@ -234,6 +235,8 @@ def test_the_podgroup_controller_deletes_by_name_without_preconditions_in_every_
 
 
 def test_volcanos_queue_webhook_refuses_bad_hierarchies_and_order_from_v1_14():
+    """The hierarchy checks came with v1.14.0 (#4864), the order checks with v1.14.2 (#4973,
+    cherry-picked by #5080): the tags read are v1.13.3 and v1.14.4, git tells the two apart."""
     old, new = source(QUEUE_WEBHOOK, "v1.13.3"), source(QUEUE_WEBHOOK, "v1.14.4")
     assert "func validateHierarchicalQueueResources(" not in old
     assert "func validateHierarchicalQueueResources(" in new
@@ -242,4 +245,32 @@ def test_volcanos_queue_webhook_refuses_bad_hierarchies_and_order_from_v1_14():
     assert "must be >= guarantee" not in old and "must be >= guarantee" in new
     for key in ("queue-hierarchy-invalid", "queue-resources-order"):
         assert affected(key, ADMISSION)[-1] == "v1.13.3"
-        assert row(key).fixed_in == "v1.14.0"
+    assert row("queue-hierarchy-invalid").fixed_in == "v1.14.0"
+    assert row("queue-resources-order").fixed_in == "v1.14.2"
+    assert row("queue-resources-order").affects(ADMISSION, release("v1.14.1"))
+
+
+# --- Queue guarantees past the cluster --------------------------------------------------------
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_the_guarantees_are_subtracted_with_exceeded_part_from_v1_11_0(tag):
+    """#3127: v1.9.0 and v1.10.0 subtracted the summed guarantees from the cluster's total with
+    the asserting Resource.Sub; #3106 added ExceededPart (v1.11.0), which floors at zero. What
+    still panics before v1.12.0 is in the plugins (proportion's remaining.Sub, #4261, fixed by
+    #4273; capacity's hierarchy, #4179), which the frozen sources do not hold: the row's range
+    is read from git (docs/decisions/audit.md)."""
+    resources = source("pkg/scheduler/api/resource_info.go", tag)
+    has_exceeded_part = "func ExceededPart(left, right *Resource) *Resource {" in resources
+    assert has_exceeded_part == (release(tag) >= release("v1.11.0"))
+    if has_exceeded_part:
+        assert "assert" not in go_function(resources, "ExceededPart")
+    panics = row("queue-guarantees-past-cluster")
+    assert panics.affects(SCHEDULER, release(tag)) == (release(tag) < release("v1.12.0"))
+    assert panics.cover == QUEUE_GUARANTEES_FINDING and panics.fixed_in == "v1.12.0"
+
+
+def test_a_parents_children_past_its_real_capability_panic_only_v1_11s_hierarchy():
+    children = row("queue-children-guarantee-panic")
+    assert affected("queue-children-guarantee-panic", SCHEDULER) == ["v1.11.0", "v1.11.1"]
+    assert children.prs == (4179,) and 4179 not in row("queue-hierarchy-invalid").issues

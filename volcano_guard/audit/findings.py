@@ -21,8 +21,9 @@
 - per Volcano component (Deployment, StatefulSet, DaemonSet or Pod), the known failures of its
   version and whether the guard covers them, and where the sidecar is needed and missing or
   present and not needed (webhook/volcano_versions.py).
-- Queues whose guarantees pass the scheduled nodes' allocatable, and Queues carrying
-  `volcano.sh/hierarchy` annotations (audit/queues.py).
+- Queues whose guarantees pass the scheduled nodes' allocatable, graded by the release of the
+  Volcano schedulers found, and Queues carrying `volcano.sh/hierarchy` annotations
+  (audit/queues.py).
 
 Pure: a ClusterState and the config in, findings out; reading the cluster is cluster.py's.
 """
@@ -36,12 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_guard.audit.accounting import NodeAccount, is_accounted, node_account
-from volcano_guard.base.advisories import ADVISORIES_POLICY, SIDECAR_SCOPE_POLICY
+from volcano_guard.base.advisories import ADVISORIES_POLICY, SIDECAR_SCOPE_POLICY, Version
 from volcano_guard.base.informer import static_snapshot
 from volcano_guard.base.jsonbody import object_at
 from volcano_guard.base.node_selectors import is_managed
 from volcano_guard.base.volcano import (
     NEGATIVE_IDLE_RISK,
+    SCHEDULER,
     SCHEDULER_PANICS,
     armed_schedulers,
     component,
@@ -71,6 +73,7 @@ from volcano_guard.webhook.review import (
 from volcano_guard.webhook.volcano_versions import (
     SERVING_KINDS,
     Notice,
+    component_runs,
     template_labels,
     workload_notices,
 )
@@ -128,6 +131,7 @@ def findings(state: ClusterState, config: Config) -> list[Finding]:
     from volcano_guard.audit.queues import queue_findings  # it builds on this module
 
     nodes = list(node_findings(state, config))
+    volcano = [*state.controllers, *state.daemonsets, *state.pods]
     found = [
         *nodes,
         *policy_findings(state, config),
@@ -135,8 +139,8 @@ def findings(state: ClusterState, config: Config) -> list[Finding]:
         *unstamped_podgroups(state, config),
         *missing_node_findings(state, config),
         *control_plane_findings(state.pods, config, state.now, overcommitted=bool(nodes)),
-        *volcano_findings([*state.controllers, *state.daemonsets, *state.pods], config),
-        *queue_findings(state.queues, state.nodes, config),
+        *volcano_findings(volcano, config),
+        *queue_findings(state.queues, state.nodes, config, scheduler_versions(volcano, config)),
     ]
     return sorted(found, key=finding_order)
 
@@ -452,9 +456,33 @@ def advisory_counts(
     return {key: len(found) for key, found in sorted(workloads.items())}
 
 
+def scheduler_versions(
+    objects: Iterable[Mapping[str, Any]], config: Config
+) -> frozenset[Version | None]:
+    """The releases of the Volcano batch schedulers the workloads run (None: a tag that names
+    no release); the agent scheduler is left out: it runs no Queue plugins (predicates and
+    nodeorder only), so Queue guarantees mean nothing to it."""
+    return frozenset(
+        run.version
+        for _, spec, labels in _volcano_workloads(objects, config)
+        for run in component_runs(spec, labels, config)
+        if run.component == SCHEDULER
+    )
+
+
 def _volcano_notices(
     objects: Iterable[Mapping[str, Any]], config: Config
 ) -> Iterator[tuple[tuple[str, str, str], Notice]]:
+    for workload, spec, labels in _volcano_workloads(objects, config):
+        for notice in workload_notices(spec, labels, config):
+            yield workload, notice
+
+
+def _volcano_workloads(
+    objects: Iterable[Mapping[str, Any]], config: Config
+) -> Iterator[tuple[tuple[str, str, str], Any, Mapping[str, Any]]]:
+    """(kind, namespace, name), pod spec and pod labels of each object that may run a Volcano
+    component and serves: a pod is named by its workload."""
     for obj in objects:
         spec = pod_template_spec(obj)
         if not may_run_volcano(spec, config.audit.component_images) or finished(obj):
@@ -464,8 +492,7 @@ def _volcano_notices(
         )
         if kind not in SERVING_KINDS:  # a Job's pod (Volcano's admission-init) serves nothing
             continue
-        for notice in workload_notices(spec, template_labels(obj), config):
-            yield (kind, _namespace(obj), name), notice
+        yield (kind, _namespace(obj), name), spec, template_labels(obj)
 
 
 def bound_node(pod: Mapping[str, Any]) -> str:

@@ -8,7 +8,7 @@ what it touches, not the cluster.
 - a Volcano workload: its own findings;
 - a DaemonSet: the nodeName findings of the bound pods it controls (it vouches for them);
 - a Queue: every Queue's findings, judged again when the view is next taken, the guarantee
-  findings against the managed nodes' allocatable.
+  findings against the managed nodes' allocatable, graded by the Volcano schedulers' pods.
 
 What is kept of a pod is a PodRecord of a few hundred bytes (its node, its account, the
 PodGroup it names, its findings); of the few pods whose findings can change with their node,
@@ -49,6 +49,7 @@ from volcano_guard.audit.findings import (
     orphan_finding,
     pod_group_name,
     policy_findings,
+    scheduler_versions,
     unstamped_podgroups,
     volcano_findings,
 )
@@ -351,7 +352,11 @@ class LiveAudit:
                 )
                 if finding
             ),
-            *guarantee_findings(self.queues.values(), queued_total),
+            *guarantee_findings(
+                self.queues.values(),
+                queued_total,
+                scheduler_versions(self._control_plane.values(), self.config),
+            ),
             *hierarchy_findings(self.queues.values()),
         ]
         audit = self.config.audit

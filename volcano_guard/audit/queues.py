@@ -7,16 +7,15 @@
   (framework/session.go openSession), which holds the nodes its `--node-selector` admits
   (cache/event_handlers.go nodeCanAddCache; the guard's `managedNodeSelectors`), Ready as soon as
   the cache has them, whatever their conditions (api/node_info.go setNodeState). A resource
-  the nodes lack counts as none (Resource.LessEqual with Zero). What follows depends on the
-  release: up to v1.10 both plugins compute `totalResource.Sub(totalGuarantee)`, whose assert
-  panics the scheduler at every session; v1.11 computes that part with ExceededPart, but the
-  proportion plugin's `remaining.Sub(increasedDeserved)` still asserts when the guarantees lift
-  the queues' deserved past what remains (#4261, fixed in v1.12.0 by #4273), and so does
-  capacity's hierarchy (enableHierarchy, from v1.11) with the root's children's guarantees
-  (checkHierarchicalQueue); from v1.12 nothing panics, and the guarantees cannot all be met.
+  the nodes lack counts as none (Resource.LessEqual with Zero). Which releases panic on it is
+  the advisory table's row `queue-guarantees-past-cluster` (base/advisories.py: before
+  v1.12.0); from v1.12.0 nothing panics, and the guarantees cannot all be met. So the finding
+  is graded by the Volcano schedulers found (their image tags): a warning naming their release
+  when every one is of a release the row leaves out, a failure naming the release(s) when any
+  is one it covers, runs an image of unknown version, or when none is found.
   The proportion plugin and capacity without hierarchy sum every Queue, capacity's hierarchy
   the root queue's children only (no parent, or `root`): past the nodes, the children's sum is
-  a failure, the sum over every Queue alone a warning, since which mode runs is the
+  graded so, the sum over every Queue alone is a warning, since which mode runs is the
   scheduler's configuration. #4261 also fires when the guarantees fit but
   the scheduler opens a session before its cache has every node: the audit cannot see that.
 - **queueHierarchyAnnotations**: Queues carrying `volcano.sh/hierarchy` or
@@ -26,18 +25,20 @@
   whether they matter depends on the scheduler's plugin configuration, which the audit does not
   read.
 
-Pure: Queues, nodes and the config in, findings out.
+Pure: Queues, nodes, the config and the scheduler releases found in, findings out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
 from volcano_guard.audit.accounting import Resources, requests_of
 from volcano_guard.audit.findings import FAIL, WARN, Finding
+from volcano_guard.base.advisories import ADVISORIES, GUARANTEES_PAST_CLUSTER, Version
 from volcano_guard.base.node_selectors import is_managed
+from volcano_guard.base.volcano import SCHEDULER
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies.node_name import node_labels
 
@@ -46,15 +47,22 @@ HIERARCHY_ANNOTATIONS = "queueHierarchyAnnotations"
 HIERARCHY, HIERARCHY_WEIGHTS = "volcano.sh/hierarchy", "volcano.sh/hierarchy-weights"
 LISTED_QUEUES = 5  # the largest guarantees a message names
 ROOT_QUEUE = "root"  # capacity's hierarchy hangs every Queue without a parent under it
+# The releases that panic on guarantees past the cluster: one row of the advisory table.
+PANICS = next(row for row in ADVISORIES if row.key == GUARANTEES_PAST_CLUSTER)
+Schedulers = Collection[Version | None]  # the Volcano schedulers' releases found (None: unknown)
 
 
 def queue_findings(
-    queues: Iterable[Mapping[str, Any]], nodes: Iterable[Mapping[str, Any]], config: Config
+    queues: Iterable[Mapping[str, Any]],
+    nodes: Iterable[Mapping[str, Any]],
+    config: Config,
+    schedulers: Schedulers = (),
 ) -> list[Finding]:
-    """Both kinds of finding, from the nodes as the API serves them."""
+    """Both kinds of finding, from the nodes as the API serves them and the releases of the
+    Volcano schedulers found."""
     queues = list(queues)
     total = scheduled_allocatable(nodes, config) if queues else {}
-    return [*guarantee_findings(queues, total), *hierarchy_findings(queues)]
+    return [*guarantee_findings(queues, total, schedulers), *hierarchy_findings(queues)]
 
 
 def scheduled_allocatable(nodes: Iterable[Mapping[str, Any]], config: Config) -> Resources:
@@ -108,15 +116,16 @@ def root_children(queues: Iterable[Mapping[str, Any]]) -> set[str]:
 
 
 def guarantee_findings(
-    queues: Iterable[Mapping[str, Any]], total: Mapping[str, Decimal]
+    queues: Iterable[Mapping[str, Any]], total: Mapping[str, Decimal], schedulers: Schedulers = ()
 ) -> Iterator[Finding]:
     """One finding a resource whose guarantees sum past total (the scheduled nodes'
-    allocatable), on the Queue guaranteeing the most of it: a failure when the root's children
-    alone pass it (every plugin and mode sums them), a warning when only the sum over every
-    Queue does (the proportion plugin and capacity without hierarchy; capacity's hierarchy
-    sums the root's children only)."""
+    allocatable), on the Queue guaranteeing the most of it: graded by the schedulers
+    (`panic_verdict`) when the root's children alone pass it (every plugin and mode sums them),
+    a warning when only the sum over every Queue does (the proportion plugin and capacity
+    without hierarchy; capacity's hierarchy sums the root's children only)."""
     queues = list(queues)
     by_queue, top = guarantees(queues), root_children(queues)
+    verdict, said = panic_verdict(schedulers)
     for resource in sorted({name for counted in by_queue.values() for name in counted}):
         held = [(got[resource], name) for name, got in by_queue.items() if resource in got]
         holders = sorted(held, key=lambda one: (-one[0], one[1]))
@@ -129,9 +138,41 @@ def guarantee_findings(
                 "Queue",
                 "",
                 holders[0][1],
-                _guarantee_message(resource, summed, have, holders, top_summed),
-                FAIL if top_summed > have else WARN,
+                _guarantee_message(resource, summed, have, holders, top_summed, said),
+                verdict if top_summed > have else WARN,
             )
+
+
+def panic_verdict(schedulers: Schedulers) -> tuple[str, str]:
+    """(result, what the schedulers found do with guarantees past the cluster): a warning only
+    when every one found is of a release the advisory row leaves out."""
+    cited = f"{PANICS.upstream()}; {PANICS.releases()}"
+    panicking = sorted({v for v in schedulers if v is not None and PANICS.affects(SCHEDULER, v)})
+    unknown = None in schedulers
+    if not schedulers:
+        return FAIL, (
+            "no Volcano scheduler was found to tell whether it panics at its sessions on that: "
+            f"releases before {PANICS.fixed_in} do ({cited})"
+        )
+    if panicking:
+        another = ", and another runs an image whose tag names no release" if unknown else ""
+        return FAIL, (
+            f"Volcano's scheduler {_releases(panicking)} panics at its sessions on that"
+            f"{another} ({cited})"
+        )
+    if unknown:
+        return FAIL, (
+            "Volcano's scheduler runs an image whose tag names no release, and releases before "
+            f"{PANICS.fixed_in} panic at their sessions on that ({cited})"
+        )
+    return WARN, (
+        f"Volcano's scheduler {_releases(schedulers)} does not panic on that ({cited}) but "
+        "cannot meet the guarantees"
+    )
+
+
+def _releases(versions: Iterable[Version | None]) -> str:
+    return ", ".join(str(version) for version in sorted(v for v in set(versions) if v))
 
 
 def _guarantee_message(
@@ -140,6 +181,7 @@ def _guarantee_message(
     have: Decimal,
     holders: list[tuple[Decimal, str]],
     top_summed: Decimal,
+    said: str,
 ) -> str:
     named = ", ".join(f"{name} {_amount(amount)}" for amount, name in holders[:LISTED_QUEUES])
     more = f" and {len(holders) - LISTED_QUEUES} more" if len(holders) > LISTED_QUEUES else ""
@@ -154,11 +196,8 @@ def _guarantee_message(
     )
     return (
         f"the Queues' guarantees of {resource} sum to {_amount(summed)} ({named}{more}), more "
-        f"than the {_amount(have)} allocatable of the nodes Volcano schedules{which}: Volcano's "
-        "scheduler up to v1.10 panics at every session (its capacity and proportion plugins "
-        "subtract the guarantees from the cluster's total), v1.11 can still panic "
-        "(volcano-sh/volcano#4261 in the proportion plugin, fixed in v1.12.0 by #4273), and "
-        "later releases cannot meet the guarantees; lower them or add nodes"
+        f"than the {_amount(have)} allocatable of the nodes Volcano schedules{which}: {said}; "
+        "lower them or add nodes"
     )
 
 

@@ -23,11 +23,15 @@ SIDECAR_SCOPE_POLICY = "queueStatusSidecar"
 UNKNOWN = "unknown"  # the version of an image whose tag is not a release's
 
 # Which part of the guard covers a failure (docs/reference.md names each):
-Cover = Literal["sidecar", "nodeAdmission", "podGroupDeleteGuard", "queuesPolicy", "upgrade"]
+Cover = Literal[
+    "sidecar", "nodeAdmission", "podGroupDeleteGuard", "queuesPolicy", "queueGuarantees", "upgrade"
+]
 SIDECAR: Cover = "sidecar"  # the coalescing sidecar in front of the Queue status writer
 NODE_ADMISSION: Cover = "nodeAdmission"  # resourceRequests + nodeName policies, PANIC_ON_ERROR
 PODGROUP_DELETE_GUARD: Cover = "podGroupDeleteGuard"  # policies.podGroups.deleteGuard
 QUEUES_POLICY: Cover = "queuesPolicy"  # policies.queues
+# The audit's queueGuarantees finding: it grades Queue guarantees past the cluster by this row.
+QUEUE_GUARANTEES_FINDING: Cover = "queueGuarantees"
 UPGRADE: Cover = "upgrade"  # nothing in the guard: upgrade Volcano (or wait for a fix)
 
 _TAG = re.compile(
@@ -125,6 +129,7 @@ class Advisory:
 
 SCHEDULERS = frozenset({SCHEDULER, AGENT_SCHEDULER})
 STATUS_WRITERS = frozenset({SCHEDULER, CONTROLLER})
+GUARANTEES_PAST_CLUSTER = "queue-guarantees-past-cluster"  # the row queueGuarantees grades by
 
 ADVISORIES: tuple[Advisory, ...] = (
     Advisory(
@@ -183,8 +188,9 @@ ADVISORIES: tuple[Advisory, ...] = (
         ((None, "v1.9.0"),),
         "v1.9.0",
         (2999, 3392),
-        (),
+        (3391,),
         NODE_ADMISSION,
+        "backported to v1.9.0 by #3393",
     ),
     Advisory(
         "negative-idle-asserts",
@@ -197,7 +203,37 @@ ADVISORIES: tuple[Advisory, ...] = (
         (2999, 3392),
         (),
         NODE_ADMISSION,
-        "open upstream: Resource.Sub still asserts",
+        "open upstream: Resource.Sub still asserts, and so do the proportion and capacity "
+        "plugins' subtractions of a Queue's allocated",
+    ),
+    Advisory(
+        GUARANTEES_PAST_CLUSTER,
+        "Queue guarantees summing past the allocatable of the nodes the scheduler caches panic "
+        "it: Resource.Sub asserts on the guarantees subtracted from the cluster's total (each "
+        "plugin's real capability in v1.9.0 and v1.10.0, #3127; the proportion plugin's "
+        "deserved shares in every release before v1.12.0, #4261; the capacity plugin's "
+        "hierarchy in v1.11)",
+        frozenset({SCHEDULER}),
+        ((None, "v1.12.0"),),
+        "v1.12.0",
+        (3127, 4261),
+        (4273,),
+        QUEUE_GUARANTEES_FINDING,
+        "#3127 fixed by #3106 in v1.11.0 (backported to v1.9.1 and v1.10.1); from v1.12.0 the "
+        "guarantees simply cannot all be met",
+    ),
+    Advisory(
+        "queue-children-guarantee-panic",
+        "with the capacity plugin's enableHierarchy, a parent Queue whose children's guarantees "
+        "sum past its real capability panics the scheduler (Resource.Sub in "
+        "checkHierarchicalQueue)",
+        frozenset({SCHEDULER}),
+        (("v1.11.0", "v1.12.0"),),
+        "v1.12.0",
+        (4104,),
+        (4179,),
+        QUEUES_POLICY,
+        "under the root queue, the real capability is the cluster's: queueGuarantees",
     ),
     Advisory(
         "stale-podgroup-delete",
@@ -231,7 +267,7 @@ ADVISORIES: tuple[Advisory, ...] = (
         frozenset({ADMISSION}),
         ((None, "v1.14.0"),),
         "v1.14.0",
-        (4818, 4819, 4179),
+        (4818, 4819),
         (4864,),
         QUEUES_POLICY,
     ),
@@ -241,11 +277,12 @@ ADVISORIES: tuple[Advisory, ...] = (
         "deserved or deserved > capability) is admitted and breaks the scheduler's share "
         "arithmetic",
         frozenset({ADMISSION}),
-        ((None, "v1.14.0"),),
-        "v1.14.0",
+        ((None, "v1.14.2"),),
+        "v1.14.2",
         (4292,),
-        (),
+        (4973,),
         QUEUES_POLICY,
+        "#4973 reached the v1.14 line in v1.14.2 (#5080); #4293 is on release-1.11 in no release",
     ),
     Advisory(
         "queue-parent-cycle",

@@ -24,6 +24,7 @@ from volcano_guard.base.advisories import (
     ADVISORIES_POLICY,
     NODE_ADMISSION,
     PODGROUP_DELETE_GUARD,
+    QUEUE_GUARANTEES_FINDING,
     QUEUES_POLICY,
     SIDECAR,
     SIDECAR_SCOPE_POLICY,
@@ -55,6 +56,8 @@ _FEATURE = {
     NODE_ADMISSION: "the resourceRequests and nodeName policies",
     PODGROUP_DELETE_GUARD: "the podGroups delete guard",
     QUEUES_POLICY: "the queues policy",
+    # Always on: the audit grades Queue guarantees past the cluster by this scheduler's release.
+    QUEUE_GUARANTEES_FINDING: "the audit's queueGuarantees finding",
 }
 
 
@@ -174,6 +177,8 @@ def coverage(advisory: Advisory, run: ComponentRun, config: Config) -> str:
         return ON if enforced else OFF
     if advisory.cover == PODGROUP_DELETE_GUARD:
         return ON if policies.podGroups.deleteGuard.mode == "enforce" else OFF
+    if advisory.cover == QUEUE_GUARANTEES_FINDING:
+        return ON
     if advisory.cover == QUEUES_POLICY:
         section = getattr(policies, "queues", None)  # the queues policy's own config section
         if section is None:
