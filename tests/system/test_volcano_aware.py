@@ -230,6 +230,22 @@ def test_with_the_policy_on_a_child_over_its_parents_capability_is_refused(enfor
     assert enforced.get("queue", "lab")["spec"]["capability"] == {"cpu": 10}
 
 
+def test_with_the_policy_on_the_queues_the_audit_reported_can_be_fixed(enforced):
+    """reference.md: a write that fixes an existing bad Queue is admitted, and then the audit
+    reports it no more."""
+    enforced.kubectl(
+        "patch", "queue", "research", "--type=merge", "-p", '{"spec": {"parent": "root"}}'
+    )
+    enforced.kubectl(
+        "patch", "queue", "greedy", "--type=merge", "-p", '{"spec": {"capability": {"cpu": "4"}}}'
+    )
+    enforced.kubectl("label", "queue", "backwards", "owner=ml")  # other fields: not judged
+    run = volcano_guard("audit", "--kubeconfig", str(enforced.kubeconfig))
+    for fixed in ("Queue research: ", "Queue greedy: ", "Queue team: ", "Queue vision: "):
+        assert fixed not in run.stdout
+    assert "Queue backwards: queueResources: " in run.stdout  # not fixed yet
+
+
 def test_check_fails_the_v1_10_0_installer_and_warns_of_v1_15_1s(tmp_path, installers):
     for release, deployments in zip(RELEASES, installers, strict=True):
         (tmp_path / f"{release}.yaml").write_text(yaml.safe_dump_all(deployments))
