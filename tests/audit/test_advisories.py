@@ -123,6 +123,15 @@ def test_an_advisory_says_whether_its_feature_is_on_in_a_sentence_that_agrees():
     assert said(CONFIG).endswith("covered: the resourceRequests and nodeName policies are on")
     off = config_from_dict({"policies": {"nodeName": {"mode": "warn"}}})
     assert "the resourceRequests and nodeName policies would cover it and are off: " in said(off)
+    upgrade = [
+        f.message
+        for f in findings(ClusterState(controllers=installed("v1.11.0")), CONFIG)
+        if f.message.startswith("[queue-status-apply-allocated]")
+    ]
+    assert upgrade and all(
+        m.endswith("nothing in the guard covers it: upgrade Volcano to v1.11.1 or later")
+        for m in upgrade
+    )
 
 
 def test_a_digest_alone_is_version_unknown_and_a_pod_reports_as_its_deployment():

@@ -141,7 +141,7 @@ def advisory_notice(run: ComponentRun, advisory: Advisory, config: Config) -> No
         f"[{advisory.key}] {where}: {advisory.failure} ({advisory.upstream()}; "
         f"{advisory.releases()})"
     )
-    feature = _FEATURE[advisory.cover]
+    feature = _FEATURE.get(advisory.cover, "")  # none for `upgrade` rows
     verb = "are" if feature.endswith("policies") else "is"  # the verb agrees with the feature
     if state == ON:
         tail = f"covered: {feature} {verb} on"
