@@ -414,7 +414,12 @@ def format_report(report: Report, output: str) -> str:
             indent=2,
         )
     lines = [v.line() for v in (*report.violations, *report.notes)]
-    summary = f"{report.documents} documents checked, {len(report.violations)} violations"
+    # Only enforce-mode violations fail the check; the rest are counted apart, as the audit does.
+    warned = sum(v.mode != "enforce" for v in report.violations)
+    enforced = len(report.violations) - warned
+    summary = f"{report.documents} documents checked, {enforced} violations"
+    if warned:
+        summary += f", {warned} warnings"
     if report.notes:
         summary += f", {len(report.notes)} notes"
     if report.problems:
