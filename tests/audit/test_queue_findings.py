@@ -102,6 +102,14 @@ def test_guarantees_past_the_nodes_allocatable_are_one_finding_a_resource_on_the
     assert found(fits) == []
 
 
+def test_memory_guarantees_are_shown_as_a_user_writes_them_not_in_bytes():
+    state = ClusterState(nodes=[node("n1", "4")], queues=[queue("big", {"memory": "1Ti"})])
+    (finding,) = findings(state, CONFIG)
+    assert finding.message.startswith(
+        "the Queues' guarantees of memory sum to 1Ti (big 1Ti), more than the 16Gi allocatable"
+    )
+
+
 def test_only_the_nodes_volcano_schedules_count_and_a_resource_they_lack_counts_as_none():
     nodes = [node("train-1", "4", role="train"), node("web-1", "64", role="web")]
     state = ClusterState(nodes=nodes, queues=[queue("a", {"cpu": "6"})])
