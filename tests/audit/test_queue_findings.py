@@ -207,3 +207,15 @@ def test_queues_and_nodes_created_with_kubectl_are_audited(sandbox, kubectl, tmp
     result = audit(sandbox.url, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert [f["policy"] for f in json.loads(result.stdout)["findings"]] == [HIERARCHY_ANNOTATIONS]
+
+
+def test_a_cluster_without_the_queue_crd_is_audited_without_queues(sandbox, tmp_path):
+    """Volcano not installed yet (its Queue CRD absent: 404): no Queue finding, no error."""
+    from volcano_guard_sandbox.apiserver.faults import FaultRule
+
+    sandbox.seed([queue("a", {"cpu": "1000"})])  # past every node: a finding when read
+    absent = FaultRule(frozenset({"list"}), frozenset({"queues"}), error_rate=1.0, error_code=404)
+    sandbox.set_faults(absent)
+    run = audit(sandbox.url, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(run.stdout)["findings"] == []
