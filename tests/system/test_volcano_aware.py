@@ -241,7 +241,8 @@ def test_with_the_policy_on_the_queues_the_audit_reported_can_be_fixed(enforced)
     )
     enforced.kubectl("label", "queue", "backwards", "owner=ml")  # other fields: not judged
     run = volcano_guard("audit", "--kubeconfig", str(enforced.kubeconfig))
-    for fixed in ("Queue research: ", "Queue greedy: ", "Queue team: ", "Queue vision: "):
+    fixed_ones = ("research", "vision", "vision-gpu", "greedy", "team")
+    for fixed in (f"Queue {name}: " for name in fixed_ones):
         assert fixed not in run.stdout
     assert "Queue backwards: queueResources: " in run.stdout  # not fixed yet
 
@@ -258,3 +259,4 @@ def test_check_fails_the_v1_10_0_installer_and_warns_of_v1_15_1s(tmp_path, insta
     assert new.returncode == 0, new.stderr
     assert "[warn] [negative-idle-asserts] Volcano scheduler v1.15.1" in new.stdout
     assert "queue-status-storm" not in new.stdout
+    assert new.stdout.splitlines()[-1] == "2 documents checked, 0 violations, 3 warnings"
