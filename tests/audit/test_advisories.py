@@ -111,6 +111,29 @@ def test_a_feature_turned_off_turns_its_advisory_into_a_failure():
     assert (VOLCANO_ADVISORIES, "volcano-scheduler", FAIL, "queue-status-storm") in found
 
 
+def test_an_advisory_says_whether_its_feature_is_on_in_a_sentence_that_agrees():
+    def said(config: Any) -> str:
+        [message] = [
+            f.message
+            for f in findings(ClusterState(controllers=installed("v1.15.1")), config)
+            if f.message.startswith("[negative-idle-asserts]")
+        ]
+        return message
+
+    assert said(CONFIG).endswith("covered: the resourceRequests and nodeName policies are on")
+    off = config_from_dict({"policies": {"nodeName": {"mode": "warn"}}})
+    assert "the resourceRequests and nodeName policies would cover it and are off: " in said(off)
+    upgrade = [
+        f.message
+        for f in findings(ClusterState(controllers=installed("v1.11.0")), CONFIG)
+        if f.message.startswith("[queue-status-apply-allocated]")
+    ]
+    assert upgrade and all(
+        m.endswith("nothing in the guard covers it: upgrade Volcano to v1.11.1 or later")
+        for m in upgrade
+    )
+
+
 def test_a_digest_alone_is_version_unknown_and_a_pod_reports_as_its_deployment():
     [scheduler] = [d for d in installed("v1.15.1") if d["metadata"]["name"] == "volcano-scheduler"]
     template = scheduler["spec"]["template"]

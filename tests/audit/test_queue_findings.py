@@ -103,6 +103,14 @@ def test_guarantees_past_the_nodes_allocatable_are_one_finding_a_resource_on_the
     assert found(fits) == []
 
 
+def test_memory_guarantees_are_shown_as_a_user_writes_them_not_in_bytes():
+    state = ClusterState(nodes=[node("n1", "4")], queues=[queue("big", {"memory": "1Ti"})])
+    (finding,) = findings(state, CONFIG)
+    assert finding.message.startswith(
+        "the Queues' guarantees of memory sum to 1Ti (big 1Ti), more than the 16Gi allocatable"
+    )
+
+
 def test_only_the_nodes_volcano_schedules_count_and_a_resource_they_lack_counts_as_none():
     nodes = [node("train-1", "4", role="train"), node("web-1", "64", role="web")]
     state = ClusterState(nodes=nodes, queues=[queue("a", {"cpu": "6"})])
@@ -295,3 +303,15 @@ def test_queues_and_nodes_created_with_kubectl_are_audited(sandbox, kubectl, tmp
     result = audit(sandbox.url, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert [f["policy"] for f in json.loads(result.stdout)["findings"]] == [HIERARCHY_ANNOTATIONS]
+
+
+def test_a_cluster_without_the_queue_crd_is_audited_without_queues(sandbox, tmp_path):
+    """Volcano not installed yet (its Queue CRD absent: 404): no Queue finding, no error."""
+    from volcano_guard_sandbox.apiserver.faults import FaultRule
+
+    sandbox.seed([queue("a", {"cpu": "1000"})])  # past every node: a finding when read
+    absent = FaultRule(frozenset({"list"}), frozenset({"queues"}), error_rate=1.0, error_code=404)
+    sandbox.set_faults(absent)
+    run = audit(sandbox.url, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(run.stdout)["findings"] == []

@@ -109,3 +109,32 @@ def test_the_readme_is_short_and_nothing_cites_what_users_lack():
         if re.search(r"design\.md|\.\./shared|/work/|/root/|/home/", text):
             citing.append(name)
     assert citing == []
+
+
+def test_the_advisory_table_in_the_reference_is_the_codes():
+    from volcano_guard.base.advisories import ADVISORIES
+
+    def affected(low: str | None, high: str | None) -> str:
+        if low and high:
+            return f"from {low}, before {high}"
+        return f"before {high}" if high else (f"from {low}" if low else "every release")
+
+    section = REFERENCE[REFERENCE.index("### Volcano advisories") : REFERENCE.index("## Metrics")]
+    rows = re.findall(
+        r"^\| `([a-z-]+)` \| ([^|]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| `(\w+)` \|$", section, re.M
+    )
+    documented = {
+        (key, frozenset(c.strip() for c in components.split(",")), when, fixed, issues, cover)
+        for key, components, when, fixed, issues, cover in rows
+    }
+    assert documented == {
+        (
+            a.key,
+            a.components,
+            "; ".join(affected(low, high) for low, high in a.affected),
+            a.fixed_in or "open",
+            ", ".join(f"#{n}" for n in a.issues),
+            a.cover,
+        )
+        for a in ADVISORIES
+    }

@@ -146,6 +146,17 @@ def test_the_uninstall_deletes_the_mutating_policies_too(with_policy):  # noqa: 
         assert all(objects.get(owned) is None for owned in OWNED)
 
 
+@pytest.mark.slow  # 3 s: the default suite's uninstall test covers every owned name
+def test_the_uninstall_deletes_the_queue_resources_policy_and_its_binding():
+    queue_resources = [Owned(kind, PREFIX + "queue-resources") for kind in (POLICY, BINDING)]
+    with reconciled(KubernetesVersion(32)) as (client, objects):
+        put_config(client, {})  # the queues policy on, as by default
+        assert Reconciler(client, SETTINGS).reconcile_once()
+        assert all(objects.get(owned) is not None for owned in queue_resources)
+        uninstall(client, SETTINGS, interval=0.01)
+        assert all(objects.get(owned) is None for owned in OWNED)
+
+
 def test_a_mutation_leaves_the_registrations_only_once_its_policy_is_written():
     """Turning the mutating policies on (or upgrading to 1.36): the pass writes the policies
     and bindings before the webhook configuration that stops sending their pods, so no pod

@@ -115,7 +115,10 @@ def test_warn_mode_violations_are_reported_but_do_not_fail(tmp_path, capsys):
     write(tmp_path, "job.yaml", json.dumps(volcano_job({"w": [container("c")]})))
     config = write(tmp_path, "c.txt", "policies: {resourceRequests: {mode: warn}}")
     assert main(["check", "-f", str(tmp_path / "job.yaml"), "--config", str(config)]) == 0
-    assert "[warn]" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "[warn]" in out
+    # exit 0 with "2 violations" read as a contradiction: they are counted as what they are
+    assert out.splitlines()[-1] == "1 documents checked, 0 violations, 2 warnings"
 
 
 def test_workload_templates_lists_and_cronjobs(tmp_path, capsys):
@@ -407,3 +410,35 @@ def test_queues_are_judged_among_the_manifests_queues_a_parent_elsewhere_not_jud
     assert names == ["Queue/team:", "Queue/greedy:", "Queue/x:", "Queue/y:"]  # not elsewhere
     assert 'less than the capability cpu 8 of its descendant queue "greedy"' in lines[0]
     assert 'of its ancestor queue "team"' in lines[1] and "makes a cycle" in lines[2]
+
+
+QUEUE_HEAD = "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\n"
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ('spec: "oops"', "spec must be an object"),
+        ("spec: {parent: 5}", "spec.parent must be a string"),
+        ("spec: {capability: [cpu, 1]}", "spec.capability must be an object"),
+        (
+            "spec: {deserved: {cpu: {x: 1}}}",
+            "spec.deserved.cpu must be a quantity (a string or a number)",
+        ),
+        ("spec: {guarantee: 3}", "spec.guarantee must be an object"),
+        ("spec: {guarantee: {resource: [1]}}", "spec.guarantee.resource must be an object"),
+    ],
+)
+def test_a_queue_of_the_wrong_shape_is_unusable_naming_the_field(tmp_path, capsys, spec, said):
+    """What Volcano's CRD refuses never reaches the webhook; offline, check names it (exit 2)
+    rather than calling the Queue clean."""
+    path = tmp_path / "queues.yaml"
+    path.write_text(QUEUE_HEAD + spec + "\n")
+    assert main(["check", "-f", str(path)]) == 2
+    assert capsys.readouterr().err == f"volcano-guard check: {path}:0: {said}\n"
+
+
+def test_a_queue_with_null_fields_is_as_one_without_them(tmp_path, capsys):
+    path = tmp_path / "queues.yaml"
+    path.write_text(QUEUE_HEAD + "spec: {parent: null, capability: null, deserved: {cpu: null}}\n")
+    assert main(["check", "-f", str(path)]) == 0, capsys.readouterr().err

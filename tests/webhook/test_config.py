@@ -126,6 +126,12 @@ def test_unquoted_numeric_default_is_kept_as_a_quantity():
     [
         ("policies: {resourceRequests: {mode: loud}}", "policies.resourceRequests.mode"),
         ("policies: [unclosed", "line 1: not YAML"),
+        ("policies: {queues: {mode: bogus}}", 'policies.queues.mode: a string "bogus" is not'),
+        (  # a full image reference never matches: the audit compares the name alone
+            'audit: {volcanoImages: {"docker.io/me/vc-sched:v1.10.0": scheduler}}',
+            "audit.volcanoImages: each key: expected an image name without registry, tag or "
+            'digest (such as vc-scheduler); the keys are "docker.io/me/vc-sched:v1.10.0"',
+        ),
     ],
 )
 def test_cli_exits_2_naming_the_bad_key(tmp_path, capsys, text, needle):

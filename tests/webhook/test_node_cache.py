@@ -226,3 +226,22 @@ def test_on_change_sees_every_change_and_a_relist_reports_what_went_missing(clus
         assert wait_until(lambda: seen.get("gpu-1", "kept") is None, timeout=5)
     finally:
         informer.stop()
+
+
+def test_a_refused_list_is_one_log_line_saying_what_the_api_server_said(cluster, caplog):
+    """A webhook upgraded before its RBAC (the ClusterRole without queues) logs why it is not
+    ready: the status and the API server's message, on one line, not the client's dump."""
+    from volcano_guard_sandbox.apiserver.faults import FaultRule
+
+    cluster.set_faults(FaultRule(verbs=frozenset({"list"}), error_rate=1.0, error_code=403))
+    api = client.CoreV1Api(client.ApiClient(client.Configuration(host=cluster.url)))
+    informer = Informer("nodes", api.list_node, node_labels)
+    with caplog.at_level("WARNING", logger="volcano_guard.base.informer"):
+        informer.start()
+        try:
+            assert wait_until(lambda: caplog.records, timeout=5)
+        finally:
+            informer.stop()
+    said = caplog.records[0].getMessage()
+    assert said.startswith("nodes: list/watch failed (403 Forbidden: injected fault: 403); ")
+    assert "\n" not in said

@@ -183,20 +183,23 @@ def _guarantee_message(
     top_summed: Decimal,
     said: str,
 ) -> str:
-    named = ", ".join(f"{name} {_amount(amount)}" for amount, name in holders[:LISTED_QUEUES])
+    def shown(amount: Decimal) -> str:
+        return _amount(amount, resource)
+
+    named = ", ".join(f"{name} {shown(amount)}" for amount, name in holders[:LISTED_QUEUES])
     more = f" and {len(holders) - LISTED_QUEUES} more" if len(holders) > LISTED_QUEUES else ""
     which = (
         ""
         if top_summed > have
         else (
-            f" (the root queue's children guarantee {_amount(top_summed)}, which fits: only "
+            f" (the root queue's children guarantee {shown(top_summed)}, which fits: only "
             "the proportion plugin and the capacity plugin without enableHierarchy sum every "
             "Queue)"
         )
     )
     return (
-        f"the Queues' guarantees of {resource} sum to {_amount(summed)} ({named}{more}), more "
-        f"than the {_amount(have)} allocatable of the nodes Volcano schedules{which}: {said}; "
+        f"the Queues' guarantees of {resource} sum to {shown(summed)} ({named}{more}), more "
+        f"than the {shown(have)} allocatable of the nodes Volcano schedules{which}: {said}; "
         "lower them or add nodes"
     )
 
@@ -222,8 +225,18 @@ def hierarchy_findings(queues: Iterable[Mapping[str, Any]]) -> Iterator[Finding]
         )
 
 
-def _amount(amount: Decimal) -> str:
+def _amount(amount: Decimal, resource: str) -> str:
+    """amount as a user writes it: bytes of memory in the largest binary unit that divides it
+    (32Gi, not 34359738368)."""
+    exact = amount >= 1024 and amount.adjusted() < 28  # past 28 digits, % cannot be taken
+    if resource in BYTES and exact and amount == amount.to_integral_value():
+        for power, suffix in reversed(tuple(enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1))):
+            if not amount % 1024**power:
+                return f"{amount // 1024**power:f}{suffix}"
     return format(amount.normalize(), "f")
+
+
+BYTES = frozenset({"memory", "ephemeral-storage"})
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from volcano_guard.base.api_client import CONNECT_TIMEOUT
+from volcano_guard.base.api_client import CONNECT_TIMEOUT, api_error_text
 
 log = logging.getLogger("volcano_guard.base.informer")
 T = TypeVar("T")
@@ -110,7 +110,9 @@ class Informer(Generic[T]):
                         self.name,
                     )
                     self.snapshot = replace(self.snapshot, synced=False)
-                log.warning("%s: list/watch failed (%s); retrying in %.1fs", self.name, exc, delay)
+                # An ApiException's str is the client's multi-line dump of headers and body.
+                said = api_error_text(exc) if isinstance(exc, ApiException) else exc
+                log.warning("%s: list/watch failed (%s); retrying in %.1fs", self.name, said, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 30.0)
 

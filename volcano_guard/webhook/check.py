@@ -51,14 +51,14 @@ from volcano_guard.webhook.policies.pod_groups import (
     is_pod_group,
     podgroup_generation,
 )
-from volcano_guard.webhook.policies.queues import MANIFESTS_ONLY, QUEUES, queue_record
+from volcano_guard.webhook.policies.queues import MANIFESTS_ONLY, QUEUES, is_queue, queue_record
 from volcano_guard.webhook.review import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from volcano_guard.webhook.volcano_versions import (
     SERVING_KINDS,
     template_labels,
     workload_notices,
 )
-from volcano_guard.webhook.workloads import POD, ObjectShapeError, group_of
+from volcano_guard.webhook.workloads import POD, ObjectShapeError, format_path, group_of
 
 EXIT_CLEAN, EXIT_VIOLATIONS, EXIT_UNUSABLE = 0, 1, 2
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -279,9 +279,38 @@ def check_document(
         request = _request_for(document)
         if request is None:
             return []
+        if is_queue(request):
+            _queue_shape(document)
         return [replace(v, item=item) for v in _violations(file, index, request, context)]
     except (review.ReviewError, ObjectShapeError, JsonPatchError) as exc:
         raise UnusableInput(f"{where}: {exc}") from None
+
+
+def _queue_shape(queue: dict[str, Any]) -> None:
+    """ObjectShapeError naming the first Queue field of a type Volcano's CRD refuses: in a
+    cluster the API server refuses it before any webhook sees it, so the policies read such
+    fields as unset; offline that would call the Queue clean. null is unset, as there."""
+    spec = _shaped(queue, ("spec",), dict, "an object")
+    _shaped(spec, ("spec", "parent"), str, "a string")
+    guarantee = _shaped(spec, ("spec", "guarantee"), dict, "an object")
+    lists = (("capability",), ("deserved",), ("guarantee", "resource"))
+    for path in lists:
+        holder = guarantee if path[0] == "guarantee" else spec
+        resources = _shaped(holder, ("spec", *path), dict, "an object")
+        for resource in resources:
+            where = ("spec", *path, resource)
+            _shaped(resources, where, str | int | float, "a quantity (a string or a number)")
+
+
+def _shaped(holder: dict[str, Any], path: tuple[str, ...], kind: Any, what: str) -> Any:
+    """holder's value at path[-1] ({} for an absent or null object); ObjectShapeError when it
+    is not of kind."""
+    value = holder.get(path[-1])
+    if value is None:
+        return {} if kind is dict else None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ObjectShapeError(f"{format_path(path)} must be {what}")
+    return value
 
 
 def _request_for(document: dict[str, Any]) -> AdmissionRequest | None:
@@ -385,7 +414,12 @@ def format_report(report: Report, output: str) -> str:
             indent=2,
         )
     lines = [v.line() for v in (*report.violations, *report.notes)]
-    summary = f"{report.documents} documents checked, {len(report.violations)} violations"
+    # Only enforce-mode violations fail the check; the rest are counted apart, as the audit does.
+    warned = sum(v.mode != "enforce" for v in report.violations)
+    enforced = len(report.violations) - warned
+    summary = f"{report.documents} documents checked, {enforced} violations"
+    if warned:
+        summary += f", {warned} warnings"
     if report.notes:
         summary += f", {len(report.notes)} notes"
     if report.problems:

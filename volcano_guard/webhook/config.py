@@ -32,6 +32,7 @@ from volcano_guard.webhook.sections import (
     MODES,
     ConfigError,
     DurationText,
+    ImageName,
     Mode,
     Name,
     Positive,
@@ -89,7 +90,7 @@ class AuditConfig(Section, frozen=True, dict=True):
     restartWindow: DurationText = DurationText("1h")
     # Image names (the last path segment, without registry or tag) of Volcano components
     # besides the installer's own (vc-scheduler...), e.g. a mirror's renamed copy.
-    volcanoImages: dict[Name, VolcanoComponent] = msgspec.field(default_factory=dict)
+    volcanoImages: dict[ImageName, VolcanoComponent] = msgspec.field(default_factory=dict)
     # A managed node updated more often than this a minute (smoothed over minutes) is counted
     # as churning: every update of a node reaches Volcano's scheduler cache (SetNode).
     nodeUpdatesPerMinute: Annotated[float, msgspec.Meta(gt=0)] = 6.0

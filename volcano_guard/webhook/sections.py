@@ -177,7 +177,12 @@ def _node_selector(selector: str) -> str:
 
 
 # msgspec names JSON types; the config is YAML.
+# An image's name as the audit matches it: the last path segment, no registry, tag or digest.
+IMAGE_NAME = "^[^/:@ ]+$"
+ImageName = Annotated[str, msgspec.Meta(pattern=IMAGE_NAME)]
 _TYPE_NAMES = {
+    f"`str` matching regex '{IMAGE_NAME}'": "an image name without registry, tag or digest "
+    "(such as vc-scheduler)",
     "`int` >= 1": "a positive integer",
     "`float` > 0.0": "a positive number",
     "`object`": "a mapping",

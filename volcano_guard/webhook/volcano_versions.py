@@ -144,12 +144,14 @@ def advisory_notice(run: ComponentRun, advisory: Advisory, config: Config) -> No
         f"[{advisory.key}] {where}: {advisory.failure} ({advisory.upstream()}; "
         f"{advisory.releases()})"
     )
+    feature = _FEATURE.get(advisory.cover, "")  # none for `upgrade` rows
+    verb = "are" if feature.endswith("policies") else "is"  # the verb agrees with the feature
     if state == ON:
-        tail = f"covered: {_FEATURE[advisory.cover]} is on"
+        tail = f"covered: {feature} {verb} on"
     elif state == OFF:
-        tail = f"{_FEATURE[advisory.cover]} would cover it and is off: {_FIX[advisory.cover]}"
+        tail = f"{feature} would cover it and {verb} off: {_FIX[advisory.cover]}"
     elif state == UNAVAILABLE:
-        tail = f"{_FEATURE[advisory.cover]} is not in this build of the guard: upgrade Volcano"
+        tail = f"{feature} {verb} not in this build of the guard: upgrade Volcano"
     else:
         tail = "nothing in the guard covers it: " + (
             f"upgrade Volcano to {advisory.fixed_in} or later"
