@@ -135,6 +135,9 @@ KUBECTL_SESSION = (
     "create -f examples/kubectl/podgroup.yaml",
     "get podgroup pg-train -n team-a -o jsonpath={.metadata.annotations}",
     "delete podgroup pg-train -n team-a",
+    "apply -f examples/kubectl/queues.yaml",
+    "apply -f examples/kubectl/queue-over-parent.yaml",
+    """patch queue research --type=merge -p '{"spec":{"parent":"research-vision"}}'""",
 )
 SANDBOX_SEED = [
     {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
@@ -146,7 +149,7 @@ OUTAGE = (
     "\nThe same commands on a fresh sandbox with the webhook process stopped (a guard "
     "outage): the ValidatingAdmissionPolicies deploy/base installed in the API server "
     "still refuse what the guard would; the registrations they cover fail open, so the "
-    "rest goes in. PodGroup writes wait for the guard.\n"
+    "rest goes in. PodGroup and Queue writes wait for the guard.\n"
 )
 
 

@@ -70,6 +70,11 @@ POLICY_REFUSED = (
 )
 
 
+QUEUES = "apply -f examples/kubectl/queues.yaml"
+QUEUE_OVER_PARENT = "apply -f examples/kubectl/queue-over-parent.yaml"
+QUEUE_CYCLE = """patch queue research --type=merge -p '{"spec":{"parent":"research-vision"}}'"""
+
+
 def test_demo_shows_the_registered_guard_answering_kubectl(result):
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed")
@@ -90,6 +95,9 @@ def test_demo_shows_the_registered_guard_answering_kubectl(result):
         in said["get podgroup pg-train -n team-a -o jsonpath={.metadata.annotations}"]
     )
     assert "still has live member pods" in said["delete podgroup pg-train -n team-a"]
+    assert "queue.scheduling.volcano.sh/research-vision created" in said[QUEUES]
+    assert 'of its ancestor queue "research"' in said[QUEUE_OVER_PARENT]
+    assert "makes a cycle" in said[QUEUE_CYCLE]
 
 
 def test_demo_replays_kubectl_with_the_guard_stopped(result):
@@ -108,6 +116,7 @@ def test_demo_replays_kubectl_with_the_guard_stopped(result):
     podgroup = said["create -f examples/kubectl/podgroup.yaml"]
     assert "pod/member created" in podgroup
     assert 'failed calling webhook "mutate.volcano-guard.io"' in podgroup
+    assert 'failed calling webhook "validate.volcano-guard.io"' in said[QUEUES]
     assert "connect: connection refused" in podgroup
     assert "Failed calling webhook" not in result.stderr  # the API server's log, unseen
 
