@@ -139,6 +139,15 @@ def test_a_queue_naming_many_resources_under_queues_naming_many_costs_their_size
     assert time.perf_counter() - started < 0.3
 
 
+def test_a_loop_through_thousands_of_long_names_is_named_by_its_ends_and_a_count():
+    names = [f"{'x' * 240}{i:05d}" for i in range(2_000)]
+    ring = tuple(queue(name, names[(i + 1) % 2_000]) for i, name in enumerate(names))
+    (message,) = refusals(judged(queue("new", names[0]), ring))["queues"]
+    assert len(message) < 2_500  # named in full: 500 KB
+    assert f'("new" -> "{names[0]}" -> "{names[1]}" -> "{names[2]}" -> "{names[3]}" -> ' in message
+    assert f'... 1,994 more ... -> "{names[1998]}" -> "{names[1999]}" -> "{names[0]}")' in message
+
+
 def test_a_missing_parent_is_refused_naming_it():
     assert refusals(judged(queue("a", "nowhere")))["queues"] == (
         'Queue "a": parent queue "nowhere" does not exist; create it first (if it was just '

@@ -500,8 +500,21 @@ def hierarchy_problems(
     return found
 
 
+# A loop's path in a message: its first and last names, the rest counted. A loop through a
+# cache of 20,000 long names, named in full, was a 5 MB message: an answer past the size cap.
+LOOP_SHOWN = (5, 3)
+
+
+def _loop_path(loop: list[str]) -> str:
+    first, last = LOOP_SHOWN
+    names = [f'"{name}"' for name in loop]
+    if len(names) > first + last + 1:
+        names = [*names[:first], f"... {len(names) - first - last:,} more ...", *names[-last:]]
+    return " -> ".join(names)
+
+
 def _loop_problem(described: str, queue: QueueRecord, loop: list[str]) -> str:
-    path = " -> ".join(f'"{name}"' for name in loop)
+    path = _loop_path(loop)
     if loop[-1] == queue.name:
         return (
             f'{described}: parent "{queue.parent}" makes a cycle ({path}): a queue cannot be its '
