@@ -133,3 +133,28 @@ async def test_a_queue_review_among_100k_queues_does_not_stall_pod_reviews(certs
         )
         assert len(waited) >= 10, waited
         assert max(waited) < 0.5, f"a pod review waited {max(waited):.2f} s"
+
+
+def test_check_of_a_volcano_deployment_with_an_absurd_tag_says_version_unknown(tmp_path):
+    """A tag of 5,000 digits passed int()'s limit: `check` (and the audit) ended in a
+    ValueError traceback."""
+    image = "volcanosh/vc-scheduler:v" + "1" * 5_000 + ".0.0"
+    labels = {"app": "volcano-scheduler"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "volcano-scheduler", "namespace": "volcano-system"},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "scheduler", "image": image}]},
+            },
+        },
+    }
+    manifest = tmp_path / "volcano.json"
+    manifest.write_text(json.dumps(deployment))
+    run = run_here("check", "-f", str(manifest))
+    assert "Traceback" not in run.stderr
+    assert run.returncode in (0, 1), run.stderr
+    assert "version unknown" in run.stdout, run.stdout
