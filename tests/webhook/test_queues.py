@@ -148,6 +148,19 @@ def test_a_loop_through_thousands_of_long_names_is_named_by_its_ends_and_a_count
     assert f'... 1,994 more ... -> "{names[1998]}" -> "{names[1999]}" -> "{names[0]}")' in message
 
 
+@pytest.mark.parametrize("parent", ["team", "nowhere"])
+def test_the_root_queue_given_a_parent_is_refused_as_a_cycle(parent):
+    """team has no parent (Volcano counts it the root's child): root -> team -> root, which
+    the chain walk missed, as it missed a parent not yet created."""
+    cache = (queue("root"), queue("team"))
+    (message,) = refusals(judged(queue("root", parent), cache, old=queue("root")))["queues"]
+    assert message == (
+        f'Queue "root": the root queue cannot have a parent ("{parent}"): every queue\'s parent '
+        "chain ends at the root, so any parent makes a cycle; remove spec.parent"
+    )
+    assert judged(queue("root", "root"), cache, old=queue("root")).decision.allowed
+
+
 def test_a_missing_parent_is_refused_naming_it():
     assert refusals(judged(queue("a", "nowhere")))["queues"] == (
         'Queue "a": parent queue "nowhere" does not exist; create it first (if it was just '

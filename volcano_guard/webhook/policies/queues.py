@@ -475,6 +475,10 @@ def hierarchy_problems(
     first (nothing else is judged on one; judge_loops false: an UPDATE that keeps its parent
     made no loop, and is not refused for one), then v1.15.1's checks but for the root queue.
     parents_known false: a parent missing from queues is not judged."""
+    if queue.name == ROOT and queue.parent not in ("", ROOT):
+        # Every parent chain ends at the root: a parent on it loops back, whether or not the
+        # chain above the parent names the root (no parent counts as the root's child).
+        return [_root_problem(described, queue)] if judge_loops else []
     hierarchy = Hierarchy(queue, queues)
     loop = hierarchy.loop()
     if loop is not None:
@@ -511,6 +515,13 @@ def _loop_path(loop: list[str]) -> str:
     if len(names) > first + last + 1:
         names = [*names[:first], f"... {len(names) - first - last:,} more ...", *names[-last:]]
     return " -> ".join(names)
+
+
+def _root_problem(described: str, queue: QueueRecord) -> str:
+    return (
+        f'{described}: the root queue cannot have a parent ("{queue.parent}"): every queue\'s '
+        "parent chain ends at the root, so any parent makes a cycle; remove spec.parent"
+    )
 
 
 def _loop_problem(described: str, queue: QueueRecord, loop: list[str]) -> str:
