@@ -158,3 +158,25 @@ def test_check_of_a_volcano_deployment_with_an_absurd_tag_says_version_unknown(t
     assert "Traceback" not in run.stderr
     assert run.returncode in (0, 1), run.stderr
     assert "version unknown" in run.stdout, run.stdout
+
+
+async def forged_status(webhook: Webhook) -> int:
+    body = review(queue("team", "root", res("1")), "UPDATE", old=TEAM)
+    return (await webhook.post("/validate", json=body)).status
+
+
+async def test_a_flood_of_forged_queue_reviews_is_judged_one_at_a_time_the_rest_told_busy(certs):
+    """A stranger may POST Queue reviews straight to the webhook: 30 at once, each ~1 s of
+    walk. They take turns (one core at most), those still waiting after the API server's
+    timeout get 429, and pod reviews meanwhile stay prompt."""
+    queues = cached(TEAM)
+    queues.update(cached(*(queue(f"q{i}", "team", res("1"), res("1")) for i in range(100_000))))
+    config = config_from_dict({"policies": {"resourceRequests": {"defaults": {"memory": "1Gi"}}}})
+    async for webhook in start_webhook(config, certs, Caches.fixed({QUEUES: queues})):
+        await webhook.post("/validate", json=POD)
+        flood = asyncio.gather(*(forged_status(webhook) for _ in range(30)))
+        waited = await pod_waits(webhook, flood)
+        statuses = await flood
+        assert statuses.count(200) >= 2 and statuses.count(429) >= 10, statuses
+        assert set(statuses) <= {200, 429}
+        assert max(waited) < 0.5, f"a pod review waited {max(waited):.2f} s"

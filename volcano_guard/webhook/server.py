@@ -60,6 +60,7 @@ from volcano_guard.webhook.evaluation import (
 from volcano_guard.webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, admission_counter
 from volcano_guard.webhook.policies.base import PolicyContext
 from volcano_guard.webhook.policies.queues import HIERARCHY_POLICY
+from volcano_guard.webhook.registrations import TIMEOUT_SECONDS
 from volcano_guard.webhook.workloads import ObjectShapeError
 
 log = logging.getLogger("volcano_guard.webhook")
@@ -76,6 +77,9 @@ LARGE_REVIEWS_AT_ONCE = 1
 # queues) are judged in a thread, one at a time: on the loop they would stall every pod's
 # review for as long (docs/decisions/security.md, "Queue requests").
 CACHE_WALKS = HIERARCHY_POLICY.kinds or frozenset()
+# How long such a review waits for its turn: the API server gives up after its timeoutSeconds,
+# and a forged flood of them would otherwise queue decisions nobody waits for.
+WALK_WAIT = float(TIMEOUT_SECONDS)
 # An answer larger than the API server's own request-body limit (3 MiB, MaxRequestBodyBytes)
 # would patch an object past what it stores: refused instead of sent.
 MAX_ANSWER_BYTES = 3 * 1024 * 1024
@@ -287,14 +291,27 @@ async def _judge(
             listed[lookup] = await caches.live_list(lookup, review_request.namespace, source)
     context = PolicyContext(served.config, snapshots, listed)
     if slots is not None and (kind.group, kind.kind) in CACHE_WALKS:
-        async with slots.walk:
+        await _take_turn(slots.walk)
+        try:
             encoded = await asyncio.to_thread(answer_bytes, phase, review_request, context, checks)
+        finally:
+            slots.walk.release()
     elif on_loop:
         encoded = answer_bytes(phase, review_request, context, checks)
     else:
         encoded = await asyncio.to_thread(answer_bytes, phase, review_request, context, checks)
     ADMISSION_DURATION.observe(time.perf_counter() - started)
     return web.Response(body=encoded, content_type="application/json")
+
+
+async def _take_turn(walk: asyncio.Semaphore) -> None:
+    """The walk slot within WALK_WAIT, else 429: the API server has given up by then."""
+    try:
+        await asyncio.wait_for(walk.acquire(), WALK_WAIT)
+    except TimeoutError:
+        raise RequestError(
+            429, "busy", f"other Queue reviews held the webhook for {WALK_WAIT:g} s; retry"
+        ) from None
 
 
 def answer_bytes(
