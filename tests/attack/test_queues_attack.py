@@ -1,10 +1,10 @@
-"""A tenant who may create Queues against the queues policy's cost: many resources a queue,
-wide and deep hierarchies, `check` of thousands of Queues, and a Queue review among 100,000
-cached queues while pods are reviewed. On the code as merged (514ca44) every test here failed:
-the hierarchy walks counted each queue's resources once a resource (cubic: 1.6 s for 60
-resources under 60 queues), every decision copied and sorted the whole cache (~100 ms at
-100,000 queues), each Queue summed all its siblings (`check` of 3,000 Queues over 30 s), and a
-Queue was judged on the event loop (pods waited for it)."""
+"""A tenant who may create Queues, and a stranger who may POST reviews, against the queues
+policy's cost: many resources a queue, wide and deep hierarchies, `check` of thousands of
+Queues, Queue reviews among 100,000 cached queues while pods are reviewed, and an absurd image
+tag. On the code as merged (514ca44) every test here failed: the hierarchy walks counted each
+queue's resources once a resource (cubic), every decision copied and sorted the whole cache,
+each Queue summed all its siblings and walked its whole chain, a Queue was judged on the event
+loop (pods waited for it), and a 5,000-digit tag ended `check` in a traceback."""
 
 from __future__ import annotations
 
