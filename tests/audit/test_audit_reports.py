@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter
@@ -221,3 +222,21 @@ def test_a_queue_finding_goes_to_the_cluster_report_naming_the_queue():
     assert result["resources"] == [
         {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": "loop-a"}
     ]
+
+
+def test_findings_quoting_huge_names_keep_the_cluster_report_storable():
+    """A Queue's resource name is bounded only by the object's size: 100 findings quoting
+    100 KB made a 10 MB report, past what the API server stores (1.5 MiB)."""
+    huge = "example.com/" + "x" * 100_000
+    found = [
+        Finding("queues", "Queue", "", f"q{i}", f'Queue "q{i}": capability {huge} 2 is more')
+        for i in range(100)
+    ]
+    seen = FirstSeen()
+    seen.update(found, NOW)
+    report = reports(found, seen.seen, limit=100)[("ClusterPolicyReport", "")]
+    assert len(json.dumps(report)) < 200_000
+    message = report["results"][0]["message"]
+    assert message.startswith('Queue "q0": capability example.com/xxx')
+    assert message.endswith(f"... ({len(found[0].message) - 1024:,} more characters)")
+    assert len(message) < 1_100

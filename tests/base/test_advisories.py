@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.upstream import go_function, volcano_file
 from volcano_guard.base.advisories import (
@@ -106,6 +108,29 @@ def _writer(text: str) -> str:
 def test_an_image_tag_names_a_release_or_the_version_is_unknown(image, version):
     found = image_version(image)
     assert (str(found) if found else None) == version
+
+
+@pytest.mark.parametrize(
+    ("tag", "version"),
+    [
+        ("v99999999999999999999.0.0", "v99999999999999999999.0.0"),
+        ("v1.0.0-" + "9" * 120, "v1.0.0-" + "9" * 120),
+        ("v" + "1" * 5_000 + ".0.0", None),  # past int()'s 4,300 digits: was a ValueError
+        ("v1.0.0-" + "1" * 5_000, None),
+        ("v1.10.0" + "-x" * 100_000, None),
+    ],
+)
+def test_an_absurd_tag_is_a_version_or_unknown_never_an_exception(tag, version):
+    found = image_version(f"volcanosh/vc-scheduler:{tag}")
+    assert (str(found) if found else None) == version
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text() | st.from_regex(r"v?[0-9]{1,30}\.[0-9]{1,30}\.[0-9]{1,30}(-[0-9a-z.-]{1,80})?"))
+def test_any_tag_is_a_version_or_unknown_never_an_exception(tag):
+    found = parse_version(tag)
+    assert found is None or parse_version(str(found)) == found
+    assert isinstance(image_version(f"volcanosh/vc-scheduler:{tag}"), Version | None)
 
 
 def test_a_pre_release_sorts_before_its_release_and_after_the_one_before():

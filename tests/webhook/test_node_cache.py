@@ -84,6 +84,24 @@ def test_label_change_add_and_delete_reach_the_snapshot_within_2s(informer, clus
     assert wait_until(lambda: "gpu-1" not in informer.snapshot.items)
 
 
+def test_a_change_the_projection_does_not_keep_publishes_no_new_snapshot(informer, cluster):
+    """Volcano rewrites each Queue's status over and over: each event copied the whole cache
+    (2.2 ms at 100,000 Queues) and made the Queue policy rebuild its index."""
+    patch_labels(cluster, "web-1", {"step": "1"})
+    assert wait_until(lambda: informer.snapshot.items["web-1"].get("step") == "1")
+    before = informer.snapshot
+    for i in range(5):  # annotations: not in the projection (node_labels)
+        cluster.call(
+            lambda sb, i=i: sb.store.patch(
+                NODES, "", "web-1", MERGE_PATCH, {"metadata": {"annotations": {"n": str(i)}}}
+            )
+        )
+    time.sleep(0.5)
+    assert informer.snapshot is before
+    patch_labels(cluster, "web-1", {"step": "2"})
+    assert wait_until(lambda: informer.snapshot.items["web-1"].get("step") == "2")
+
+
 def test_a_410_on_rewatch_makes_it_list_again(informer, cluster):
     assert informer.relists == 1
     # Other objects' events push the node events out of the sandbox's 50-event window.

@@ -2,7 +2,8 @@
 group's format, which Kyverno, Trivy-operator and Policy Reporter read): one PolicyReport per
 namespace with findings, one ClusterPolicyReport for nodes, both named `volcano-guard`.
 
-A report lists at most `audit.maxResultsPerReport` results; its summary counts them all. Each
+A report lists at most `audit.maxResultsPerReport` results, each message at most MAX_MESSAGE
+characters; its summary counts them all. Each
 result's timestamp is when the finding was first seen, so a report whose findings did not change
 is the same document and is not written again.
 """
@@ -121,6 +122,18 @@ def _report(
     }
 
 
+# A result's message, at most: findings quote what a tenant wrote (a Queue's resource name, an
+# image), which the API server bounds only by the object's size; 100 results of 100 KB made the
+# cluster's report (shared by nodes and Queues) too large to store, so none was written.
+MAX_MESSAGE = 1024
+
+
+def _shown(message: str) -> str:
+    if len(message) <= MAX_MESSAGE:
+        return message
+    return f"{message[:MAX_MESSAGE]}... ({len(message) - MAX_MESSAGE:,} more characters)"
+
+
 def _result(finding: Finding, seen: int) -> dict[str, Any]:
     subject: dict[str, Any] = {
         "apiVersion": _API_VERSIONS.get(finding.kind, ""),
@@ -136,7 +149,7 @@ def _result(finding: Finding, seen: int) -> dict[str, Any]:
         "severity": SEVERITY.get(finding.policy, DEFAULT_SEVERITY),
         "scored": True,
         "category": "Volcano",
-        "message": finding.message,
+        "message": _shown(finding.message),
         "timestamp": {"seconds": seen, "nanos": 0},
         "resources": [subject],
     }

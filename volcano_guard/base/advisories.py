@@ -57,8 +57,15 @@ class Version:
         return core + "-" + ".".join(text for _, text in self.pre)
 
 
+# An image tag is at most 128 characters (the OCI distribution spec); a longer "tag" names no
+# release, and its digits could pass the 4,300 int() converts (a traceback in the audit).
+MAX_TAG = 128
+
+
 def parse_version(text: str) -> Version | None:
     """`v1.10.0`, `1.10.0`, `v1.10.0-rc.1` -> a Version; anything else -> None."""
+    if len(text) > MAX_TAG:
+        return None
     match = _TAG.fullmatch(text)
     if match is None:
         return None

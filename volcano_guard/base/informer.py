@@ -178,13 +178,18 @@ class Informer(Generic[T]):
             return version
         key = self._key(obj)
         item = None if kind == "DELETED" else self._extract(obj)
+        # A change the projection does not keep (a Queue's status, written by Volcano over and
+        # over) publishes nothing: a snapshot is a copy of every item (2 ms at 100,000), and a
+        # new one makes readers rebuild what they derive from it (the Queue policy's index).
+        unchanged = self._snapshots and item is not None and self._items.get(key) == item
         if item is None:
             self._items.pop(key, None)
         else:
             self._items[key] = item if self._snapshots else None
         if self._on_change is not None:
             self._on_change(key, item)
-        self._publish(version)
+        if not unchanged:
+            self._publish(version)
         return version
 
     def _publish(self, version: str) -> None:

@@ -15,6 +15,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, get_args
@@ -58,6 +59,8 @@ from volcano_guard.webhook.evaluation import (
 )
 from volcano_guard.webhook.metrics import ADMISSION_DURATION, ADMISSION_ERRORS, admission_counter
 from volcano_guard.webhook.policies.base import PolicyContext
+from volcano_guard.webhook.policies.queues import HIERARCHY_POLICY
+from volcano_guard.webhook.registrations import TIMEOUT_SECONDS
 from volcano_guard.webhook.workloads import ObjectShapeError
 
 log = logging.getLogger("volcano_guard.webhook")
@@ -70,9 +73,24 @@ OTHER_FILES = 256  # beside its connections: listeners, the caches' connections,
 # a 7 MiB one costs ~100 MiB decoded, so one at a time keeps a worker far under its memory limit.
 LARGE_BODY = 256 * 1024
 LARGE_REVIEWS_AT_ONCE = 1
+# Kinds whose decision walks a whole cache (a Queue: its hierarchy, up to ~1 s among 100,000
+# queues) are judged in a thread, one at a time: on the loop they would stall every pod's
+# review for as long (docs/decisions/security.md, "Queue requests").
+CACHE_WALKS = HIERARCHY_POLICY.kinds or frozenset()
+# How long such a review waits for its turn: the API server gives up after its timeoutSeconds,
+# and a forged flood of them would otherwise queue decisions nobody waits for.
+WALK_WAIT = float(TIMEOUT_SECONDS)
 # An answer larger than the API server's own request-body limit (3 MiB, MaxRequestBodyBytes)
 # would patch an object past what it stores: refused instead of sent.
 MAX_ANSWER_BYTES = 3 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Slots:
+    """What runs one at a time off the loop: a large review, a cache walk (CACHE_WALKS)."""
+
+    large: asyncio.Semaphore
+    walk: asyncio.Semaphore
 
 
 class InFlight:
@@ -172,11 +190,12 @@ def create_app(
     drain = drain or Drain()
     app = web.Application(client_max_size=config.maxRequestBytes + 1)
     in_flight = app[IN_FLIGHT_KEY] = InFlight()
-    large = asyncio.Semaphore(LARGE_REVIEWS_AT_ONCE)  # shared by /mutate and /validate
+    # shared by /mutate and /validate: one large review, one cache walk at a time
+    slots = Slots(asyncio.Semaphore(LARGE_REVIEWS_AT_ONCE), asyncio.Semaphore(1))
     for phase in get_args(Phase):
         app.router.add_post(
             f"/{phase}",
-            _handler(phase, config.maxRequestBytes, live, caches, in_flight, large, drain),
+            _handler(phase, config.maxRequestBytes, live, caches, in_flight, slots, drain),
         )
     add_probes(app, caches.ready, _reasons(unready_because, caches, drain))
     return app
@@ -196,7 +215,7 @@ def _handler(
     live: LiveConfig,
     caches: Caches,
     in_flight: InFlight,
-    large: asyncio.Semaphore,
+    slots: Slots,
     drain: Drain,
 ) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
@@ -204,7 +223,7 @@ def _handler(
         # much as a policy on every request (bench/admission_load.py).
         in_flight.enter()
         try:
-            response = await _answer(request, phase, limit, live, caches, large)
+            response = await _answer(request, phase, limit, live, caches, slots)
         except ConnectionResetError:
             # The peer left, or its connection was closed for a deadline or a newcomer:
             # nobody to answer. Left to aiohttp, a traceback per connection: a stranger's
@@ -225,29 +244,37 @@ async def _answer(
     limit: int,
     live: LiveConfig,
     caches: Caches,
-    large: asyncio.Semaphore,
+    slots: Slots,
 ) -> web.StreamResponse:
     try:
         check_headers(request, limit)
         source = request.remote or ""  # whose turn a live lookup takes (lookup_slots.py)
         if is_small(request):  # every review the API server sends in practice: on the loop
             body = await read_body(request, limit)
-            return await _judge(body, phase, live, caches, source, on_loop=True)
-        async with large:  # one large review decoded at a time, its body read only then
+            return await _judge(body, phase, live, caches, source, slots)
+        async with slots.large:  # one large review decoded at a time, its body read only then
             body = await read_body(request, limit)
-            return await _judge(body, phase, live, caches, source, on_loop=False)
+            return await _judge(body, phase, live, caches, source, None)
     except RequestError as exc:
         ADMISSION_ERRORS.labels(reason=exc.reason).inc()
         return status_response(exc.status, exc.message)
 
 
 async def _judge(
-    body: bytes, phase: Phase, live: LiveConfig, caches: Caches, source: str, *, on_loop: bool
+    body: bytes,
+    phase: Phase,
+    live: LiveConfig,
+    caches: Caches,
+    source: str,
+    slots: Slots | None,
 ) -> web.Response:
-    """Decode, look up what the policies need, decide, encode. A large body is decoded and
-    judged in a thread: a 7 MiB review costs about a second of Python, which on the loop
-    would stall every other caller for as long (docs/decisions/webhook.md)."""
+    """Decode, look up what the policies need, decide, encode. A large body (slots None: its
+    slot is held) is decoded and judged in a thread: a 7 MiB review costs about a second of
+    Python, which on the loop would stall every other caller for as long
+    (docs/decisions/webhook.md); a small one of a kind in CACHE_WALKS is judged in a thread
+    once it holds slots.walk."""
     started = time.perf_counter()
+    on_loop = slots is not None
     if on_loop:
         review_request = parse_review(body)
     else:
@@ -263,12 +290,28 @@ async def _judge(
         if lookup.wanted(review_request, snapshots):  # the rare requests that list live
             listed[lookup] = await caches.live_list(lookup, review_request.namespace, source)
     context = PolicyContext(served.config, snapshots, listed)
-    if on_loop:
+    if slots is not None and (kind.group, kind.kind) in CACHE_WALKS:
+        await _take_turn(slots.walk)
+        try:
+            encoded = await asyncio.to_thread(answer_bytes, phase, review_request, context, checks)
+        finally:
+            slots.walk.release()
+    elif on_loop:
         encoded = answer_bytes(phase, review_request, context, checks)
     else:
         encoded = await asyncio.to_thread(answer_bytes, phase, review_request, context, checks)
     ADMISSION_DURATION.observe(time.perf_counter() - started)
     return web.Response(body=encoded, content_type="application/json")
+
+
+async def _take_turn(walk: asyncio.Semaphore) -> None:
+    """The walk slot within WALK_WAIT, else 429: the API server has given up by then."""
+    try:
+        await asyncio.wait_for(walk.acquire(), WALK_WAIT)
+    except TimeoutError:
+        raise RequestError(
+            429, "busy", f"other Queue reviews held the webhook for {WALK_WAIT:g} s; retry"
+        ) from None
 
 
 def answer_bytes(

@@ -27,9 +27,11 @@ judge each Queue through the registry as a CREATE; its config section, for the c
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from decimal import ROUND_CEILING, Decimal
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -102,6 +104,9 @@ class QueueRecord(msgspec.Struct, frozen=True):
     capability: dict[str, Any] = msgspec.field(default_factory=dict)
     deserved: dict[str, Any] = msgspec.field(default_factory=dict)
     guarantee: dict[str, Any] = msgspec.field(default_factory=dict)
+    # each of FIELDS as Volcano counts it (units_of): once, when the Queue enters the cache,
+    # not once a decision that reads it; () for a record built without (then counted on use)
+    units: tuple[dict[str, Decimal], ...] = ()
 
     def field(self, name: str) -> dict[str, Any]:
         """One of FIELDS by name."""
@@ -112,12 +117,16 @@ class QueueRecord(msgspec.Struct, frozen=True):
 def queue_record(obj: dict[str, Any]) -> QueueRecord:
     spec = object_at(obj, "spec")
     name, parent = object_at(obj, "metadata").get("name"), spec.get("parent")
-    return QueueRecord(
-        name if isinstance(name, str) else "",
-        parent if isinstance(parent, str) else "",
+    lists = (
         _resources(spec.get("capability")),
         _resources(spec.get("deserved")),
         _resources(object_at(spec, "guarantee").get("resource")),
+    )
+    return QueueRecord(
+        name if isinstance(name, str) else "",
+        parent if isinstance(parent, str) else "",
+        *lists,
+        tuple(_counted(field, values) for field, values in zip(FIELDS, lists, strict=True)),
     )
 
 
@@ -129,7 +138,19 @@ def _resources(value: Any) -> dict[str, Any]:
     return {str(key): raw for key, raw in value.items() if isinstance(raw, str | int | float)}
 
 
-QUEUES = WatchedList("queues", "Queue", queue_record, QUEUE[0], "v1beta1")
+def cached_queue(obj: dict[str, Any]) -> QueueRecord:
+    """What the webhook's cache keeps of a Queue: its counts without the lists as written,
+    which only the queue judged is read for (its messages, its order): 100,000 queues keep
+    ~60 MiB, not ~130 (each quantity's count is one Decimal shared by all who write it)."""
+    record = queue_record(obj)
+    return QueueRecord(record.name, record.parent, _NONE, _NONE, _NONE, record.units)
+
+
+# The lists cached_queue leaves out, and every empty count: one empty dict for all, unwritten.
+_NONE: dict[str, Any] = {}
+
+
+QUEUES = WatchedList("queues", "Queue", cached_queue, QUEUE[0], "v1beta1")
 
 
 def is_queue(request: AdmissionRequest) -> bool:
@@ -221,26 +242,59 @@ def volcano_units(resource: str, quantity: Decimal) -> Decimal | None:
     """How Volcano counts quantity of resource (api.NewResource): MilliValue for cpu,
     ephemeral-storage and scalar resources, Value for memory and pods (both round up); None
     for what it does not count (count/ quotas, other names)."""
+    scale = _scale(resource)
+    return None if scale is None else _scaled(quantity, scale)
+
+
+@lru_cache(maxsize=4096)  # the same few names in every queue
+def _scale(resource: str) -> int | None:
+    """1000 for the resources Volcano counts in milli-units, 1 for units, None: not counted."""
     if resource in ("memory", "pods"):
-        scaled = quantity
-    elif resource in ("cpu", "ephemeral-storage") or (
+        return 1
+    if resource in ("cpu", "ephemeral-storage") or (
         not resource.startswith("count/") and _is_scalar(resource)
     ):
-        scaled = EXACT.multiply(quantity, Decimal(1000))
-    else:
-        return None
+        return 1000
+    return None
+
+
+def _scaled(quantity: Decimal, scale: int) -> Decimal:
+    scaled = EXACT.multiply(quantity, Decimal(scale)) if scale != 1 else quantity
     return scaled.to_integral_value(rounding=ROUND_CEILING, context=EXACT)
+
+
+# One Decimal for each quantity text and scale, shared by every queue that writes it: the
+# cache keeps each queue's counts, and 100,000 queues of "1" and "1Gi" need a handful.
+@lru_cache(maxsize=4096, typed=True)  # typed: True is not the quantity 1
+def _units(raw: Any, scale: int) -> Decimal | None:
+    quantity = _quantity(raw)
+    return None if quantity is None else _scaled(quantity, scale)
 
 
 def counted(values: Mapping[str, Any]) -> dict[str, Decimal]:
     """A resource list as Volcano counts it; what does not parse is left out."""
     found: dict[str, Decimal] = {}
     for resource, raw in values.items():
-        quantity = _quantity(raw)
-        units = volcano_units(resource, quantity) if quantity is not None else None
+        scale = _scale(resource)
+        units = None if scale is None else _units(raw, scale)
         if units is not None:
             found[resource] = units
     return found
+
+
+def units_of(record: QueueRecord, field: str) -> Mapping[str, Decimal]:
+    """counted(record.field(field)), as queue_record keeps it: the capability's resources
+    above 0 only (the hierarchy reads no other)."""
+    if record.units:
+        return record.units[FIELDS.index(field)]
+    return _counted(field, record.field(field))
+
+
+def _counted(field: str, values: Mapping[str, Any]) -> dict[str, Decimal]:
+    if not values:
+        return _NONE
+    found = counted(values)
+    return {r: units for r, units in found.items() if units > 0} if field == FIELDS[0] else found
 
 
 def shown_units(resource: str, units: Decimal) -> str:
@@ -270,7 +324,8 @@ def _exceeded(limit: Mapping[str, Decimal], total: Mapping[str, Decimal]) -> lis
     the total (absent counts 0); any other resource the total names and the limit does not,
     or that the limit holds less of."""
     found = [r for r in ("cpu", "memory") if limit.get(r, 0) < total.get(r, 0)]
-    scalars = [r for r in {**limit, **total} if r not in ("cpu", "memory")]
+    # by name: the same order however the total was summed (once a snapshot, or again)
+    scalars = sorted(r for r in {**limit, **total} if r not in ("cpu", "memory"))
     return found + [
         r for r in scalars if (r in total and r not in limit) or limit.get(r, 0) < total.get(r, 0)
     ]
@@ -281,25 +336,130 @@ def _positive(values: Mapping[str, Decimal]) -> list[str]:
     return [resource for resource, units in values.items() if units > 0]
 
 
+class ChildrenIndex:
+    """One snapshot's queues by parent name (each list by name), and the sums of their
+    guarantees and deserved by parent, each summed when first asked."""
+
+    def __init__(self, queues: Mapping[str, QueueRecord]) -> None:
+        self.children: dict[str, list[QueueRecord]] = {}
+        for name in sorted(queues):
+            record = queues[name]
+            self.children.setdefault(record.parent, []).append(record)
+        self._sums: dict[tuple[str, str], dict[str, Decimal]] = {}
+        self._ends: dict[str, bool] = {}
+
+    def ends(self, name: str, queues: Mapping[str, QueueRecord]) -> bool:
+        """name's parent chain in the snapshot reaches the root or a queue missing from it,
+        without a loop; remembered for every queue on the way, so `check` and the audit,
+        judging every queue of a chain 4,000 deep, walk it once, not once a queue."""
+        path: list[str] = []
+        current, ended = name, True
+        while current not in self._ends:
+            record = queues.get(current)
+            if record is None:
+                break
+            if current in path:
+                ended = False
+                break
+            path.append(current)
+            if record.parent in ("", ROOT):
+                ended = record.parent != current  # the root queue as its own parent loops
+                break
+            current = record.parent
+        else:
+            ended = self._ends[current]
+        for seen in path:
+            self._ends[seen] = ended
+        return ended
+
+    def sums(self, parent: str, field: str) -> dict[str, Decimal]:
+        found = self._sums.get((parent, field))
+        if found is None:
+            found = self._sums[(parent, field)] = summed(self.children.get(parent, []), field)
+        return found
+
+
+def summed(records: Iterable[QueueRecord], field: str) -> dict[str, Decimal]:
+    """The units of field summed over records, each resource any of them names."""
+    total: dict[str, Decimal] = {}
+    for record in records:
+        for resource, units in units_of(record, field).items():
+            total[resource] = EXACT.add(total.get(resource, Decimal(0)), units)
+    return total
+
+
+# The index of the last snapshot a decision read: the informer publishes a new mapping on each
+# change, and `check` and the audit judge every Queue against one. One entry: tuple assignment
+# is atomic, so decisions in threads at worst build it twice.
+_last_index: tuple[Mapping[str, QueueRecord], ChildrenIndex] | None = None
+
+
+def children_index(queues: Mapping[str, QueueRecord]) -> ChildrenIndex:
+    """The index of queues, built once a snapshot."""
+    global _last_index
+    last = _last_index
+    if last is not None and last[0] is queues:
+        return last[1]
+    index = ChildrenIndex(queues)
+    _last_index = (queues, index)
+    return index
+
+
 class Hierarchy:
     """The cached queues as one decision reads them: by name and by parent, the queue judged
-    taking its place (its cached version is the one it replaces)."""
+    taking its place (its cached version is the one it replaces). The index by parent is built
+    once a snapshot (children_index), not once a decision: with 100,000 queues a copy and a
+    sort cost ~60 ms, which every Queue request, and `check` once a Queue, paid. The walks
+    below visit a queue once for all resources: a decision costs the queues it reads, not
+    that times the resources they name."""
 
     def __init__(self, queue: QueueRecord, queues: Mapping[str, QueueRecord]) -> None:
         self.queue = queue
-        self.by_name = {name: q for name, q in queues.items() if name != queue.name}
-        self.by_name[queue.name] = queue
-        self.children: dict[str, list[QueueRecord]] = {}
-        for name in sorted(self.by_name):
-            record = self.by_name[name]
-            self.children.setdefault(record.parent, []).append(record)
+        self._queues = queues
+        self._replaced = queues.get(queue.name)
+        self._index = children_index(queues)
+
+    def get(self, name: str) -> QueueRecord | None:
+        return self.queue if name == self.queue.name else self._queues.get(name)
+
+    def children(self, name: str) -> list[QueueRecord]:
+        """The queues whose parent is name, by name; only the lists the judged queue leaves or
+        joins are copied."""
+        listed = self._index.children.get(name, [])
+        if not self._leaves(name) and self.queue.parent != name:
+            return listed
+        found = [record for record in listed if record is not self._replaced]
+        if self.queue.parent == name:
+            bisect.insort(found, self.queue, key=lambda record: record.name)
+        return found
+
+    def _leaves(self, name: str) -> bool:
+        """The judged queue's cached version is a child of name."""
+        return self._replaced is not None and self._replaced.parent == name
+
+    def child_sums(self, name: str, field: str) -> dict[str, Decimal]:
+        """summed(self.children(name), field): from the snapshot's sums where the judged queue
+        left name's children as they were (`check`, the audit: it is the cached one) or joins
+        them (a CREATE), one sum a snapshot; summed again where it replaces one of them."""
+        unchanged = self._replaced == self.queue
+        if self._leaves(name) and not unchanged:
+            return summed(self.children(name), field)
+        cached = self._index.sums(name, field)
+        if self.queue.parent != name or unchanged:
+            return cached
+        units = tuple(cached if name == field else _NONE for name in FIELDS)
+        return summed((QueueRecord(units=units), self.queue), field)
+
+    def capability(self, record: QueueRecord) -> Mapping[str, Decimal]:
+        """The resources record's capability sets above 0, as Volcano counts them."""
+        return units_of(record, "capability")
 
     def ancestors(self) -> Iterator[QueueRecord]:
         """The queue's parent, its parent's, ... up to the root, a queue missing from the
         cache, or a queue already seen (a loop): at most one step a cached queue."""
         seen, parent = {self.queue.name}, self.queue.parent
         while parent not in ("", ROOT) and parent not in seen:
-            record = self.by_name.get(parent)
+            record = self.get(parent)
             if record is None:
                 return
             seen.add(parent)
@@ -309,29 +469,65 @@ class Hierarchy:
     def loop(self) -> list[str] | None:
         """The names from the queue up its parent chain to the first one seen twice, when the
         chain loops (through the queue itself or above it); None when it ends."""
+        if self._replaced == self.queue and self._index.ends(self.queue.name, self._queues):
+            return None  # as cached (`check`, the audit), and the snapshot's chain ends
         chain = [self.queue.name, *(record.name for record in self.ancestors())]
-        last = self.by_name.get(chain[-1])
+        last = self.get(chain[-1])
         end = last.parent if last is not None else ""
         return [*chain, end] if end in chain else None
 
-    def subtree_max(self, top: QueueRecord, resource: str) -> tuple[Decimal, str]:
-        """findSubtreeMaxCapability: top's capability of resource when above 0, else the
-        largest of its children's subtrees'; with the queue that sets it. Each queue is
-        visited once, the judged one never (it is the subtree's parent)."""
-        best, holder = Decimal(0), ""
-        pending, seen = [top], {self.queue.name}
-        while pending:
-            record = pending.pop()
-            if record.name in seen:
+    def nearest_limits(self, resources: Iterable[str]) -> dict[str, QueueRecord]:
+        """For each of resources, the nearest ancestor whose capability sets it above 0 (none:
+        left out). One pass up the chain; each ancestor costs the resources it names."""
+        pending: set[str] = set(resources)
+        found: dict[str, QueueRecord] = {}
+        for ancestor in self.ancestors():
+            if not pending:
+                break
+            limits = self.capability(ancestor)
+            settled = pending & limits.keys() if len(pending) < len(limits) else limits.keys()
+            for resource in [r for r in settled if r in pending]:
+                pending.discard(resource)
+                found[resource] = ancestor
+        return found
+
+    def subtree_max(
+        self, tops: Iterable[QueueRecord], resources: Iterable[str]
+    ) -> dict[str, tuple[Decimal, str]]:
+        """findSubtreeMaxCapability for each of resources, the largest over tops: a queue's
+        capability of a resource when above 0, else the largest of its children's subtrees';
+        with the queue that sets it. One walk for all resources: a queue's capability counts
+        for a resource unless a queue above it (below the judged one) sets it, which `blocked`
+        counts along the path; below a queue where every resource is set (`covered`), nothing
+        is read, as Volcano's walk stops there. Each queue is visited once, the judged one
+        never (it is the subtree's parent); ties go to the queue Volcano's order finds first."""
+        wanted = set(resources)
+        best: dict[str, tuple[Decimal, str]] = {}
+        blocked: dict[str, int] = {}
+        covered = 0  # resources of wanted set by a queue on the path
+        seen = {self.queue.name}
+        pending: list[tuple[QueueRecord, bool]] = [(top, False) for top in reversed(list(tops))]
+        while pending and wanted:
+            record, leaving = pending.pop()
+            if not leaving and record.name in seen:
                 continue
             seen.add(record.name)
-            units = counted(record.capability).get(resource, Decimal(0))
-            if units > 0:
-                if units > best:
-                    best, holder = units, record.name
+            limits = self.capability(record)
+            setting = [(r, limits[r]) for r in limits if r in wanted]
+            if leaving:
+                for resource, _ in setting:
+                    blocked[resource] -= 1
+                    covered -= not blocked[resource]
                 continue
-            pending.extend(self.children.get(record.name, ()))
-        return best, holder
+            for resource, units in setting:
+                if not blocked.get(resource) and units > best.get(resource, (0, ""))[0]:
+                    best[resource] = (units, record.name)
+                covered += not blocked.get(resource)
+                blocked[resource] = blocked.get(resource, 0) + 1
+            pending.append((record, True))
+            if covered < len(wanted):
+                pending.extend((child, False) for child in self.children(record.name))
+        return best
 
 
 def hierarchy_problems(
@@ -345,6 +541,10 @@ def hierarchy_problems(
     first (nothing else is judged on one; judge_loops false: an UPDATE that keeps its parent
     made no loop, and is not refused for one), then v1.15.1's checks but for the root queue.
     parents_known false: a parent missing from queues is not judged."""
+    if queue.name == ROOT and queue.parent not in ("", ROOT):
+        # Every parent chain ends at the root: a parent on it loops back, whether or not the
+        # chain above the parent names the root (no parent counts as the root's child).
+        return [_root_problem(described, queue)] if judge_loops else []
     hierarchy = Hierarchy(queue, queues)
     loop = hierarchy.loop()
     if loop is not None:
@@ -353,7 +553,7 @@ def hierarchy_problems(
         return []
     found: list[str] = []
     if queue.parent not in ("", ROOT):
-        parent = hierarchy.by_name.get(queue.parent)
+        parent = hierarchy.get(queue.parent)
         if parent is None:
             if not parents_known:
                 return []
@@ -362,16 +562,36 @@ def hierarchy_problems(
                 "(if it was just created, retry)"
             ]
         found += _against_ancestors(described, hierarchy)
-        found += _sums(described, queue, parent, hierarchy.children.get(parent.name, []), False)
-    children = [c for c in hierarchy.children.get(queue.name, []) if c.name != queue.name]
+        found += _sums(described, hierarchy, parent, False)
+    children = [c for c in hierarchy.children(queue.name) if c.name != queue.name]
     if children:
         found += _against_descendants(described, hierarchy, children)
-        found += _sums(described, queue, queue, children, True)
+        found += _sums(described, hierarchy, queue, True)
     return found
 
 
+# A loop's path in a message: its first and last names, the rest counted. A loop through a
+# cache of 20,000 long names, named in full, was a 5 MB message: an answer past the size cap.
+LOOP_SHOWN = (5, 3)
+
+
+def _loop_path(loop: list[str]) -> str:
+    first, last = LOOP_SHOWN
+    names = [f'"{name}"' for name in loop]
+    if len(names) > first + last + 1:
+        names = [*names[:first], f"... {len(names) - first - last:,} more ...", *names[-last:]]
+    return " -> ".join(names)
+
+
+def _root_problem(described: str, queue: QueueRecord) -> str:
+    return (
+        f'{described}: the root queue cannot have a parent ("{queue.parent}"): every queue\'s '
+        "parent chain ends at the root, so any parent makes a cycle; remove spec.parent"
+    )
+
+
 def _loop_problem(described: str, queue: QueueRecord, loop: list[str]) -> str:
-    path = " -> ".join(f'"{name}"' for name in loop)
+    path = _loop_path(loop)
     if loop[-1] == queue.name:
         return (
             f'{described}: parent "{queue.parent}" makes a cycle ({path}): a queue cannot be its '
@@ -387,20 +607,20 @@ def _against_ancestors(described: str, hierarchy: Hierarchy) -> list[str]:
     """validateChildAgainstAncestor: each resource of the queue's capability within the
     capability of the nearest ancestor that sets it above 0."""
     found = []
-    own = counted(hierarchy.queue.capability)
+    own = hierarchy.capability(hierarchy.queue)
+    nearest = hierarchy.nearest_limits(_positive(own))
     for resource in _positive(own):
-        for ancestor in hierarchy.ancestors():
-            limit = counted(ancestor.capability).get(resource, Decimal(0))
-            if limit <= 0:
-                continue
-            if own[resource] > limit:
-                found.append(
-                    f"{described}: capability {resource} {shown_units(resource, own[resource])} "
-                    f"is more than the capability {resource} {shown_units(resource, limit)} of "
-                    f'its ancestor queue "{ancestor.name}"; a child queue cannot have more '
-                    "capability than its ancestors"
-                )
-            break
+        ancestor = nearest.get(resource)
+        if ancestor is None:
+            continue
+        limit = hierarchy.capability(ancestor)[resource]
+        if own[resource] > limit:
+            found.append(
+                f"{described}: capability {resource} {shown_units(resource, own[resource])} "
+                f"is more than the capability {resource} {shown_units(resource, limit)} of "
+                f'its ancestor queue "{ancestor.name}"; a child queue cannot have more '
+                "capability than its ancestors"
+            )
     return found
 
 
@@ -410,12 +630,10 @@ def _against_descendants(
     """validateChildrenConstraints, capability: each resource of the queue's capability at
     least the largest capability of it in its children's subtrees."""
     found = []
-    own = counted(hierarchy.queue.capability)
+    own = hierarchy.capability(hierarchy.queue)
+    largest = hierarchy.subtree_max(children, _positive(own))
     for resource in _positive(own):
-        best, holder = max(
-            (hierarchy.subtree_max(child, resource) for child in children),
-            key=lambda pair: pair[0],
-        )
+        best, holder = largest.get(resource, (Decimal(0), ""))
         if own[resource] < best:
             found.append(
                 f"{described}: capability {resource} {shown_units(resource, own[resource])} is "
@@ -426,25 +644,15 @@ def _against_descendants(
     return found
 
 
-def _sums(
-    described: str,
-    queue: QueueRecord,
-    parent: QueueRecord,
-    children: list[QueueRecord],
-    as_parent: bool,
-) -> list[str]:
+def _sums(described: str, hierarchy: Hierarchy, parent: QueueRecord, as_parent: bool) -> list[str]:
     """validateSiblingsSum (the queue among its parent's children) and
     validateChildrenConstraints (the queue as the parent): the children's guarantees, then
     their deserved, summed, within the parent's. Volcano stops at the first child whose running
     sum passes; with quantities >= 0 (queueResources) that is the same outcome as the sum."""
     found = []
-    members = children if as_parent else [c for c in children if c.name != queue.name] + [queue]
     for field in ("guarantee", "deserved"):
-        total: dict[str, Decimal] = {}
-        for member in members:
-            for resource, units in counted(member.field(field)).items():
-                total[resource] = EXACT.add(total.get(resource, Decimal(0)), units)
-        limit = counted(parent.field(field))
+        total = hierarchy.child_sums(parent.name, field)
+        limit = units_of(parent, field)
         for resource in _exceeded(limit, total):
             summed = shown_units(resource, total.get(resource, Decimal(0)))
             whose, owner = ("it", "its") if as_parent else ("the parent", "the parent's")
