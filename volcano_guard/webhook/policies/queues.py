@@ -22,7 +22,8 @@ resources are not counted); decisions follow docs/decisions/policies.md. The
 Outside this module the guard uses only what __all__ lists: the two Policy objects, for the
 registry (webhook.evaluation); QUEUES and queue_record, for the audit and `check` to build the
 Queue snapshot as the cache does (MANIFESTS_ONLY marks one built from manifests alone), then
-judge each Queue through the registry as a CREATE; its config section, for the config.
+judge each Queue through the registry as a CREATE (`check` tells a Queue by is_queue); its
+config section, for the config.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ __all__ = [
     "QUEUES",
     "RESOURCES_POLICY",
     "QueuesConfig",
+    "is_queue",
     "queue_record",
 ]
 
