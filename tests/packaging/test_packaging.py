@@ -174,7 +174,11 @@ def test_the_build_stage_copies_every_file_of_the_package_and_nothing_else(image
 
 @pytest.mark.parametrize(
     "copied",
-    [source for sources, _ in build_stage_copies(DOCKERFILE.read_text()) for source in sources],
+    [
+        pytest.param(source, marks=() if source == "volcano_guard" else pytest.mark.slow)
+        for sources, _ in build_stage_copies(DOCKERFILE.read_text())
+        for source in sources
+    ],
 )
 def test_a_build_stage_without_one_of_its_copies_is_caught(tmp_path, copied):
     dockerfile = DOCKERFILE.read_text()

@@ -99,6 +99,7 @@ def test_what_a_1_30_policy_cannot_write_the_sandbox_refuses():
     assert {r.got for r in not_modelled} == {"refused when written"}
 
 
+@pytest.mark.slow  # it runs every table again (8 s); the tests above hold each case
 def test_conformance_command_prints_the_figures_per_file_and_the_failures(capsys):
     root = upstream_root()
     if root is None:
