@@ -109,7 +109,7 @@ async def throughput(seconds: float) -> None:
         queue["metadata"].pop("resourceVersion")
 
         def status_body(worker: int, n: int) -> bytes:
-            queue["status"] = {"allocated": {"cpu": f"{worker}-{n}"}}
+            queue["status"] = {"allocated": {"cpu": str(worker * 1000 + n)}}  # a quantity
             return json.dumps(queue).encode()
 
         get_rps = await load(

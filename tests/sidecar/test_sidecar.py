@@ -293,7 +293,7 @@ async def test_many_writers_on_many_objects_converge_exactly(make_env):
     async def writer(w):
         for n in range(25):
             name = names[(w * 7 + n) % len(names)]
-            value = f"{w}-{n}"
+            value = str(w * 1000 + n)  # unique, and a quantity, as the CRD requires
             await env.via(
                 "PUT",
                 f"{Q}/{name}/status",
