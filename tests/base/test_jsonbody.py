@@ -74,6 +74,26 @@ def test_decode_yaml_reads_an_apply_patch():
     }
 
 
+def test_decode_yaml_gives_the_json_values_kubernetes_yaml_decoder_gives():
+    # sigs.k8s.io/yaml: go-yaml v2 into interface{} keeps a timestamp-like scalar a string,
+    # resolves an integer past 64 bits as a float; convertToJSONableObject makes keys strings.
+    body = b"day: 2026-01-01\nat: 2026-11-27T11:52:54Z\n1: one\nbig: 1180591620717411303424\n"
+    assert decode_yaml(body) == {
+        "day": "2026-01-01",
+        "at": "2026-11-27T11:52:54Z",
+        "1": "one",
+        "big": 1.1805916207174113e21,
+    }
+
+
+@pytest.mark.parametrize(
+    "value", [b".nan", b"-.inf", b"!!binary aGVsbG8=", b"!!timestamp 2026-01-01"]
+)
+def test_decode_yaml_refuses_a_value_json_has_no_form_for(value):
+    with pytest.raises(BodyError, match="JSON cannot"):
+        decode_yaml(b"a: " + value)
+
+
 @pytest.mark.parametrize(
     ("body", "needle"),
     [

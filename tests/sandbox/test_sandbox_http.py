@@ -152,6 +152,20 @@ async def test_apply_patch_without_field_manager_and_bad_json_patch_are_422(box)
     assert status == 422
 
 
+async def test_an_apply_in_yaml_is_read_as_kubernetes_reads_it_never_a_500(box):
+    """An unquoted date stays a string (Kubernetes' go-yaml v2 into interface{}); a value
+    JSON has no form for is a bad request, where it used to be a 500."""
+    configmap = "/api/v1/namespaces/team-a/configmaps/c?fieldManager=me"
+    apply = "application/apply-patch+yaml"
+    body = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {day: 2026-01-01}\n"
+    status, answer = await call(box, "PATCH", configmap, body, apply)
+    assert status == 201 and answer["data"] == {"day": "2026-01-01"}, answer
+    status, answer = await call(
+        box, "PATCH", configmap, body.replace(b"2026-01-01", b".nan"), apply
+    )
+    assert status == 400 and "JSON cannot" in answer["message"], answer
+
+
 async def test_watch_sends_bookmarks_when_allowed_and_ends_on_timeout(box):
     async with box.http.get(f"{Q}?watch=1&allowWatchBookmarks=true&timeoutSeconds=1") as resp:
         lines = [json.loads(line) async for line in resp.content]

@@ -329,6 +329,24 @@ async def test_server_side_apply_of_status_is_coalesced_newest_per_manager(make_
     assert final["status"] == {"pending": 4}  # running dropped by the newer apply
 
 
+async def test_an_apply_in_yaml_is_read_as_kubernetes_reads_it_never_a_500(make_env):
+    """An unquoted date in YAML is a string to Kubernetes' decoder (go-yaml v2 into
+    interface{}), not a timestamp; a value JSON has no form for is the client's error."""
+    env = await make_env()
+    await env.via("GET", f"{Q}/q1")
+    path = f"{env.sidecar.url}{Q}/q1/status?fieldManager=volcano-controller&force=true"
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+    async with env.session.patch(
+        path, headers=headers, data="status:\n  reservation: {nodes: [2026-01-01]}\n"
+    ) as r:
+        assert r.status == 200, await r.text()
+    async with env.session.patch(path, headers=headers, data="status:\n  pending: .nan\n") as r:
+        assert r.status == 400 and "JSON cannot" in (await r.json())["message"]
+    await env.settle()
+    _, final, _ = await env.direct("GET", f"{Q}/q1")
+    assert final["status"]["reservation"] == {"nodes": ["2026-01-01"]}  # a node so named
+
+
 async def test_volcano_1_11_writers_the_schedulers_stale_put_and_the_controllers_apply_both_land(
     make_env,
 ):

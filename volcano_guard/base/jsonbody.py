@@ -9,8 +9,10 @@ MAX_DEPTH, as Python's recursion limit is 1,000 frames.
 
 from __future__ import annotations
 
+import json
+import re
 import reprlib
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import yaml
@@ -39,16 +41,36 @@ def decode(body: bytes, *, max_depth: int | None = MAX_DEPTH) -> Any:
 
 
 def decode_yaml(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
-    """Decode a YAML document (a server-side apply patch), refusing nesting deeper than
-    max_depth and aliases that expand it to more values than it has bytes (a JSON-like
-    document without aliases has fewer): its consumers walk and re-encode it in full."""
+    """Decode a YAML document (a server-side apply patch) into what JSON holds, as
+    kube-apiserver's sigs.k8s.io/yaml does: timestamps stay strings, keys become strings,
+    integers past 64 bits become floats. Refuses nesting deeper than max_depth, aliases that
+    expand it to more values than it has bytes (a JSON-like document without aliases has
+    fewer: its consumers walk and re-encode it in full), and values JSON has no form for
+    (NaN, infinities, binary)."""
     try:
-        document = yaml.safe_load(body)
+        document = yaml.load(body, Loader=_JsonLikeLoader)  # a SafeLoader
     except RecursionError:  # the parser recurses once a level
         raise BodyError(f"YAML is nested deeper than {max_depth:,} levels") from None
     except yaml.YAMLError as exc:
         raise BodyError(f"body is not valid YAML: {exc}") from None
-    budget = max(len(body), 1)
+    _check_expansion(document, max(len(body), 1), max_depth)
+    try:
+        return orjson.loads(json.dumps(document, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise BodyError(f"YAML holds a value JSON cannot: {exc}") from None
+
+
+class _JsonLikeLoader(yaml.SafeLoader):
+    """SafeLoader without the timestamp resolver: a plain 2026-01-01 is the string it reads
+    as, which is what Kubernetes' YAML decoder (go-yaml v2 into interface{}) gives too."""
+
+    yaml_implicit_resolvers: ClassVar[dict[Any, list[tuple[str, re.Pattern[str]]]]] = {
+        first: [(tag, regexp) for tag, regexp in resolvers if not tag.endswith(":timestamp")]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+
+def _check_expansion(document: Any, budget: int, max_depth: int) -> None:
     stack: list[tuple[Any, int]] = [(document, 1)]
     while stack:  # iterative: an aliased cycle or deep nesting ends at a limit, not a crash
         value, depth = stack.pop()
@@ -62,7 +84,6 @@ def decode_yaml(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         stack.extend(
             (item, depth + 1) for item in (value.values() if isinstance(value, dict) else value)
         )
-    return document
 
 
 def object_at(obj: dict[str, Any], key: str) -> dict[str, Any]:

@@ -18,10 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import yaml
 from aiohttp import web
 
-from volcano_guard.base.jsonbody import BodyError, decode
+from volcano_guard.base.jsonbody import BodyError, decode, decode_yaml
 from volcano_guard.base.status import status_body, status_response
 from volcano_guard_sandbox.apiserver import (
     apply,
@@ -554,9 +553,9 @@ async def _body(request: web.Request, optional: bool = False, apply_patch: bool 
     media_type = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
     if apply_patch:
         try:
-            return yaml.safe_load(data)
-        except yaml.YAMLError as exc:
-            raise ApiError(400, "BadRequest", f"the apply patch is not YAML: {exc}") from None
+            return decode_yaml(data)
+        except BodyError as exc:
+            raise ApiError(400, "BadRequest", f"the apply patch is refused: {exc}") from None
     try:
         if media_type == protobuf.MEDIA_TYPE:
             return protobuf.decode(data)[1]
