@@ -264,24 +264,24 @@ def _validate_object(
 
 
 def _scalar_errors(schema: Schema, value: Any, path: str) -> Iterator[str]:
-    shown = _shown(value)
     if "enum" in schema and value not in schema["enum"]:
         allowed = ", ".join(_shown(item) for item in schema["enum"])
-        yield f"Unsupported value: {shown}: supported values: {allowed}"
+        yield f"Unsupported value: {_shown(value)}: supported values: {allowed}"
     if isinstance(value, str):
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             yield f"Too long: may not be more than {schema['maxLength']} bytes"
         if "pattern" in schema and not _pattern(schema["pattern"]).search(value):
-            yield f"Invalid value: {shown}: {path} in body should match '{schema['pattern']}'"
+            pattern = schema["pattern"]
+            yield f"Invalid value: {_shown(value)}: {path} in body should match '{pattern}'"
     elif isinstance(value, int | float) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
             yield (
-                f"Invalid value: {shown}: {path} in body should be greater than or equal to "
-                f"{schema['minimum']}"
+                f"Invalid value: {_shown(value)}: {path} in body should be greater than or "
+                f"equal to {schema['minimum']}"
             )
         if "maximum" in schema and value > schema["maximum"]:
             yield (
-                f"Invalid value: {shown}: {path} in body should be less than or equal to "
+                f"Invalid value: {_shown(value)}: {path} in body should be less than or equal to "
                 f"{schema['maximum']}"
             )
 

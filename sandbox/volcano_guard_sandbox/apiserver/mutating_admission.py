@@ -101,6 +101,7 @@ def _decoded(raw: bytes) -> Mapping[str, Any]:
     return decoded
 
 
+@functools.cache  # asked on every write
 def served_kinds(version: KubernetesVersion) -> tuple[ResourceType, ResourceType] | None:
     """The policy and binding resources this version serves (None: the plugin is off)."""
     served = {r.kind: r for r in version.resources if r.group == ADMISSION and r.kind in KINDS}

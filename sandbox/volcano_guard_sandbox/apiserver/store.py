@@ -12,13 +12,14 @@ import asyncio
 import base64
 import copy
 import datetime
-import json
 import secrets
 import uuid
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
 from volcano_guard.base.mergepatch import apply_merge_patch
@@ -99,7 +100,7 @@ class Stored:
     fields: Mapping[str, str]
 
     def object(self) -> dict[str, Any]:
-        return json.loads(self.raw)
+        return orjson.loads(self.raw)
 
 
 @dataclass(frozen=True)
@@ -532,9 +533,9 @@ class Store:
             metadata.get("resourceVersion"),
             conflict=True,
         )
-        old = current.object()
+        old = current.object()  # a fresh decode, ours to change
         if subresource == "status":
-            new = copy.deepcopy(old)
+            new = old
             if "status" in obj:
                 new["status"] = obj["status"]
             else:
@@ -981,7 +982,8 @@ def _stored(resource: ResourceType, obj: dict[str, Any], resource_version: int) 
     fields = {
         path: _field(obj, path) for path in SELECTABLE_FIELDS.get(resource.plural, _COMMON_FIELDS)
     }
-    raw = json.dumps(obj, separators=(",", ":")).encode()
+    # A copy: orjson's own bytes keep their ~4 KiB buffer, triple a stored pod's memory.
+    raw = bytes(memoryview(orjson.dumps(obj)))
     return Stored(raw, resource_version, metadata["uid"], labels, fields)
 
 
