@@ -163,6 +163,21 @@ def test_a_digest_alone_is_version_unknown_and_a_pod_reports_as_its_deployment()
     assert "version unknown" in found[0].message
 
 
+def test_a_tenants_pod_with_a_pre_release_of_v0_0_0_is_judged_as_the_oldest_release():
+    """Components are found by image name in every namespace, so a tenant picks the tag; the
+    first writers row covers every version before it too, a pre-release of v0.0.0 included."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "tenant"},
+        "spec": {"containers": [{"name": "c", "image": "x.example/vc-scheduler:v0.0.0-dev"}]},
+        "status": {"phase": "Running"},
+    }
+    found = ours(findings(ClusterState(pods=[pod]), CONFIG))
+    assert (QUEUE_STATUS_SIDECAR, "p", FAIL, "") in found  # the oldest release PUTs its status
+    assert (VOLCANO_ADVISORIES, "p", FAIL, "queue-status-storm") in found
+
+
 def test_metrics_count_workloads_by_component_version_advisory_and_coverage():
     counts = advisory_counts(installed("v1.10.0"), CONFIG)
     assert counts[("scheduler", "v1.10.0", "queue-status-storm", "off")] == 1

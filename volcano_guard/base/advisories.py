@@ -350,5 +350,7 @@ QUEUE_STATUS_WRITERS: tuple[StatusWriters, ...] = (
 
 
 def status_writers(version: Version) -> StatusWriters:
-    """The Queue status writers of the release at version."""
-    return [w for w in QUEUE_STATUS_WRITERS if version >= release(w.since)][-1]
+    """The Queue status writers of the release at version; the first row's for any version
+    before it too (a pre-release of v0.0.0 is)."""
+    at_or_past = (w for w in reversed(QUEUE_STATUS_WRITERS) if version >= release(w.since))
+    return next(at_or_past, QUEUE_STATUS_WRITERS[0])
