@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tests.webhook.queue_cases import queue, res
 from volcano_guard.audit.findings import ClusterState, findings, managed_accounts
 from volcano_guard.audit.live import LiveAudit, trim
+from volcano_guard.audit.watch import AuditWatch
 from volcano_guard.webhook.config import config_from_dict
 
 NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.UTC)
@@ -221,3 +222,25 @@ def test_a_queue_event_judges_every_queue_again_as_the_one_shot_audit_does():
     assert [f for f in live.view().findings if f.kind == "Queue"] == []
     live.queue(None, "team")
     assert [f.name for f in live.view().findings if f.kind == "Queue"] == ["greedy"]  # parent gone
+
+
+async def test_a_view_that_fails_keeps_the_last_one_and_the_next_change_publishes(caplog):
+    """A state the audit cannot judge (a bug yet unknown) is logged, the last view stays (its
+    timestamp ages: the stale-audit alert fires) and the next change is judged again; the
+    publishing loop does not die with it."""
+    audit = AuditWatch(None, CONFIG)
+    audit._publish()
+    first = audit.published()
+    assert first is not None
+    judge = audit.live.view
+
+    def broken() -> Any:
+        raise ArithmeticError("a judgement that fails")
+
+    audit.live.view = broken  # type: ignore[method-assign]
+    audit._publish()
+    assert audit.published() is first
+    assert "could not judge the cluster" in caplog.text
+    audit.live.view = judge  # type: ignore[method-assign]
+    audit._publish()
+    assert audit.published() is not first

@@ -182,11 +182,18 @@ class AuditWatch:
                 next_orphan_check = time.monotonic() + ORPHAN_RECHECK
             self._dirty.clear()
             if all(informer.snapshot.synced for informer in self._informers):
-                first = self._published is None
-                self._published = (self.live.view(), time.time())
-                if first:  # the first lists' decoded pages are garbage now: give them back
-                    release_free_memory()
+                self._publish()
             await asyncio.sleep(PUBLISH_INTERVAL)
+
+    def _publish(self) -> None:
+        first = self._published is None
+        try:
+            self._published = (self.live.view(), time.time())
+        except Exception:  # a cluster state the audit cannot judge must not stop it for good
+            log.exception("could not judge the cluster; the last view stays until the next change")
+            return  # its evaluation timestamp ages: the stale-audit alert fires
+        if first:  # the first lists' decoded pages are garbage now: give them back
+            release_free_memory()
 
     def _apply(self, apply: Callable[..., None], key: str, obj: Any) -> None:
         try:
