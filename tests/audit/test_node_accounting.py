@@ -87,6 +87,24 @@ TABLE = {
         },
     ),
     "no requests: only the pod itself": (pod([{"name": "c"}]), {"pods": Decimal(1)}),
+    # v1helper.IsScalarResourceName decides the rest, as it does in the Queue policy:
+    # attachable volumes count; a requests.-prefixed or malformed name does not.
+    "scalar resources are Kubernetes' IsScalarResourceName": (
+        pod(
+            [
+                container(
+                    "c",
+                    **{
+                        "attachable-volumes-aws-ebs": "3",
+                        "requests.example.com/x": "5",
+                        "example.com/a b": "5",
+                        "count/pods": "1",
+                    },
+                )
+            ]
+        ),
+        {"pods": Decimal(1), "attachable-volumes-aws-ebs": Decimal(3)},
+    ),
 }
 
 

@@ -120,6 +120,39 @@ def test_only_the_nodes_volcano_schedules_count_and_a_resource_they_lack_counts_
     assert found(gpus) == [(QUEUE_GUARANTEES, "g", FAIL)]
 
 
+def test_guarantees_are_counted_as_volcanos_new_resource_counts_them():
+    """Each guarantee in milli-cpu rounded up (MilliValue), then summed; a resource Volcano
+    does not count (a requests.-prefixed name) is no guarantee; attachable volumes are."""
+    tiny = [queue(f"q{i}", {"cpu": "0.0001"}) for i in range(3)]  # 1m each to Volcano
+    assert found(ClusterState(nodes=[node("n1", "2m")], queues=tiny)) == [
+        (QUEUE_GUARANTEES, "q0", FAIL)
+    ]
+    ignored = queue("x", {"requests.example.com/x": "1"})
+    assert found(ClusterState(nodes=[node("n1", "8")], queues=[ignored])) == []
+    volumes = queue("v", {"attachable-volumes-aws-ebs": "100"})
+    assert found(ClusterState(nodes=[node("n1", "8")], queues=[volumes])) == [
+        (QUEUE_GUARANTEES, "v", FAIL)
+    ]
+
+
+def test_a_forged_guarantee_far_past_any_cluster_is_a_finding_not_a_crash():
+    """The Queue CRD's pattern admits 1e1000000, past the default decimal context; two of
+    9e999999 sum past it too. The message stays short."""
+    forged = [
+        queue("a", {"cpu": "1e1000000"}),
+        queue("b", {"cpu": "9e999999", "memory": "9e999999"}),
+    ]
+    nodes = [node("n1", "8")]
+    state = ClusterState(nodes=nodes, queues=forged)
+    assert sorted(found(state)) == [(QUEUE_GUARANTEES, "a", FAIL), (QUEUE_GUARANTEES, "b", FAIL)]
+    assert all(len(f.message) < 1000 for f in findings(state, CONFIG))
+    live = LiveAudit(CONFIG)
+    for one in forged:
+        live.queue(one, one["metadata"]["name"])
+    live.node(nodes[0], "n1")
+    assert dict(live.view().guarantee_ratios)["cpu"] == float("inf")
+
+
 def child(name: str, parent: str, cpu: str) -> dict[str, Any]:
     return {
         **queue(name, {"cpu": cpu}),

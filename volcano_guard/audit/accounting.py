@@ -8,8 +8,8 @@ each pod bound there, read from volcano-sh/volcano pkg/scheduler:
   pod-level `spec.resources.requests` for cpu and memory in place of the containers' (the
   PodLevelResources gate); `spec.overhead` added.
 - api/resource_info.go `NewResource`: cpu, memory, pods, ephemeral-storage and the scalar
-  resources (extended such as nvidia.com/gpu, hugepages-*, prefixed native ones) count;
-  anything else (and count/ quotas) is ignored.
+  resources (extended such as nvidia.com/gpu, hugepages-*, prefixed native ones, attachable
+  volumes) count; anything else (and count/ quotas) is ignored (base/volcano_units.py).
 - api/job_info.go `NewTaskInfo`: a task's Resreq is that request; cache/event_handlers.go
   `addTask`: every pod with a nodeName, whatever its scheduler, is added to its node unless it
   has Succeeded or Failed; api/node_info.go `AddTask`: Used += Resreq, Idle -= Resreq.
@@ -26,18 +26,13 @@ from decimal import Decimal
 from typing import Any
 
 from volcano_guard.base.quantity import QuantityError, parse_quantity
+from volcano_guard.base.volcano_units import volcano_scale
 
 Resources = dict[str, Decimal]  # resource name -> amount in its base unit (cpu in cores)
 TERMINAL_PHASES = ("Succeeded", "Failed")
-_NAMED = ("cpu", "memory", "pods", "ephemeral-storage")
 _POD_LEVEL = ("cpu", "memory")
 
 
-def counted(resource: str) -> bool:
-    """Whether Volcano's NewResource counts this resource."""
-    if resource in _NAMED or resource.startswith("hugepages-"):
-        return True
-    return "/" in resource and not resource.startswith("count/")
 
 
 def requests_of(resources: Any) -> Resources:
@@ -47,7 +42,7 @@ def requests_of(resources: Any) -> Resources:
     if not isinstance(resources, Mapping):
         return out
     for name, value in resources.items():
-        if not isinstance(name, str) or not counted(name):
+        if not isinstance(name, str) or volcano_scale(name) is None:
             continue
         try:
             out[name] = parse_quantity(value)

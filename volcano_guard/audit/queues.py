@@ -38,7 +38,9 @@ from volcano_guard.audit.accounting import Resources, requests_of
 from volcano_guard.audit.findings import FAIL, WARN, Finding
 from volcano_guard.base.advisories import ADVISORIES, GUARANTEES_PAST_CLUSTER, Version
 from volcano_guard.base.node_selectors import is_managed
+from volcano_guard.base.quantity import EXACT
 from volcano_guard.base.volcano import SCHEDULER
+from volcano_guard.base.volcano_units import shown_units, volcano_units
 from volcano_guard.webhook.config import Config
 from volcano_guard.webhook.policies.node_name import node_labels
 
@@ -75,20 +77,40 @@ def scheduled_allocatable(nodes: Iterable[Mapping[str, Any]], config: Config) ->
     )
 
 
-def total_of(allocatables: Iterable[Mapping[str, Decimal]]) -> Resources:
+def total_of(resource_lists: Iterable[Mapping[str, Decimal]]) -> Resources:
+    """The lists (as accounting.requests_of parses them) summed in Volcano's units."""
+    return _added(in_units(resources) for resources in resource_lists)
+
+
+def in_units(resources: Mapping[str, Decimal]) -> Resources:
+    """A list as NewResource counts it: cpu in millicores, rounded up; the rest as
+    base/volcano_units.py says."""
+    counted = ((name, volcano_units(name, amount)) for name, amount in resources.items())
+    return {name: units for name, units in counted if units is not None}
+
+
+def _added(unit_lists: Iterable[Mapping[str, Decimal]]) -> Resources:
+    """Summed exactly: a forged 1e1000000 overflows the default context."""
     total: Resources = {}
-    for allocatable in allocatables:
-        for resource, amount in allocatable.items():
-            total[resource] = total.get(resource, Decimal(0)) + amount
+    for units in unit_lists:
+        for resource, amount in units.items():
+            total[resource] = EXACT.add(total.get(resource, Decimal(0)), amount)
+    return total
+
+
+def _exact_sum(amounts: Iterable[Decimal]) -> Decimal:
+    total = Decimal(0)
+    for amount in amounts:
+        total = EXACT.add(total, amount)
     return total
 
 
 def guarantees(queues: Iterable[Mapping[str, Any]]) -> dict[str, Resources]:
-    """Queue name -> its counted guarantee (none: left out)."""
+    """Queue name -> its guarantee in Volcano's units (none: left out)."""
     out: dict[str, Resources] = {}
     for queue in queues:
         guarantee = _mapping(_mapping(queue.get("spec")).get("guarantee")).get("resource")
-        counted = {name: amount for name, amount in requests_of(guarantee).items() if amount}
+        counted = {name: units for name, units in in_units(requests_of(guarantee)).items() if units}
         if counted:
             out[_name(queue)] = counted
     return out
@@ -98,9 +120,11 @@ def guarantee_ratios(
     queues: Iterable[Mapping[str, Any]], total: Mapping[str, Decimal]
 ) -> dict[str, float]:
     """resource -> the Queues' guarantees of it over total (inf: guaranteed of none)."""
-    summed = total_of(guarantees(queues).values())
+    summed = _added(guarantees(queues).values())
     return {
-        resource: float(amount / total[resource]) if total.get(resource) else float("inf")
+        resource: float(EXACT.divide(amount, total[resource]))
+        if total.get(resource)
+        else float("inf")
         for resource, amount in sorted(summed.items())
     }
 
@@ -128,9 +152,10 @@ def guarantee_findings(
     verdict, said = panic_verdict(schedulers)
     for resource in sorted({name for counted in by_queue.values() for name in counted}):
         held = [(got[resource], name) for name, got in by_queue.items() if resource in got]
-        holders = sorted(held, key=lambda one: (-one[0], one[1]))
-        summed = sum((amount for amount, _ in holders), Decimal(0))
-        top_summed = sum((amount for amount, name in holders if name in top), Decimal(0))
+        by_name = sorted(held, key=lambda one: one[1])
+        holders = sorted(by_name, key=lambda one: one[0], reverse=True)  # stable: names in ties
+        summed = _exact_sum(amount for amount, _ in holders)
+        top_summed = _exact_sum(amount for amount, name in holders if name in top)
         have = total.get(resource, Decimal(0))
         if summed > have:
             yield Finding(
@@ -184,7 +209,7 @@ def _guarantee_message(
     said: str,
 ) -> str:
     def shown(amount: Decimal) -> str:
-        return _amount(amount, resource)
+        return shown_units(resource, amount)
 
     named = ", ".join(f"{name} {shown(amount)}" for amount, name in holders[:LISTED_QUEUES])
     more = f" and {len(holders) - LISTED_QUEUES} more" if len(holders) > LISTED_QUEUES else ""
@@ -223,20 +248,6 @@ def hierarchy_findings(queues: Iterable[Mapping[str, Any]]) -> Iterator[Finding]
             ),
             WARN,
         )
-
-
-def _amount(amount: Decimal, resource: str) -> str:
-    """amount as a user writes it: bytes of memory in the largest binary unit that divides it
-    (32Gi, not 34359738368)."""
-    exact = amount >= 1024 and amount.adjusted() < 28  # past 28 digits, % cannot be taken
-    if resource in BYTES and exact and amount == amount.to_integral_value():
-        for power, suffix in reversed(tuple(enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1))):
-            if not amount % 1024**power:
-                return f"{amount // 1024**power:f}{suffix}"
-    return format(amount.normalize(), "f")
-
-
-BYTES = frozenset({"memory", "ephemeral-storage"})
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -29,9 +29,8 @@ config section, for the config.
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Iterable, Iterator, Mapping
-from decimal import ROUND_CEILING, Decimal
+from decimal import Decimal
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +39,7 @@ import msgspec
 from volcano_guard.base.informer import Snapshot
 from volcano_guard.base.jsonbody import object_at
 from volcano_guard.base.quantity import EXACT, QuantityError, parse_quantity
+from volcano_guard.base.volcano_units import scaled, shown_units, volcano_scale
 from volcano_guard.webhook.cel import Expr, all_of, any_of, concat, kind_is, operation_is
 from volcano_guard.webhook.policies.base import (
     NOTHING_FOUND,
@@ -222,62 +222,20 @@ def out_of_order(
 
 # -- against the other queues: v1.15.1's hierarchy checks, and cycles ----------------------------
 
-_QUALIFIED = re.compile(
-    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-)
-
-
-def _is_scalar(resource: str) -> bool:
-    """Kubernetes' v1helper.IsScalarResourceName: extended resources (a domain-prefixed name
-    outside kubernetes.io), huge pages, kubernetes.io-prefixed and attachable volumes."""
-    if resource.startswith(("hugepages-", "attachable-volumes-")) or "kubernetes.io/" in resource:
-        return True
-    if "/" not in resource or resource.startswith("requests."):
-        return False
-    qualified = f"requests.{resource}"
-    prefix = qualified.rpartition("/")[0]
-    return len(prefix) <= 253 and _QUALIFIED.fullmatch(qualified) is not None
-
-
-def volcano_units(resource: str, quantity: Decimal) -> Decimal | None:
-    """How Volcano counts quantity of resource (api.NewResource): MilliValue for cpu,
-    ephemeral-storage and scalar resources, Value for memory and pods (both round up); None
-    for what it does not count (count/ quotas, other names)."""
-    scale = _scale(resource)
-    return None if scale is None else _scaled(quantity, scale)
-
-
-@lru_cache(maxsize=4096)  # the same few names in every queue
-def _scale(resource: str) -> int | None:
-    """1000 for the resources Volcano counts in milli-units, 1 for units, None: not counted."""
-    if resource in ("memory", "pods"):
-        return 1
-    if resource in ("cpu", "ephemeral-storage") or (
-        not resource.startswith("count/") and _is_scalar(resource)
-    ):
-        return 1000
-    return None
-
-
-def _scaled(quantity: Decimal, scale: int) -> Decimal:
-    scaled = EXACT.multiply(quantity, Decimal(scale)) if scale != 1 else quantity
-    return scaled.to_integral_value(rounding=ROUND_CEILING, context=EXACT)
-
 
 # One Decimal for each quantity text and scale, shared by every queue that writes it: the
 # cache keeps each queue's counts, and 100,000 queues of "1" and "1Gi" need a handful.
 @lru_cache(maxsize=4096, typed=True)  # typed: True is not the quantity 1
 def _units(raw: Any, scale: int) -> Decimal | None:
     quantity = _quantity(raw)
-    return None if quantity is None else _scaled(quantity, scale)
+    return None if quantity is None else scaled(quantity, scale)
 
 
 def counted(values: Mapping[str, Any]) -> dict[str, Decimal]:
     """A resource list as Volcano counts it; what does not parse is left out."""
     found: dict[str, Decimal] = {}
     for resource, raw in values.items():
-        scale = _scale(resource)
+        scale = volcano_scale(resource)
         units = None if scale is None else _units(raw, scale)
         if units is not None:
             found[resource] = units
@@ -297,28 +255,6 @@ def _counted(field: str, values: Mapping[str, Any]) -> dict[str, Decimal]:
         return _NONE
     found = counted(values)
     return {r: units for r, units in found.items() if units > 0} if field == FIELDS[0] else found
-
-
-def shown_units(resource: str, units: Decimal) -> str:
-    """Volcano's count of resource as a quantity a user writes (2, 500m, 24Gi); exact to
-    10**40 (EXACT: the default context cannot take the remainder of 1e33 by 1000)."""
-    if abs(units.adjusted()) >= 40:  # a forged amount: as Decimal writes it
-        return str(units)
-    if resource in ("memory", "pods"):
-        whole = units
-    elif EXACT.remainder(units, Decimal(1000)):
-        return f"{_plain(units)}m"
-    else:
-        whole = EXACT.divide(units, Decimal(1000))
-    if resource in ("memory", "ephemeral-storage") and whole >= 1024:
-        for power, suffix in reversed(tuple(enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1))):
-            if not EXACT.remainder(whole, Decimal(1024**power)):
-                return f"{_plain(EXACT.divide(whole, Decimal(1024**power)))}{suffix}"
-    return _plain(whole)
-
-
-def _plain(value: Decimal) -> str:
-    return f"{value.normalize(EXACT):f}" if abs(value.adjusted()) < 40 else str(value)
 
 
 def _exceeded(limit: Mapping[str, Decimal], total: Mapping[str, Decimal]) -> list[str]:
