@@ -148,6 +148,23 @@ def test_a_loop_through_thousands_of_long_names_is_named_by_its_ends_and_a_count
     assert f'... 1,994 more ... -> "{names[1998]}" -> "{names[1999]}" -> "{names[0]}")' in message
 
 
+def test_a_forged_quantity_or_resource_name_gives_refusals_of_bounded_length():
+    """The CRD's quantity pattern has no length bound and resource names are map keys: what
+    the messages quote is clipped, not echoed in full four times over."""
+    long_quantity = "1" * 300_000
+    long_name = "hugepages-" + "x" * 500_000
+    forged = queue(
+        "forged",
+        capability={"cpu": long_quantity, long_name: "-1"},
+        deserved={"cpu": long_quantity},
+        guarantee={"cpu": long_quantity},
+    )
+    found = refusals(judged(forged))
+    messages = [message for one in found.values() for message in one]
+    assert messages and all(len(message) < 4_200 for message in messages)
+    assert any("more characters)" in message for message in messages)
+
+
 @pytest.mark.parametrize("parent", ["team", "nowhere"])
 def test_the_root_queue_given_a_parent_is_refused_as_a_cycle(parent):
     """team has no parent (Volcano counts it the root's child): root -> team -> root, which

@@ -33,8 +33,6 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 _POD_LEVEL = ("cpu", "memory")
 
 
-
-
 def requests_of(resources: Any) -> Resources:
     """A ResourceList (requests, limits, overhead) as Resources; what cannot be parsed or is
     not counted is left out (the webhook refuses such pods; the audit reports them apart)."""

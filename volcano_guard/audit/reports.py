@@ -2,8 +2,8 @@
 group's format, which Kyverno, Trivy-operator and Policy Reporter read): one PolicyReport per
 namespace with findings, one ClusterPolicyReport for nodes, both named `volcano-guard`.
 
-A report lists at most `audit.maxResultsPerReport` results, each message at most MAX_MESSAGE
-characters; its summary counts them all. Each
+A report lists at most `audit.maxResultsPerReport` results, each message at most
+base.jsonbody.MESSAGE_CHARACTERS characters; its summary counts them all. Each
 result's timestamp is when the finding was first seen, so a report whose findings did not change
 is the same document and is not written again.
 """
@@ -32,6 +32,7 @@ from volcano_guard.audit.findings import (
     Finding,
 )
 from volcano_guard.audit.queues import HIERARCHY_ANNOTATIONS, QUEUE_GUARANTEES
+from volcano_guard.base.jsonbody import clipped
 
 log = logging.getLogger("volcano_guard.audit")
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
@@ -122,18 +123,6 @@ def _report(
     }
 
 
-# A result's message, at most: findings quote what a tenant wrote (a Queue's resource name, an
-# image), which the API server bounds only by the object's size; 100 results of 100 KB made the
-# cluster's report (shared by nodes and Queues) too large to store, so none was written.
-MAX_MESSAGE = 1024
-
-
-def _shown(message: str) -> str:
-    if len(message) <= MAX_MESSAGE:
-        return message
-    return f"{message[:MAX_MESSAGE]}... ({len(message) - MAX_MESSAGE:,} more characters)"
-
-
 def _result(finding: Finding, seen: int) -> dict[str, Any]:
     subject: dict[str, Any] = {
         "apiVersion": _API_VERSIONS.get(finding.kind, ""),
@@ -149,7 +138,7 @@ def _result(finding: Finding, seen: int) -> dict[str, Any]:
         "severity": SEVERITY.get(finding.policy, DEFAULT_SEVERITY),
         "scored": True,
         "category": "Volcano",
-        "message": _shown(finding.message),
+        "message": clipped(finding.message),
         "timestamp": {"seconds": seen, "nanos": 0},
         "resources": [subject],
     }

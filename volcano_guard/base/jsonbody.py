@@ -19,6 +19,7 @@ import yaml
 
 MAX_DEPTH = 100  # Kubernetes objects nest ~20 deep; anything near 100 is an attack or a bug
 PARSER_MAX_DEPTH = 1024  # what orjson refuses by itself
+MESSAGE_CHARACTERS = 1024  # a message quoting what a client wrote, at most (clipped)
 
 
 class BodyError(ValueError):
@@ -99,6 +100,15 @@ def shown(value: Any) -> str:
     if isinstance(value, str) and len(value) <= _SHOWN_CHARACTERS:
         return f'"{value}"'
     return _SHORT.repr(value)
+
+
+def clipped(message: str, limit: int = MESSAGE_CHARACTERS) -> str:
+    """message cut to limit characters, saying how many more there were: a message quoting
+    what a tenant wrote (a Queue's resource name, an image) is bounded only by the object's
+    size, and 100 KB messages made answers and reports too large."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit:,} more characters)"
 
 
 _SHOWN_CHARACTERS = 80

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 import msgspec
 
 from volcano_guard.base.informer import Snapshot
+from volcano_guard.base.jsonbody import clipped
 from volcano_guard.base.uuid7 import new_uuid7
 from volcano_guard.webhook import decision as decisions
 from volcano_guard.webhook.decision import Decision, Operation
@@ -215,6 +216,9 @@ OUTCOME_WARNED, OUTCOME_AUDITED = "warned", "audited"
 # Findings one answer reports, the rest counted: a forged pod with 200,000 bad containers once
 # made a 97 MB answer and held the event loop for seconds (docs/decisions/webhook.md).
 REPORTED_FINDINGS = 20
+# A finding's length, at most: room for a loop of 253-character Queue names (about 2,300), under
+# the 5 KiB past which kube-apiserver drops an in-server policy's message.
+FINDING_CHARACTERS = 4096
 
 
 def more_findings(unreported: int) -> str:
@@ -224,10 +228,11 @@ def more_findings(unreported: int) -> str:
 
 def reported(findings: tuple[str, ...]) -> tuple[str, ...]:
     """The first REPORTED_FINDINGS findings, and a count of the rest (a policy that counts its
-    own already ends with its count: REPORTED_FINDINGS + 1 lines pass as they are)."""
-    if len(findings) <= REPORTED_FINDINGS + 1:
-        return findings
-    return (*findings[:REPORTED_FINDINGS], more_findings(len(findings) - REPORTED_FINDINGS))
+    own already ends with its count: REPORTED_FINDINGS + 1 lines pass as they are), each
+    clipped to FINDING_CHARACTERS."""
+    if len(findings) > REPORTED_FINDINGS + 1:
+        findings = (*findings[:REPORTED_FINDINGS], more_findings(len(findings) - REPORTED_FINDINGS))
+    return tuple(clipped(finding, FINDING_CHARACTERS) for finding in findings)
 
 
 def apply_mode(policy: str, mode: Mode, verdict: Verdict) -> tuple[Decision, str]:
