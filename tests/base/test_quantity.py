@@ -35,6 +35,34 @@ def test_parses_kubernetes_quantities_exactly(text, value):
     assert parse_quantity(text) == value
 
 
+# apimachinery pkg/api/resource quantity_test.go TestQuantityParse, "Things that saturate/round"
+# and "Things written by trolls": ParseQuantity rounds away from zero to a nano and caps a
+# binary-suffixed value at 2^63-1 (maxAllowed).
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("3.001n", "4e-9"),
+        ("1.1E-9", "2e-9"),
+        ("0.0000000001", "1e-9"),
+        ("0.0000000005", "1e-9"),
+        ("0.00000000050", "1e-9"),
+        ("0.5e-9", "1e-9"),
+        ("0.9n", "1e-9"),
+        ("0.00000012345", "124e-9"),
+        ("0.00000012354", "124e-9"),
+        ("9Ei", "9223372036854775807"),
+        ("9223372036854775807Ki", "9223372036854775807"),
+        ("12E", "12e18"),
+        ("0.000000000001Ki", "2e-9"),
+        ("-0.0000000001", "-1e-9"),  # the magnitude rounds, then the sign returns
+        ("-9Ei", "-9223372036854775807"),
+        ("1e1000000", "1e1000000"),  # a decimal value is never capped
+    ],
+)
+def test_parses_as_kubernetes_holds_a_quantity_rounded_to_a_nano_binary_capped(text, value):
+    assert parse_quantity(text) == Decimal(value)
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -91,7 +119,9 @@ def test_arbitrary_text_either_parses_or_raises_quantity_error(text):
 @given(st.integers(min_value=0, max_value=10**15), st.sampled_from(["", "k", "M", "Ki", "Mi"]))
 def test_integer_with_suffix_round_trips(number, suffix):
     scale = {"": 1, "k": 10**3, "M": 10**6, "Ki": 2**10, "Mi": 2**20}[suffix]
-    assert parse_quantity(f"{number}{suffix}") == number * scale
+    capped = 2**63 - 1 if suffix.endswith("i") else None  # a binary suffix: maxAllowed
+    expected = number * scale if capped is None else min(number * scale, capped)
+    assert parse_quantity(f"{number}{suffix}") == expected
 
 
 # apimachinery pkg/api/resource quantity_test.go TestQuantityParseEmit's table (and its negated

@@ -20,6 +20,8 @@ _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "
 _MAX_TEXT = 128  # far longer than any real quantity; bounds the work done on hostile input
 # Exact arithmetic for every value a Quantity can hold, however large its exponent.
 EXACT = Context(prec=200, Emax=MAX_EMAX, Emin=MIN_EMIN)
+NANO = Decimal("1e-9")
+_MAX_INT64 = Decimal(2**63 - 1)  # a binary-suffixed quantity's cap (ParseQuantity maxAllowed)
 
 
 class QuantityError(ValueError):
@@ -27,7 +29,9 @@ class QuantityError(ValueError):
 
 
 def parse_quantity(value: object) -> Decimal:
-    """Return the quantity's exact value; raise QuantityError naming what is wrong."""
+    """Return the quantity's value as Kubernetes holds it (apimachinery pkg/api/resource
+    ParseQuantity): exact, except rounded away from zero to a nano and, with a binary suffix,
+    capped at 2^63-1 in magnitude. Raise QuantityError naming what is wrong."""
     if type(value) is str:  # nearly always: checked first
         return _parse_text(value)
     if isinstance(value, bool) or not isinstance(value, str | int | float):
@@ -35,7 +39,7 @@ def parse_quantity(value: object) -> Decimal:
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise QuantityError("not a finite number")
-        return Decimal(repr(value))
+        return _to_nano(Decimal(repr(value)))
     if isinstance(value, int):
         return Decimal(value)
     return _parse_text(value)
@@ -56,18 +60,26 @@ def _parse_text(text: str) -> Decimal:
     number = Decimal(match["number"])
     suffix = match["suffix"] or ""
     if suffix in _BINARY:
-        return EXACT.multiply(number, Decimal(1024) ** _BINARY[suffix])
+        value = _to_nano(EXACT.multiply(number, Decimal(1024) ** _BINARY[suffix]))
+        return value if abs(value) <= _MAX_INT64 else _MAX_INT64.copy_sign(value)
     if suffix in _DECIMAL:
-        return EXACT.scaleb(number, _DECIMAL[suffix])
+        return _to_nano(EXACT.scaleb(number, _DECIMAL[suffix]))
     exponent = int(suffix[1:])
     if abs(exponent) > 10**6:
         raise QuantityError(f"exponent {exponent} is out of range")
-    return EXACT.scaleb(number, exponent)
+    return _to_nano(EXACT.scaleb(number, exponent))
+
+
+def _to_nano(value: Decimal) -> Decimal:
+    """Rounded away from zero to a nano, where it is finer ("if you want some resources, you
+    should get some resources")."""
+    if value.as_tuple().exponent >= -9:  # type: ignore[operator]  # finite: an int
+        return value
+    return value.quantize(NANO, rounding=ROUND_UP, context=EXACT)
 
 
 _SI_SUFFIXES = {exponent: suffix for suffix, exponent in _DECIMAL.items()}
 _BINARY_SUFFIXES = {power: suffix for suffix, power in _BINARY.items()}
-NANO = Decimal("1e-9")
 
 
 def canonical_quantity(text: str) -> str:
@@ -78,7 +90,7 @@ def canonical_quantity(text: str) -> str:
     value = parse_quantity(text)
     match = _PATTERN.fullmatch(text.strip()) if isinstance(text, str) else None
     suffix = (match["suffix"] or "") if match else ""
-    value = value.quantize(NANO, rounding=ROUND_UP, context=EXACT).normalize(EXACT)
+    value = value.normalize(EXACT)  # parse_quantity rounded it to a nano
     if value == 0:
         return "0"
     sign, magnitude = ("-" if value < 0 else ""), abs(value)
