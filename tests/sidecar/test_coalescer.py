@@ -121,6 +121,14 @@ def test_removed_owned_field_is_sent_as_null(c):
     assert c.plan(KEY).patch["status"] == {"allocated": None}
 
 
+def test_a_key_removed_from_a_nested_map_is_sent_as_null_not_merged_back(c):
+    """A merge patch merges nested objects: allocated {cpu} over the server's {cpu, gpu}
+    would keep the GPUs, so the patch names them null."""
+    c.observe(KEY, queue(11, {"state": "Open", "allocated": {"cpu": "1", "nvidia.com/gpu": "2"}}))
+    c.absorb(put(11, {"state": "Open", "allocated": {"cpu": "1"}}), now=0)
+    assert c.plan(KEY).patch["status"] == {"allocated": {"cpu": "1", "nvidia.com/gpu": None}}
+
+
 def test_merge_patch_is_intent_as_it_is_and_owns_its_fields(c):
     c.absorb(
         StatusWrite(KEY, "merge", {"status": {"allocated": {"memory": "1Gi"}, "pending": None}}),

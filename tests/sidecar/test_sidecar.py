@@ -329,6 +329,19 @@ async def test_server_side_apply_of_status_is_coalesced_newest_per_manager(make_
     assert final["status"] == {"pending": 4}  # running dropped by the newer apply
 
 
+async def test_a_resource_gone_from_allocated_is_gone_from_the_server(make_env):
+    env = await make_env()
+    allocated = {"cpu": "1", "nvidia.com/gpu": "2"}
+    await env.direct(
+        "PUT", f"{Q}/q1/status", {**queue_body("q1"), "status": {"allocated": allocated}}
+    )
+    _, base, _ = await env.via("GET", f"{Q}/q1")
+    await env.via("PUT", f"{Q}/q1/status", {**base, "status": {"allocated": {"cpu": "1"}}})
+    await env.settle()
+    _, final, _ = await env.direct("GET", f"{Q}/q1")
+    assert final["status"]["allocated"] == {"cpu": "1"}
+
+
 async def test_an_apply_in_yaml_is_read_as_kubernetes_reads_it_never_a_500(make_env):
     """An unquoted date in YAML is a string to Kubernetes' decoder (go-yaml v2 into
     interface{}), not a timestamp; a value JSON has no form for is the client's error."""

@@ -396,4 +396,15 @@ def _changes(intent: dict[str, Any], server: dict[str, Any] | None) -> Iterator[
             if server is None or current is not _MISSING:
                 yield name, None
         elif current != value:
-            yield name, value
+            yield name, _replacing(current, value)
+
+
+def _replacing(current: Any, value: Any) -> Any:
+    """The merge patch value that turns current into value. A merge patch merges nested
+    objects, so a key current has and value lacks (the GPUs an `allocated` no longer holds)
+    is sent as null, or it would stay on the server."""
+    if not isinstance(current, dict) or not isinstance(value, dict):
+        return value
+    patch = {key: _replacing(current.get(key, _MISSING), item) for key, item in value.items()}
+    patch.update({key: None for key in current.keys() - value.keys()})
+    return patch
