@@ -129,6 +129,28 @@ def test_a_key_removed_from_a_nested_map_is_sent_as_null_not_merged_back(c):
     assert c.plan(KEY).patch["status"] == {"allocated": {"cpu": "1", "nvidia.com/gpu": None}}
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        "x",
+        None,
+        {"status": "oops"},
+        {"metadata": {"resourceVersion": "10"}, "status": []},
+        {"metadata": [], "status": {}},
+        {"metadata": {"name": "another", "resourceVersion": "10"}, "status": {}},
+    ],
+)
+def test_a_body_not_shaped_as_the_queue_is_forwarded_for_the_server_to_refuse(c, body):
+    """Read as an empty status, it would delete every owned field and answer 200, or own
+    every field of its base (another writer's)."""
+    c.absorb(put(10, {"state": "Open", "pending": 2, "allocated": {"cpu": "1"}}), now=0)
+    for kind in ("put", "apply"):
+        with pytest.raises(Passthrough):
+            c.absorb(StatusWrite(KEY, kind, body), now=0.1)
+    assert c.plan(KEY).patch["status"] == {"pending": 2}
+
+
 def test_merge_patch_is_intent_as_it_is_and_owns_its_fields(c):
     c.absorb(
         StatusWrite(KEY, "merge", {"status": {"allocated": {"memory": "1Gi"}, "pending": None}}),

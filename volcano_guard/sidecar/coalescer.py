@@ -173,6 +173,8 @@ class Coalescer:
     # -- writes -------------------------------------------------------------------------
 
     def absorb(self, write: StatusWrite, now: float, waiter: Any = None) -> Absorbed:
+        if write.kind != "json" and not _object_shaped(write.body, write.key.name):
+            raise Passthrough()  # the API server's own 400 or 422 says what is wrong
         known = self._known.get(write.key)
         owned = self._owned.setdefault(write.key.resource, set())
         body = write.body if isinstance(write.body, dict) else {}
@@ -369,6 +371,18 @@ class Coalescer:
         ceiling = min(self.flush_interval * 2**attempts, 30.0)
         delay = self._rng.uniform(ceiling / 2, ceiling)
         return max(delay, retry_after or 0.0)
+
+
+def _object_shaped(body: Any, name: str) -> bool:
+    """A body the coalescer can read as a Queue: an object, its metadata an object naming the
+    URL's object (or no name), its status an object, null or absent. Read otherwise (a list, a
+    string status), it would ask to delete every field a writer owns."""
+    if not isinstance(body, dict):
+        return False
+    metadata, status = body.get("metadata", {}), body.get("status")
+    if not isinstance(metadata, dict) or metadata.get("name", name) not in (name, ""):
+        return False
+    return status is None or isinstance(status, dict)
 
 
 def _put_intent(body: dict[str, Any], known: Known | None, owned: set[str]) -> dict[str, Any]:
