@@ -187,6 +187,31 @@ def test_a_stale_podgroup_delete_is_refused_and_a_uid_preconditioned_one_allowed
     )
 
 
+def test_a_collection_delete_takes_idle_podgroups_and_refuses_one_with_live_pods(shipped):
+    """DeleteCollection admits each item with an empty name (as the namespace controller
+    deletes); the guard judges each by its oldObject."""
+    collection = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups"
+    idle = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg-idle", "namespace": "team-a", "labels": {"set": "idle"}},
+        "spec": {"minMember": 1},
+    }
+    shipped.create(idle)
+    shipped.kubectl("delete", "--raw", f"{collection}?labelSelector=set%3Didle")
+    assert shipped.kubectl("get", "podgroup", "pg-idle", "-n", "team-a", check=False).returncode
+    busy = {**idle, "metadata": {**idle["metadata"], "name": "pg-busy", "labels": {"set": "busy"}}}
+    shipped.create(busy)
+    member = volcano_pod("busy-member", REQUESTS)
+    member["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "pg-busy"}
+    shipped.create(member)
+    refused = shipped.kubectl(
+        "delete", "--raw", f"{collection}?labelSelector=set%3Dbusy", check=False
+    )
+    assert refused.returncode != 0 and "still has live member pods" in refused.stderr
+    assert "team-a/pg-busy" in refused.stderr
+
+
 def owned_pod(name: str, owner: dict[str, Any]) -> dict[str, Any]:
     """A pod as the owner's controller makes it from its template."""
     pod = volcano_pod(name, REQUESTS)

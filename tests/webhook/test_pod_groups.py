@@ -321,6 +321,23 @@ def test_deletes_that_pass():
     assert delete(pg, context(live, cached=[], fail_closed=False)).decision.allowed
 
 
+def test_a_collection_delete_is_judged_by_each_items_old_object():
+    """kube-apiserver's DeleteCollection admits each item with the collection's empty name
+    (handlers/delete.go, rest.AdmissionToValidateObjectDeleteFunc); the namespace controller
+    deletes so. The item is its oldObject: judged as a delete by name, not refused as unknown."""
+    pg = podgroup(annotations={GENERATION_ID: "0190-abc"})
+
+    def collection_delete(pods):
+        review = pg_review("DELETE", None, pg, user="system:serviceaccount:kube-system:ns")
+        review["request"]["name"] = ""
+        return evaluate("validate", from_document(review), context(pods, cached=[pg])).decision
+
+    assert collection_delete([]).allowed
+    denied = collection_delete([member("w0", group="podgroup-rs")])
+    assert not denied.allowed and 'PodGroup "team-a/podgroup-rs"' in denied.message
+    assert "still has live member pods" in denied.message
+
+
 def test_unknown_members_or_an_unsynced_cache_follow_fail_closed():
     pg = podgroup()
     assert not delete(pg, context(None)).decision.allowed

@@ -82,8 +82,10 @@ class AdmissionRequest(
 
     @property
     def object_name(self) -> str:
-        """The object's name; on CREATE with generateName, `prefix<generated>`."""
-        metadata = _metadata(self.object)
+        """The object's name; on CREATE with generateName, `prefix<generated>`. A DELETE of a
+        collection names no object (kube-apiserver's DeleteCollection admits each item with
+        the collection's empty name): its oldObject says which."""
+        metadata = _metadata(self.object if self.object is not None else self.old_object)
         if self.name or isinstance(metadata.get("name"), str):
             return self.name or metadata["name"]
         prefix = metadata.get("generateName")

@@ -512,7 +512,7 @@ async def _delete_collection(
     deleted = []
     for stored in items:
         one = replace(write, namespace=_namespace_of(stored), name=_name_of(stored))
-        deleted.append(await writes.delete(one, None))
+        deleted.append(await writes.delete(one, None, collection=True))
         write.record.warnings += one.record.warnings
     return _list_response(info.resource, deleted, store.resource_version)
 

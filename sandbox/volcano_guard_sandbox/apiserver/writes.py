@@ -435,13 +435,19 @@ def _check_valid(resource: ResourceType, obj: dict[str, Any], version: Kubernete
         )
 
 
-async def delete(write: Write, options: dict[str, Any] | None) -> Stored:
+async def delete(
+    write: Write, options: dict[str, Any] | None, *, collection: bool = False
+) -> Stored:
+    """One object deleted through admission; an item of a collection delete is admitted with
+    the collection's empty name, its oldObject saying which (kube-apiserver's DeleteCollection:
+    handlers/delete.go, rest.AdmissionToValidateObjectDeleteFunc)."""
     store, resource, namespace, name = write.store, write.resource, write.namespace, write.name
     delete_options = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", **(options or {})}
+    admitted = replace(write, name="") if collection else write
     current = store.get(resource, namespace, name)
-    await write.mutate(write.attributes("DELETE", None, current.object(), delete_options))
+    await write.mutate(admitted.attributes("DELETE", None, current.object(), delete_options))
     current = store.before_delete(resource, namespace, name, options)
-    await write.validate(write.attributes("DELETE", None, current.object(), delete_options))
+    await write.validate(admitted.attributes("DELETE", None, current.object(), delete_options))
     if write.dry_run:
         return current
     deleted = store.delete(resource, namespace, name, options)

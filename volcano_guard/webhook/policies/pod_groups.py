@@ -159,7 +159,7 @@ def guarded_podgroup(
     if not is_delete(request) or _uid_precondition(request):
         return None
     podgroups = snapshots.get(PODGROUPS)
-    key = f"{request.namespace}/{request.name}"
+    key = f"{request.namespace}/{request.object_name}"
     cached: PodGroupRecord | None = podgroups.items.get(key) if podgroups else None
     if cached is None or not cached.uid or cached.uid != _old_uid(request):
         return None
@@ -277,7 +277,7 @@ def validate_delete(request: AdmissionRequest, context: PolicyContext) -> Verdic
     pods = context.live(UNFINISHED_PODS)
     if pods is None:
         return _unknown(request, context, "its member pods could not be listed in time")
-    if not live_members(request.name, podgroup.controller, pods):
+    if not live_members(request.object_name, podgroup.controller, pods):
         return NOTHING_FOUND
     return Verdict(violations=(_message(request, context),))
 
@@ -507,7 +507,7 @@ def _message(request: AdmissionRequest, context: PolicyContext) -> str:
     return (
         f"{request.describe()} (generation {generation}, created {_age(created, context)} ago) "
         "still has live member pods (kubectl get pods -n "
-        f"{request.namespace} with annotation {GROUP_NAME}={request.name}, or its owner's). A "
+        f"{request.namespace} with annotation {GROUP_NAME}={request.object_name}, or its owner's). A "
         "delete by name may be a stale retry that would remove this newer incarnation under its "
         "pods. Delete the workload instead, or delete this exact incarnation with a UID "
         f'precondition (DeleteOptions preconditions.uid: "{_old_uid(request)}"; kubectl delete '
