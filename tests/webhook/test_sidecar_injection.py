@@ -297,3 +297,21 @@ def test_past_20_containers_an_unknown_proxy_container_names_only_their_count():
     pod["spec"]["containers"] *= 21
     message = admit(pod).decision.message
     assert 'names "ghost", not containers of this pod (it has 21 containers)' in message
+
+
+def test_a_pod_with_more_containers_than_an_answer_can_patch_is_refused_before_building_it(
+    monkeypatch,
+):
+    """A forged labelled pod of 200,000 containers once cost ~2 s and ~285 MB building a patch
+    the answer's size cap then refused; now it is refused first, as resourceRequests does."""
+    monkeypatch.setattr("volcano_guard.webhook.policies.sidecar_injection.PATCHED_CONTAINERS", 3)
+    pod = volcano_controller_pod()
+    app = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] = [{**app, "name": f"app-{i}"} for i in range(4)]
+    decision = admit(pod).decision
+    assert not decision.allowed and not decision.patch
+    assert "has 4 containers, more than the 3 one answer can point at the sidecar" in (
+        decision.message
+    )
+    pod["spec"]["containers"] = pod["spec"]["containers"][:3]
+    assert admit(pod).decision.patch

@@ -506,8 +506,8 @@ def _message(request: AdmissionRequest, context: PolicyContext) -> str:
     created = _text(object_at(old, "metadata").get("creationTimestamp"))
     return (
         f"{request.describe()} (generation {generation}, created {_age(created, context)} ago) "
-        "still has live member pods (kubectl get pods -n "
-        f"{request.namespace} with annotation {GROUP_NAME}={request.object_name}, or its owner's). A "
+        f"still has live member pods (kubectl get pods -n {request.namespace} with annotation "
+        f"{GROUP_NAME}={request.object_name}, or its owner's). A "
         "delete by name may be a stale retry that would remove this newer incarnation under its "
         "pods. Delete the workload instead, or delete this exact incarnation with a UID "
         f'precondition (DeleteOptions preconditions.uid: "{_old_uid(request)}"; kubectl delete '

@@ -44,6 +44,7 @@ from volcano_guard.webhook.cel import (
 from volcano_guard.webhook.policies.base import (
     INJECT,
     NOTHING_FOUND,
+    PATCHED_CONTAINERS,
     InServerCheck,
     InServerMutation,
     Policy,
@@ -135,6 +136,8 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
     if any(c.name == CONTAINER_NAME for c in every):
         return NOTHING_FOUND  # already injected
     app = [c for c in every if c.kind == "container"]
+    if len(app) > PATCHED_CONTAINERS:  # a forged pod: its patch would not fit in an answer
+        return Verdict(violations=(f"{request.describe()}: {too_many_to_inject(len(app))}",))
     annotations = object_at(metadata, "annotations")
     config = settings(context.config)
     options, problems = _options(annotations, config)
@@ -159,6 +162,13 @@ def mutate(request: AdmissionRequest, context: PolicyContext) -> Verdict | None:
             f"inject the volcano-guard sidecar into {request.describe()} and point {names} at it",
         ),
         warnings=(f"{request.describe()}: {HOST_NETWORK_RISK}",) if host_network else (),
+    )
+
+
+def too_many_to_inject(count: int) -> str:
+    return (
+        f"has {count:,} containers, more than the {PATCHED_CONTAINERS:,} one answer can point "
+        "at the sidecar"
     )
 
 
