@@ -548,6 +548,19 @@ def test_volcano_jobs_get_the_same_verdict_and_one_of_the_webhooks_reasons(obj):
         assert denied in reasons, (denied, reasons)
 
 
+@pytest.mark.parametrize("template", [{}, {"metadata": {"labels": {"a": "b"}}}])
+def test_a_cronjob_whose_job_template_has_no_spec_is_admitted_by_both(template):
+    """jobTemplate.spec is omitempty: the in-server check read it unguarded, an error that
+    refused what the webhook (no tasks, nothing to judge) admits."""
+    cronjob = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "CronJob",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {"schedule": "0 * * * *", "jobTemplate": template},
+    }
+    assert volcano_verdicts(config_of("default"), cronjob) == ([], None)
+
+
 @pytest.mark.parametrize(
     ("requests", "limits", "expected"),
     [

@@ -272,8 +272,20 @@ def _volcano_in_server(config: Config) -> InServerCheck:
         for group, plural in _VOLCANO_PLURALS
     )
     return InServerCheck(
-        "volcano-resource-requests", rules, "has(object.spec)", tuple(validations), tuple(variables)
+        "volcano-resource-requests",
+        rules,
+        all_of("has(object.spec)", _CRONJOB_HAS_TEMPLATE),
+        tuple(validations),
+        tuple(variables),
     )
+
+
+# A Volcano CronJob's tasks are under spec.jobTemplate.spec, which may be absent (omitempty):
+# variables.jobSpec reads it unguarded, an error that would refuse the object in the server.
+_CRONJOB_HAS_TEMPLATE = (
+    "request.kind.kind != 'CronJob' || (has(object.spec.jobTemplate) && "
+    "has(object.spec.jobTemplate.spec))"
+)
 
 
 def _job_variables(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -572,17 +584,13 @@ def _volcano_defaults(config: Config) -> InServerMutation:
     split = [
         f"(size(variables.{name}) == 0 ? [] : variables.{name}.split(','))" for name, _ in listed
     ]
-    cronjob_has_template = (
-        "request.kind.kind != 'CronJob' || (has(object.spec.jobTemplate) && "
-        "has(object.spec.jobTemplate.spec))"
-    )
     return InServerMutation(
         "volcano-default-requests",
         tuple(
             Rule(group, "v1alpha1", (plural,), ("CREATE", "UPDATE"))
             for group, plural in _VOLCANO_PLURALS
         ),
-        all_of("has(object.spec)", cronjob_has_template),
+        all_of("has(object.spec)", _CRONJOB_HAS_TEMPLATE),
         f"variables.tasks.map(t, {sizes}).sum() > {FILLED_CONTAINERS} ? [{_TOO_MANY}] : "
         f"{_fill_patch(split, defaults)}",
         variables,
