@@ -529,6 +529,18 @@ def test_pod_naming_a_cached_podgroup_gets_its_generation():
     assert patched["metadata"]["annotations"]["volcano-guard.io/podgroup-generation"] == "0190-gen"
 
 
+def test_a_review_without_a_namespace_is_told_no_podgroups_generation():
+    """The object's own namespace is what the sender wrote: asking with it would let anyone
+    who reaches the port read any namespace's PodGroup generation ids."""
+    request, _ = pod_review({"scheduling.k8s.io/group-name": "podgroup-rs"})
+    request = msgspec.structs.replace(request, namespace="")
+    cached = {"team-a/podgroup-rs": PodGroupRecord("0190-gen")}
+    ctx = PolicyContext(config_from_dict(ANNOTATING), {PODGROUPS: static_snapshot(cached)})
+    result = evaluate("mutate", request, ctx)
+    assert result.decision.patch == ()
+    assert "0190-gen" not in json.dumps(msgspec.to_builtins(result.decision))
+
+
 def test_pod_naming_an_uncached_podgroup_is_admitted_and_counted():
     request, _ = pod_review({"scheduling.k8s.io/group-name": "not-yet"})
     ctx = PolicyContext(config_from_dict(ANNOTATING), {PODGROUPS: static_snapshot({})})

@@ -336,9 +336,10 @@ def annotate_pod(request: AdmissionRequest, context: PolicyContext) -> Verdict |
     group = annotations[GROUP_NAME]
     if annotations.get(POD_GENERATION):
         return None
-    namespace = request.namespace or _text(object_at(pod, "metadata").get("namespace"))
+    if not request.namespace:  # the API server always says; the object's own is the sender's
+        return None
     podgroups = context.snapshot(PODGROUPS)
-    record = podgroups.items.get(f"{namespace}/{group}") if podgroups else None
+    record = podgroups.items.get(f"{request.namespace}/{group}") if podgroups else None
     generation = record.generation if record else ""
     if not generation:
         return Verdict(outcome=OUTCOME_UNKNOWN)  # not cached (yet) or never stamped
