@@ -239,6 +239,28 @@ def test_write_for_a_new_incarnation_drops_the_old_intent(c):
     assert c.counters.stale_dropped == 1
 
 
+def test_the_old_incarnations_sync_writers_are_answered_409_when_a_new_one_is_written(c):
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0, waiter="w")
+    c.observe(KEY, queue(20, {"state": "Open"}, uid="uid-2"))
+    new = StatusWrite(KEY, "merge", {"metadata": {"uid": "uid-2"}, "status": {"pending": 9}})
+    superseded = c.absorb(new, now=0.1).superseded
+    assert superseded is not None and superseded.waiters == ("w",)
+    assert superseded.code == 409 and superseded.obj["reason"] == "Conflict"
+
+
+def test_a_new_incarnations_write_while_the_old_ones_flush_is_in_flight_goes_to_the_server(c):
+    """One flight a key: the new write is not held behind, or beside, the old one's."""
+    c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0, waiter="w")
+    plan = c.plan(KEY)
+    c.observe(KEY, queue(20, {"state": "Open"}, uid="uid-2"))
+    new = StatusWrite(KEY, "merge", {"metadata": {"uid": "uid-2"}, "status": {"pending": 9}})
+    with pytest.raises(Passthrough):
+        c.absorb(new, now=0.1)
+    settled = c.complete(plan, 200, queue(11, {"state": "Open", "pending": 1}), now=0.2)
+    assert settled.waiters == ("w",) and c.pending_count == 0
+    assert c.view(KEY, {})["metadata"]["uid"] == "uid-2"  # the late answer is the old one's
+
+
 @pytest.mark.parametrize("code", [0, 429, 500, 503])
 def test_retryable_answers_back_off_and_keep_the_newest_intent(c, code):
     c.absorb(

@@ -23,6 +23,7 @@ from typing import Any
 from volcano_guard.base.jsonbody import object_at
 from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
 from volcano_guard.base.mergepatch import apply_merge_patch
+from volcano_guard.base.status import status_body
 
 HISTORY_SIZE = 32  # versions remembered per object: a writer's base is rarely older
 
@@ -105,9 +106,11 @@ class FlushPlan:
 
 @dataclass(frozen=True)
 class Absorbed:
-    """The answer for an absorbed write: the object as the server will hold it."""
+    """The answer for an absorbed write: the object as the server will hold it; and when the
+    write was for a new incarnation of its object, the old one's pending writers to answer."""
 
     obj: dict[str, Any]
+    superseded: Settled | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ class Coalescer:
             return
         version = int(text)
         known = self._known.get(key)
+        if known is not None and known.uid != uid and version < known.resource_version:
+            return  # an older incarnation's (a late answer to its flush): nothing of this one
         if known is None or known.uid != uid or version >= known.resource_version:
             history = known.history if known is not None and known.uid == uid else OrderedDict()
             known = Known(copy.deepcopy(obj), version, uid, history)
@@ -187,13 +192,14 @@ class Coalescer:
         if not intent:
             self.counters.noop_skipped += 1  # it changes nothing this writer means to change
             return Absorbed(self.view(write.key, body))
+        superseded = self._supersede(write.key, uid)
         pending = self._pending_for(write.key, uid, now)
         pending.intent.update(intent)
         pending.version += 1
         if waiter is not None:
             pending.waiters.append(waiter)
         self.counters.absorbed += 1
-        return Absorbed(self.view(write.key, body))
+        return Absorbed(self.view(write.key, body), superseded)
 
     def _intent(
         self, write: StatusWrite, known: Known | None, owned: set[str], body: dict[str, Any]
@@ -236,13 +242,22 @@ class Coalescer:
         intent.update(status)
         return intent
 
+    def _supersede(self, key: ObjectKey, uid: str) -> Settled | None:
+        """A write for another incarnation: the old one's intent must never reach the new one.
+        It is dropped, its sync-ack writers answered 409 as its flush would have been; while
+        that flush is in flight, the new write goes to the server itself (one flight a key)."""
+        pending = self._pending.get(key)
+        if pending is None or pending.uid == uid:
+            return None
+        if pending.in_flight:
+            raise Passthrough()
+        self.counters.stale_dropped += 1
+        del self._pending[key]
+        message = f"{key} was deleted and created again; the write to the old one is dropped"
+        return Settled(tuple(pending.waiters), 409, status_body(409, message), "stale")
+
     def _pending_for(self, key: ObjectKey, uid: str, now: float) -> Pending:
         pending = self._pending.get(key)
-        if pending is not None and pending.uid != uid:
-            # A write for another incarnation: the old intent must never reach the new one.
-            self.counters.stale_dropped += 1
-            del self._pending[key]
-            pending = None
         if pending is None:
             if len(self._pending) >= self.max_pending:
                 raise Backpressure()
@@ -321,6 +336,8 @@ class Coalescer:
     ) -> Settled:
         """Record the upstream answer to plan (code 0: no answer, e.g. a timeout)."""
         pending = self._pending.get(plan.key)
+        if pending is not None and pending.uid != plan.uid:
+            pending = None  # another incarnation's: this answer says nothing of it
         if 200 <= code < 300:
             self.observe(plan.key, obj)
             self._last_flush[plan.key] = now

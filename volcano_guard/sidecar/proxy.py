@@ -38,7 +38,7 @@ from volcano_guard.sidecar.coalescer import (
     Passthrough,
     StatusWrite,
 )
-from volcano_guard.sidecar.flusher import Flusher
+from volcano_guard.sidecar.flusher import Flusher, resolve
 from volcano_guard.sidecar.routes import Route, classify
 
 log = logging.getLogger("volcano_guard.sidecar")
@@ -189,6 +189,9 @@ async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> we
     was_pending = proxy.coalescer.is_pending(route.key)
     try:
         absorbed = proxy.coalescer.absorb(write, proxy.clock(), waiter)
+        if absorbed.superseded is not None:
+            metrics.STALE_DROPPED.inc()
+            resolve(absorbed.superseded)
     except Passthrough:
         metrics.PASSED_THROUGH.inc()
         return await forward(request, proxy, route, body=body)
