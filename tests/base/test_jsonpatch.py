@@ -5,7 +5,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from volcano_guard.base import jsonpatch
-from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard.base.jsonpatch import (
+    MAX_OPERATIONS,
+    JsonPatchError,
+    JsonPatchTooLarge,
+    apply_patch,
+)
 
 
 def test_pointer_escapes_slash_and_tilde():
@@ -75,3 +80,20 @@ json_values = st.recursive(
 def test_arbitrary_patches_apply_or_raise_jsonpatch_error(doc, patch):
     with contextlib.suppress(JsonPatchError):
         apply_patch(doc, patch)
+
+
+def test_more_operations_than_kube_apiserver_applies_are_refused_as_too_large():
+    # k8s.io/apiserver pkg/endpoints/handlers/patch.go: maxJSONPatchOperations, 413.
+    patch = [{"op": "test", "path": "", "value": {}}] * (MAX_OPERATIONS + 1)
+    with pytest.raises(JsonPatchTooLarge, match="maximum operations in a JSON patch is 10,000"):
+        apply_patch({}, patch)
+    assert apply_patch({}, patch[:MAX_OPERATIONS]) == {}
+
+
+def test_copies_that_double_the_document_stop_at_kube_apiservers_copy_limit():
+    """Each copy of /a into /a/- doubles it: 40 of them in a 2 KB patch would never end.
+    pkg/server/config.go JSONPatchMaxCopyBytes, 3 MiB of copies in all."""
+    patch = [{"op": "copy", "from": "/a", "path": "/a/-"} for _ in range(40)]
+    with pytest.raises(JsonPatchError, match="would pass 3,145,728 bytes"):
+        apply_patch({"a": ["x" * 100]}, patch)
+    assert apply_patch({"a": [1]}, patch[:3]) == {"a": [1, [1], [1, [1]], [1, [1], [1, [1]]]]}

@@ -416,3 +416,18 @@ def test_arbitrary_status_writes_are_absorbed_passed_through_or_refused_never_cr
                 c.complete(plan, 200, queue(11, {"state": "Open"}), now=1)
 
     check()
+
+
+def test_a_json_patch_past_kube_apiservers_bounds_is_refused_as_it_would_refuse_it(c):
+    doubling = [
+        {"op": "add", "path": "/status/x", "value": ["y" * 100]},
+        *({"op": "copy", "from": "/status/x", "path": "/status/x/-"} for _ in range(60)),
+    ]
+    with pytest.raises(BadWrite) as refused:
+        c.absorb(StatusWrite(KEY, "json", doubling), now=0)
+    assert refused.value.code == 422 and "3,145,728 bytes" in str(refused.value)
+    many = [{"op": "test", "path": "/kind", "value": "Queue"}] * 10_001
+    with pytest.raises(BadWrite) as refused:
+        c.absorb(StatusWrite(KEY, "json", many), now=0)
+    assert refused.value.code == 413
+    assert c.pending_count == 0

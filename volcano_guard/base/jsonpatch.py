@@ -5,11 +5,23 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
+
 Operation = dict[str, Any]
+# kube-apiserver's bounds (k8s.io/apiserver pkg/endpoints/handlers/patch.go
+# maxJSONPatchOperations: 413; pkg/server/config.go JSONPatchMaxCopyBytes, 3 MiB, the limit of
+# json-patch's AccumulatedCopySizeLimit): each copy can double a document, so 30 of them in a
+# 1.5 KB patch would run for hours.
+MAX_OPERATIONS = 10_000
+MAX_COPIED_BYTES = 3 * 1024 * 1024
 
 
 class JsonPatchError(ValueError):
     """A patch that cannot be applied to the document."""
+
+
+class JsonPatchTooLarge(JsonPatchError):
+    """A patch of more operations than kube-apiserver applies (it answers 413)."""
 
 
 def escape(token: str) -> str:
@@ -109,12 +121,35 @@ def apply_patch(document: Any, patch: Any) -> Any:
     """Return a patched deep copy of document; the input is never modified."""
     if not isinstance(patch, list):
         raise JsonPatchError("a JSON patch must be an array of operations")
+    if len(patch) > MAX_OPERATIONS:
+        raise JsonPatchTooLarge(
+            f"the allowed maximum operations in a JSON patch is {MAX_OPERATIONS:,}, "
+            f"got {len(patch):,}"
+        )
     doc = copy.deepcopy(document)
+    copied = 0
     for number, op in enumerate(patch):
         if not isinstance(op, dict) or not isinstance(op.get("path"), str):
             raise JsonPatchError(f"operation {number} needs an object with a string 'path'")
+        if op.get("op") == "copy":
+            copied += _copy_size(doc, op, MAX_COPIED_BYTES - copied)
         doc = _apply_one(doc, op)
     return doc
+
+
+def _copy_size(doc: Any, op: dict[str, Any], room: int) -> int:
+    """The bytes a copy operation copies, as JSON; JsonPatchError once the patch's copies pass
+    MAX_COPIED_BYTES in all."""
+    source = op.get("from")
+    if not isinstance(source, str):
+        return 0  # _apply_one names the problem
+    size = len(orjson.dumps(_get(doc, source)))
+    if size > room:
+        raise JsonPatchError(
+            f"the copies of the patch would pass {MAX_COPIED_BYTES:,} bytes, the most "
+            "kube-apiserver copies"
+        )
+    return size
 
 
 def _apply_one(doc: Any, op: dict[str, Any]) -> Any:

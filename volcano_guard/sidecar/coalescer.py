@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from volcano_guard.base.jsonbody import object_at
-from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard.base.jsonpatch import JsonPatchError, JsonPatchTooLarge, apply_patch
 from volcano_guard.base.mergepatch import apply_merge_patch
 from volcano_guard.base.status import status_body
 
@@ -65,7 +65,12 @@ class Backpressure(Exception):
 
 
 class BadWrite(ValueError):
-    """The write cannot be applied (e.g. a JSON patch that does not apply): answer 422."""
+    """The write cannot be applied (e.g. a JSON patch that does not apply): answer code, 422
+    unless kube-apiserver would say otherwise (413 for too many operations)."""
+
+    def __init__(self, message: str, code: int = 422) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -223,7 +228,9 @@ class Coalescer:
             try:
                 after = apply_patch(before, write.body)
             except JsonPatchError as exc:
-                raise BadWrite(str(exc)) from None
+                raise BadWrite(
+                    str(exc), 413 if isinstance(exc, JsonPatchTooLarge) else 422
+                ) from None
             if not isinstance(after, dict):  # e.g. {"op": "add", "path": "", "value": null}
                 raise BadWrite("the patch replaces the object with a non-object")
             old, new = object_at(before, "status"), object_at(after, "status")

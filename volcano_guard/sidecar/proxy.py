@@ -204,7 +204,7 @@ async def coalesce_write(request: web.Request, proxy: Proxy, route: Route) -> we
             headers={"Retry-After": str(retry)},
         )
     except BadWrite as exc:
-        return status_response(422, f"the patch does not apply: {exc}")
+        return status_response(exc.code, f"the patch does not apply: {exc}")
     pending_now = proxy.coalescer.is_pending(route.key)
     if not pending_now:
         metrics.NOOP_SKIPPED.inc()

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from volcano_guard.base.jsonpatch import JsonPatchError, apply_patch
+from volcano_guard.base.jsonpatch import JsonPatchError, JsonPatchTooLarge, apply_patch
 from volcano_guard.base.mergepatch import apply_merge_patch
 from volcano_guard.base.names import dns1123_subdomain_problem
 from volcano_guard_sandbox.apiserver import crd_schemas
@@ -355,9 +355,11 @@ class Store:
                     raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
                 patched = apply_merge_patch(base, patch)
             elif content_type == JSON_PATCH:
-                patched = apply_patch(base, patch)
+                patched = apply_patch(base, patch)  # its bounds are kube-apiserver's
             else:
                 patched = apply_strategic_merge_patch(base, patch)
+        except JsonPatchTooLarge as exc:
+            raise ApiError(413, "RequestEntityTooLarge", str(exc)) from None
         except (JsonPatchError, StrategicPatchError) as exc:
             raise ApiError(
                 422 if isinstance(exc, JsonPatchError) else 400,
