@@ -342,6 +342,21 @@ async def test_a_resource_gone_from_allocated_is_gone_from_the_server(make_env):
     assert final["status"]["allocated"] == {"cpu": "1"}
 
 
+async def test_a_metadata_only_list_is_not_taken_for_the_queues_status(make_env):
+    """A PartialObjectMetadataList carries each Queue's resourceVersion and no status: taken as
+    the Queue's, it made its version's status empty, and a writer's PUT from that version then
+    owned every field, another writer's included."""
+    env = await make_env()
+    status = {"allocated": {"cpu": "4"}, "state": "Open"}
+    await env.direct("PUT", f"{Q}/q1/status", {**queue_body("q1"), "status": status})
+    _, full, _ = await env.via("GET", f"{Q}/q1")
+    metadata_only = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+    async with env.session.get(env.sidecar.url + Q, headers={"Accept": metadata_only}) as r:
+        assert r.status == 200
+    await env.via("PUT", f"{Q}/q1/status", {**full, "status": {**status, "state": "Closed"}})
+    assert env.sidecar.proxy.coalescer._owned[Q.strip("/").removeprefix("apis/")] == {"state"}
+
+
 async def test_an_apply_in_yaml_is_read_as_kubernetes_reads_it_never_a_500(make_env):
     """An unquoted date in YAML is a string to Kubernetes' decoder (go-yaml v2 into
     interface{}), not a timestamp; a value JSON has no form for is the client's error."""

@@ -319,6 +319,8 @@ def _observer(
         return None
     if upstream.headers.get("Content-Encoding", "identity") != "identity":
         return None
+    if "as=" in request.headers.get("Accept", ""):  # metadata only, or a Table: no status
+        return None
     if route.watch:
         return _WatchObserver(proxy.coalescer, route)
     if request.method in ("GET", "PUT", "PATCH", "POST"):
@@ -338,6 +340,8 @@ class _Observer:
 
     def seen(self, obj: Any, deleted: bool = False) -> None:
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            return
+        if obj.get("kind") == "PartialObjectMetadata":  # no status: it would read as none
             return
         metadata = obj["metadata"]
         name = metadata.get("name")
@@ -369,7 +373,7 @@ class _WatchObserver(_Observer):
     def _event(self, line: bytes) -> None:
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past Python's stack: not a Queue's
             return
         if isinstance(event, dict) and event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
             self.seen(event.get("object"), deleted=event["type"] == "DELETED")
@@ -397,7 +401,7 @@ class _BodyObserver(_Observer):
             return
         try:
             body = json.loads(b"".join(self._chunks))
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past Python's stack: not a Queue's
             return
         items = body.get("items") if isinstance(body, dict) else None
         for obj in items if isinstance(items, list) else [body]:
