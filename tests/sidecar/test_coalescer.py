@@ -1,6 +1,7 @@
 """The coalescer's rules over plain data: intent, ownership, flush plans, outcomes."""
 
 import pytest
+from yarl import URL
 
 from volcano_guard.sidecar.coalescer import (
     DELETE,
@@ -13,6 +14,7 @@ from volcano_guard.sidecar.coalescer import (
     Settled,
     StatusWrite,
 )
+from volcano_guard.sidecar.routes import classify, object_path
 
 KEY = ObjectKey("scheduling.volcano.sh/v1beta1/queues", "", "q1")
 
@@ -431,3 +433,19 @@ def test_a_json_patch_past_kube_apiservers_bounds_is_refused_as_it_would_refuse_
         c.absorb(StatusWrite(KEY, "json", many), now=0)
     assert refused.value.code == 413
     assert c.pending_count == 0
+
+
+@pytest.mark.parametrize("name", ["a?b", "a#b", "a b", "a%2Fb"])
+def test_a_flush_goes_to_the_object_it_was_written_for_whatever_its_name(name):
+    """Names come decoded from the client's URL; the flush's URL encodes them again, or `a?b`
+    would be queue a's main resource with a query."""
+    path = object_path(ObjectKey(KEY.resource, "", name), "status")
+    url = URL("https://api" + path)
+    assert url.path == f"/apis/scheduling.volcano.sh/v1beta1/queues/{name}/status"
+    assert not url.query_string
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_a_dot_name_is_not_coalesced_but_left_to_the_server(name):
+    path = f"/apis/scheduling.volcano.sh/v1beta1/queues/{name}/status"
+    assert classify(path, False, frozenset({KEY.resource})) is None

@@ -4,6 +4,7 @@ RequestInfoFactory reads it), so every other request passes through without bein
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from volcano_guard.base.apipaths import group_version_path
 from volcano_guard.sidecar.coalescer import ObjectKey
@@ -35,11 +36,13 @@ def parse_resource(text: str) -> str:
 
 
 def object_path(key: ObjectKey, subresource: str = "") -> str:
+    """The object's URL path, its name and namespace percent-encoded: they come decoded from
+    a client's URL, where `a%3Fb` or `%2E%2E` would otherwise become a query or another path."""
     group, version, plural = key.resource.split("/")
     prefix = group_version_path(group, version)
-    scope = f"/namespaces/{key.namespace}" if key.namespace else ""
+    scope = f"/namespaces/{quote(key.namespace, safe='')}" if key.namespace else ""
     tail = f"/{subresource}" if subresource else ""
-    return f"{prefix}{scope}/{plural}/{key.name}{tail}"
+    return f"{prefix}{scope}/{plural}/{quote(key.name, safe='')}{tail}"
 
 
 def classify(path: str, query_watch: bool, coalesced: frozenset[str]) -> Route | None:
@@ -64,4 +67,6 @@ def classify(path: str, query_watch: bool, coalesced: frozenset[str]) -> Route |
         return None
     name = rest[1] if len(rest) > 1 else ""
     subresource = rest[2] if len(rest) > 2 else ""
+    if name in (".", "..") or namespace in (".", ".."):
+        return None  # never an object's name (ValidatePathSegmentName): the server answers
     return Route(resource, namespace, name, subresource, watch)
