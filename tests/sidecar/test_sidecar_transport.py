@@ -467,6 +467,35 @@ async def test_unreachable_upstream_is_a_503_status():
     await asyncio.sleep(0)
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"Content-Length: 100\r\n\r\n" + b'{"a":',
+        b"Transfer-Encoding: chunked\r\n\r\n5\r\n" + b'{"a":\r\n',
+    ],
+)
+async def test_a_body_the_api_server_cuts_short_ends_the_clients_connection_unfinished(head):
+    """Not finished with a last chunk (a cut body passed off as whole) nor left waiting for
+    bytes that never come (a Content-Length)."""
+
+    async def cutting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + head)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(cutting, "127.0.0.1", 0)
+    upstream = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with sidecar_running(Cluster(upstream), settings()) as sidecar:
+        address = URL(sidecar.url)
+        reader, writer = await asyncio.open_connection(address.host, address.port)
+        writer.write(b"GET /api/v1/pods HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        relayed = await asyncio.wait_for(reader.read(), timeout=5)  # to the end of the stream
+        writer.close()
+    server.close()
+    assert relayed.endswith((b'{"a":', b'{"a":\r\n'))  # no last chunk after it
+
+
 # --- nothing held for a client that left -----------------------------------------------------
 
 

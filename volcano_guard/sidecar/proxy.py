@@ -275,9 +275,12 @@ async def forward(
         TimeoutError,
     ):
         # One side went away (or went silent) mid-stream: the client sees its connection end,
-        # as it would if the API server had dropped it.
+        # as it would if the API server had dropped it. Ended, not finished: a last chunk or
+        # a short Content-Length would pass a cut body off as whole, or leave it waiting.
         upstream.close()
         if response is not None and response.prepared:
+            if request.transport is not None:
+                request.transport.abort()
             return response
         return status_response(502, "the upstream API server closed the connection")
     except asyncio.CancelledError:
