@@ -344,6 +344,29 @@ def test_backpressure_beyond_max_pending_objects():
     c.absorb(StatusWrite(ObjectKey("g/v/queues", "", "a"), "merge", {"status": {"x": 1}}), now=0)
 
 
+def test_an_apply_refused_with_429_takes_nothing_so_its_retry_still_removes_fields():
+    """The refused apply once recorded its fields as the manager's newest: the retry then
+    found nothing to remove, and `allocated` stayed."""
+    c = Coalescer(flush_interval=1.0, max_pending=1)
+    c.observe(KEY, queue(11, {"state": "Open", "allocated": {"cpu": "1"}}))
+
+    def apply(status):
+        return StatusWrite(KEY, "apply", {"status": status}, "controller")
+
+    c.absorb(apply({"state": "Open", "allocated": {"cpu": "1"}}), now=0)
+    flush(c, server=queue(12, {"state": "Open", "allocated": {"cpu": "1"}}))
+    other = ObjectKey(KEY.resource, "", "other")
+    c.observe(
+        other, queue(13, {}) | {"metadata": {"name": "other", "uid": "o", "resourceVersion": "13"}}
+    )
+    c.absorb(StatusWrite(other, "merge", {"status": {"pending": 1}}), now=0)
+    with pytest.raises(Backpressure):
+        c.absorb(apply({"state": "Open"}), now=0)
+    c.complete(c.plan(other), 200, None, now=1)  # room again
+    c.absorb(apply({"state": "Open"}), now=1)
+    assert c.plan(KEY).patch["status"] == {"allocated": None}
+
+
 def test_absorbed_answer_is_the_object_as_the_server_will_hold_it(c):
     answer = c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0)
     assert answer.obj["metadata"]["resourceVersion"] == "10"

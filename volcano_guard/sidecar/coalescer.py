@@ -191,14 +191,17 @@ class Coalescer:
         uid = object_at(body, "metadata").get("uid")
         uid = uid if isinstance(uid, str) else ""
         uid = uid or (known.uid if known else "")
-        intent = self._intent(write, known, owned, body)
+        claimed = set(owned)  # what the writer will own: taken once the write is
+        intent = self._intent(write, known, claimed, body)
         if not uid:
             raise Passthrough()  # no UID to guard the write with
         if not intent:
+            self._take(write, claimed, body)
             self.counters.noop_skipped += 1  # it changes nothing this writer means to change
             return Absorbed(self.view(write.key, body))
         superseded = self._supersede(write.key, uid)
-        pending = self._pending_for(write.key, uid, now)
+        pending = self._pending_for(write.key, uid, now)  # Backpressure: nothing taken
+        self._take(write, claimed, body)
         pending.intent.update(intent)
         pending.version += 1
         if waiter is not None:
@@ -243,11 +246,18 @@ class Coalescer:
         # declaring are removed, as apply removes fields it alone owned.
         status = object_at(body, "status")
         previous = self._applied.get((write.key, write.field_manager), frozenset())
-        self._applied[(write.key, write.field_manager)] = frozenset(status)
         owned.update(status)
         intent = {f: DELETE for f in previous - status.keys()}
         intent.update(status)
         return intent
+
+    def _take(self, write: StatusWrite, claimed: set[str], body: dict[str, Any]) -> None:
+        """The write is taken: what it claims is owned from now on, and an apply's fields are
+        its manager's newest declaration. A write refused (429) takes nothing, so its retry
+        finds the state it was refused in."""
+        self._owned[write.key.resource] = claimed
+        if write.kind == "apply":
+            self._applied[(write.key, write.field_manager)] = frozenset(object_at(body, "status"))
 
     def _supersede(self, key: ObjectKey, uid: str) -> Settled | None:
         """A write for another incarnation: the old one's intent must never reach the new one.
