@@ -66,6 +66,17 @@ def test_unknown_base_and_nothing_owned_is_forwarded_unchanged():
         fresh.absorb(put(5, {"pending": 2}), now=0)
 
 
+def test_an_unknown_base_changing_a_field_the_writer_does_not_own_goes_to_the_server(c):
+    """Taken, only the owned fields would be, and the controller closing the queue (state,
+    never owned by this writer) answered 200 and dropped; forwarded, the API server's answer
+    (a 409 for a stale base) makes the writer read again."""
+    c.absorb(put(10, {"state": "Open", "pending": 2, "allocated": {"cpu": "1"}}), now=0)
+    with pytest.raises(Passthrough):
+        c.absorb(put(3, {"state": "Closed", "pending": 2, "allocated": {"cpu": "1"}}), now=0.1)
+    c.absorb(put(3, {"state": "Open", "pending": 5, "allocated": {"cpu": "1"}}), now=0.2)
+    assert c.plan(KEY).patch["status"] == {"pending": 5}  # owned, and nothing else changed
+
+
 def test_put_intent_owns_only_the_fields_it_changed_relative_to_its_base(c):
     c.absorb(put(10, {"state": "Open", "pending": 1, "allocated": {"cpu": "2"}}), now=0)
     plan = c.plan(KEY)

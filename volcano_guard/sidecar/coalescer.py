@@ -425,6 +425,8 @@ def _put_intent(body: dict[str, Any], known: Known | None, owned: set[str]) -> d
     base = known.history.get(version) if known is not None and isinstance(version, str) else None
     if base is None and not owned:
         raise Passthrough()  # nothing known to diff against and nothing owned yet
+    if base is None and _changes_unowned(written, known, owned):
+        raise Passthrough()  # a change, or a stale copy? The API server's answer tells
     if base is not None:
         for name in written.keys() | base.keys():
             # null is absent: a Go writer sends a nil field without omitempty (v1beta1
@@ -435,6 +437,14 @@ def _put_intent(body: dict[str, Any], known: Known | None, owned: set[str]) -> d
         name: DELETE if written.get(name) is None else copy.deepcopy(written[name])
         for name in owned
     }
+
+
+def _changes_unowned(written: dict[str, Any], known: Known | None, owned: set[str]) -> bool:
+    """Whether a write whose base is unknown differs from the known status in a field the
+    writer does not own: taken, only its owned fields would be, and the change dropped."""
+    current = known.status if known is not None else {}
+    unowned = (written.keys() | current.keys()) - owned
+    return any(written.get(name) != current.get(name) for name in unowned)
 
 
 def _changes(intent: dict[str, Any], server: dict[str, Any] | None) -> Iterator[tuple[str, Any]]:
