@@ -175,6 +175,13 @@ def test_merge_patch_is_intent_as_it_is_and_owns_its_fields(c):
     }
 
 
+def test_a_merge_patch_of_a_null_status_removes_every_field_after_the_pending_ones(c):
+    """Forwarded at once, it was overtaken by the older intent flushed after it."""
+    c.absorb(StatusWrite(KEY, "merge", {"status": {"state": "Closed"}}), now=0)
+    c.absorb(StatusWrite(KEY, "merge", {"status": None}), now=0.1)
+    assert c.plan(KEY).patch["status"] == {"state": None, "pending": None, "allocated": None}
+
+
 def test_json_patch_is_applied_to_the_base_first(c):
     c.absorb(
         StatusWrite(KEY, "json", [{"op": "replace", "path": "/status/pending", "value": 3}]), now=0

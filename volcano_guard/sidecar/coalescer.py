@@ -215,10 +215,12 @@ class Coalescer:
         if write.kind == "put":
             return _put_intent(body, known, owned)
         if write.kind == "merge":
-            status = body.get("status")
-            if not isinstance(status, dict):
-                raise Passthrough()  # e.g. status: null replaces the whole status
             view = self._effective_status(write.key)
+            status = body.get("status")
+            if status is None and "status" in body:  # null: every field removed
+                status = dict.fromkeys(view)
+            if not isinstance(status, dict):
+                raise Passthrough()  # no status to write: the server's answer says what it does
             owned.update(status)
             return {
                 f: DELETE if v is None else apply_merge_patch(view.get(f), v)
