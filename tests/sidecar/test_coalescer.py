@@ -490,3 +490,10 @@ def test_a_flush_goes_to_the_object_it_was_written_for_whatever_its_name(name):
 def test_a_dot_name_is_not_coalesced_but_left_to_the_server(name):
     path = f"/apis/scheduling.volcano.sh/v1beta1/queues/{name}/status"
     assert classify(path, False, frozenset({KEY.resource})) is None
+
+
+def test_a_deleted_queue_leaves_nothing_behind(c):
+    c.absorb(StatusWrite(KEY, "apply", {"status": {"pending": 3}}, "controller"), now=0)
+    flush(c, server=queue(11, {"state": "Open", "pending": 3}))
+    c.forget(KEY)
+    assert (c._known, c._last_flush, c._applied, c._pending) == ({}, {}, {}, {})

@@ -177,8 +177,12 @@ class Coalescer:
             known.history.popitem(last=False)
 
     def forget(self, key: ObjectKey) -> None:
-        """The object was deleted upstream; a pending write for it fails its UID guard."""
+        """The object was deleted upstream; a pending write for it fails its UID guard. What
+        is kept for it goes too: a sidecar lives as long as its pod, through many Queues."""
         self._known.pop(key, None)
+        self._last_flush.pop(key, None)
+        for applied in [k for k in self._applied if k[0] == key]:
+            del self._applied[applied]
 
     # -- writes -------------------------------------------------------------------------
 
