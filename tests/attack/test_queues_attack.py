@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
 from typing import Any
 
@@ -129,6 +130,14 @@ async def pod_waits(webhook: Webhook, until: asyncio.Future[Any]) -> list[float]
     return waited
 
 
+def assert_prompt(waited: list[float]) -> None:
+    """Pod reviews judged beside Queue walks: a walk on the loop made each wait for all of it
+    (about a second); off it, a review may wait for the GIL or a collection now and then, on
+    shared cores for longer, never for a walk."""
+    assert statistics.median(waited) < 0.1, f"pod reviews waited {statistics.median(waited):.2f} s"
+    assert max(waited) < 1.0, f"a pod review waited {max(waited):.2f} s"
+
+
 async def test_a_queue_review_among_100k_queues_does_not_stall_pod_reviews(certs):
     """An UPDATE of a parent of 100,000 queues costs about a second of Python; judged on the
     loop (merged), every pod review waited for it."""
@@ -146,7 +155,7 @@ async def test_a_queue_review_among_100k_queues_does_not_stall_pod_reviews(certs
             "sets no deserved of cpu"
         )
         assert len(waited) >= 10, waited
-        assert max(waited) < 0.5, f"a pod review waited {max(waited):.2f} s"
+        assert_prompt(waited)
 
 
 def test_check_of_a_volcano_deployment_with_an_absurd_tag_says_version_unknown(tmp_path):
@@ -193,4 +202,4 @@ async def test_a_flood_of_forged_queue_reviews_is_judged_one_at_a_time_the_rest_
         statuses = await flood
         assert statuses.count(200) >= 2 and statuses.count(429) >= 10, statuses
         assert set(statuses) <= {200, 429}
-        assert max(waited) < 0.5, f"a pod review waited {max(waited):.2f} s"
+        assert_prompt(waited)
