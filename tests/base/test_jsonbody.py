@@ -97,8 +97,7 @@ def test_decode_yaml_refuses_a_value_json_has_no_form_for(value):
 @pytest.mark.parametrize(
     ("body", "needle"),
     [
-        # past the parser's own bound (libyaml's 1,000 levels, or Python's recursion)
-        (b"[" * 2000 + b"]" * 2000, "nested deeper than 100 levels|maximum nesting depth"),
+        (b"[" * 2000 + b"]" * 2000, "nested deeper than 100 levels"),  # the parser's own bound
         (b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), "nested deeper than 100 levels"),
         (b"a: &a [*a]", "nested deeper|aliases expand"),  # an alias cycle
         (

@@ -50,9 +50,11 @@ def decode_yaml(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     (NaN, infinities, binary)."""
     try:
         document = yaml.load(body, Loader=_JsonLikeLoader)  # a SafeLoader
-    except RecursionError:  # the parser recurses once a level
+    except RecursionError:  # the pure-Python parser recurses once a level
         raise BodyError(f"YAML is nested deeper than {max_depth:,} levels") from None
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):  # libyaml's own bound, 1,000 levels
+            raise BodyError(f"YAML is nested deeper than {max_depth:,} levels") from None
         raise BodyError(f"body is not valid YAML: {exc}") from None
     _check_expansion(document, max(len(body), 1), max_depth)
     try:
