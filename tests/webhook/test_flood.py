@@ -2,8 +2,10 @@
 process and two workers: 2,000 and 10,000 connections that never send a ClientHello, stay idle
 after the handshake, or send their headers a byte every 3 s, held or re-opened as fast as they
 are closed. A client that opens a new connection for each of its 500 reviews, as the API server
-does once its kept-alive ones are gone, is never refused and is answered within 100 ms at p99;
-the process tree stays under half its memory limit and gives the memory back afterwards.
+does once its kept-alive ones are gone, is never refused and is answered at p99 within a second,
+a fifth of the API server's webhook timeout (the p99 itself is the benchmark's figure,
+BENCHMARKS.md: 17 to 720 ms by case on shared cores); the process tree stays under half its
+memory limit and gives the memory back afterwards.
 Long: in the slow suite (.ci/run runs it)."""
 
 from __future__ import annotations
@@ -31,4 +33,5 @@ def test_a_flood_of_hostile_connections_keeps_out_no_review_and_no_memory_runs_a
     assert figures["peak_mib"] < memory_limit_mib(workers) / 2
     grown = figures["peak_mib"] - figures["before_mib"]
     assert figures["after_mib"] - figures["before_mib"] < grown / 2, figures
-    assert figures["p99_ms"] < 100, figures
+    # Starved, reviews would wait for the timeout; shared cores put single ones past 100 ms.
+    assert figures["p99_ms"] < 1000, figures
